@@ -1,0 +1,288 @@
+"""Configuration: one TOML file decoded into typed settings (msgspec).
+
+A bad configuration stops the daemon before it listens, with one line that names the
+key and what is wrong (:class:`casesignd.errors.ConfigError`). Relative paths are
+resolved against the directory of the config file, so a setup made by
+``casesignd init --dir DIR`` can be moved as a whole.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import msgspec
+
+from .errors import ConfigError
+
+MiB = 1024 * 1024
+
+
+class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    listen: str = "127.0.0.1:8787"
+    # Largest JSON request body; object uploads have their own limit.
+    max_json_bytes: int = 1 * MiB
+    max_object_bytes: int = 512 * MiB
+    # Seconds a client may take to send its headers and body.
+    request_timeout_s: float = 60.0
+
+
+class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    path: str = "casesignd.db"
+    busy_timeout_ms: int = 5000
+    # A commit waits at most this long for others to join it (group commit).
+    group_commit_ms: float = 1.0
+
+
+class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # Objects (uploads) and artifacts (signed results) live under state_dir.
+    state_dir: str = "."
+    # Per-attempt working files; a size-capped tmpfs under systemd.
+    temp_dir: str = "tmp"
+    temp_quota_bytes: int = 1024 * MiB
+
+
+class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    concurrency: int = 4
+    max_inflight_bytes: int = 1024 * MiB
+    lease_s: float = 30.0
+    heartbeat_s: float = 10.0
+    reclaim_interval_s: float = 5.0
+    poll_interval_ms: float = 200.0
+    max_queue_depth: int = 10000
+    shutdown_grace_s: float = 20.0
+    # CPU-heavy steps (PDF parsing, signing, rendering) run in this many processes.
+    cpu_processes: int = 2
+
+
+class Retry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    base_delay_s: float = 1.0
+    max_delay_s: float = 300.0
+    max_attempts: dict[str, int] = msgspec.field(
+        default_factory=lambda: {"sign_case": 6, "render_invoice": 6}
+    )
+    default_max_attempts: int = 5
+    # A job whose lease expired this many times fails with category "lost".
+    max_lost_leases: int = 5
+
+
+class Pkcs11(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    module: str
+    token_label: str
+    key_label: str
+    pin_file: str
+    cert_file: str = ""  # PEM; read from the token when empty
+
+
+class Signing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # PKCS#12 file and its password file; a bare name (no slash) is looked up in
+    # $CREDENTIALS_DIRECTORY first (systemd LoadCredential).
+    pkcs12_path: str = ""
+    pkcs12_password_file: str = ""
+    pkcs11: Pkcs11 | None = None
+    # Extra certificates (PEM) to embed, e.g. intermediates.
+    chain_file: str = ""
+    # Concurrent uses of the key; the kiosk path reserves kiosk_key_slots of them.
+    key_slots: int = 2
+    signer_name: str = "casesignd"
+
+
+class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    version: str
+    evidence_media_types: list[str] = msgspec.field(
+        default_factory=lambda: ["application/pdf", "image/jpeg", "image/png", "text/plain"]
+    )
+    max_pages: int = 5000
+    max_document_bytes: int = 256 * MiB
+    max_items: int = 100
+    forbid_active_content: bool = True
+    # An RFC 3161 TSA: when set, signatures are PAdES B-T.
+    tsa_url: str = ""
+    tsa_timeout_s: float = 10.0
+    reason: str = ""
+    location: str = ""
+
+
+class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    secret_file: str = "link.secret"
+    ttl_s: int = 3600
+
+
+class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    # SHA-256 (hex) of the bearer token; the token itself is never stored.
+    token_sha256: str
+
+
+class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    name: str
+    kind: str  # "dir" or "http"
+    root: str = ""
+    base_url: str = ""
+    connect_timeout_s: float = 5.0
+    read_timeout_s: float = 30.0
+    max_attempts: int = 4
+    base_delay_s: float = 0.2
+
+
+class Scanner(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    kind: str = "none"  # "none" or "clamd"
+    socket: str = "/run/clamav/clamd.ctl"
+    timeout_s: float = 30.0
+
+
+class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    deadline_ms: int = 2000
+    max_document_bytes: int = 10 * MiB
+    reserved_key_slots: int = 1
+    max_concurrent: int = 16
+
+
+class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    default_template: str = "invoice-v3"
+    issuer_name: str = "casesignd"
+    issuer_address: list[str] = msgspec.field(default_factory=list)
+    # Tax as a decimal fraction string ("0.2"); empty for none.
+    tax_rate: str = ""
+    tax_label: str = "Tax"
+    max_items: int = 10000
+
+
+class Logging(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    level: str = "info"
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    server: Server = msgspec.field(default_factory=Server)
+    store: Store = msgspec.field(default_factory=Store)
+    storage: Storage = msgspec.field(default_factory=Storage)
+    workers: Workers = msgspec.field(default_factory=Workers)
+    retry: Retry = msgspec.field(default_factory=Retry)
+    signing: Signing = msgspec.field(default_factory=Signing)
+    default_policy: str = "contract-v1"
+    policies: list[Policy] = msgspec.field(default_factory=lambda: [Policy(version="contract-v1")])
+    links: Link = msgspec.field(default_factory=Link)
+    tenants: list[Tenant] = msgspec.field(default_factory=list)
+    sources: list[Source] = msgspec.field(default_factory=list)
+    scanner: Scanner = msgspec.field(default_factory=Scanner)
+    kiosk: Kiosk = msgspec.field(default_factory=Kiosk)
+    invoice: Invoice = msgspec.field(default_factory=Invoice)
+    logging: Logging = msgspec.field(default_factory=Logging)
+    # Directory of the config file; relative paths resolve against it.
+    base_dir: str = "."
+
+    def path(self, value: str) -> Path:
+        """Resolve a configured path against the config file's directory."""
+        p = Path(value)
+        return p if p.is_absolute() else Path(self.base_dir) / p
+
+    def credential(self, value: str) -> Path:
+        """A credential path: a bare name is looked up in $CREDENTIALS_DIRECTORY first."""
+        creds = os.environ.get("CREDENTIALS_DIRECTORY")
+        if creds and "/" not in value and (Path(creds) / value).exists():
+            return Path(creds) / value
+        return self.path(value)
+
+    def policy(self, version: str | None) -> Policy | None:
+        want = version or self.default_policy
+        for p in self.policies:
+            if p.version == want:
+                return p
+        return None
+
+    def source(self, name: str) -> Source | None:
+        for s in self.sources:
+            if s.name == name:
+                return s
+        return None
+
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_POLICY = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
+
+
+def _check(cfg: Config) -> None:
+    """Semantic checks msgspec's types cannot express; raise ConfigError naming the key."""
+    host, sep, port = cfg.server.listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError("server.listen", f"expected HOST:PORT, got {cfg.server.listen!r}")
+    positive = {
+        "server.max_json_bytes": cfg.server.max_json_bytes,
+        "server.max_object_bytes": cfg.server.max_object_bytes,
+        "storage.temp_quota_bytes": cfg.storage.temp_quota_bytes,
+        "workers.concurrency": cfg.workers.concurrency,
+        "workers.max_inflight_bytes": cfg.workers.max_inflight_bytes,
+        "workers.lease_s": cfg.workers.lease_s,
+        "workers.heartbeat_s": cfg.workers.heartbeat_s,
+        "workers.max_queue_depth": cfg.workers.max_queue_depth,
+        "workers.cpu_processes": cfg.workers.cpu_processes,
+        "signing.key_slots": cfg.signing.key_slots,
+        "kiosk.deadline_ms": cfg.kiosk.deadline_ms,
+        "retry.base_delay_s": cfg.retry.base_delay_s,
+    }
+    for key, value in positive.items():
+        if value <= 0:
+            raise ConfigError(key, f"must be positive, got {value}")
+    if cfg.workers.heartbeat_s >= cfg.workers.lease_s:
+        raise ConfigError("workers.heartbeat_s", "must be shorter than workers.lease_s")
+    if cfg.kiosk.reserved_key_slots >= cfg.signing.key_slots + 1:
+        raise ConfigError("kiosk.reserved_key_slots", "must leave a key slot for batch jobs")
+    seen: set[str] = set()
+    for i, p in enumerate(cfg.policies):
+        if not _POLICY.match(p.version):
+            raise ConfigError(f"policies[{i}].version", f"invalid version {p.version!r}")
+        if p.version in seen:
+            raise ConfigError(f"policies[{i}].version", f"duplicate version {p.version!r}")
+        seen.add(p.version)
+    if cfg.default_policy not in seen:
+        raise ConfigError("default_policy", f"no policy with version {cfg.default_policy!r}")
+    names: set[str] = set()
+    for i, t in enumerate(cfg.tenants):
+        if not _HEX64.match(t.token_sha256):
+            raise ConfigError(f"tenants[{i}].token_sha256", "expected 64 lowercase hex digits")
+        if t.name in names:
+            raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
+        names.add(t.name)
+    for i, s in enumerate(cfg.sources):
+        if s.kind not in ("dir", "http"):
+            raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
+        if s.kind == "dir" and not s.root:
+            raise ConfigError(f"sources[{i}].root", "a dir source needs a root")
+        if s.kind == "http" and not s.base_url.startswith(("http://", "https://")):
+            raise ConfigError(f"sources[{i}].base_url", "an http source needs an http(s) URL")
+    if cfg.scanner.kind not in ("none", "clamd"):
+        raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")
+
+
+def _key_of(err: msgspec.ValidationError) -> tuple[str, str]:
+    # msgspec says "Expected `int`, got `str` - at `$.workers.concurrency`".
+    text = str(err)
+    msg, _, where = text.partition(" - at `")
+    key = where.rstrip("`").removeprefix("$").lstrip(".") or "(root)"
+    key = re.sub(r"\.\[", "[", key)
+    return key, msg
+
+
+def loads(text: str, base_dir: str = ".") -> Config:
+    """Decode and check a config from TOML text."""
+    try:
+        cfg = msgspec.toml.decode(text.encode(), type=Config)
+    except msgspec.ValidationError as e:
+        key, msg = _key_of(e)
+        raise ConfigError(key, msg) from None
+    except msgspec.DecodeError as e:
+        raise ConfigError("(file)", f"not valid TOML: {e}") from None
+    cfg.base_dir = base_dir
+    _check(cfg)
+    return cfg
+
+
+def load(path: str | os.PathLike[str]) -> Config:
+    """Read the config file at ``path``."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError("(file)", f"cannot read {p}: {e.strerror}") from None
+    return loads(text, base_dir=str(p.resolve().parent))

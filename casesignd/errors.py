@@ -1,0 +1,211 @@
+"""The exception tree.
+
+Every error the service raises on purpose is a :class:`CasesignError` carrying what
+its caller decides on: a stable snake_case ``code`` (documented in the README and
+the OpenAPI document), the HTTP ``status`` it maps to at the API boundary, whether
+the job engine may ``retryable`` it, a ``category`` recorded on a failed job, an
+optional ``field`` at fault, and for retryable errors an optional ``delay_s`` hint.
+Library errors are translated at the boundary: ``raise MalformedPdf(...) from e``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Failure categories recorded on a failed job (the job resource's error.category).
+PERMANENT_INPUT = "permanent_input"  # the input is wrong; retrying cannot help
+RETRIES_EXHAUSTED = "retries_exhausted"  # a transient failure outlived the attempt budget
+INTERNAL = "internal"  # a fault of the service itself
+LOST = "lost"  # the job's lease was lost too often (repeated crashes)
+
+
+class CasesignError(Exception):
+    """Base of every deliberate error. Subclasses set the class attributes."""
+
+    code: str = "internal_error"
+    status: int = 500
+    retryable: bool = False
+    category: str = INTERNAL
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        field: str | None = None,
+        delay_s: float | None = None,
+        status: int | None = None,
+        headers: dict[str, str] | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+        self.message = message or self.code.replace("_", " ")
+        self.field = field
+        self.delay_s = delay_s
+        self.headers = headers or {}
+        # Operator-facing detail: goes to the log, never to the client.
+        self.detail = detail or {}
+        super().__init__(self.message)
+
+
+# --- request errors (API boundary) -------------------------------------------------
+
+
+class BadRequest(CasesignError):
+    code = "bad_request"
+    status = 400
+    category = PERMANENT_INPUT
+
+
+class Unauthorized(CasesignError):
+    code = "unauthorized"
+    status = 401
+    category = PERMANENT_INPUT
+
+
+class Forbidden(CasesignError):
+    code = "forbidden"
+    status = 403
+    category = PERMANENT_INPUT
+
+
+class NotFound(CasesignError):
+    code = "not_found"
+    status = 404
+    category = PERMANENT_INPUT
+
+
+class Conflict(CasesignError):
+    code = "conflict"
+    status = 409
+    category = PERMANENT_INPUT
+
+
+class TooLarge(CasesignError):
+    code = "too_large"
+    status = 413
+    category = PERMANENT_INPUT
+
+
+class UnsupportedMediaType(CasesignError):
+    code = "unsupported_media_type"
+    status = 415
+    category = PERMANENT_INPUT
+
+
+class ValidationError(CasesignError):
+    """Input refused by validation; ``field`` names the path (``items[3].unit_price``)."""
+
+    code = "invalid_field"
+    status = 422
+    category = PERMANENT_INPUT
+
+
+class Busy(CasesignError):
+    """Capacity is taken right now; the client should come back after ``Retry-After``."""
+
+    code = "busy"
+    status = 503
+    retryable = True
+
+
+class QueueFull(Busy):
+    code = "queue_full"
+    status = 429
+
+
+class ShuttingDown(Busy):
+    code = "shutting_down"
+    status = 503
+
+
+class StoreUnavailable(Busy):
+    code = "store_unavailable"
+    status = 503
+
+
+class DeadlineExceeded(CasesignError):
+    code = "deadline_exceeded"
+    status = 504
+    retryable = True
+
+
+# --- job errors (raised inside a worker) --------------------------------------------
+
+
+class PermanentJobError(CasesignError):
+    """The job's input cannot succeed: fail at once, never retry."""
+
+    code = "invalid_input"
+    status = 422
+    category = PERMANENT_INPUT
+
+
+class TransientJobError(CasesignError):
+    """Something outside the job failed for now: retry with backoff."""
+
+    code = "transient_failure"
+    status = 503
+    retryable = True
+    category = RETRIES_EXHAUSTED
+
+
+class MalformedPdf(PermanentJobError):
+    code = "malformed_pdf"
+
+
+class EncryptedPdf(PermanentJobError):
+    code = "encrypted_pdf"
+
+
+class ActiveContent(PermanentJobError):
+    code = "active_content"
+
+
+class MalwareDetected(PermanentJobError):
+    code = "malware_detected"
+
+
+class DigestMismatch(PermanentJobError):
+    code = "digest_mismatch"
+
+
+class LimitExceeded(PermanentJobError):
+    code = "limit_exceeded"
+
+
+class SourceUnavailable(TransientJobError):
+    code = "source_unavailable"
+
+
+class TempQuota(TransientJobError):
+    code = "temp_quota"
+
+
+class ScannerUnavailable(TransientJobError):
+    code = "scanner_unavailable"
+
+
+class TsaUnavailable(TransientJobError):
+    code = "tsa_unavailable"
+
+
+class SigningError(CasesignError):
+    """The signing key or token failed; retryable because tokens come back."""
+
+    code = "signing_failed"
+    status = 503
+    retryable = True
+    category = RETRIES_EXHAUSTED
+
+
+class ConfigError(Exception):
+    """A configuration problem: ``key`` names the setting, the message says what is wrong."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.message = message
+        super().__init__(f"{key}: {message}")
