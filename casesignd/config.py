@@ -41,6 +41,8 @@ class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Per-attempt working files; a size-capped tmpfs under systemd.
     temp_dir: str = "tmp"
     temp_quota_bytes: int = 1024 * MiB
+    # Retry hint for an attempt whose temp reservation does not fit right now.
+    temp_quota_retry_s: float = 5.0
 
 
 class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -124,6 +126,9 @@ class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     read_timeout_s: float = 30.0
     max_attempts: int = 4
     base_delay_s: float = 0.2
+    # Cap of one backoff delay, and of a server's Retry-After that we honour.
+    max_delay_s: float = 5.0
+    retry_after_cap_s: float = 30.0
 
 
 class Scanner(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

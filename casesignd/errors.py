@@ -173,6 +173,12 @@ class DigestMismatch(PermanentJobError):
     code = "digest_mismatch"
 
 
+class SizeMismatch(DigestMismatch):
+    """The bytes are not the declared size (checked while streaming, before the digest)."""
+
+    code = "size_mismatch"
+
+
 class LimitExceeded(PermanentJobError):
     code = "limit_exceeded"
 
