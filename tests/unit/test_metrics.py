@@ -1,0 +1,209 @@
+"""Metrics: families, labels from fixed sets, state gauges read from the cache."""
+
+from __future__ import annotations
+
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from casesignd.metrics import (
+    ITEMS_BUCKETS,
+    LabelNotAllowed,
+    Metrics,
+    StateCache,
+    aiohttp_middleware,
+    items_bucket,
+)
+
+PERSONAL = ("Avery Chen", "MKT-2026-00042", "EDU-1042", "seller-881")
+
+
+def families(m: Metrics) -> dict[str, object]:
+    body, content_type = m.render()
+    assert content_type.startswith("text/plain")
+    return {f.name: f for f in text_string_to_metric_families(body.decode())}
+
+
+def sample(m: Metrics, name: str, **labels: str) -> float | None:
+    body, _ = m.render()
+    for fam in text_string_to_metric_families(body.decode()):
+        for s in fam.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return None
+
+
+@pytest.mark.parametrize(
+    ("n", "bucket"),
+    [(0, "1"), (1, "1"), (2, "2-10"), (10, "2-10"), (11, "11-100"), (100, "11-100"),
+     (101, "101-1000"), (1000, "101-1000"), (1001, ">1000"), (10**6, ">1000")],
+)  # fmt: skip
+def test_items_bucket(n: int, bucket: str) -> None:
+    assert items_bucket(n) == bucket
+    assert bucket in ITEMS_BUCKETS
+
+
+def test_every_family_is_exposed_with_units_in_names() -> None:
+    m = Metrics(strict=True)
+    m.job_admitted("sign_case", 0.002)
+    m.observe_clocks("sign_case", queue_wait_s=0.5, processing_s=2.0, total_s=2.502)
+    m.observe_phase("sign_case", "sign", 0.3)
+    m.observe_invoice_render("invoice-v3", 42, 0.05)
+    m.observe_http("POST", "/v1/jobs", 202, 0.004)
+    m.observe_kiosk("succeeded", 0.8)
+    m.job_finished("sign_case", "succeeded")
+    m.retry("sign_case", "tsa_unavailable")
+    m.source_retry("http_5xx")
+    m.lease_expired()
+    m.lease_reclaimed()
+    m.stale_result()
+    m.rejection("queue_full")
+    m.idempotent_replay("/v1/jobs")
+    names = set(families(m))
+    expected = {
+        "casesignd_admission_seconds", "casesignd_queue_wait_seconds",
+        "casesignd_processing_seconds", "casesignd_job_total_seconds",
+        "casesignd_phase_seconds", "casesignd_invoice_render_seconds",
+        "casesignd_http_request_seconds", "casesignd_kiosk_seconds",
+        # The parser names counter families without the _total suffix.
+        "casesignd_jobs_finished", "casesignd_job_retries", "casesignd_source_retries",
+        "casesignd_leases_expired", "casesignd_leases_reclaimed", "casesignd_stale_results",
+        "casesignd_rejections", "casesignd_idempotent_replays", "casesignd_jobs_admitted",
+        "casesignd_jobs", "casesignd_oldest_queued_job_age_seconds",
+        "casesignd_key_slots_in_use", "casesignd_build_info",
+    }  # fmt: skip
+    assert expected <= names, expected - names
+    assert sample(m, "casesignd_invoice_render_seconds_count", items_bucket="11-100") == 1
+    assert sample(m, "casesignd_phase_seconds_count", kind="sign_case", phase="sign") == 1
+    assert sample(m, "casesignd_job_retries_total", reason="tsa_unavailable") == 1
+    assert sample(m, "casesignd_rejections_total", code="queue_full") == 1
+    assert sample(m, "casesignd_build_info", version="0.1.0") == 1
+    assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs", status="202") == 1
+
+
+def test_finished_counters_start_at_zero_for_every_kind_and_outcome() -> None:
+    m = Metrics(strict=True)
+    for kind in ("sign_case", "render_invoice"):
+        for outcome in ("succeeded", "failed", "canceled"):
+            assert sample(m, "casesignd_jobs_finished_total", kind=kind, outcome=outcome) == 0
+
+
+def test_registries_are_independent() -> None:
+    a, b = Metrics(strict=True), Metrics(strict=True)
+    a.rejection("queue_full")
+    assert sample(a, "casesignd_rejections_total", code="queue_full") == 1
+    assert sample(b, "casesignd_rejections_total", code="queue_full") is None
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.job_finished("Avery Chen", "succeeded"),
+        lambda m: m.job_finished("sign_case", "ok"),
+        lambda m: m.observe_phase("sign_case", "MKT-2026-00042", 1.0),
+        lambda m: m.observe_http("GET", "/v1/jobs/0190aabbcc", 200, 0.1),
+        lambda m: m.observe_http("GET", "/v1/jobs", "2xx", 0.1),
+        lambda m: m.rejection("EDU-1042"),
+        lambda m: m.retry("sign_case", "seller-881"),
+        lambda m: m.observe_invoice_render("Avery Chen", 1, 0.1),
+        lambda m: m.idempotent_replay("/v1/cases/MKT-2026-00042/objects/ab"),
+        lambda m: m.source_retry("Avery Chen"),
+    ],
+)
+def test_strict_guard_refuses_values_outside_the_sets(call) -> None:
+    m = Metrics(strict=True)
+    with pytest.raises(LabelNotAllowed):
+        call(m)
+
+
+def test_production_guard_records_other_and_leaks_nothing() -> None:
+    m = Metrics(strict=False)
+    m.job_finished("Avery Chen", "succeeded")
+    m.rejection("MKT-2026-00042")
+    m.observe_http("GET", "/v1/jobs/EDU-1042", 200, 0.1)
+    m.observe_invoice_render("seller-881", 3, 0.1)
+    body, _ = m.render()
+    text = body.decode()
+    for value in PERSONAL:
+        assert value not in text
+    assert sample(m, "casesignd_jobs_finished_total", kind="other", outcome="succeeded") == 1
+    assert sample(m, "casesignd_rejections_total", code="other") == 1
+
+
+def test_allow_extends_a_domain_at_startup() -> None:
+    m = Metrics(strict=True)
+    m.allow("template_version", "invoice-v4")
+    m.observe_invoice_render("invoice-v4", 2000, 0.2)
+    assert sample(m, "casesignd_invoice_render_seconds_count", items_bucket=">1000") == 1
+
+
+def test_error_codes_of_the_exception_tree_are_allowed() -> None:
+    m = Metrics(strict=True)
+    for code in ("malformed_pdf", "source_unavailable", "digest_mismatch", "temp_quota",
+                 "idempotency_key_reused", "shutting_down"):  # fmt: skip
+        m.rejection(code)
+
+
+def test_state_gauges_read_the_cache_at_scrape_time() -> None:
+    now = [1_000_000.0]
+    m = Metrics(strict=True, clock=lambda: now[0])
+    cache = StateCache()
+    m.add_state_source(cache.snapshot)
+    assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 0
+    cache.update(
+        jobs={"queued": 7, "processing": 2},
+        oldest_queued_at_unix=now[0] - 90,
+        inflight_bytes=1234,
+        temp_used_bytes=10,
+        temp_free_bytes=20,
+        key_slots_in_use={"batch": 1, "kiosk": 1},
+        workers_busy=2,
+    )
+    assert sample(m, "casesignd_jobs", state="queued") == 7
+    assert sample(m, "casesignd_jobs", state="ready") == 0
+    assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 90
+    now[0] += 30  # the age grows between refreshes of the cache
+    assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 120
+    assert sample(m, "casesignd_inflight_bytes") == 1234
+    assert sample(m, "casesignd_temp_free_bytes") == 20
+    assert sample(m, "casesignd_key_slots_in_use", pool="kiosk") == 1
+    assert sample(m, "casesignd_workers_busy") == 2
+
+
+def test_state_cache_refuses_unknown_keys() -> None:
+    with pytest.raises(KeyError):
+        StateCache().update(student_name="Avery Chen")
+
+
+def test_a_failing_state_source_does_not_break_the_scrape() -> None:
+    m = Metrics(strict=False)
+
+    def broken() -> dict:
+        raise RuntimeError("store gone")
+
+    m.add_state_source(broken)
+    assert sample(m, "casesignd_jobs", state="queued") == 0
+
+
+async def test_middleware_labels_by_route_template(aiohttp_client) -> None:
+    m = Metrics(strict=True)
+
+    async def show(request: web.Request) -> web.Response:
+        if request.match_info["job_id"] == "missing":
+            raise web.HTTPNotFound()
+        return web.json_response({})
+
+    app = web.Application(middlewares=[aiohttp_middleware(m)])
+    app.router.add_get("/v1/jobs/{job_id}", show)
+    client = await aiohttp_client(app)
+    assert (await client.get("/v1/jobs/MKT-2026-00042")).status == 200
+    assert (await client.get("/v1/jobs/missing")).status == 404
+    assert (await client.get("/v1/cases/EDU-1042/whatever")).status == 404
+    text = m.render()[0].decode()
+    assert "MKT-2026-00042" not in text and "EDU-1042" not in text
+    assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs/{job_id}",
+                  status="200") == 1  # fmt: skip
+    assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs/{job_id}",
+                  status="404") == 1  # fmt: skip
+    assert sample(m, "casesignd_http_request_seconds_count", route="unmatched",
+                  status="404") == 1  # fmt: skip
