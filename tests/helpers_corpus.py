@@ -144,8 +144,31 @@ def _qpdf(src: Path, out: Path, *args: str) -> None:
 
 
 def _incremental(src: Path, out: Path) -> None:
-    # An earlier incremental update (PDF 32000-1 §7.5.6): the original bytes stay a
-    # prefix of the file and a new xref section with /Prev follows.
+    """Append one incremental update by hand (PDF 32000-1 §7.5.6): the original bytes
+    stay a prefix, then a new Info object, an xref section for it and a trailer whose
+    /Prev points at the previous cross-reference section."""
+    from pypdf import PdfReader
+
+    original = src.read_bytes()
+    with open(src, "rb") as f:
+        trailer = PdfReader(f).trailer
+        size = int(trailer["/Size"])
+        root = trailer.raw_get("/Root").idnum
+    prev = int(original[original.rindex(b"startxref") + 9:].split()[0])
+    body = bytearray(original if original.endswith(b"\n") else original + b"\n")
+    info_at = len(body)
+    body += b"%d 0 obj\n<< /Producer (casesignd corpus) /Subject (amended) >>\nendobj\n" % size
+    xref_at = len(body)
+    body += b"xref\n0 1\n0000000000 65535 f\r\n%d 1\n%010d 00000 n\r\n" % (size, info_at)
+    body += b"trailer\n<< /Size %d /Root %d 0 R /Info %d 0 R /Prev %d >>\n" % (
+        size + 1, root, size, prev)
+    body += b"startxref\n%d\n%%%%EOF\n" % xref_at
+    out.write_bytes(bytes(body))
+
+
+def _incremental_pypdf(src: Path, out: Path) -> None:
+    # pypdf's incremental writer: a producer real documents come from (its update is
+    # an xref stream appended to a file with a classic xref table).
     from pypdf import PdfWriter
 
     writer = PdfWriter(str(src), incremental=True)
@@ -270,6 +293,7 @@ def _good_recipes(dest: Path) -> list[tuple[str, str | None, Callable[[Path], No
         ("reportlab_form", None, _reportlab_form),
         ("pages_100", None, lambda o: _reportlab_plain(o, pages=100)),
         ("incremental_update", None, lambda o: _incremental(base, o)),
+        ("incremental_update_pypdf", None, lambda o: _incremental_pypdf(base, o)),
         ("qpdf_xref_table", "qpdf", lambda o: _qpdf(base, o, "--object-streams=disable")),
         ("qpdf_xref_stream", "qpdf", lambda o: _qpdf(base, o, "--object-streams=generate")),
         ("qpdf_linearized", "qpdf", lambda o: _qpdf(base, o, "--linearize")),
@@ -403,11 +427,15 @@ def build_good_corpus(dest: Path) -> dict[str, Path]:
             out = dest / f"{name}.pdf"
             try:
                 build(out)
+                if not out.exists() or out.stat().st_size == 0:
+                    raise OSError(f"{name}: the tool wrote no file")
             except subprocess.CalledProcessError as e:
                 missing[name] = f"{tool} failed: {e.stderr.decode(errors='replace')[-400:]}"
+                out.unlink(missing_ok=True)
                 continue
             except (subprocess.SubprocessError, OSError) as e:
                 missing[name] = f"{type(e).__name__}: {e}"[:500]
+                out.unlink(missing_ok=True)
                 continue
             built[name] = str(out)
         data = {"built": built, "missing": missing}
