@@ -1,0 +1,431 @@
+"""The ``casesignd`` command line.
+
+Exit codes: 0 done; 1 refused or failed (a server error, a job that did not end
+ready, a broken audit chain, an invalid signature, an existing setup); 2 a usage or
+configuration error (bad arguments, unreadable input file, missing token, bad
+config); 3 the server could not be reached. Expected errors print one line on
+stderr and never a traceback.
+
+Heavy modules (the daemon, cryptography, the PDF verifier) are imported inside
+the commands that need them, so ``casesignd --help`` and the client commands start
+fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .client import (
+    Client,
+    ClientError,
+    ServerUnreachable,
+    config_path_from,
+    file_sha256,
+    load_settings,
+)
+from .errors import CasesignError, ConfigError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+DEFAULT_INIT_DIR = "casesignd-state"
+
+
+class UsageError(Exception):
+    """A problem with what the user typed or pointed at; exit code 2."""
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+def _out(text: str) -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def _err(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _dump(obj: Any) -> None:
+    _out(json.dumps(obj, indent=2, sort_keys=False))
+
+
+def parse_signer(text: str) -> dict[str, str]:
+    """``ID:NAME:ROLE`` → a signer; the name may itself contain colons."""
+    sid, sep1, rest = text.partition(":")
+    name, sep2, role = rest.rpartition(":")
+    if not (sep1 and sep2 and sid and name and role):
+        raise argparse.ArgumentTypeError(f"expected ID:NAME:ROLE, got {text!r}")
+    return {"id": sid, "name": name, "role": role}
+
+
+def default_signed_path(path: Path) -> Path:
+    """``contract.pdf`` → ``contract.signed.pdf`` (same directory)."""
+    stem = path.stem if path.suffix.lower() == ".pdf" else path.name
+    return path.with_name(f"{stem}.signed.pdf")
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _read_input(path: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _need_file(path: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise UsageError(f"cannot read {path}: no such file")
+    return p
+
+
+def _client(args: argparse.Namespace) -> Client:
+    settings = load_settings(getattr(args, "config", None))
+    if not settings.token:
+        raise UsageError(
+            "no token: set CASESIGND_TOKEN, or point --config at a setup made by "
+            "`casesignd init` (its client.env)"
+        )
+    return Client(settings.url, settings.token, timeout_s=args.http_timeout)
+
+
+# --- commands -------------------------------------------------------------------------
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .bootstrap import init_dir
+
+    result = init_dir(Path(args.dir), listen=args.listen)
+    _out(f"wrote a local setup in {result.dir}/")
+    for path in result.created:
+        _out(f"  {path.name}")
+    _out("next:")
+    _out(f"  casesignd serve --config {result.config_path}")
+    _out(f"  set -a; . {result.client_env_path}; set +a   # CASESIGND_URL, CASESIGND_TOKEN")
+    _out(f"  casesignd verify FILE.signed.pdf --trust {result.ca_cert_path}")
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from . import app  # the daemon: aiohttp and friends load only here
+
+    config = str(config_path_from(args.config, os.environ))
+    return int(app.serve(config, args.listen))
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    path = _need_file(args.file)
+    manifest: dict[str, Any] = {"case_id": args.case, "signers": args.signer or []}
+    if args.policy:
+        manifest["policy_version"] = args.policy
+    try:
+        manifest["sha256"] = file_sha256(path)[0]
+    except OSError as e:
+        raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
+    out = Path(args.output) if args.output else default_signed_path(path)
+    data, headers = _client(args).sign(path, manifest, args.idempotency_key)
+    write_atomic(out, data)
+    job_id = headers.get("X-Job-Id", "-")
+    digest = headers.get("X-Artifact-SHA256") or hashlib.sha256(data).hexdigest()
+    _out(f"job {job_id} sha256 {digest} wrote {out}")
+    return EXIT_OK
+
+
+def cmd_upload(args: argparse.Namespace) -> int:
+    _need_file(args.file)
+    _dump(_client(args).upload(args.file, args.case))
+    return EXIT_OK
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    raw = _read_input(args.manifest)
+    try:
+        manifest = json.loads(raw)
+    except ValueError as e:
+        raise UsageError(f"{args.manifest}: not valid JSON: {e}") from None
+    if not isinstance(manifest, dict):
+        raise UsageError(f"{args.manifest}: expected a JSON object")
+    client = _client(args)
+    job = client.submit(manifest, args.idempotency_key)
+    if not args.wait:
+        _dump(job)
+        return EXIT_OK
+    if not job.get("job_id"):
+        raise ClientError(0, "bad_response", "the server answered a job without job_id")
+    job = client.wait(job["job_id"], args.timeout)
+    _dump(job)
+    state = job.get("state")
+    if state == "ready":
+        return EXIT_OK
+    if state not in ("failed", "canceled"):
+        _err(f"error: timed_out: job {job['job_id']} still {state} after {args.timeout:g} s")
+    else:
+        _err(_job_failure_line(job))
+    return EXIT_FAILED
+
+
+def _job_failure_line(job: dict[str, Any]) -> str:
+    err = job.get("error") or {}
+    if job.get("state") == "canceled":
+        return f"error: canceled: job {job.get('job_id')} was canceled"
+    extras = [f"category {err['category']}"] if err.get("category") else []
+    if err.get("correlation_id"):
+        extras.append(f"correlation id {err['correlation_id']}")
+    tail = f" ({', '.join(extras)})" if extras else ""
+    code = err.get("code") or "failed"
+    return f"error: {code}: job {job.get('job_id')} failed{tail}"
+
+
+def cmd_jobs_list(args: argparse.Namespace) -> int:
+    page = _client(args).list_jobs(args.state, args.limit, args.cursor)
+    if args.json:
+        _dump(page)
+        return EXIT_OK
+    for job in page.get("jobs", []):
+        _out("  ".join(str(job.get(k) or "-") for k in
+                       ("job_id", "state", "kind", "case_id", "created_at")))
+    if page.get("next_cursor"):
+        _err(f"more: --cursor {page['next_cursor']}")
+    return EXIT_OK
+
+
+def cmd_jobs_show(args: argparse.Namespace) -> int:
+    _dump(_client(args).get_job(args.job_id))
+    return EXIT_OK
+
+
+def cmd_jobs_retry(args: argparse.Namespace) -> int:
+    _dump(_client(args).retry(args.job_id))
+    return EXIT_OK
+
+
+def cmd_jobs_cancel(args: argparse.Namespace) -> int:
+    _dump(_client(args).cancel(args.job_id))
+    return EXIT_OK
+
+
+def cmd_jobs_events(args: argparse.Namespace) -> int:
+    _dump({"events": _client(args).events(args.job_id)})
+    return EXIT_OK
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    from . import audit, config
+
+    cfg = config.load(config_path_from(args.config, os.environ))
+    db = cfg.path(cfg.store.path)
+    if not db.is_file():
+        _err(f"error: no_store: no job store at {db}")
+        return EXIT_FAILED
+    try:
+        report = audit.verify_file(db)
+    except sqlite3.Error as e:
+        _err(f"error: store_unreadable: {db}: {e}")
+        return EXIT_FAILED
+    if report.ok:
+        _out(f"audit chain intact: {report.checked} events")
+        return EXIT_OK
+    bad = report.first_bad or {}
+    job = f", job_id={bad['job_id']}" if bad.get("job_id") else ""
+    _out(f"audit chain broken at event seq={bad.get('seq')} "
+         f"(event_id={bad.get('event_id')}{job}): {bad.get('reason')}")
+    return EXIT_FAILED
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    path = _need_file(args.file)
+    trust = None
+    if args.trust:
+        from cryptography import x509
+
+        pem = _read_input(args.trust)
+        try:
+            trust = x509.load_pem_x509_certificates(pem)
+        except ValueError as e:
+            raise UsageError(f"{args.trust}: no PEM certificate: {e}") from None
+    from .verify import verify_pdf
+
+    reports = verify_pdf(path, trust)
+    if not reports:
+        _out(f"{path}: no signatures")
+        return EXIT_FAILED
+    for r in reports:
+        _out(r.describe())
+    return EXIT_OK if all(r.valid for r in reports) else EXIT_FAILED
+
+
+# --- the parser -----------------------------------------------------------------------
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    p = argparse.ArgumentParser(
+        prog="casesignd",
+        description="A signing and document-rendering daemon, and its client.",
+        epilog="Client commands read CASESIGND_URL and CASESIGND_TOKEN, else client.env "
+        "next to the config (--config, $CASESIGND_CONFIG, default "
+        "casesignd-state/config.toml). Exit codes: 0 done, 1 refused or failed, "
+        "2 usage or config error, 3 server unreachable.",
+    )
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name: str, fn: Callable[[argparse.Namespace], int], help: str,
+                parent: Any = sub, client: bool = False) -> argparse.ArgumentParser:
+        c = parent.add_parser(name, help=help, description=help)
+        c.set_defaults(fn=fn)
+        if client:
+            c.add_argument("--config", metavar="PATH",
+                           help="config whose client.env to read (after the environment)")
+            c.add_argument("--http-timeout", type=_positive_float, default=60.0, metavar="S",
+                           help="seconds to wait for the server (default 60)")
+        return c
+
+    c = command("init", cmd_init, "write a working local setup (never overwrites)")
+    c.add_argument("--dir", default=DEFAULT_INIT_DIR,
+                   help=f"directory to write (default {DEFAULT_INIT_DIR})")
+    c.add_argument("--listen", default="127.0.0.1:8787", metavar="HOST:PORT",
+                   help="address the daemon will listen on (default 127.0.0.1:8787)")
+
+    c = command("serve", cmd_serve, "run the daemon")
+    c.add_argument("--config", metavar="PATH",
+                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+    c.add_argument("--listen", metavar="HOST:PORT", help="override server.listen")
+
+    c = command("sign", cmd_sign, "sign one PDF synchronously (POST /v1/sign)", client=True)
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--case", required=True, metavar="ID", help="case ID")
+    c.add_argument("--policy", metavar="V", help="policy version (default: the server's)")
+    c.add_argument("--signer", action="append", type=parse_signer, metavar="ID:NAME:ROLE",
+                   help="a signer to record; repeatable")
+    c.add_argument("-o", "--output", metavar="OUT",
+                   help="where to write the signed PDF (default FILE.signed.pdf)")
+    c.add_argument("--idempotency-key", metavar="K")
+
+    c = command("upload", cmd_upload, "upload a file to a case", client=True)
+    c.add_argument("file", metavar="FILE")
+    c.add_argument("--case", required=True, metavar="ID", help="case ID")
+
+    c = command("submit", cmd_submit, "submit a job (POST /v1/jobs)", client=True)
+    c.add_argument("manifest", metavar="MANIFEST.json")
+    c.add_argument("--wait", action="store_true",
+                   help="poll until ready, failed or canceled; exit 0 only when ready")
+    c.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
+                   help="with --wait, give up after S seconds (default 300)")
+    c.add_argument("--idempotency-key", metavar="K")
+
+    jobs = sub.add_parser("jobs", help="operate jobs", description="operate jobs")
+    jobs_sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    c = command("list", cmd_jobs_list, "list jobs, newest first", jobs_sub, client=True)
+    c.add_argument("--state", choices=["queued", "processing", "ready", "failed", "canceled"])
+    c.add_argument("--limit", type=_positive_int, metavar="N")
+    c.add_argument("--cursor", metavar="C", help="next_cursor of a previous page")
+    c.add_argument("--json", action="store_true", help="print the page as JSON")
+    for name, fn, text in (
+        ("show", cmd_jobs_show, "show a job"),
+        ("retry", cmd_jobs_retry, "retry a failed job"),
+        ("cancel", cmd_jobs_cancel, "cancel a job no worker holds"),
+        ("events", cmd_jobs_events, "a job's audit events, oldest first"),
+    ):
+        c = command(name, fn, text, jobs_sub, client=True)
+        c.add_argument("job_id", metavar="ID")
+
+    audit = sub.add_parser("audit", help="the audit chain", description="the audit chain")
+    audit_sub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
+    c = command("verify", cmd_audit_verify, "check the whole audit chain", audit_sub)
+    c.add_argument("--config", metavar="PATH",
+                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+
+    c = command("verify", cmd_verify, "validate a PDF's signatures")
+    c.add_argument("file", metavar="FILE.pdf")
+    c.add_argument("--trust", metavar="CA.pem", help="trust anchors (PEM, one or more)")
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed command, turning expected errors into one line and an exit code."""
+    try:
+        return args.fn(args)
+    except UsageError as e:
+        _err(f"error: {e}")
+        return EXIT_USAGE
+    except ConfigError as e:
+        _err(f"config error: {e.key}: {e.message}")
+        return EXIT_USAGE
+    except ServerUnreachable as e:
+        _err(e.line())
+        return EXIT_UNREACHABLE
+    except ClientError as e:
+        _err(e.line())
+        return EXIT_FAILED
+    except CasesignError as e:
+        field = f" (field {e.field})" if e.field else ""
+        _err(f"error: {e.code}: {e.message}{field}")
+        return EXIT_FAILED
+    except OSError as e:  # e.g. the output file cannot be written
+        _err(f"error: io_error: {e.filename or ''}: {e.strerror or e}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``casesignd`` command; answers the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a usage error (2), already printed
+        return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+    return run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
