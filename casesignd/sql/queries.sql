@@ -1,0 +1,156 @@
+-- Named statements of the SQLite store. Each block starts with "-- name: NAME".
+
+-- name: find_idem
+SELECT * FROM jobs WHERE tenant = :tenant AND idem_key = :idem_key;
+
+-- name: queue_depth
+SELECT count(*) FROM (SELECT 1 FROM jobs WHERE state IN ('queued', 'retry_wait') LIMIT :cap);
+
+-- name: insert_job
+INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
+                  version, declared_bytes, state, created_at, admitted_at, admission_ms,
+                  queued_since, next_attempt_at, correlation_id, updated_at)
+VALUES (:job_id, :tenant, :kind, :case_id, :idem_key, :fingerprint, :input, :input_digest,
+        :version, :declared_bytes, 'queued', :created_at, :now, :admission_ms,
+        :now, :now, :correlation_id, :now)
+RETURNING *;
+
+-- A claim is one statement: pick the oldest due job that fits the byte budget and
+-- take its lease, bumping the attempt number that fences every later update.
+-- name: claim_one
+UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
+       lease_expires = :now + :lease_s, claimed_at = :now,
+       first_claimed_at = coalesce(first_claimed_at, :now),
+       queue_wait_ms = queue_wait_ms + max(0, (:now - coalesce(queued_since, :now)) * 1000.0),
+       queued_since = NULL, updated_at = :now
+ WHERE job_id = (SELECT job_id FROM jobs
+                  WHERE state = 'queued' AND next_attempt_at <= :now
+                    AND declared_bytes <= :budget AND kind IN (SELECT value FROM json_each(:kinds))
+                  ORDER BY next_attempt_at, job_id LIMIT 1)
+RETURNING *;
+
+-- name: renew
+UPDATE jobs SET lease_expires = :now + :lease_s, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running';
+
+-- name: finish
+UPDATE jobs SET state = 'succeeded', result = :result, finished_at = :now,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING *;
+
+-- name: retry_later
+UPDATE jobs SET state = 'retry_wait', next_attempt_at = :next_at, failures = failures + 1,
+       error_code = :code, error_category = NULL,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING *;
+
+-- name: fail
+UPDATE jobs SET state = 'failed', failures = failures + 1, error_category = :category,
+       error_code = :code, finished_at = :now,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING *;
+
+-- name: release
+UPDATE jobs SET state = 'queued', next_attempt_at = :now, queued_since = :now,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
+RETURNING *;
+
+-- name: expired_leases
+SELECT * FROM jobs WHERE state = 'running' AND lease_expires < :now ORDER BY lease_expires LIMIT :cap;
+
+-- name: all_running
+SELECT * FROM jobs WHERE state = 'running' ORDER BY job_id;
+
+-- name: reclaim
+UPDATE jobs SET state = 'queued', next_attempt_at = :now, queued_since = :now,
+       lost_leases = lost_leases + 1,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND state = 'running'
+RETURNING *;
+
+-- name: fail_lost
+UPDATE jobs SET state = 'failed', lost_leases = lost_leases + 1, error_category = 'lost',
+       error_code = 'lease_lost', finished_at = :now,
+       processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = :now
+ WHERE job_id = :job_id AND attempt = :attempt AND state = 'running'
+RETURNING *;
+
+-- name: due_retries
+SELECT * FROM jobs WHERE state = 'retry_wait' AND next_attempt_at <= :now
+ ORDER BY next_attempt_at LIMIT :cap;
+
+-- name: requeue
+UPDATE jobs SET state = 'queued', queued_since = :now, updated_at = :now
+ WHERE job_id = :job_id AND state = 'retry_wait'
+RETURNING *;
+
+-- name: cancel
+UPDATE jobs SET state = 'canceled', finished_at = :now, updated_at = :now,
+       queue_wait_ms = queue_wait_ms + max(0, (:now - coalesce(queued_since, :now)) * 1000.0),
+       queued_since = NULL
+ WHERE job_id = :job_id AND tenant = :tenant AND state IN ('queued', 'retry_wait')
+RETURNING *;
+
+-- name: replay
+UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases = 0,
+       error_category = NULL, error_code = NULL, finished_at = NULL,
+       next_attempt_at = :now, queued_since = :now, updated_at = :now
+ WHERE job_id = :job_id AND tenant = :tenant AND state = 'failed'
+RETURNING *;
+
+-- name: get_job
+SELECT * FROM jobs WHERE job_id = :job_id AND tenant = :tenant;
+
+-- name: get_job_any
+SELECT * FROM jobs WHERE job_id = :job_id;
+
+-- name: list_jobs
+SELECT * FROM jobs WHERE tenant = :tenant AND job_id < :cursor
+ ORDER BY job_id DESC LIMIT :limit;
+
+-- name: list_jobs_state
+SELECT * FROM jobs WHERE tenant = :tenant AND state IN (SELECT value FROM json_each(:states))
+   AND job_id < :cursor
+ ORDER BY job_id DESC LIMIT :limit;
+
+-- name: insert_event
+INSERT INTO events (seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
+                    input_digest, policy_version, detail, prev_hash, hash)
+VALUES (:seq, :event_id, :job_id, :tenant, :case_id, :type, :actor, :at, :attempt,
+        :input_digest, :policy_version, :detail, :prev_hash, :hash);
+
+-- name: chain_head
+SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1;
+
+-- name: job_events
+SELECT * FROM events WHERE job_id = :job_id AND tenant = :tenant ORDER BY seq;
+
+-- name: state_counts
+SELECT state, count(*) AS n FROM jobs GROUP BY state;
+
+-- name: oldest_queued
+SELECT min(queued_since) FROM jobs WHERE state = 'queued';
+
+-- name: get_signature
+SELECT * FROM signatures WHERE tenant = :tenant AND sig_key = :sig_key;
+
+-- name: put_signature
+INSERT OR IGNORE INTO signatures (tenant, sig_key, artifact_id, sha256, size, job_id, created_at)
+VALUES (:tenant, :sig_key, :artifact_id, :sha256, :size, :job_id, :now);
+
+-- name: put_artifact
+INSERT OR IGNORE INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at)
+VALUES (:artifact_id, :tenant, :job_id, :sha256, :size, :media_type, :now);
+
+-- name: get_artifact
+SELECT * FROM artifacts WHERE artifact_id = :artifact_id;

@@ -1,0 +1,673 @@
+"""The durable store: jobs, their audit events, signatures and artifacts.
+
+:class:`Store` names the verbs the engine needs; :class:`SqliteStore` is the embedded
+implementation. Every state change and its audit event are one transaction, and
+every update of a running job is fenced on (job_id, attempt, lease_owner), so a
+stale worker cannot overwrite a newer outcome.
+
+Writes go through one writer thread that owns the only writing connection. It takes
+every operation waiting in its queue and runs them in one ``BEGIN IMMEDIATE``
+transaction, each inside its own savepoint (group commit): while one commit is
+syncing, the next batch gathers, so durability (``synchronous=FULL`` in WAL mode:
+the WAL is fsynced at every commit, so an acknowledged job survives power loss)
+costs one fsync per batch rather than per job. Reads use a separate aiosqlite
+connection; WAL lets them run beside the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import hashlib
+import os
+import queue
+import secrets
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiosqlite
+import msgspec
+
+from . import audit
+from .errors import CasesignError, Conflict, NotFound, QueueFull, StoreUnavailable
+
+
+def _load_statements() -> dict[str, str]:
+    text = resources.files("casesignd").joinpath("sql/queries.sql").read_text("utf-8")
+    out: dict[str, str] = {}
+    name = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("-- name: "):
+            if name:
+                out[name] = "\n".join(lines).strip()
+            name, lines = line.removeprefix("-- name: ").strip(), []
+        elif name and not line.startswith("--"):
+            lines.append(line)
+    if name:
+        out[name] = "\n".join(lines).strip()
+    return out
+
+
+def _migrations() -> list[tuple[int, str]]:
+    files = resources.files("casesignd").joinpath("sql")
+    found = []
+    for entry in files.iterdir():
+        stem = entry.name.split("_", 1)[0]
+        if entry.name.endswith(".sql") and stem.isdigit():
+            found.append((int(stem), entry.read_text("utf-8")))
+    return sorted(found)
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """A job row."""
+
+    job_id: str
+    tenant: str
+    kind: str
+    case_id: str | None
+    idem_key: str
+    fingerprint: str
+    input: str
+    input_digest: str
+    version: str
+    declared_bytes: int
+    state: str
+    attempt: int
+    series: int
+    failures: int
+    lost_leases: int
+    lease_owner: str | None
+    lease_expires: float | None
+    created_at: float
+    admitted_at: float
+    admission_ms: float
+    queued_since: float | None
+    claimed_at: float | None
+    first_claimed_at: float | None
+    finished_at: float | None
+    next_attempt_at: float
+    queue_wait_ms: float
+    processing_ms: float
+    result: str | None
+    error_category: str | None
+    error_code: str | None
+    correlation_id: str
+    updated_at: float
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.job_id, self.attempt, self.lease_owner or "")
+
+    def input_dict(self) -> dict[str, Any]:
+        return msgspec.json.decode(self.input)
+
+    def result_dict(self) -> dict[str, Any] | None:
+        return msgspec.json.decode(self.result) if self.result else None
+
+
+def _job(row: Any) -> Job:
+    return Job(**dict(row))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What fences a running job's updates."""
+
+    job_id: str
+    attempt: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated, normalized job on its way into the store."""
+
+    tenant: str
+    kind: str
+    case_id: str | None
+    idem_key: str
+    fingerprint: str
+    input: str  # canonical JSON
+    input_digest: str
+    version: str
+    declared_bytes: int
+    created_at: float  # when the request arrived
+    correlation_id: str
+
+
+class IdempotencyKeyReused(CasesignError):
+    code = "idempotency_key_reused"
+    status = 422
+
+
+class Store(Protocol):
+    """The verbs the engine needs. Another engine implements the same verbs and runs
+    the same contract tests (tests/unit/test_store_contract.py)."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]: ...
+    async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
+    async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
+    async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None: ...
+    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None: ...
+    async def fail(self, lease: Lease, category: str, code: str, detail: dict[str, Any]) -> Job | None: ...
+    async def release(self, lease: Lease) -> Job | None: ...
+    async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]: ...
+    async def promote_due(self) -> list[Job]: ...
+    async def cancel(self, tenant: str, job_id: str, actor: str) -> Job: ...
+    async def replay(self, tenant: str, job_id: str, actor: str) -> Job: ...
+    async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None: ...
+    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any]) -> dict[str, Any]: ...
+    async def get_signature(self, tenant: str, sig_key: str) -> dict[str, Any] | None: ...
+    async def get_job(self, tenant: str, job_id: str) -> Job | None: ...
+    async def list_jobs(self, tenant: str, states: list[str] | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]: ...
+    async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]: ...
+    async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None: ...
+    async def stats(self) -> dict[str, Any]: ...
+    async def ping(self) -> None: ...
+
+
+_id_lock = threading.Lock()
+_id_last = [0, 0]
+
+
+def new_id(prefix: str, now: float) -> str:
+    """A time-ordered id: 12 hex digits of milliseconds and 4 of a counter (so ids made
+    in the same millisecond still sort in order), then 12 random hex digits."""
+    ms = int(now * 1000)
+    with _id_lock:
+        if ms <= _id_last[0]:
+            ms, seq = _id_last[0], _id_last[1] + 1
+        else:
+            seq = 0
+        _id_last[:] = [ms, seq]
+    return f"{prefix}_{ms:012x}{seq & 0xFFFF:04x}{secrets.token_hex(6)}"
+
+
+class _Tx:
+    """One operation's view of the writer's transaction, with the audit chain head."""
+
+    def __init__(self, conn: sqlite3.Connection, q: dict[str, str], chain: list[Any], now: float):
+        self.conn = conn
+        self.q = q
+        self.chain = chain  # [seq, hash], shared with the writer
+        self.now = now
+
+    def one(self, name: str, **params: Any) -> sqlite3.Row | None:
+        return self.conn.execute(self.q[name], params).fetchone()
+
+    def all(self, name: str, **params: Any) -> list[sqlite3.Row]:
+        return self.conn.execute(self.q[name], params).fetchall()
+
+    def event(
+        self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
+        attempt: int | None = None,
+    ) -> None:
+        seq = self.chain[0] + 1
+        ev = {
+            "event_id": new_id("evt", self.now),
+            "seq": seq,
+            "job_id": job.job_id,
+            "tenant": job.tenant,
+            "case_id": job.case_id,
+            "type": type,
+            "actor": actor,
+            "at": audit.rfc3339(self.now),
+            "attempt": job.attempt if attempt is None else attempt,
+            "input_digest": job.input_digest,
+            "policy_version": job.version,
+            "detail": audit.canonical(detail or {}).decode(),
+            "prev_hash": self.chain[1],
+        }
+        ev["hash"] = audit.event_hash(ev)
+        self.conn.execute(self.q["insert_event"], ev)
+        self.chain[0], self.chain[1] = seq, ev["hash"]
+
+
+Op = Callable[[_Tx], Any]
+
+
+class _Writer:
+    """The one writing connection, on its own thread, committing in groups."""
+
+    MAX_BATCH = 512
+
+    def __init__(self, path: Path, busy_timeout_ms: int, clock: Callable[[], float]):
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self.clock = clock
+        self.q: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.statements = _load_statements()
+        self.chain: list[Any] = [0, audit.GENESIS]
+        self.batches = 0
+        self.thread = threading.Thread(target=self._run, name="casesignd-store-writer", daemon=True)
+        self.ready: asyncio.Future[None] | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        self.ready = loop.create_future()
+        self.loop = loop
+        self.thread.start()
+        return self.ready
+
+    def submit(self, op: Op) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self.q.put((op, fut, loop))
+        return fut
+
+    def stop(self) -> None:
+        self.q.put(None)
+        self.thread.join(timeout=30)
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        conn.execute("PRAGMA journal_mode = WAL")
+        # FULL: the WAL is fsynced at every commit, so an acknowledged job is on disk.
+        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version, script in _migrations():
+            if version > current:
+                conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {version};\nCOMMIT;")
+
+    @staticmethod
+    def _resolve(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+        if fut.done():
+            return
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+            self._migrate(conn)
+            head = conn.execute(self.statements["chain_head"]).fetchone()
+            if head:
+                self.chain = [head["seq"], head["hash"]]
+        except BaseException as e:  # noqa: BLE001 - handed to the opener
+            self.loop.call_soon_threadsafe(self._resolve, self.ready, None, e)
+            return
+        self.loop.call_soon_threadsafe(self._resolve, self.ready, None, None)
+        while True:
+            item = self.q.get()
+            if item is None:
+                break
+            batch = [item]
+            stop = False
+            while len(batch) < self.MAX_BATCH:
+                try:
+                    nxt = self.q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                batch.append(nxt)
+            self._commit(conn, batch)
+            if stop:
+                break
+        conn.close()
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
+        results: list[tuple[Any, BaseException | None]] = []
+        start_chain = list(self.chain)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as e:
+            err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
+            for _op, fut, loop in batch:
+                loop.call_soon_threadsafe(self._resolve, fut, None, err)
+            return
+        now = self.clock()
+        for op, _fut, _loop in batch:
+            saved = list(self.chain)
+            conn.execute("SAVEPOINT op")
+            try:
+                result = op(_Tx(conn, self.statements, self.chain, now))
+                conn.execute("RELEASE op")
+                results.append((result, None))
+            except BaseException as e:  # noqa: BLE001 - each op's failure is its own
+                conn.execute("ROLLBACK TO op")
+                conn.execute("RELEASE op")
+                self.chain[:] = saved
+                if isinstance(e, sqlite3.Error):
+                    e = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
+                results.append((None, e))
+        try:
+            conn.execute("COMMIT")
+        except sqlite3.Error as e:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+            self.chain[:] = start_chain
+            err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
+            results = [(None, err)] * len(batch)
+        self.batches += 1
+        for (_op, fut, loop), (result, error) in zip(batch, results, strict=True):
+            loop.call_soon_threadsafe(self._resolve, fut, result, error)
+
+
+class SqliteStore:
+    """The embedded store: one SQLite file in WAL mode."""
+
+    def __init__(
+        self, path: Path, *, busy_timeout_ms: int = 5000, clock: Callable[[], float] = time.time,
+        exclusive: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self.exclusive = exclusive
+        self._writer = _Writer(self.path, busy_timeout_ms, clock)
+        self._reader: aiosqlite.Connection | None = None
+        self._lock_fd: int | None = None
+        self.q = self._writer.statements
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Take the store's lock, apply migrations, and open the reader."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.exclusive:
+            # One daemon per store: it may then treat every lease it finds at start-up
+            # as left behind by a dead process and reclaim it at once.
+            fd = os.open(f"{self.path}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                raise StoreUnavailable(f"another casesignd process is using {self.path}") from None
+            self._lock_fd = fd
+        await self._writer.start(asyncio.get_running_loop())
+        self._reader = await aiosqlite.connect(self.path)
+        self._reader.row_factory = aiosqlite.Row
+        await self._reader.execute("PRAGMA query_only = 1")
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            await self._reader.close()
+            self._reader = None
+        if self._writer.thread.is_alive():
+            await asyncio.to_thread(self._writer.stop)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    async def _write(self, op: Op) -> Any:
+        return await self._writer.submit(op)
+
+    async def _rows(self, name: str, **params: Any) -> list[Any]:
+        assert self._reader is not None
+        try:
+            async with self._reader.execute(self.q[name], params) as cur:
+                return list(await cur.fetchall())
+        except sqlite3.Error as e:
+            raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
+
+    @property
+    def commit_batches(self) -> int:
+        return self._writer.batches
+
+    # --- writes ----------------------------------------------------------------------
+
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+        """Store a job durably, or return the job an identical request made before.
+
+        Returns (job, created). Raises IdempotencyKeyReused when the key was used for
+        a different request, QueueFull past the queue depth."""
+
+        def op(tx: _Tx) -> tuple[Job, bool]:
+            row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+            if row is not None:
+                job = _job(row)
+                if job.fingerprint != new.fingerprint or job.kind != new.kind:
+                    raise IdempotencyKeyReused(
+                        "this idempotency key was used for a different request",
+                        field="Idempotency-Key" if new.idem_key.startswith("key:") else None,
+                    )
+                return job, False
+            depth = tx.conn.execute(tx.q["queue_depth"], {"cap": max_queue_depth}).fetchone()[0]
+            if depth >= max_queue_depth:
+                raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
+            job_id = new_id("job", new.created_at)
+            admission_ms = max(0.0, (tx.now - new.created_at) * 1000.0)
+            params = {**new.__dict__, "job_id": job_id, "now": tx.now, "admission_ms": admission_ms}
+            job = _job(tx.one("insert_job", **params))
+            tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
+            return job, True
+
+        return await self._write(op)
+
+    async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None:
+        """Take the lease of the oldest due queued job that fits the byte budget."""
+        kinds_json = msgspec.json.encode(kinds).decode()
+
+        def op(tx: _Tx) -> Job | None:
+            row = tx.one("claim_one", owner=owner, now=tx.now, lease_s=lease_s,
+                         budget=budget_bytes, kinds=kinds_json)
+            if row is None:
+                return None
+            job = _job(row)
+            tx.event(job, "claimed", f"worker:{owner}",
+                     {"series": job.series, "queue_wait_ms": round(job.queue_wait_ms, 3)})
+            return job
+
+        return await self._write(op)
+
+    async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
+        """Extend leases; returns the ones that are no longer held."""
+
+        def op(tx: _Tx) -> list[Lease]:
+            lost = []
+            for lease in leases:
+                cur = tx.conn.execute(tx.q["renew"], {
+                    "job_id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner,
+                    "now": tx.now, "lease_s": lease_s})
+                if cur.rowcount == 0:
+                    lost.append(lease)
+            return lost
+
+        return await self._write(op) if leases else []
+
+    def _fenced(self, name: str, lease: Lease, event: str, detail: dict[str, Any],
+                **params: Any) -> Op:
+        def op(tx: _Tx) -> Job | None:
+            row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
+                         now=tx.now, **params)
+            if row is None:
+                # A stale worker: its lease expired and the job moved on. Record the lost
+                # attempt against the job and drop the result.
+                cur = tx.one("get_job_any", job_id=lease.job_id)
+                if cur is not None:
+                    tx.event(_job(cur), "stale_result_dropped", f"worker:{lease.owner}",
+                             {"wanted": event}, attempt=lease.attempt)
+                return None
+            job = _job(row)
+            tx.event(job, event, f"worker:{lease.owner}", detail)
+            return job
+        return op
+
+    async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None:
+        """running → succeeded. None when the lease was no longer held."""
+        artifact = result.get("artifact")
+
+        def op(tx: _Tx) -> Job | None:
+            job = self._fenced("finish", lease, "succeeded", {"result": result},
+                               result=audit.canonical(result).decode())(tx)
+            if job is not None and artifact:
+                tx.conn.execute(tx.q["put_artifact"], {
+                    **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
+                    "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
+            return job
+
+        return await self._write(op)
+
+    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None:
+        """running → retry_wait, due after ``delay_s``."""
+        detail = {**detail, "code": code, "delay_s": round(delay_s, 3)}
+
+        def op(tx: _Tx) -> Job | None:
+            return self._fenced("retry_later", lease, "retry_scheduled", detail, code=code,
+                                next_at=tx.now + delay_s)(tx)
+
+        return await self._write(op)
+
+    async def fail(self, lease: Lease, category: str, code: str, detail: dict[str, Any]) -> Job | None:
+        """running → failed (the dead letter)."""
+        detail = {**detail, "category": category, "code": code}
+        return await self._write(self._fenced("fail", lease, "failed", detail,
+                                              category=category, code=code))
+
+    async def release(self, lease: Lease) -> Job | None:
+        """running → queued at shutdown, so that a restart resumes the job at once."""
+        return await self._write(self._fenced("release", lease, "released", {}))
+
+    async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]:
+        """Requeue running jobs whose lease expired (or, at start-up under the store lock,
+        every running job). A job that lost ``max_lost`` leases fails as ``lost``."""
+
+        def op(tx: _Tx) -> list[Job]:
+            rows = tx.all("all_running") if everything else tx.all("expired_leases", now=tx.now, cap=500)
+            out = []
+            for row in rows:
+                old = _job(row)
+                lost_out = old.lost_leases + 1 >= max_lost
+                name = "fail_lost" if lost_out else "reclaim"
+                new_row = tx.one(name, job_id=old.job_id, attempt=old.attempt, now=tx.now)
+                if new_row is None:
+                    continue
+                job = _job(new_row)
+                tx.event(job, "lease_expired", "system",
+                         {"owner": old.lease_owner, "lost_leases": job.lost_leases,
+                          "at_start": everything}, attempt=old.attempt)
+                if lost_out:
+                    tx.event(job, "failed", "system", {"category": "lost", "code": "lease_lost"})
+                out.append(job)
+            return out
+
+        return await self._write(op)
+
+    async def promote_due(self) -> list[Job]:
+        """retry_wait → queued for jobs whose backoff has passed."""
+
+        def op(tx: _Tx) -> list[Job]:
+            out = []
+            for row in tx.all("due_retries", now=tx.now, cap=500):
+                new_row = tx.one("requeue", job_id=row["job_id"], now=tx.now)
+                if new_row is not None:
+                    job = _job(new_row)
+                    tx.event(job, "requeued", "system", {})
+                    out.append(job)
+            return out
+
+        return await self._write(op)
+
+    async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
+        def op(tx: _Tx) -> Job:
+            row = tx.one("cancel", job_id=job_id, tenant=tenant, now=tx.now)
+            if row is None:
+                if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
+                    raise NotFound("no such job", code="job_not_found")
+                raise Conflict("only a queued job that no worker holds can be canceled",
+                               code="not_cancelable")
+            job = _job(row)
+            tx.event(job, "canceled", actor, {})
+            return job
+
+        return await self._write(op)
+
+    async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
+        def op(tx: _Tx) -> Job:
+            row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now)
+            if row is None:
+                if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
+                    raise NotFound("no such job", code="job_not_found")
+                raise Conflict("only a failed job can be retried", code="not_failed")
+            job = _job(row)
+            tx.event(job, "replayed", actor, {"series": job.series})
+            return job
+
+        return await self._write(op)
+
+    async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None:
+        """An event that changes no state (e.g. ``signed``), chained like the others."""
+        await self._write(lambda tx: tx.event(job, type, actor, detail))
+
+    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any]) -> dict[str, Any]:
+        """Record the signature for ``sig_key`` once; the recorded one wins."""
+
+        def op(tx: _Tx) -> dict[str, Any]:
+            cur = tx.conn.execute(tx.q["put_signature"], {
+                "tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
+                "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
+                "now": tx.now})
+            row = dict(tx.one("get_signature", tenant=job.tenant, sig_key=sig_key))
+            if cur.rowcount:
+                tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
+                         {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
+                          "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
+            return row
+
+        return await self._write(op)
+
+    async def ping(self) -> None:
+        """A write round trip: raises StoreUnavailable when the store cannot take writes."""
+        await self._write(lambda tx: tx.conn.execute("SELECT 1").fetchone())
+
+    # --- reads -----------------------------------------------------------------------
+
+    async def get_signature(self, tenant: str, sig_key: str) -> dict[str, Any] | None:
+        rows = await self._rows("get_signature", tenant=tenant, sig_key=sig_key)
+        return dict(rows[0]) if rows else None
+
+    async def get_job(self, tenant: str, job_id: str) -> Job | None:
+        rows = await self._rows("get_job", tenant=tenant, job_id=job_id)
+        return _job(rows[0]) if rows else None
+
+    async def list_jobs(
+        self, tenant: str, states: list[str] | None, limit: int, cursor: str | None
+    ) -> tuple[list[Job], str | None]:
+        """Newest first; the cursor is the last job id of the previous page."""
+        cursor = cursor or "job_~"  # "~" sorts after every hex digit
+        if states:
+            rows = await self._rows("list_jobs_state", tenant=tenant, cursor=cursor, limit=limit + 1,
+                                    states=msgspec.json.encode(states).decode())
+        else:
+            rows = await self._rows("list_jobs", tenant=tenant, cursor=cursor, limit=limit + 1)
+        jobs = [_job(r) for r in rows[:limit]]
+        nxt = jobs[-1].job_id if len(rows) > limit else None
+        return jobs, nxt
+
+    async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]:
+        rows = await self._rows("job_events", tenant=tenant, job_id=job_id)
+        out = []
+        for r in rows:
+            ev = {k: r[k] for k in audit.FIELDS}
+            ev["detail"] = msgspec.json.decode(ev["detail"])
+            out.append(ev)
+        return out
+
+    async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None:
+        rows = await self._rows("get_artifact", artifact_id=artifact_id)
+        return dict(rows[0]) if rows else None
+
+    async def stats(self) -> dict[str, Any]:
+        counts = {r["state"]: r["n"] for r in await self._rows("state_counts")}
+        oldest = (await self._rows("oldest_queued"))[0][0]
+        age = max(0.0, self.clock() - oldest) if oldest else 0.0
+        return {"states": counts, "oldest_queued_age_s": age}
+

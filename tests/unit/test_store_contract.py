@@ -1,0 +1,211 @@
+"""The store contract: every Store implementation passes these (SQLite is the embedded one)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+
+import pytest
+
+from casesignd import audit, jobs
+from casesignd.errors import Conflict, NotFound, QueueFull
+from casesignd.store import IdempotencyKeyReused, NewJob, SqliteStore
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture(params=["sqlite"])
+async def store_and_clock(request, tmp_path):
+    clock = Clock()
+    store = SqliteStore(tmp_path / "store.db", clock=clock)
+    await store.open()
+    yield store, clock
+    await store.close()
+
+
+@pytest.fixture
+def store(store_and_clock):
+    return store_and_clock[0]
+
+
+def new_job(key: str = "k1", tenant: str = "t1", body: dict | None = None, size: int = 0) -> NewJob:
+    body = body or {"x": 1}
+    return NewJob(
+        tenant=tenant, kind="test", case_id="C-1", idem_key="key:" + key,
+        fingerprint=jobs.fingerprint("test", body), input=audit.canonical(body).decode(),
+        input_digest=jobs.sha256_hex(audit.canonical(body)), version="v1",
+        declared_bytes=size, created_at=time.time(), correlation_id="corr",
+    )
+
+
+async def admit(store, **kw):
+    return await store.admit(new_job(**kw), actor="api:t1", max_queue_depth=100)
+
+
+async def test_admit_is_idempotent_per_tenant_and_key(store):
+    job, created = await admit(store)
+    again, created2 = await admit(store)
+    assert created and not created2 and again.job_id == job.job_id
+    other, created3 = await admit(store, tenant="t2")
+    assert created3 and other.job_id != job.job_id
+    with pytest.raises(IdempotencyKeyReused):
+        await admit(store, body={"x": 2})
+
+
+async def test_concurrent_identical_admissions_make_one_job(store):
+    results = await asyncio.gather(*(admit(store) for _ in range(50)))
+    assert len({j.job_id for j, _ in results}) == 1
+    assert sum(created for _, created in results) == 1
+
+
+async def test_queue_depth_limit(store):
+    await store.admit(new_job("a"), actor="a", max_queue_depth=1)
+    with pytest.raises(QueueFull):
+        await store.admit(new_job("b"), actor="a", max_queue_depth=1)
+
+
+async def test_claim_finish_and_fencing(store_and_clock):
+    store, clock = store_and_clock
+    job, _ = await admit(store)
+    claimed = await store.claim("w1", 10, 1 << 30, ["test"])
+    assert claimed.job_id == job.job_id and claimed.attempt == 1 and claimed.state == "running"
+    assert await store.claim("w1", 10, 1 << 30, ["test"]) is None
+    # The lease expires; another owner takes attempt 2; the first one's result is refused.
+    clock.now += 11
+    reclaimed = await store.reclaim_expired(max_lost=5)
+    assert [j.job_id for j in reclaimed] == [job.job_id]
+    second = await store.claim("w2", 10, 1 << 30, ["test"])
+    assert second.attempt == 2
+    assert await store.finish(claimed.lease, {"ok": 1}) is None
+    done = await store.finish(second.lease, {"ok": 2})
+    assert done.state == "succeeded" and done.result_dict() == {"ok": 2}
+    types = [e["type"] for e in await store.events("t1", job.job_id)]
+    assert types == ["admitted", "claimed", "lease_expired", "claimed",
+                     "stale_result_dropped", "succeeded"]
+
+
+async def test_claim_respects_byte_budget_and_kinds(store):
+    await admit(store, key="big", size=1000)
+    assert await store.claim("w", 10, 999, ["test"]) is None
+    assert await store.claim("w", 10, 1000, ["other"]) is None
+    assert (await store.claim("w", 10, 1000, ["test"])).declared_bytes == 1000
+
+
+async def test_renew_reports_lost_leases(store_and_clock):
+    store, clock = store_and_clock
+    await admit(store)
+    job = await store.claim("w1", 10, 1 << 30, ["test"])
+    assert await store.renew([job.lease], 10) == []
+    clock.now += 11
+    await store.reclaim_expired(max_lost=5)
+    assert await store.renew([job.lease], 10) == [job.lease]
+
+
+async def test_retry_wait_then_requeue(store_and_clock):
+    store, clock = store_and_clock
+    await admit(store)
+    job = await store.claim("w", 10, 1 << 30, ["test"])
+    waiting = await store.retry_later(job.lease, "source_unavailable", 5.0, {})
+    assert waiting.state == "retry_wait" and waiting.failures == 1
+    assert await store.promote_due() == []
+    clock.now += 5
+    (requeued,) = await store.promote_due()
+    assert requeued.state == "queued"
+    again = await store.claim("w", 10, 1 << 30, ["test"])
+    assert again.attempt == 2
+
+
+async def test_fail_replay_cancel(store):
+    job, _ = await admit(store)
+    with pytest.raises(Conflict) as e:
+        await store.replay("t1", job.job_id, "api")
+    assert e.value.code == "not_failed"
+    running = await store.claim("w", 10, 1 << 30, ["test"])
+    with pytest.raises(Conflict) as e:
+        await store.cancel("t1", job.job_id, "api")
+    assert e.value.code == "not_cancelable"
+    failed = await store.fail(running.lease, "permanent_input", "malformed_pdf", {})
+    assert failed.state == "failed" and failed.error_code == "malformed_pdf"
+    replayed = await store.replay("t1", job.job_id, "api")
+    assert replayed.state == "queued" and replayed.series == 2 and replayed.failures == 0
+    with pytest.raises(NotFound):
+        await store.cancel("t2", job.job_id, "api")
+    canceled = await store.cancel("t1", job.job_id, "api")
+    assert canceled.state == "canceled"
+
+
+async def test_lost_leases_fail_the_job(store_and_clock):
+    store, clock = store_and_clock
+    job, _ = await admit(store)
+    for _ in range(2):
+        await store.claim("w", 1, 1 << 30, ["test"])
+        clock.now += 2
+        reclaimed = await store.reclaim_expired(max_lost=2)
+    assert reclaimed[0].state == "failed" and reclaimed[0].error_category == "lost"
+
+
+async def test_release_requeues_without_counting_a_loss(store):
+    await admit(store)
+    job = await store.claim("w", 10, 1 << 30, ["test"])
+    released = await store.release(job.lease)
+    assert released.state == "queued" and released.lost_leases == 0
+
+
+async def test_reclaim_everything_at_start(store):
+    await admit(store)
+    await store.claim("w", 1000, 1 << 30, ["test"])
+    (job,) = await store.reclaim_expired(max_lost=5, everything=True)
+    assert job.state == "queued"
+
+
+async def test_signature_is_put_once(store):
+    job, _ = await admit(store)
+    first = await store.record_signature(job, "sig1", {"artifact_id": "a1", "sha256": "0" * 64, "size": 1})
+    second = await store.record_signature(job, "sig1", {"artifact_id": "a2", "sha256": "1" * 64, "size": 2})
+    assert first["artifact_id"] == second["artifact_id"] == "a1"
+
+
+async def test_list_jobs_pages_newest_first(store):
+    ids = [(await admit(store, key=f"k{i}"))[0].job_id for i in range(5)]
+    page, cursor = await store.list_jobs("t1", None, 2, None)
+    assert [j.job_id for j in page] == ids[::-1][:2] and cursor
+    rest, cursor2 = await store.list_jobs("t1", ["queued"], 10, cursor)
+    assert [j.job_id for j in rest] == ids[::-1][2:] and cursor2 is None
+    assert (await store.list_jobs("t2", None, 10, None))[0] == []
+
+
+async def test_audit_chain_verifies_and_is_append_only(store, tmp_path):
+    job, _ = await admit(store)
+    claimed = await store.claim("w", 10, 1 << 30, ["test"])
+    await store.finish(claimed.lease, {})
+    report = audit.verify_file(tmp_path / "store.db")
+    assert report.ok and report.checked == 3
+    conn = sqlite3.connect(tmp_path / "store.db")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE events SET actor = 'x' WHERE seq = 2")
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("DELETE FROM events")
+    conn.close()
+
+
+async def test_a_failed_operation_does_not_break_the_batch_or_chain(store, tmp_path):
+    job, _ = await admit(store)
+    outcomes = await asyncio.gather(
+        admit(store, key="k1", body={"different": True}), admit(store, key="k2"),
+        return_exceptions=True)
+    assert isinstance(outcomes[0], IdempotencyKeyReused) and outcomes[1][1]
+    assert audit.verify_file(tmp_path / "store.db").ok
+
+
+async def test_a_second_process_cannot_open_the_store(store, tmp_path):
+    from casesignd.errors import StoreUnavailable
+    other = SqliteStore(tmp_path / "store.db")
+    with pytest.raises(StoreUnavailable):
+        await other.open()
