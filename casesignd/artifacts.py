@@ -1,0 +1,195 @@
+"""The artifact store: published results, and expiring signed download links.
+
+An artifact is named deterministically from its tenant and the job's signature
+key (:meth:`ArtifactStore.artifact_id`), so a job that runs again after a crash
+arrives at the same name. Publication is crash-safe and first-writer-wins: the
+bytes go to a temp file in the artifact's directory, are fsynced, then hard-linked
+to the final name (``link(2)`` never replaces), and the directory is fsynced. If
+the name already exists, the existing artifact is kept and returned: there is never
+a second, different artifact under one name.
+
+Layout under ``root`` (directories 0700, files 0600)::
+
+    <id[4:6]>/<artifact_id>          e.g. 3f/art_3f...  (fan-out by two hex digits)
+    <id[4:6]>/.<random>.tmp          a publication in flight
+
+Links (``GET /v1/artifacts/{id}?expires=&sig=``) carry an HMAC-SHA256 over the
+artifact ID, the owning tenant and the expiry, keyed by a key derived from the
+link secret. They are checked without a bearer token, so the caller passes the
+tenant the job store says owns the artifact.
+
+Blocking calls: :meth:`ArtifactStore.publish` (copies, hashes and fsyncs; run it via
+``asyncio.to_thread``) and :meth:`ArtifactStore.open_path` (one stat). ID and link
+functions are pure and cheap.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+from pathlib import Path
+
+import msgspec
+
+from .errors import Forbidden
+from .kinds import Artifact
+
+ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
+_EXPIRES_PATTERN = re.compile(r"^[0-9]{1,12}$")
+_COPY_CHUNK_BYTES = 1024 * 1024
+
+
+def _subkey(secret: bytes, purpose: bytes) -> bytes:
+    # One secret, separate keys per use: a link signature can never double as an ID.
+    return hmac.new(secret, b"casesignd/" + purpose, hashlib.sha256).digest()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _b64url_decode(text: str) -> bytes | None:
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", text or ""):
+        return None
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def hash_file(path: Path) -> tuple[str, int]:
+    """SHA-256 hex and size of a file, read in chunks (blocking)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_COPY_CHUNK_BYTES):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+class ArtifactStore:
+    """Durable result files and their signed links. See the module docstring."""
+
+    def __init__(self, root: Path, link_secret: bytes) -> None:
+        if len(link_secret) < 16:
+            raise ValueError("the link secret must be at least 16 bytes")
+        self.root = Path(root)
+        self._id_key = _subkey(link_secret, b"artifact-id")
+        self._link_key = _subkey(link_secret, b"artifact-link")
+
+    # --- names ------------------------------------------------------------------------
+
+    def artifact_id(self, tenant: str, signature_key: str) -> str:
+        """``art_`` + 32 hex: deterministic for (tenant, signature key), not reversible.
+
+        Keyed (HMAC), so even a guessable signature key (a case ID and digests) cannot
+        be confirmed from the ID without the link secret.
+        """
+        msg = msgspec.json.encode([tenant, signature_key])
+        return "art_" + hmac.new(self._id_key, msg, hashlib.sha256).hexdigest()[:32]
+
+    def _final_path(self, artifact_id: str) -> Path:
+        if not ARTIFACT_ID_PATTERN.match(artifact_id or ""):
+            raise ValueError(f"not an artifact id: {artifact_id!r}")
+        return self.root / artifact_id[4:6] / artifact_id
+
+    # --- files (blocking) ---------------------------------------------------------------
+
+    def open_path(self, artifact_id: str) -> Path | None:
+        """The artifact's file, or None if there is none (or the ID is malformed)."""
+        try:
+            p = self._final_path(artifact_id)
+        except ValueError:
+            return None
+        return p if p.is_file() and not p.is_symlink() else None
+
+    def publish(self, src: Path, artifact_id: str, media_type: str) -> Artifact:
+        """Publish ``src`` as ``artifact_id``; if it already exists, return the existing one.
+
+        Blocking (copy, hash, fsync): run via ``asyncio.to_thread``. ``src`` is copied,
+        not moved, so it may live on another file system (the temp tmpfs).
+        """
+        final = self._final_path(artifact_id)
+        if final.is_file():
+            return self._describe(final, artifact_id, media_type)
+        self._ensure_dirs(final.parent)
+        tmp = final.parent / f".{secrets.token_hex(8)}.tmp"
+        try:
+            digest, size = self._copy(src, tmp)
+            try:
+                os.link(tmp, final)
+            except FileExistsError:
+                # Someone published first: theirs is the recorded one.
+                return self._describe(final, artifact_id, media_type)
+            _fsync_dir(final.parent)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)
+
+    def _describe(self, path: Path, artifact_id: str, media_type: str) -> Artifact:
+        digest, size = hash_file(path)
+        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)
+
+    def _ensure_dirs(self, fanout: Path) -> None:
+        for d in (self.root, fanout):
+            if not d.is_dir():
+                with contextlib.suppress(FileExistsError):
+                    d.mkdir(mode=0o700, parents=True)
+                    _fsync_dir(d.parent)
+
+    @staticmethod
+    def _copy(src: Path, dst: Path) -> tuple[str, int]:
+        h = hashlib.sha256()
+        size = 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(src, "rb") as fin, os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
+            while chunk := fin.read(_COPY_CHUNK_BYTES):
+                h.update(chunk)
+                fout.write(chunk)
+                size += len(chunk)
+            fout.flush()
+            os.fsync(fout.fileno())
+        return h.hexdigest(), size
+
+    # --- links (pure) -----------------------------------------------------------------
+
+    def _link_mac(self, artifact_id: str, tenant: str, expires_at: int) -> bytes:
+        msg = msgspec.json.encode(["link-v1", artifact_id, tenant, int(expires_at)])
+        return hmac.new(self._link_key, msg, hashlib.sha256).digest()
+
+    def sign_link(self, artifact_id: str, tenant: str, expires_at: int) -> str:
+        """``/v1/artifacts/{id}?expires={unix}&sig={b64url HMAC}`` (unpadded base64url)."""
+        sig = _b64url(self._link_mac(artifact_id, tenant, expires_at))
+        return f"/v1/artifacts/{artifact_id}?expires={int(expires_at)}&sig={sig}"
+
+    def check_link(self, artifact_id: str, tenant: str, expires: str, sig: str, now: float) -> None:
+        """Accept a link for ``tenant``'s artifact or raise Forbidden.
+
+        ``link_invalid`` for a malformed expiry or a signature that does not cover this
+        ID, tenant and expiry; ``link_expired`` for a genuine link whose time is up
+        (the signature is checked first, so a forged expiry never reads as expired).
+        """
+        if not _EXPIRES_PATTERN.match(expires or ""):
+            raise Forbidden("the link is not valid", code="link_invalid")
+        given = _b64url_decode(sig)
+        want = self._link_mac(artifact_id, tenant, int(expires))
+        if given is None or not hmac.compare_digest(given, want):
+            raise Forbidden("the link is not valid", code="link_invalid")
+        if now >= int(expires):
+            raise Forbidden("the link has expired", code="link_expired")

@@ -1,0 +1,223 @@
+"""The object store: bytes uploaded to a case, named by their SHA-256.
+
+Layout under ``root`` (directories 0700, files 0600)::
+
+    blobs/<first two hex>/<sha256>        the bytes, stored once per digest
+    cases/<H(tenant)>/<H(tenant, case)>/<sha256>
+                                          a hard link to the blob: the object
+                                          belongs to that tenant and case
+    tmp/<random>.part                     uploads in flight (same file system)
+
+Tenant names and case IDs never become path components themselves (a case ID may
+be ``..``); ``H`` is a SHA-256 over an unambiguous encoding of them. A blob shared
+by two cases costs its bytes once; which cases hold it is visible only through the
+links, so another tenant's or case's object is simply absent (:meth:`path`).
+
+An upload is streamed into ``tmp/`` while hashing, checked, fsynced, linked into
+``blobs/`` and then into its case, with the directories fsynced, so a crash leaves
+either the whole object or nothing under ``blobs/`` and ``cases/`` (stray
+``tmp/*.part`` files are removed by :meth:`ObjectStore.sweep`).
+
+Blocking calls: :meth:`sweep` and :meth:`path` touch the file system (cheap stat
+calls for ``path``); :meth:`put` is async and offloads its file work to threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from .errors import DigestMismatch, TooLarge, ValidationError
+from .tempfiles import HashingWriter, stream_into
+
+CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+SHA256_PATTERN = re.compile(r"^[0-9a-fA-F]{64}$")
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """``created`` is False when the case already held this object (HTTP 200, not 201)."""
+
+    created: bool
+    size: int
+
+
+def normalize_sha256(sha256: str, field: str = "sha256") -> str:
+    """Lowercase a hex SHA-256, or raise ValidationError ``invalid_sha256``."""
+    if not isinstance(sha256, str) or not SHA256_PATTERN.match(sha256):
+        raise ValidationError(
+            "expected a SHA-256 as 64 hex digits", code="invalid_sha256", field=field
+        )
+    return sha256.lower()
+
+
+def check_case_id(case_id: str, field: str = "case_id") -> str:
+    """Return ``case_id`` if valid (1-128 of ``[A-Za-z0-9._:-]``), else raise ``invalid_case_id``."""
+    if not isinstance(case_id, str) or not CASE_ID_PATTERN.match(case_id):
+        raise ValidationError(
+            "case_id must be 1-128 characters of A-Z a-z 0-9 . _ : -",
+            code="invalid_case_id",
+            field=field,
+        )
+    return case_id
+
+
+def owner_dirs(tenant: str, case_id: str) -> tuple[str, str]:
+    """The two directory names for a tenant and case: fixed-length hex, never user text."""
+    t = hashlib.sha256(msgspec.json.encode(["tenant", tenant])).hexdigest()
+    c = hashlib.sha256(msgspec.json.encode(["case", tenant, case_id])).hexdigest()
+    return t, c
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ensure_dir(path: Path, stop: Path) -> None:
+    """mkdir -p with 0700, fsyncing each parent whose entries changed (up to ``stop``)."""
+    if path.is_dir():
+        return
+    if path != stop:
+        _ensure_dir(path.parent, stop)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        return
+    _fsync_dir(path.parent)
+
+
+class ObjectStore:
+    """Content-addressed objects owned by (tenant, case). See the module docstring."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._blobs = self.root / "blobs"
+        self._cases = self.root / "cases"
+        self._tmp = self.root / "tmp"
+
+    def sweep(self) -> int:
+        """Create the layout and remove uploads a crashed run left in ``tmp/``.
+
+        Blocking; call at start-up (via ``asyncio.to_thread``). Returns the count removed.
+        """
+        for d in (self._blobs, self._cases, self._tmp):
+            _ensure_dir(d, self.root.parent)
+        removed = 0
+        for entry in os.scandir(self._tmp):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+                removed += 1
+        return removed
+
+    def blob_path(self, sha256: str) -> Path:
+        return self._blobs / sha256[:2] / sha256
+
+    def _ref_path(self, tenant: str, case_id: str, sha256: str) -> Path:
+        t, c = owner_dirs(tenant, case_id)
+        return self._cases / t / c / sha256
+
+    def path(self, tenant: str, case_id: str, sha256: str) -> Path | None:
+        """The object's file if this tenant's case holds it, else None (also for bad input)."""
+        if not CASE_ID_PATTERN.match(case_id or "") or not SHA256_PATTERN.match(sha256 or ""):
+            return None
+        p = self._ref_path(tenant, case_id, sha256.lower())
+        return p if p.is_file() and not p.is_symlink() else None
+
+    async def put(
+        self,
+        tenant: str,
+        case_id: str,
+        sha256: str,
+        body: AsyncIterator[bytes],
+        max_bytes: int,
+        declared_size: int | None,
+    ) -> PutResult:
+        """Stream ``body`` in as the object ``sha256`` of ``tenant``'s case ``case_id``.
+
+        Raises ValidationError (``invalid_case_id`` / ``invalid_sha256``), TooLarge
+        (413, as soon as the body or its declared size passes ``max_bytes``) and
+        DigestMismatch (422 ``digest_mismatch``, also when the body is not
+        ``declared_size`` bytes). A body for an object the case already has is still
+        read and checked, then discarded: ``created`` is False.
+        """
+        check_case_id(case_id)
+        sha256 = normalize_sha256(sha256)
+        if declared_size is not None and declared_size > max_bytes:
+            raise TooLarge(f"the object is {declared_size} bytes, the limit is {max_bytes}")
+
+        def check(total: int) -> None:
+            if total > max_bytes:
+                raise TooLarge(f"the object passes the limit of {max_bytes} bytes")
+            if declared_size is not None and total > declared_size:
+                raise DigestMismatch(f"the body is longer than the declared {declared_size} bytes")
+
+        if not self._tmp.is_dir():
+            await asyncio.to_thread(self.sweep)
+        tmp = self._tmp / f"{secrets.token_hex(16)}.part"
+        writer = HashingWriter(os.open(tmp, _CREATE_FLAGS, 0o600))
+        try:
+            try:
+                digest, size = await stream_into(writer, body, check=check)
+                if declared_size is not None and size != declared_size:
+                    raise DigestMismatch(f"the body is {size} bytes, declared {declared_size}")
+                if digest != sha256:
+                    raise DigestMismatch(
+                        "the body's SHA-256 does not match the object name",
+                        field="sha256",
+                        detail={"expected": sha256, "actual": digest},
+                    )
+                await asyncio.to_thread(os.fsync, writer.fd)
+            finally:
+                writer.close()
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        # From here the thread owns tmp; shielded so a client that goes away now
+        # cannot leave a blob without its case link.
+        commit = asyncio.ensure_future(
+            asyncio.to_thread(self._commit, tmp, tenant, case_id, sha256)
+        )
+        created = await asyncio.shield(commit)
+        return PutResult(created=created, size=size)
+
+    def _commit(self, tmp: Path, tenant: str, case_id: str, sha256: str) -> bool:
+        try:
+            return self._link_in(tmp, tenant, case_id, sha256)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def _link_in(self, tmp: Path, tenant: str, case_id: str, sha256: str) -> bool:
+        # link(2) never replaces an existing name, so two concurrent uploads of the
+        # same digest or the same (case, digest) settle on one winner without a lock.
+        blob = self.blob_path(sha256)
+        _ensure_dir(blob.parent, self.root)
+        try:
+            os.link(tmp, blob)
+            _fsync_dir(blob.parent)
+        except FileExistsError:
+            pass
+        ref = self._ref_path(tenant, case_id, sha256)
+        _ensure_dir(ref.parent, self.root)
+        try:
+            os.link(blob, ref)
+        except FileExistsError:
+            return False
+        _fsync_dir(ref.parent)
+        return True
