@@ -110,6 +110,22 @@ class ArtifactStore:
 
     # --- files (blocking) ---------------------------------------------------------------
 
+    def sweep(self) -> int:
+        """Create the root (0700) and remove publications a crash left half-done.
+
+        Blocking; call at start-up. Returns the number of temp files removed.
+        """
+        self._ensure_dirs(self.root)
+        removed = 0
+        for fanout in self.root.iterdir():
+            if not fanout.is_dir() or fanout.is_symlink():
+                continue
+            for tmp in fanout.glob(".*.tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+                    removed += 1
+        return removed
+
     def open_path(self, artifact_id: str) -> Path | None:
         """The artifact's file, or None if there is none (or the ID is malformed)."""
         try:
