@@ -183,6 +183,25 @@ class LimitExceeded(PermanentJobError):
     code = "limit_exceeded"
 
 
+class ScanLimitExceeded(LimitExceeded):
+    """The file is larger than the malware scanner will examine (clamd StreamMaxLength),
+    so it cannot be declared clean; permanent until the operator raises the limit."""
+
+    code = "scan_limit_exceeded"
+
+
+class MediaTypeMismatch(PermanentJobError):
+    """The content is of another media type than the item declares."""
+
+    code = "media_type_mismatch"
+
+
+class MediaTypeNotAllowed(PermanentJobError):
+    """The declared media type is not among the policy's allowed evidence types."""
+
+    code = "media_type_not_allowed"
+
+
 class SourceUnavailable(TransientJobError):
     code = "source_unavailable"
 
