@@ -1,0 +1,574 @@
+"""The OpenAPI 3.1 document of the HTTP API, served at ``GET /v1/openapi.json``.
+
+Built from plain dicts by :func:`document`; the HTTP layer serves it as is. It
+follows the outside contract (CONTRACT.md) endpoint by endpoint: where the contract
+is silent (the object upload answer, the readiness body, the link parameters'
+format) the choice made here is the documented one.
+
+Schemas use JSON Schema 2020-12, which OpenAPI 3.1 embeds, so constraints the
+contract states in words are machine-checkable here: "exactly one contract item"
+is ``contains`` with ``minContains``/``maxContains`` 1, and "``result`` is present
+when ready" is an ``if``/``then``.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import __version__
+
+CASE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+SHA256_PATTERN = r"^[0-9a-f]{64}$"
+# An object of the tenant's case ("sha256:<hex>") or "<source>:<path>" of a
+# configured source.
+OBJECT_REF_PATTERN = r"^(sha256:[0-9a-f]{64}|[A-Za-z0-9._-]{1,64}:[^\s].*)$"
+VERSION_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
+AMOUNT_PATTERN = r"^\d+(\.\d+)?$"
+ERROR_CODE_PATTERN = r"^[a-z][a-z0-9_]*$"
+IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}$"
+MEDIA_TYPE_PATTERN = r"^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$"
+
+STATES = ["queued", "processing", "ready", "failed", "canceled"]
+CATEGORIES = ["permanent_input", "retries_exhausted", "internal", "lost"]
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _obj(properties: dict[str, Any], required: list[str], *, closed: bool = False,
+         description: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
+    if closed:
+        out["additionalProperties"] = False
+    if description:
+        out["description"] = description
+    return out
+
+
+def _str(min_len: int = 1, max_len: int | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": "string", "minLength": min_len}
+    if max_len is not None:
+        out["maxLength"] = max_len
+    out.update(extra)
+    return out
+
+
+# --- schemas --------------------------------------------------------------------------
+
+
+def _schemas() -> dict[str, Any]:
+    nullable_str = {"type": ["string", "null"]}
+    return {
+        "Error": _obj(
+            {"error": _obj(
+                {
+                    "code": {"type": "string", "pattern": ERROR_CODE_PATTERN,
+                             "description": "Stable snake_case code; see each response."},
+                    "message": {"type": "string", "description": "For people; may change."},
+                    "field": {"type": "string",
+                              "description": "The one field at fault, e.g. items[0].sha256."},
+                    "correlation_id": {"type": "string",
+                                       "description": "Names the request in the server log."},
+                },
+                ["code", "message", "correlation_id"],
+            )},
+            ["error"],
+            description="Every 4xx and 5xx answer; never a stack trace.",
+        ),
+        "Signer": _obj(
+            {"id": _str(1, 128), "name": _str(1, 256), "role": _str(1, 64)},
+            ["id", "name", "role"], closed=True,
+        ),
+        "SignCaseItem": _obj(
+            {
+                "role": {"enum": ["contract", "evidence"]},
+                "name": _str(1, 255),
+                "media_type": _str(3, 255, pattern=MEDIA_TYPE_PATTERN),
+                "object_ref": {"type": "string", "pattern": OBJECT_REF_PATTERN,
+                               "description": "sha256:<hex> of an object of this tenant's "
+                               "case, or <source>:<path> of a configured source."},
+                "sha256": {"type": "string", "pattern": SHA256_PATTERN},
+                "size": {"type": "integer", "minimum": 0},
+            },
+            ["role", "name", "media_type", "object_ref", "sha256", "size"], closed=True,
+        ),
+        "SignCaseJob": _obj(
+            {
+                "kind": {"const": "sign_case"},
+                "case_id": {"type": "string", "pattern": CASE_ID_PATTERN},
+                "policy_version": {"type": "string", "pattern": VERSION_PATTERN,
+                                   "description": "Left out: the config's default policy; "
+                                   "the job records the version it used."},
+                "items": {
+                    "type": "array", "minItems": 1, "items": _ref("SignCaseItem"),
+                    "contains": {"type": "object", "properties": {"role": {"const": "contract"}},
+                                 "required": ["role"]},
+                    "minContains": 1, "maxContains": 1,
+                    "description": "Exactly one contract item (a PDF); evidence items of the "
+                    "policy's media types.",
+                },
+                "signers": {"type": "array", "items": _ref("Signer")},
+            },
+            ["kind", "case_id", "items", "signers"], closed=True,
+        ),
+        "InvoiceItem": _obj(
+            {
+                "description": _str(1, 1000),
+                "quantity": {"type": "integer", "minimum": 1},
+                "unit_price": {"type": "string", "pattern": AMOUNT_PATTERN,
+                               "description": "Decimal string, ≥ 0, whole minor units."},
+            },
+            ["description", "quantity", "unit_price"], closed=True,
+        ),
+        "Order": _obj(
+            {
+                "order_id": _str(1, 128),
+                "student_name": _str(1, 256),
+                "currency": {"type": "string", "pattern": "^[A-Za-z]{3}$",
+                             "description": "ISO 4217 code."},
+                "issued_on": {"type": "string", "format": "date",
+                              "description": "Issue date; the day of rendering when left out."},
+                "items": {"type": "array", "minItems": 1, "items": _ref("InvoiceItem")},
+            },
+            ["order_id", "student_name", "currency", "items"], closed=True,
+        ),
+        "RenderInvoiceJob": _obj(
+            {
+                "kind": {"const": "render_invoice"},
+                "template_version": {"type": "string", "pattern": VERSION_PATTERN},
+                "sign": {"type": "boolean", "default": False},
+                "order": _ref("Order"),
+            },
+            ["kind", "order"], closed=True,
+        ),
+        "JobRequest": {
+            "oneOf": [_ref("SignCaseJob"), _ref("RenderInvoiceJob")],
+            "discriminator": {
+                "propertyName": "kind",
+                "mapping": {
+                    "sign_case": "#/components/schemas/SignCaseJob",
+                    "render_invoice": "#/components/schemas/RenderInvoiceJob",
+                },
+            },
+        },
+        "Timings": _obj(
+            {k: {"type": ["number", "null"], "minimum": 0}
+             for k in ("admission_ms", "queue_wait_ms", "processing_ms", "total_ms")},
+            [],
+        ),
+        "JobResult": _obj(
+            {
+                "artifact_id": _str(),
+                "sha256": {"type": "string", "pattern": SHA256_PATTERN},
+                "size": {"type": "integer", "minimum": 0},
+                "download_url": {"type": "string", "description":
+                                 "/v1/artifacts/{artifact_id}?expires=...&sig=..."},
+                "expires_at": {"type": "string", "format": "date-time"},
+            },
+            ["artifact_id", "sha256", "size", "download_url", "expires_at"],
+        ),
+        "JobError": _obj(
+            {
+                "category": {"enum": CATEGORIES},
+                "code": {"type": "string", "pattern": ERROR_CODE_PATTERN},
+                "correlation_id": {"type": "string"},
+            },
+            ["category", "code", "correlation_id"],
+        ),
+        "Job": {
+            **_obj(
+                {
+                    "job_id": _str(),
+                    "kind": {"enum": ["sign_case", "render_invoice"]},
+                    "case_id": nullable_str,
+                    "state": {"enum": STATES,
+                              "description": "The only states a client sees."},
+                    "attempts": {"type": "integer", "minimum": 0},
+                    "created_at": {"type": "string", "format": "date-time"},
+                    "updated_at": {"type": "string", "format": "date-time"},
+                    "timings": _ref("Timings"),
+                    "result": _ref("JobResult"),
+                    "error": _ref("JobError"),
+                },
+                ["job_id", "kind", "state", "attempts", "created_at", "updated_at"],
+            ),
+            "allOf": [
+                {"if": {"properties": {"state": {"const": "ready"}}},
+                 "then": {"required": ["result"]}},
+                {"if": {"properties": {"state": {"const": "failed"}}},
+                 "then": {"required": ["error"]}},
+            ],
+        },
+        "JobList": _obj(
+            {"jobs": {"type": "array", "items": _ref("Job")},
+             "next_cursor": {"type": ["string", "null"],
+                             "description": "Pass as cursor for the next page; null at the end."}},
+            ["jobs", "next_cursor"],
+        ),
+        "AuditEvent": _obj(
+            {
+                "event_id": _str(),
+                "seq": {"type": "integer", "minimum": 1},
+                "job_id": nullable_str,
+                "tenant": {"type": "string"},
+                "case_id": nullable_str,
+                "type": {"type": "string"},
+                "actor": {"type": "string"},
+                "at": {"type": "string", "format": "date-time"},
+                "attempt": {"type": ["integer", "null"], "minimum": 0},
+                "input_digest": nullable_str,
+                "policy_version": nullable_str,
+                "detail": {"type": ["object", "string", "null"],
+                           "description": "Event-specific facts; as a string, the exact JSON "
+                           "text the hash covers."},
+                "prev_hash": {"type": "string", "pattern": SHA256_PATTERN},
+                "hash": {"type": "string", "pattern": SHA256_PATTERN,
+                         "description": "SHA-256 of the event's canonical JSON (sorted keys, "
+                         "no white space) without hash, prev_hash included."},
+            },
+            ["event_id", "seq", "job_id", "tenant", "case_id", "type", "actor", "at",
+             "attempt", "input_digest", "policy_version", "detail", "prev_hash", "hash"],
+        ),
+        "Events": _obj({"events": {"type": "array", "items": _ref("AuditEvent")}}, ["events"]),
+        "KioskManifest": _obj(
+            {
+                "case_id": {"type": "string", "pattern": CASE_ID_PATTERN},
+                "policy_version": {"type": "string", "pattern": VERSION_PATTERN},
+                "signers": {"type": "array", "items": _ref("Signer")},
+                "sha256": {"type": "string", "pattern": SHA256_PATTERN,
+                           "description": "Of the document part; checked when given."},
+            },
+            ["case_id", "signers"], closed=True,
+        ),
+        "SignRequest": _obj(
+            {"manifest": _ref("KioskManifest"),
+             "document": {"type": "string", "contentMediaType": "application/pdf"}},
+            ["manifest", "document"], closed=True,
+        ),
+        "StoredObject": _obj(
+            {
+                "case_id": {"type": "string", "pattern": CASE_ID_PATTERN},
+                "sha256": {"type": "string", "pattern": SHA256_PATTERN},
+                "size": {"type": "integer", "minimum": 0},
+                "object_ref": {"type": "string", "pattern": OBJECT_REF_PATTERN},
+            },
+            ["sha256", "size"],
+        ),
+        "Readiness": _obj(
+            {"checks": {"type": "object", "description": "Each check by name.",
+                        "additionalProperties": {"type": "object",
+                                                 "properties": {"ok": {"type": "boolean"}},
+                                                 "required": ["ok"]}}},
+            ["checks"],
+        ),
+    }
+
+
+# --- reusable parts -------------------------------------------------------------------
+
+
+_PARAMETERS: dict[str, Any] = {
+    "CaseId": {"name": "case_id", "in": "path", "required": True,
+               "schema": {"type": "string", "pattern": CASE_ID_PATTERN}},
+    "Sha256": {"name": "sha256", "in": "path", "required": True,
+               "description": "SHA-256 (hex) the uploaded body must have.",
+               "schema": {"type": "string", "pattern": SHA256_PATTERN}},
+    "JobId": {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}},
+    "ArtifactId": {"name": "artifact_id", "in": "path", "required": True,
+                   "schema": {"type": "string"}},
+    "IdempotencyKey": {
+        "name": "Idempotency-Key", "in": "header", "required": False,
+        "description": "Per tenant. The same key and the same normalized request replays the "
+        "original; the same key with another request is 422 idempotency_key_reused. Without "
+        "it, a key is derived from the normalized request (for sign_case: case ID, document "
+        "digests, signer identities, policy version).",
+        "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY_PATTERN},
+    },
+}
+
+_HEADERS: dict[str, Any] = {
+    "RetryAfter": {"description": "Seconds to wait before trying again.",
+                   "schema": {"type": "integer", "minimum": 0}},
+    "XJobId": {"description": "The job recorded for this signature.",
+               "schema": {"type": "string"}},
+    "XArtifactSHA256": {"description": "SHA-256 (hex) of the body.",
+                        "schema": {"type": "string", "pattern": SHA256_PATTERN}},
+}
+
+
+def _json(schema: str) -> dict[str, Any]:
+    return {"application/json": {"schema": _ref(schema)}}
+
+
+def _error(description: str, *, retry_after: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description, "content": _json("Error")}
+    if retry_after:
+        out["headers"] = {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}}
+    return out
+
+
+def _job(description: str) -> dict[str, Any]:
+    return {"description": description, "content": _json("Job")}
+
+
+def _p(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/parameters/{name}"}
+
+
+_UNAUTHORIZED = _error("unauthorized: no or an unknown bearer token.")
+_NOT_FOUND = _error("not_found: no such resource for this tenant (another tenant's, too).")
+_BAD_REQUEST = _error("bad_request: the body is not valid JSON or not an object.")
+_UNAVAILABLE = _error("shutting_down, store_unavailable: try again after Retry-After.",
+                      retry_after=True)
+
+_VALIDATION_CODES = (
+    "invalid_field (field names the path, e.g. items[0].sha256), idempotency_key_reused, "
+    "unknown_policy, digest_mismatch, limit_exceeded"
+)
+_DOCUMENT_CODES = "malformed_pdf, encrypted_pdf, active_content, malware_detected"
+
+
+# --- paths ----------------------------------------------------------------------------
+
+
+def _paths() -> dict[str, Any]:
+    artifact_download = {
+        "security": [{"bearer": []}, {}],
+        "description": "With the owner's bearer token, or without one by the signed link of "
+        "the job's result.download_url (expires and sig together).",
+        "parameters": [
+            _p("ArtifactId"),
+            {"name": "expires", "in": "query", "required": False,
+             "description": "As in download_url: when the link stops working.",
+             "schema": {"type": "string"}},
+            {"name": "sig", "in": "query", "required": False,
+             "description": "As in download_url: the link's signature.",
+             "schema": {"type": "string"}},
+        ],
+        "responses": {
+            "200": {"description": "The artifact.",
+                    "headers": {"X-Artifact-SHA256":
+                                {"$ref": "#/components/headers/XArtifactSHA256"}},
+                    "content": {"application/pdf": {"schema": {
+                        "type": "string", "contentMediaType": "application/pdf"}}}},
+            "401": _UNAUTHORIZED,
+            "403": _error("link_expired: the link's time is past; link_invalid: the "
+                          "signature does not match."),
+            "404": _NOT_FOUND,
+        },
+    }
+    head = copy.deepcopy(artifact_download)
+    head["operationId"] = "headArtifact"
+    head["summary"] = "An artifact's headers, without the body"
+    head["responses"]["200"].pop("content")
+    for code in ("401", "403", "404"):
+        head["responses"][code] = {"description": head["responses"][code]["description"]}
+    artifact_download["operationId"] = "getArtifact"
+    artifact_download["summary"] = "Download an artifact"
+
+    return {
+        "/v1/cases/{case_id}/objects/{sha256}": {
+            "parameters": [_p("CaseId"), _p("Sha256")],
+            "put": {
+                "operationId": "putObject",
+                "summary": "Upload an object to a case",
+                "description": "Streams the body into the object store; the digest must match.",
+                "requestBody": {"required": True, "content": {"application/octet-stream": {
+                    "schema": {"type": "string", "contentMediaType": "application/octet-stream"}
+                }}},
+                "responses": {
+                    "200": {"description": "Already there.", "content": _json("StoredObject")},
+                    "201": {"description": "Stored.", "content": _json("StoredObject")},
+                    "401": _UNAUTHORIZED,
+                    "413": _error("too_large: over server.max_object_bytes."),
+                    "422": _error("digest_mismatch: the body's SHA-256 is not the path's; "
+                                  "invalid_field: a bad case_id or sha256."),
+                    "503": _UNAVAILABLE,
+                },
+            },
+        },
+        "/v1/jobs": {
+            "post": {
+                "operationId": "submitJob",
+                "summary": "Submit a job",
+                "description": "Validates cheaply, stores the job durably, then acknowledges.",
+                "parameters": [_p("IdempotencyKey")],
+                "requestBody": {"required": True, "content": _json("JobRequest")},
+                "responses": {
+                    "200": _job("An identical replay: the original job."),
+                    "202": _job("Accepted: stored durably, queued."),
+                    "400": _BAD_REQUEST,
+                    "401": _UNAUTHORIZED,
+                    "413": _error("too_large: over server.max_json_bytes."),
+                    "415": _error("unsupported_media_type: the body is not application/json."),
+                    "422": _error(f"Refused by validation: {_VALIDATION_CODES}."),
+                    "429": _error("queue_full: come back after Retry-After.", retry_after=True),
+                    "503": _UNAVAILABLE,
+                },
+            },
+            "get": {
+                "operationId": "listJobs",
+                "summary": "The tenant's jobs, newest first",
+                "parameters": [
+                    {"name": "state", "in": "query", "required": False,
+                     "schema": {"enum": STATES}},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                    {"name": "cursor", "in": "query", "required": False,
+                     "description": "next_cursor of the previous page.",
+                     "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "One page.", "content": _json("JobList")},
+                    "401": _UNAUTHORIZED,
+                    "422": _error("invalid_field: a bad state, limit or cursor."),
+                },
+            },
+        },
+        "/v1/jobs/{job_id}": {
+            "parameters": [_p("JobId")],
+            "get": {
+                "operationId": "getJob",
+                "summary": "The job resource",
+                "responses": {"200": _job("The job."), "401": _UNAUTHORIZED, "404": _NOT_FOUND},
+            },
+        },
+        "/v1/jobs/{job_id}/events": {
+            "parameters": [_p("JobId")],
+            "get": {
+                "operationId": "getJobEvents",
+                "summary": "The job's audit events, oldest first",
+                "responses": {
+                    "200": {"description": "The events.", "content": _json("Events")},
+                    "401": _UNAUTHORIZED,
+                    "404": _NOT_FOUND,
+                },
+            },
+        },
+        "/v1/jobs/{job_id}/retry": {
+            "parameters": [_p("JobId")],
+            "post": {
+                "operationId": "retryJob",
+                "summary": "Replay a failed job as a new attempt series",
+                "responses": {
+                    "202": _job("Queued again."),
+                    "401": _UNAUTHORIZED,
+                    "404": _NOT_FOUND,
+                    "409": _error("not_failed: only a failed job can be retried."),
+                },
+            },
+        },
+        "/v1/jobs/{job_id}/cancel": {
+            "parameters": [_p("JobId")],
+            "post": {
+                "operationId": "cancelJob",
+                "summary": "Cancel a job no worker holds",
+                "responses": {
+                    "200": _job("Canceled."),
+                    "401": _UNAUTHORIZED,
+                    "404": _NOT_FOUND,
+                    "409": _error("not_cancelable: a worker holds it, or it has ended."),
+                },
+            },
+        },
+        "/v1/sign": {
+            "post": {
+                "operationId": "signNow",
+                "summary": "Sign one pre-validated PDF within the deadline",
+                "description": "The same manifest validation and audit events as a job; never "
+                "answers a partial document.",
+                "parameters": [_p("IdempotencyKey")],
+                "requestBody": {"required": True, "content": {"multipart/form-data": {
+                    "schema": _ref("SignRequest"),
+                    "encoding": {"manifest": {"contentType": "application/json"},
+                                 "document": {"contentType": "application/pdf"}},
+                }}},
+                "responses": {
+                    "200": {
+                        "description": "The signed PDF.",
+                        "headers": {
+                            "X-Job-Id": {"$ref": "#/components/headers/XJobId"},
+                            "X-Artifact-SHA256": {"$ref": "#/components/headers/XArtifactSHA256"},
+                        },
+                        "content": {"application/pdf": {"schema": {
+                            "type": "string", "contentMediaType": "application/pdf"}}},
+                    },
+                    "400": _error("bad_request: not multipart, or a part is missing."),
+                    "401": _UNAUTHORIZED,
+                    "409": _error("in_progress: a request with this Idempotency-Key is still "
+                                  "running."),
+                    "413": _error("too_large: over kiosk.max_document_bytes."),
+                    "415": _error("unsupported_media_type: a part is not of its media type."),
+                    "422": _error(f"Refused: {_VALIDATION_CODES}, {_DOCUMENT_CODES}."),
+                    "503": _error("busy: no capacity now; shutting_down.", retry_after=True),
+                    "504": _error("deadline_exceeded: not done within kiosk.deadline_ms; "
+                                  "nothing was answered or kept."),
+                },
+            },
+        },
+        "/v1/artifacts/{artifact_id}": {"get": artifact_download, "head": head},
+        "/healthz": {
+            "get": {
+                "operationId": "healthz", "summary": "Liveness", "security": [],
+                "responses": {"200": {"description": "Alive.",
+                                      "content": {"application/json": {"schema": {
+                                          "type": "object"}}}}},
+            },
+        },
+        "/readyz": {
+            "get": {
+                "operationId": "readyz",
+                "summary": "Readiness: store writable, temp volume under quota, signing key "
+                "usable, workers running",
+                "security": [],
+                "responses": {
+                    "200": {"description": "Ready.", "content": _json("Readiness")},
+                    "503": {"description": "Not ready; the failing checks say why.",
+                            "content": _json("Readiness")},
+                },
+            },
+        },
+        "/metrics": {
+            "get": {
+                "operationId": "metrics", "summary": "Prometheus text exposition",
+                "security": [],
+                "responses": {"200": {"description": "Metrics.", "content": {
+                    "text/plain": {"schema": {"type": "string"}}}}},
+            },
+        },
+        "/v1/openapi.json": {
+            "get": {
+                "operationId": "openapi", "summary": "This document",
+                "responses": {"200": {"description": "OpenAPI 3.1.", "content": {
+                    "application/json": {"schema": {"type": "object"}}}},
+                              "401": _UNAUTHORIZED},
+            },
+        },
+    }
+
+
+def document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the casesignd HTTP API (a fresh dict on every call)."""
+    return copy.deepcopy({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "casesignd",
+            "version": __version__,
+            "description": "Signing and document rendering with a durable job engine. Every "
+            "error answers the Error schema; codes are stable and snake_case.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "A tenant's token; the config keeps its SHA-256."},
+            },
+            "schemas": _schemas(),
+            "parameters": _PARAMETERS,
+            "headers": _HEADERS,
+        },
+    })
