@@ -22,7 +22,7 @@ CASE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 # An object of the tenant's case ("sha256:<hex>") or "<source>:<path>" of a
 # configured source.
-OBJECT_REF_PATTERN = r"^(sha256:[0-9a-f]{64}|[A-Za-z0-9._-]{1,64}:[^\s].*)$"
+OBJECT_REF_PATTERN = r"^(sha256:[0-9a-f]{64}|(?!sha256:)[A-Za-z0-9._-]{1,64}:\S.*)$"
 VERSION_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
 AMOUNT_PATTERN = r"^\d+(\.\d+)?$"
 ERROR_CODE_PATTERN = r"^[a-z][a-z0-9_]*$"
