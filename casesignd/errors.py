@@ -234,3 +234,10 @@ class ConfigError(Exception):
         self.key = key
         self.message = message
         super().__init__(f"{key}: {message}")
+
+
+class SignatureTooLarge(CasesignError):
+    """The CMS does not fit the /Contents placeholder: a sizing fault of the service."""
+
+    code = "signature_too_large"
+    status = 500
