@@ -82,8 +82,9 @@ class SourceRef:
 def path_parts(path: str) -> list[str] | None:
     """Split a source-relative path into its components; None if it could leave the root.
 
-    Absolute paths and ``..`` components leave the root; empty and ``.`` components
-    are dropped (``a//b/./c`` is ``a/b/c``).
+    Absolute paths and ``..`` components leave the root, and backslashes are refused
+    too (a Windows-style ``..\\x`` must not reach a server that splits on them);
+    empty and ``.`` components are dropped (``a//b/./c`` is ``a/b/c``).
     """
     if path.startswith("/") or "\\" in path:
         return None
