@@ -66,8 +66,9 @@ def normalize_currency(text: object, field: str) -> str:
     """The upper-case supported code for ``text``; ``unsupported_currency`` otherwise."""
     if not isinstance(text, str):
         raise ValidationError("currency must be a string", code="unsupported_currency", field=field)
-    code = text.upper()
-    if not code.isascii() or code not in CURRENCIES:
+    # isascii first: str.upper maps some non-ASCII letters to ASCII ("\u017f" -> "S").
+    code = text.upper() if text.isascii() else ""
+    if code not in CURRENCIES:
         raise ValidationError(
             f"unsupported currency {text[:16]!r}", code="unsupported_currency", field=field
         )

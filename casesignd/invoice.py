@@ -1,0 +1,291 @@
+"""The ``render_invoice`` job kind: admission (validation, normalization) and run.
+
+Admission is pure: it takes the request body and the config (and the date to
+issue on) and returns values or raises :class:`casesignd.errors.ValidationError`
+with a stable ``code`` and the ``field`` at fault (``order.items[3].unit_price``).
+
+Codes: ``invalid_body``, ``missing_field``, ``unknown_field``, ``invalid_field``,
+``invalid_amount``, ``unsupported_currency``, ``too_many_items``,
+``unknown_template``, ``unsupported_character``.
+
+Choices (README-ready):
+
+- ``order.issued_on`` (``YYYY-MM-DD``) is optional. When absent the invoice is
+  dated with the UTC day of admission, and that date is stored in the job input,
+  so a retry renders the same document. The derived idempotency key does not
+  cover a defaulted date: a blind retry the next day finds the same job.
+- Text (names, descriptions) is NFC-normalized and stripped of surrounding
+  whitespace. Control and format characters (Unicode Cc, Cf, Cs, Co, Cn, Zl, Zp)
+  are refused, and so is any character the invoice font has no glyph for
+  (``unsupported_character``): an invoice never shows a missing-glyph box.
+- Unit prices are refused when they are not a whole number of the currency's
+  minor units (see :mod:`casesignd.money`).
+- The tax rate and label are taken from the config at admission and stored with
+  the job, so a config change does not alter invoices already accepted.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from datetime import UTC, date, datetime
+from typing import Any
+
+from . import money
+from .config import Config
+from .errors import ConfigError, ValidationError
+from .invoice_layout import TEMPLATES, font_coverage, render_to_file
+from .kinds import Admission, JobContext, Outcome
+
+KIND = "render_invoice"
+MAX_QUANTITY = 1_000_000
+MAX_NAME_CHARS = 200
+MAX_DESCRIPTION_CHARS = 500
+
+_ORDER_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+_TOP_FIELDS = ("kind", "template_version", "sign", "order")
+_ORDER_FIELDS = ("order_id", "student_name", "currency", "items", "issued_on")
+_ITEM_FIELDS = ("description", "quantity", "unit_price")
+_REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+# Output size estimate: the one-line invoice is about 44 KB (mostly the two font
+# subsets); each line adds its text plus about 100 bytes of drawing operators.
+_BASE_BYTES = 64 * 1024
+_LINE_BYTES = 160
+
+
+# --- pure helpers ---------------------------------------------------------------------
+
+
+def _refuse(code: str, field: str | None, message: str) -> ValidationError:
+    return ValidationError(message, code=code, field=field)
+
+
+def _check_fields(obj: dict[Any, Any], allowed: tuple[str, ...], prefix: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            name = str(key)[:64]
+            raise _refuse("unknown_field", f"{prefix}{name}", f"unknown field {name!r}")
+
+
+def _object(value: Any, field: str) -> dict[str, Any]:
+    if value is None:
+        raise _refuse("missing_field", field, f"{field} is required")
+    if not isinstance(value, dict):
+        raise _refuse("invalid_field", field, f"{field} must be an object")
+    return value
+
+
+def _text(value: Any, field: str, max_chars: int) -> str:
+    """NFC, stripped, 1..max_chars printable characters the invoice font can draw."""
+    if value is None:
+        raise _refuse("missing_field", field, f"{field} is required")
+    if not isinstance(value, str):
+        raise _refuse("invalid_field", field, f"{field} must be a string")
+    if len(value) > 4 * max_chars:  # bound the work before normalizing
+        raise _refuse("invalid_field", field, f"{field} is longer than {max_chars} characters")
+    for ch in value:
+        if unicodedata.category(ch) in _REFUSED_CATEGORIES:
+            raise _refuse(
+                "invalid_field", field, f"{field} contains control character U+{ord(ch):04X}"
+            )
+    text = unicodedata.normalize("NFC", value).strip()
+    if not text:
+        raise _refuse("invalid_field", field, f"{field} must not be empty")
+    if len(text) > max_chars:
+        raise _refuse("invalid_field", field, f"{field} is longer than {max_chars} characters")
+    covered = font_coverage()
+    for ch in text:
+        if ord(ch) not in covered and not ch.isspace():
+            raise _refuse(
+                "unsupported_character", field,
+                f"{field} contains U+{ord(ch):04X}, which the invoice font cannot print",
+            )  # fmt: skip
+    # Other spaces (no-break, thin, ...) print as a plain space; the font may lack them.
+    return "".join(" " if ch.isspace() else ch for ch in text)
+
+
+def _quantity(value: Any, field: str) -> int:
+    # bool is an int subclass; JSON true is not a quantity. Floats (1.0) are refused too.
+    if type(value) is not int or not 1 <= value <= MAX_QUANTITY:
+        raise _refuse(
+            "invalid_field", field, f"quantity must be an integer from 1 to {MAX_QUANTITY:,}"
+        )
+    return value
+
+
+def _issued_on(value: Any, today: date) -> str:
+    if value is None:
+        return today.isoformat()
+    field = "order.issued_on"
+    if not isinstance(value, str) or not _DATE.fullmatch(value):
+        raise _refuse("invalid_field", field, "issued_on must be a date YYYY-MM-DD")
+    try:
+        return date.fromisoformat(value).isoformat()
+    except ValueError:
+        raise _refuse("invalid_field", field, f"{value!r} is not a calendar date") from None
+
+
+def _template(value: Any, config: Config) -> str:
+    version = config.invoice.default_template if value is None else value
+    if not isinstance(version, str) or version not in TEMPLATES:
+        raise _refuse(
+            "unknown_template", "template_version",
+            f"unknown template; known: {', '.join(TEMPLATES)}",
+        )  # fmt: skip
+    return version
+
+
+def normalize(body: Any, config: Config, today: date | None = None) -> dict[str, Any]:
+    """The request in canonical form; ``normalize(normalize(b)) == normalize(b)``.
+
+    ``today`` dates an invoice whose order has no ``issued_on`` (default: the
+    current UTC day).
+    """
+    if not isinstance(body, dict):
+        raise _refuse("invalid_body", None, "the request body must be a JSON object")
+    _check_fields(body, _TOP_FIELDS, "")
+    if body.get("kind", KIND) != KIND:
+        raise _refuse("invalid_field", "kind", f"kind must be {KIND!r}")
+    version = _template(body.get("template_version"), config)
+    sign = body.get("sign", False)
+    if not isinstance(sign, bool):
+        raise _refuse("invalid_field", "sign", "sign must be true or false")
+
+    order = _object(body.get("order"), "order")
+    _check_fields(order, _ORDER_FIELDS, "order.")
+    order_id = order.get("order_id")
+    if order_id is None:
+        raise _refuse("missing_field", "order.order_id", "order.order_id is required")
+    if not isinstance(order_id, str) or not _ORDER_ID.fullmatch(order_id):
+        raise _refuse(
+            "invalid_field", "order.order_id", "order_id must be 1-64 of [A-Za-z0-9._:-]"
+        )
+    student = _text(order.get("student_name"), "order.student_name", MAX_NAME_CHARS)
+    if order.get("currency") is None:
+        raise _refuse("missing_field", "order.currency", "order.currency is required")
+    currency = money.normalize_currency(order["currency"], "order.currency")
+    issued_on = _issued_on(order.get("issued_on"), today or datetime.now(UTC).date())
+
+    raw_items = order.get("items")
+    if raw_items is None:
+        raise _refuse("missing_field", "order.items", "order.items is required")
+    if not isinstance(raw_items, list) or not raw_items:
+        raise _refuse("invalid_field", "order.items", "items must be a non-empty list")
+    if len(raw_items) > config.invoice.max_items:
+        raise _refuse(
+            "too_many_items", "order.items",
+            f"{len(raw_items)} items; at most {config.invoice.max_items} per invoice",
+        )  # fmt: skip
+    items = []
+    for i, raw in enumerate(raw_items):
+        at = f"order.items[{i}]"
+        raw = _object(raw, at)
+        _check_fields(raw, _ITEM_FIELDS, f"{at}.")
+        description = _text(raw.get("description"), f"{at}.description", MAX_DESCRIPTION_CHARS)
+        if raw.get("quantity") is None:
+            raise _refuse("missing_field", f"{at}.quantity", f"{at}.quantity is required")
+        quantity = _quantity(raw["quantity"], f"{at}.quantity")
+        if raw.get("unit_price") is None:
+            raise _refuse("missing_field", f"{at}.unit_price", f"{at}.unit_price is required")
+        price = money.parse_price(raw["unit_price"], currency, f"{at}.unit_price")
+        items.append(
+            {"description": description, "quantity": quantity,
+             "unit_price": money.to_text(price, currency)}
+        )  # fmt: skip
+    return {
+        "kind": KIND,
+        "template_version": version,
+        "sign": sign,
+        "order": {
+            "order_id": order_id,
+            "student_name": student,
+            "currency": currency,
+            "issued_on": issued_on,
+            "items": items,
+        },
+    }
+
+
+def declared_bytes(request: dict[str, Any]) -> int:
+    """An upper estimate of the rendered (and signed) invoice's size in bytes."""
+    order = request["order"]
+    text = sum(len(it["description"].encode()) for it in order["items"])
+    return _BASE_BYTES + len(order["student_name"].encode()) + text + _LINE_BYTES * len(
+        order["items"]
+    )
+
+
+def admit(body: Any, config: Config, today: date | None = None) -> Admission:
+    """Validate and normalize a ``render_invoice`` body (pure; see the module doc).
+
+    ``Admission.normalized`` is the request from :func:`normalize` plus
+    ``"tax": {"rate": "0.2" or "", "label": "VAT"}`` from the config; it is what
+    the job renders. ``key_material`` leaves out an ``issued_on`` that was
+    defaulted rather than sent.
+    """
+    request = normalize(body, config, today)
+    rate = money.parse_rate(config.invoice.tax_rate)
+    key = {**request, "order": dict(request["order"])}
+    sent_date = isinstance(body, dict) and isinstance(body.get("order"), dict) and (
+        body["order"].get("issued_on") is not None
+    )
+    if not sent_date:
+        del key["order"]["issued_on"]
+    normalized = {
+        **request,
+        "tax": {"rate": "" if rate is None else f"{rate:f}", "label": config.invoice.tax_label},
+    }
+    return Admission(
+        normalized=normalized,
+        version=request["template_version"],
+        case_id=None,
+        declared_bytes=declared_bytes(request),
+        key_material=key,
+    )
+
+
+def check_config(config: Config) -> None:
+    """Startup check of the ``[invoice]`` section; raises ConfigError naming the key."""
+    if config.invoice.default_template not in TEMPLATES:
+        raise ConfigError(
+            "invoice.default_template",
+            f"unknown template {config.invoice.default_template!r}; known: {', '.join(TEMPLATES)}",
+        )
+    money.parse_rate(config.invoice.tax_rate)
+    if config.invoice.max_items <= 0:
+        raise ConfigError("invoice.max_items", "must be positive")
+
+
+def issuer_of(config: Config) -> dict[str, Any]:
+    """The issuer block printed on invoices, from the config."""
+    return {"name": config.invoice.issuer_name, "address": list(config.invoice.issuer_address)}
+
+
+# --- the job kind --------------------------------------------------------------------
+
+
+class InvoiceKind:
+    """``render_invoice``: render with the admitted template, sign if asked, publish."""
+
+    name = KIND
+
+    def admit(self, body: dict[str, Any], config: Config) -> Admission:
+        """See :func:`admit`."""
+        return admit(body, config)
+
+    async def run(self, ctx: JobContext) -> Outcome:
+        """Render in the CPU pool, optionally sign, publish the PDF."""
+        invoice = ctx.input
+        version = ctx.version or invoice["template_version"]
+        path = str(ctx.workdir / "invoice.pdf")
+        async with ctx.phase("render"):
+            pages = await ctx.cpu(render_to_file, invoice, version, path, issuer_of(ctx.config))
+        if invoice.get("sign"):
+            signed = str(ctx.workdir / "invoice-signed.pdf")
+            reason = f"Invoice {invoice['order']['order_id']}"
+            await ctx.services.sign_pdf(ctx, path, signed, reason=reason)
+            path = signed
+        artifact = await ctx.services.publish(ctx, path, "application/pdf")
+        return Outcome(artifact=artifact, detail={"pages": pages, "template_version": version})
