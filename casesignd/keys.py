@@ -1,0 +1,230 @@
+"""Signing keys: a PKCS#12 file or a PKCS#11 token behind one small interface.
+
+A :class:`KeySigner` signs bytes with SHA-256 (PKCS#1 v1.5 for RSA, DER-encoded
+ECDSA for EC) and carries its certificate and chain. Library errors are
+translated to :class:`casesignd.errors.SigningError` (retryable: tokens come
+back); configuration mistakes raise :class:`casesignd.errors.ConfigError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import stat
+import threading
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from .cms import key_algorithm
+from .config import Config
+from .errors import ConfigError, SigningError
+
+
+@runtime_checkable
+class KeySigner(Protocol):
+    """A signing key with its certificate. ``sign`` is safe to call from many threads."""
+
+    algorithm: str  # "rsa" or "ec"
+    cert: x509.Certificate
+    chain: list[x509.Certificate]
+
+    def sign(self, data: bytes) -> bytes:
+        """Sign ``data`` with SHA-256 (PKCS#1 v1.5 or DER ECDSA)."""
+        ...
+
+
+class LocalSigner:
+    """A private key held in memory (from PKCS#12)."""
+
+    def __init__(
+        self,
+        key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey,
+        cert: x509.Certificate,
+        chain: list[x509.Certificate] | None = None,
+    ) -> None:
+        self._key = key
+        self.cert = cert
+        self.chain = list(chain or [])
+        self.algorithm = key_algorithm(cert)
+        if key.public_key().public_numbers() != cert.public_key().public_numbers():
+            raise SigningError("the private key does not match the certificate")
+
+    def sign(self, data: bytes) -> bytes:
+        try:
+            if isinstance(self._key, rsa.RSAPrivateKey):
+                return self._key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+            return self._key.sign(data, ec.ECDSA(hashes.SHA256()))
+        except Exception as e:  # a key operation failing is never an input problem
+            raise SigningError(f"signing failed: {e}") from e
+
+
+def check_private_file(path: Path, key: str) -> None:
+    """Refuse a secret file that group or others can read (ConfigError naming ``key``)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ConfigError(
+            key, f"{path} is accessible by group or others (mode {stat.S_IMODE(mode):o}); chmod 600"
+        )
+
+
+def load_pkcs12(path: Path, password: bytes) -> KeySigner:
+    """Load a PKCS#12 file holding one key, its certificate and optionally the chain."""
+    try:
+        key, cert, extra = pkcs12.load_key_and_certificates(Path(path).read_bytes(), password)
+    except (OSError, ValueError) as e:
+        raise SigningError(f"cannot load PKCS#12 {path}: {e}") from e
+    if key is None or cert is None:
+        raise SigningError(f"PKCS#12 {path} lacks a private key or its certificate")
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        raise SigningError(f"PKCS#12 {path}: unsupported key type {type(key).__name__}")
+    return LocalSigner(key, cert, list(extra or []))
+
+
+# --- PKCS#11 --------------------------------------------------------------------
+
+_LIBS: dict[str, Any] = {}
+_LIBS_LOCK = threading.Lock()
+
+
+def _pkcs11_lib(module_path: str) -> Any:
+    # A PKCS#11 module is initialised once per process (C_Initialize).
+    import pkcs11
+
+    with _LIBS_LOCK:
+        if module_path not in _LIBS:
+            _LIBS[module_path] = pkcs11.lib(module_path)
+        return _LIBS[module_path]
+
+
+class Pkcs11Signer:
+    """A private key on a PKCS#11 token; the certificate comes from the token or ``cert``.
+
+    One session is shared under a lock (PKCS#11 sessions are not safe for concurrent
+    use). After a token error the session is dropped and reopened on the next call,
+    so a token that comes back is used again without a restart.
+    """
+
+    def __init__(
+        self,
+        module_path: str,
+        token_label: str,
+        key_label: str,
+        pin: str,
+        cert: x509.Certificate | None = None,
+        chain: list[x509.Certificate] | None = None,
+    ) -> None:
+        self._module_path = module_path
+        self._token_label = token_label
+        self._key_label = key_label
+        self._pin = pin
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._key: Any = None
+        self.chain = list(chain or [])
+        with self._lock:
+            self._open()
+            self.cert = cert or self._token_cert()
+        self.algorithm = key_algorithm(self.cert)
+
+    def _open(self) -> None:
+        import pkcs11
+        from pkcs11 import ObjectClass
+
+        try:
+            token = _pkcs11_lib(self._module_path).get_token(token_label=self._token_label)
+            self._session = token.open(user_pin=self._pin)
+            self._key = self._session.get_key(
+                object_class=ObjectClass.PRIVATE_KEY, label=self._key_label
+            )
+        except (pkcs11.PKCS11Error, RuntimeError, OSError) as e:
+            self._session = None
+            raise SigningError(
+                f"PKCS#11 token {self._token_label!r} key {self._key_label!r}: {type(e).__name__} {e}"
+            ) from e
+
+    def _token_cert(self) -> x509.Certificate:
+        from pkcs11 import Attribute, ObjectClass
+
+        for obj in self._session.get_objects(
+            {Attribute.CLASS: ObjectClass.CERTIFICATE, Attribute.LABEL: self._key_label}
+        ):
+            return x509.load_der_x509_certificate(obj[Attribute.VALUE])
+        raise SigningError(f"no certificate labelled {self._key_label!r} on the token")
+
+    def sign(self, data: bytes) -> bytes:
+        import pkcs11
+        from pkcs11 import Mechanism
+
+        with self._lock:
+            try:
+                if self._session is None:
+                    self._open()
+                if self.algorithm == "rsa":
+                    return bytes(self._key.sign(data, mechanism=Mechanism.SHA256_RSA_PKCS))
+                # Hash here and use plain CKM_ECDSA: every token has it, not all
+                # have CKM_ECDSA_SHA256. The token returns r || s (PKCS#11 §2.3.1).
+                raw = bytes(self._key.sign(hashlib.sha256(data).digest(), mechanism=Mechanism.ECDSA))
+            except pkcs11.PKCS11Error as e:
+                self._session = None
+                raise SigningError(f"PKCS#11 signing failed: {type(e).__name__} {e}") from e
+        half = len(raw) // 2
+        return encode_dss_signature(
+            int.from_bytes(raw[:half], "big"), int.from_bytes(raw[half:], "big")
+        )
+
+
+# --- from the configuration -------------------------------------------------------
+
+
+def _read_secret(path: Path, key: str) -> bytes:
+    check_private_file(path, key)
+    try:
+        return path.read_bytes().rstrip(b"\r\n")
+    except OSError as e:
+        raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
+
+
+def _load_chain(cfg: Config) -> list[x509.Certificate]:
+    if not cfg.signing.chain_file:
+        return []
+    path = cfg.path(cfg.signing.chain_file)
+    try:
+        return x509.load_pem_x509_certificates(path.read_bytes())
+    except (OSError, ValueError) as e:
+        raise ConfigError("signing.chain_file", f"cannot read certificates from {path}: {e}") from None
+
+
+def load_signer(cfg: Config) -> KeySigner:
+    """The service's signing key as configured: ``signing.pkcs11`` if set, else PKCS#12."""
+    chain = _load_chain(cfg)
+    p11 = cfg.signing.pkcs11
+    if p11 is not None:
+        pin = _read_secret(cfg.credential(p11.pin_file), "signing.pkcs11.pin_file").decode()
+        cert = None
+        if p11.cert_file:
+            try:
+                cert = x509.load_pem_x509_certificate(cfg.path(p11.cert_file).read_bytes())
+            except (OSError, ValueError) as e:
+                raise ConfigError("signing.pkcs11.cert_file", f"cannot read certificate: {e}") from None
+        return Pkcs11Signer(p11.module, p11.token_label, p11.key_label, pin, cert=cert, chain=chain)
+    if not cfg.signing.pkcs12_path:
+        raise ConfigError("signing.pkcs12_path", "no signing key configured")
+    key_path = cfg.credential(cfg.signing.pkcs12_path)
+    check_private_file(key_path, "signing.pkcs12_path")
+    password = b""
+    if cfg.signing.pkcs12_password_file:
+        password = _read_secret(
+            cfg.credential(cfg.signing.pkcs12_password_file), "signing.pkcs12_password_file"
+        )
+    signer = load_pkcs12(key_path, password)
+    if chain:
+        signer.chain = [*signer.chain, *chain]
+    return signer

@@ -1,0 +1,675 @@
+"""PAdES signing by one incremental update (PDF 32000-1 §7.5.6, ETSI EN 319 142-1).
+
+Signing is split so that the heavy part runs in a worker process and the key
+operation stays with the key:
+
+1. :func:`prepare` (worker process, picklable in and out) copies the source to
+   the destination in bounded memory while hashing it, then appends one
+   incremental update holding the attachments, the signature field and the
+   signature dictionary with a zeroed /Contents placeholder. It returns the
+   SHA-256 over the ByteRange.
+2. :func:`casesignd.cms.build_signed_attrs`, the key's ``sign`` and
+   :func:`casesignd.cms.assemble` make the CMS (and a timestamp may be added).
+3. :func:`finalize` writes the CMS into the placeholder in place.
+
+pypdf only reads the structure (from an open file object, so nothing is read
+whole); the update is serialized here.
+
+Where the signature records the case (what a verifier sees):
+
+- /Reason: a readable line with the policy version, the case and the signers;
+- /Prop_Build /App /Name /casesignd (PDF Signature Build Dictionary Specification);
+- /CasesignCase, a private dictionary (PDF 32000-1 §7.12.2 allows additional
+  entries): /PolicyVersion, /CaseId, /Signers [<< /Id /Name /Role >> ...].
+Attachment SHA-256 digests are in each file specification's /Desc.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import logging
+import os
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from pypdf import PdfReader
+from pypdf import generic as g
+from pypdf.errors import PyPdfError
+
+from . import cms
+from .errors import EncryptedPdf, MalformedPdf, PermanentJobError, SignatureTooLarge
+
+CHUNK_BYTES = 1024 * 1024
+_BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
+_STARTXREF = re.compile(rb"startxref\s+(\d+)")
+
+# pypdf logs every repaired oddity of real-world files at WARNING.
+logging.getLogger("pypdf").setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path``."""
+
+    path: Path
+    name: str
+    media_type: str
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Party:
+    """One of the case's signers, recorded in the signature dictionary."""
+
+    id: str
+    name: str
+    role: str
+
+
+@dataclass(frozen=True)
+class SignatureMeta:
+    """What the signature dictionary claims. ``signing_time`` becomes /M."""
+
+    signing_time: dt.datetime
+    name: str = "casesignd"
+    reason: str = ""
+    location: str = ""
+    policy_version: str = ""
+    case_id: str = ""
+    parties: tuple[Party, ...] = ()
+    field_name: str = ""  # empty: the first free "SignatureN"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared file: ``contents_offset`` is the byte offset of the '<' of /Contents."""
+
+    path: Path
+    digest: bytes
+    contents_offset: int
+    contents_bytes: int
+    size: int
+
+
+@dataclass(frozen=True)
+class SignOutcome:
+    path: Path
+    size: int
+    cms_bytes: int
+    timestamped: bool
+
+
+# --- pure helpers ----------------------------------------------------------------
+
+
+def pdf_date(when: dt.datetime) -> str:
+    """A PDF date string (PDF 32000-1 §7.9.4): D:YYYYMMDDHHmmSS+HH'mm'."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    offset = when.utcoffset() or dt.timedelta(0)
+    minutes = int(offset.total_seconds() // 60)
+    sign = "-" if minutes < 0 else "+"
+    hh, mm = divmod(abs(minutes), 60)
+    return f"D:{when:%Y%m%d%H%M%S}{sign}{hh:02d}'{mm:02d}'"
+
+
+def reason_text(meta: SignatureMeta) -> str:
+    """The /Reason line: the caller's reason, then policy, case and signers."""
+    parts = [meta.reason] if meta.reason else []
+    if meta.policy_version:
+        parts.append(f"policy {meta.policy_version}")
+    if meta.case_id:
+        parts.append(f"case {meta.case_id}")
+    if meta.parties:
+        who = ", ".join(f"{p.name} ({p.role}, {p.id})" for p in meta.parties)
+        parts.append(f"signers: {who}")
+    return "; ".join(parts)
+
+
+def xref_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
+    """Sorted object numbers grouped into (first, count) subsections (§7.5.4)."""
+    runs: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if runs and runs[-1][0] + runs[-1][1] == n:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((n, 1))
+    return runs
+
+
+def unique_name(wanted: str, taken: set[str]) -> str:
+    if wanted not in taken:
+        return wanted
+    stem, dot, ext = wanted.rpartition(".")
+    for k in range(2, 10_000):
+        cand = f"{stem} ({k}).{ext}" if dot and stem else f"{wanted} ({k})"
+        if cand not in taken:
+            return cand
+    raise PermanentJobError(f"too many attachments named {wanted!r}", code="limit_exceeded")
+
+
+def _ser(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    obj.write_to_stream(buf)
+    return buf.getvalue()
+
+
+def _text(s: str) -> g.TextStringObject | g.ByteStringObject:
+    return g.create_string_object(s)
+
+
+def _name(s: str) -> g.NameObject:
+    return g.NameObject("/" + s)
+
+
+def _raw(d: g.DictionaryObject, key: str) -> Any:
+    """The unresolved value (an IndirectObject stays a reference), or None."""
+    return dict.get(d, g.NameObject(key))
+
+
+def _string_key(obj: Any) -> bytes:
+    # Name trees sort keys by their bytes (PDF 32000-1 §7.9.6).
+    if isinstance(obj, g.TextStringObject):
+        return obj.original_bytes
+    return bytes(obj) if isinstance(obj, bytes | g.ByteStringObject) else str(obj).encode()
+
+
+# --- reading the structure -----------------------------------------------------
+
+
+@dataclass
+class _Structure:
+    reader: PdfReader
+    startxref: int
+    xref_is_stream: bool
+    size: int
+    root_ref: g.IndirectObject
+    catalog: g.DictionaryObject
+    page_ref: g.IndirectObject
+    page: g.DictionaryObject
+    trailer: g.DictionaryObject
+    ends_with_eol: bool = True
+    fields: list[Any] = field(default_factory=list)
+
+
+def _last_startxref(f: IO[bytes]) -> int:
+    f.seek(0, os.SEEK_END)
+    end = f.tell()
+    f.seek(max(0, end - 2048))
+    tail = f.read()
+    found = list(_STARTXREF.finditer(tail))
+    if not found:
+        raise MalformedPdf("no startxref at the end of the file")
+    return int(found[-1].group(1))
+
+
+def _first_page(catalog: g.DictionaryObject) -> tuple[g.IndirectObject, g.DictionaryObject]:
+    ref = _raw(catalog, "/Pages")
+    for _ in range(64):  # the page tree is shallow; a cycle is malformed
+        if not isinstance(ref, g.IndirectObject):
+            raise MalformedPdf("page tree node is not an indirect object")
+        node = ref.get_object()
+        if not isinstance(node, g.DictionaryObject):
+            raise MalformedPdf("page tree node is not a dictionary")
+        if node.get("/Type") == "/Page" or "/Kids" not in node:
+            return ref, node
+        kids = node["/Kids"]
+        if not kids:
+            raise MalformedPdf("the document has no pages")
+        ref = kids[0]
+    raise MalformedPdf("page tree too deep or cyclic")
+
+
+def _read_structure(f: IO[bytes]) -> _Structure:
+    startxref = _last_startxref(f)
+    f.seek(startxref)
+    head = f.read(32).lstrip()
+    reader = PdfReader(f, strict=False)
+    if reader.is_encrypted:
+        raise EncryptedPdf("the PDF is encrypted")
+    trailer = reader.trailer
+    root_ref = _raw(trailer, "/Root")
+    if not isinstance(root_ref, g.IndirectObject):
+        raise MalformedPdf("trailer has no indirect /Root")
+    catalog = root_ref.get_object()
+    if not isinstance(catalog, g.DictionaryObject):
+        raise MalformedPdf("the /Root is not a dictionary")
+    perms = catalog.get("/Perms")
+    if isinstance(perms, g.DictionaryObject) and "/DocMDP" in perms:
+        # A certification signature's permissions (§12.8.2.2) are not ours to judge.
+        raise PermanentJobError("the PDF is certified (DocMDP)", code="certified_pdf")
+    page_ref, page = _first_page(catalog)
+    size = int(trailer.get("/Size", 0))
+    size = max([size, *(n + 1 for gen in reader.xref.values() for n in gen)], default=size)
+    size = max([size, *(n + 1 for n in reader.xref_objStm)], default=size)
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    return _Structure(
+        reader=reader,
+        startxref=startxref,
+        xref_is_stream=not head.startswith(b"xref"),
+        size=size,
+        root_ref=root_ref,
+        catalog=catalog,
+        page_ref=page_ref,
+        page=page,
+        trailer=trailer,
+        ends_with_eol=last in (b"\n", b"\r"),
+    )
+
+
+def _name_tree_items(node: Any, depth: int = 0) -> Iterator[tuple[Any, Any]]:
+    if depth > 32:
+        raise MalformedPdf("name tree too deep or cyclic")
+    node = node.get_object()
+    if not isinstance(node, g.DictionaryObject):
+        return
+    names = node.get("/Names")
+    if names is not None:
+        names = names.get_object()
+        for i in range(0, len(names) - 1, 2):
+            yield names[i], names[i + 1]
+    for kid in node.get("/Kids", []) or []:
+        yield from _name_tree_items(kid, depth + 1)
+
+
+def _field_names(fields: Any) -> set[str]:
+    out: set[str] = set()
+    for ref in fields or []:
+        obj = ref.get_object()
+        if isinstance(obj, g.DictionaryObject) and "/T" in obj:
+            out.add(str(obj["/T"]))
+    return out
+
+
+# --- writing the update ----------------------------------------------------------
+
+
+class _Writer:
+    """Appends objects to ``out`` while hashing and remembering their offsets."""
+
+    def __init__(self, out: IO[bytes], offset: int, hasher: Any) -> None:
+        self.out = out
+        self.offset = offset
+        self.hasher = hasher
+        self.xref: dict[int, tuple[int, int]] = {}  # number -> (offset, generation)
+
+    def write(self, data: bytes) -> None:
+        self.out.write(data)
+        self.hasher.update(data)
+        self.offset += len(data)
+
+    def begin(self, num: int, gen: int = 0) -> None:
+        self.xref[num] = (self.offset, gen)
+        self.write(b"%d %d obj\n" % (num, gen))
+
+
+def _hash_file(path: Path) -> tuple[int, bytes, bytes]:
+    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+    size = 0
+    buf = bytearray(CHUNK_BYTES)
+    with open(path, "rb") as f:
+        while n := f.readinto(buf):
+            view = memoryview(buf)[:n]
+            md5.update(view)
+            sha.update(view)
+            size += n
+    return size, md5.digest(), sha.digest()
+
+
+def _write_embedded_file(w: _Writer, num: int, att: Attachment) -> bytes:
+    """An embedded file stream (§7.11.4, Tables 44-46); returns the file's SHA-256."""
+    size, md5, sha = _hash_file(att.path)
+    params = g.DictionaryObject(
+        {_name("Size"): g.NumberObject(size), _name("CheckSum"): g.ByteStringObject(md5)}
+    )
+    head = g.DictionaryObject(
+        {
+            _name("Type"): _name("EmbeddedFile"),
+            _name("Subtype"): g.NameObject("/" + att.media_type),
+            _name("Params"): params,
+            _name("Length"): g.NumberObject(size),
+        }
+    )
+    w.begin(num)
+    w.write(_ser(head) + b"\nstream\n")
+    copied = 0
+    buf = bytearray(CHUNK_BYTES)
+    with open(att.path, "rb") as f:
+        while n := f.readinto(buf):
+            w.write(memoryview(buf)[:n])
+            copied += n
+    if copied != size:
+        raise PermanentJobError(f"attachment {att.name!r} changed while embedding", code="size_mismatch")
+    w.write(b"\nendstream\nendobj\n")
+    return sha
+
+
+def _indirect(num: int, gen: int = 0) -> g.IndirectObject:
+    return g.IndirectObject(num, gen, None)
+
+
+def _put(buf: io.BytesIO, xref: dict[int, tuple[int, int]], base: int, num: int, gen: int, body: bytes) -> None:
+    xref[num] = (base + buf.tell(), gen)
+    buf.write(b"%d %d obj\n" % (num, gen) + body + b"\nendobj\n")
+
+
+def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
+    entries: dict[str, Any] = {
+        "Type": _name("Sig"),
+        "Filter": _name("Adobe.PPKLite"),
+        "SubFilter": _name("ETSI.CAdES.detached"),
+        "M": _text(pdf_date(meta.signing_time)),
+        "Name": _text(meta.name),
+    }
+    reason = reason_text(meta)
+    if reason:
+        entries["Reason"] = _text(reason)
+    if meta.location:
+        entries["Location"] = _text(meta.location)
+    entries["Prop_Build"] = g.DictionaryObject(
+        {_name("App"): g.DictionaryObject({_name("Name"): _name("casesignd")})}
+    )
+    entries["CasesignCase"] = g.DictionaryObject(
+        {
+            _name("PolicyVersion"): _text(meta.policy_version),
+            _name("CaseId"): _text(meta.case_id),
+            _name("Signers"): g.ArrayObject(
+                g.DictionaryObject(
+                    {_name("Id"): _text(p.id), _name("Name"): _text(p.name), _name("Role"): _text(p.role)}
+                )
+                for p in meta.parties
+            ),
+        }
+    )
+    body = _ser(g.DictionaryObject({_name(k): v for k, v in entries.items()}))
+    placeholder = b"/ByteRange [0 %s %s %s]" % ((b"0" * _BYTE_RANGE_WIDTH,) * 3)
+    contents = b"/Contents <" + b"0" * (2 * contents_bytes) + b">"
+    # ByteRange before Contents: the placeholder is patched once offsets are known.
+    return body[:-2] + placeholder + b"\n" + contents + b"\n>>"
+
+
+def _xref_table(xref: dict[int, tuple[int, int]]) -> bytes:
+    out = [b"xref\n"]
+    for first, count in xref_runs(xref):
+        out.append(b"%d %d\n" % (first, count))
+        for n in range(first, first + count):
+            off, gen = xref[n]
+            out.append(b"%010d %05d n\r\n" % (off, gen))  # 20-byte entries (§7.5.4)
+    return b"".join(out)
+
+
+def _xref_stream(num: int, xref: dict[int, tuple[int, int]], trailer: g.DictionaryObject) -> bytes:
+    # §7.5.8: type-1 entries, fields [1 w 2]; uncompressed so it stays inspectable.
+    width = max(4, (max(off for off, _ in xref.values()).bit_length() + 7) // 8)
+    runs = xref_runs(xref)
+    rows = bytearray()
+    for first, count in runs:
+        for n in range(first, first + count):
+            off, gen = xref[n]
+            rows += b"\x01" + off.to_bytes(width, "big") + gen.to_bytes(2, "big")
+    d = g.DictionaryObject(trailer)
+    d[_name("Type")] = _name("XRef")
+    d[_name("W")] = g.ArrayObject([g.NumberObject(1), g.NumberObject(width), g.NumberObject(2)])
+    d[_name("Index")] = g.ArrayObject(g.NumberObject(x) for run in runs for x in run)
+    d[_name("Length")] = g.NumberObject(len(rows))
+    return b"%d 0 obj\n" % num + _ser(d) + b"\nstream\n" + bytes(rows) + b"\nendstream\nendobj\n"
+
+
+def _catalog_updates(
+    s: _Structure, new_num: Callable[[], int], filespecs: list[tuple[str, int]]
+) -> tuple[g.DictionaryObject, list[tuple[int, int, g.PdfObject]]]:
+    """The new catalog and the other rewritten objects for the attachments."""
+    catalog = g.DictionaryObject(s.catalog)
+    extra: list[tuple[int, int, g.PdfObject]] = []
+    if not filespecs:
+        return catalog, extra
+    names_raw = _raw(s.catalog, "/Names")
+    names = g.DictionaryObject(names_raw.get_object()) if names_raw is not None else g.DictionaryObject()
+    entries: dict[bytes, tuple[Any, Any]] = {}
+    if "/EmbeddedFiles" in names:
+        for key, value in _name_tree_items(_raw(names, "/EmbeddedFiles")):
+            entries[_string_key(key)] = (key, value)
+    for name, num in filespecs:
+        key = _text(name)
+        entries[_string_key(key)] = (key, _indirect(num))
+    tree_num = new_num()
+    flat = g.ArrayObject(x for k in sorted(entries) for x in entries[k])
+    extra.append((tree_num, 0, g.DictionaryObject({_name("Names"): flat})))
+    names[_name("EmbeddedFiles")] = _indirect(tree_num)
+    if isinstance(names_raw, g.IndirectObject):
+        extra.append((names_raw.idnum, names_raw.generation, names))
+    else:
+        catalog[_name("Names")] = names
+    af = s.catalog.get("/AF")
+    af_list = list(af.get_object()) if af is not None else []
+    # /AF (PDF 2.0 §14.13, PDF/A-3): the attachments are associated with the document.
+    catalog[_name("AF")] = g.ArrayObject([*af_list, *(_indirect(num) for _, num in filespecs)])
+    return catalog, extra
+
+
+def prepare(
+    src: Path,
+    dst: Path,
+    *,
+    attachments: list[Attachment],
+    meta: SignatureMeta,
+    contents_bytes: int = 16384,
+) -> Prepared:
+    """Copy ``src`` to ``dst`` and append the signing update; see the module docstring.
+
+    Raises MalformedPdf / EncryptedPdf / PermanentJobError for inputs that cannot be
+    signed. Memory stays bounded by the chunk size whatever the file sizes.
+    """
+    src, dst = Path(src), Path(dst)
+    hasher = hashlib.sha256()
+    with open(src, "rb") as f:
+        try:
+            s = _read_structure(f)
+        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+            raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
+        f.seek(0)
+        with open(dst, "wb") as out:
+            buf = bytearray(CHUNK_BYTES)
+            copied = 0
+            while n := f.readinto(buf):
+                view = memoryview(buf)[:n]
+                hasher.update(view)
+                out.write(view)
+                copied += n
+            w = _Writer(out, copied, hasher)
+            if not s.ends_with_eol:
+                w.write(b"\n")
+            try:
+                tail_base, tail, sig_at = _write_update(s, w, attachments, meta, contents_bytes)
+            except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+                raise MalformedPdf(f"cannot update the PDF: {type(e).__name__}: {e}") from e
+            at = tail.index(b"/Contents <", sig_at)
+            br_at = tail.index(b"/ByteRange [0 ", sig_at)
+            start = tail_base + at + len(b"/Contents ")
+            end = start + 2 * contents_bytes + 2
+            total = tail_base + len(tail)
+            byte_range = b"/ByteRange [0 %d %d %d]" % (start, end, total - end)
+            width = len(b"/ByteRange [0 ]") + 3 * _BYTE_RANGE_WIDTH + 2
+            tail[br_at : br_at + width] = byte_range.ljust(width)
+            rel_start, rel_end = start - tail_base, end - tail_base
+            hasher.update(memoryview(tail)[:rel_start])
+            hasher.update(memoryview(tail)[rel_end:])
+            out.write(tail)
+    return Prepared(dst, hasher.digest(), start, contents_bytes, total)
+
+
+def _write_update(
+    s: _Structure,
+    w: _Writer,
+    attachments: list[Attachment],
+    meta: SignatureMeta,
+    contents_bytes: int,
+) -> tuple[int, bytearray, int]:
+    """Write the attachment streams through ``w``; return the tail (not yet written).
+
+    Returns (offset of the tail in the file, the tail, offset of the signature
+    dictionary object within the tail).
+    """
+    next_num = [s.size]
+
+    def new_num() -> int:
+        next_num[0] += 1
+        return next_num[0] - 1
+
+    taken: set[str] = set()
+    names = s.catalog.get("/Names")
+    if isinstance(names, g.DictionaryObject) and "/EmbeddedFiles" in names:
+        taken = {str(k) for k, _ in _name_tree_items(_raw(names, "/EmbeddedFiles"))}
+    planned: list[tuple[Attachment, str, int, bytes]] = []
+    for att in attachments:
+        name = unique_name(att.name, taken)
+        taken.add(name)
+        num = new_num()
+        sha = _write_embedded_file(w, num, att)
+        planned.append((att, name, num, sha))
+    # Everything after the streams is small and built in memory, so the ByteRange
+    # can be patched before it reaches the disk.
+    tail = io.BytesIO()
+    xref = dict(w.xref)
+    base = w.offset
+    filespecs: list[tuple[str, int]] = []
+    for att, name, stream_num, sha in planned:
+        num = new_num()
+        desc = f"{att.description}; " if att.description else ""
+        spec = g.DictionaryObject(
+            {
+                _name("Type"): _name("Filespec"),
+                _name("F"): _text(name),
+                _name("UF"): _text(name),
+                _name("EF"): g.DictionaryObject(
+                    {_name("F"): _indirect(stream_num), _name("UF"): _indirect(stream_num)}
+                ),
+                _name("Desc"): _text(f"{desc}SHA-256 {sha.hex()}"),
+                _name("AFRelationship"): _name("Supplement"),
+            }
+        )
+        _put(tail, xref, base, num, 0, _ser(spec))
+        filespecs.append((name, num))
+    catalog, extra = _catalog_updates(s, new_num, filespecs)
+
+    # The signature field with its merged widget (§12.7.4.5, §12.5.6.19), invisible.
+    acro_raw = _raw(s.catalog, "/AcroForm")
+    acro = g.DictionaryObject(acro_raw.get_object()) if acro_raw is not None else g.DictionaryObject()
+    fields = list(acro.get("/Fields", g.ArrayObject()) or [])
+    taken_fields = _field_names(fields)
+    field_name = meta.field_name or next(
+        f"Signature{k}" for k in range(1, 100_000) if f"Signature{k}" not in taken_fields
+    )
+    if field_name in taken_fields:
+        raise PermanentJobError(f"a field named {field_name!r} exists", code="field_exists")
+    sig_num, field_num = new_num(), new_num()
+    widget = g.DictionaryObject(
+        {
+            _name("Type"): _name("Annot"),
+            _name("Subtype"): _name("Widget"),
+            _name("FT"): _name("Sig"),
+            _name("T"): _text(field_name),
+            _name("V"): _indirect(sig_num),
+            _name("F"): g.NumberObject(132),  # Print | Locked
+            _name("Rect"): g.ArrayObject([g.NumberObject(0)] * 4),
+            _name("P"): s.page_ref,
+        }
+    )
+    acro[_name("Fields")] = g.ArrayObject([*fields, _indirect(field_num)])
+    acro[_name("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
+    if isinstance(acro_raw, g.IndirectObject):
+        extra.append((acro_raw.idnum, acro_raw.generation, acro))
+    else:
+        catalog[_name("AcroForm")] = acro
+    annots_raw = _raw(s.page, "/Annots")
+    annots = list(annots_raw.get_object()) if annots_raw is not None else []
+    annots_new = g.ArrayObject([*annots, _indirect(field_num)])
+    if isinstance(annots_raw, g.IndirectObject):
+        extra.append((annots_raw.idnum, annots_raw.generation, annots_new))
+    else:
+        page = g.DictionaryObject(s.page)
+        page[_name("Annots")] = annots_new
+        extra.append((s.page_ref.idnum, s.page_ref.generation, page))
+
+    extra.append((s.root_ref.idnum, s.root_ref.generation, catalog))
+    seen: set[int] = set()
+    for num, gen, obj in extra:
+        if num in seen:
+            raise MalformedPdf(f"object {num} plays two roles in the document structure")
+        seen.add(num)
+        _put(tail, xref, base, num, gen, _ser(obj))
+    _put(tail, xref, base, field_num, 0, _ser(widget))
+    sig_at = tail.tell()
+    _put(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
+
+    trailer = g.DictionaryObject({_name("Root"): s.root_ref, _name("Prev"): g.NumberObject(s.startxref)})
+    if "/Info" in s.trailer:
+        trailer[_name("Info")] = _raw(s.trailer, "/Info")
+    old_id = s.trailer.get("/ID")
+    new_id = g.ByteStringObject(os.urandom(16))
+    # §14.4: the first identifier stays, the second changes with each revision.
+    first = old_id[0] if old_id is not None and len(old_id) == 2 else new_id
+    trailer[_name("ID")] = g.ArrayObject([g.ByteStringObject(bytes(_string_key(first))), new_id])
+    if s.xref_is_stream:
+        xref_num = new_num()
+        xref[xref_num] = (base + tail.tell(), 0)
+        trailer[_name("Size")] = g.NumberObject(next_num[0])
+        xref_at = base + tail.tell()
+        tail.write(_xref_stream(xref_num, xref, trailer))
+    else:
+        trailer[_name("Size")] = g.NumberObject(next_num[0])
+        xref_at = base + tail.tell()
+        tail.write(_xref_table(xref) + b"trailer\n" + _ser(trailer) + b"\n")
+    tail.write(b"startxref\n%d\n%%%%EOF\n" % xref_at)
+    return base, bytearray(tail.getvalue()), sig_at
+
+
+def finalize(prepared: Prepared, cms_der: bytes) -> None:
+    """Write ``cms_der`` (hex) into the /Contents placeholder and fsync.
+
+    Raises SignatureTooLarge before touching the file if it does not fit.
+    """
+    hexed = cms_der.hex().encode()
+    if len(hexed) > 2 * prepared.contents_bytes:
+        raise SignatureTooLarge(
+            f"CMS of {len(cms_der)} bytes exceeds the {prepared.contents_bytes}-byte placeholder"
+        )
+    fd = os.open(prepared.path, os.O_WRONLY)
+    try:
+        if os.fstat(fd).st_size != prepared.size:
+            raise MalformedPdf("the prepared file changed size before finalizing")
+        os.pwrite(fd, hexed, prepared.contents_offset + 1)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sign_file(
+    src: Path,
+    dst: Path,
+    signer: Any,
+    *,
+    attachments: Iterable[Attachment] = (),
+    meta: SignatureMeta,
+    timestamp: Callable[[bytes], bytes] | None = None,
+    contents_bytes: int = 16384,
+) -> SignOutcome:
+    """prepare → signed attributes → ``signer.sign`` → (timestamp) → assemble → finalize.
+
+    ``signer`` is a :class:`casesignd.keys.KeySigner`; ``timestamp`` maps the
+    signature value to an RFC 3161 TimeStampToken (PAdES B-T).
+    """
+    prepared = prepare(src, dst, attachments=list(attachments), meta=meta, contents_bytes=contents_bytes)
+    template = cms.template_for(signer.cert, tuple(signer.chain))
+    signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+    signature = signer.sign(signed_attrs)
+    token = timestamp(signature) if timestamp is not None else None
+    der = cms.assemble(template, signed_attrs, signature, token)
+    finalize(prepared, der)
+    return SignOutcome(prepared.path, prepared.size, len(der), token is not None)

@@ -1,0 +1,201 @@
+"""Test PKI, sample PDFs and independent validators (pyHanko, poppler pdfsig) for signing tests.
+
+Import the fixtures into a test module with ``from tests.helpers_pki import *``-free
+explicit names; everything is generated under pytest's tmp paths.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from casesignd import devpki
+from casesignd.keys import LocalSigner, load_pkcs12
+from casesignd.pades import Party, SignatureMeta
+
+PASSWORD = b"test-password"
+
+
+@dataclass
+class TestPki:
+    ca: devpki.Identity
+    rsa: devpki.Identity
+    ec: devpki.Identity
+    tsa: devpki.Identity
+    dir: Path
+
+    def pkcs12(self, kind: str) -> Path:
+        """A 0600 PKCS#12 file for ``rsa`` or ``ec`` (written once)."""
+        path = self.dir / f"{kind}.p12"
+        if not path.exists():
+            devpki.write_pkcs12(path, getattr(self, kind), PASSWORD)
+        return path
+
+    def signer(self, kind: str) -> LocalSigner:
+        return load_pkcs12(self.pkcs12(kind), PASSWORD)  # type: ignore[return-value]
+
+    @property
+    def ca_pem(self) -> Path:
+        path = self.dir / "ca.pem"
+        if not path.exists():
+            path.write_bytes(devpki.cert_pem(self.ca.cert))
+        return path
+
+
+def make_pki(directory: Path) -> TestPki:
+    ca = devpki.make_ca("casesignd test CA")
+    return TestPki(
+        ca=ca,
+        rsa=devpki.issue(ca, "casesignd test signer RSA", kind="rsa"),
+        ec=devpki.issue(ca, "casesignd test signer EC", kind="ec"),
+        tsa=devpki.make_tsa(ca, "casesignd test TSA"),
+        dir=directory,
+    )
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def sample_meta(**kw: object) -> SignatureMeta:
+    base: dict[str, object] = dict(
+        signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        reason="contract signed",
+        location="Testville",
+        policy_version="contract-v1",
+        case_id="MKT-2026-00042",
+        parties=(Party("seller-881", "Acme Ltd", "seller"), Party("buyer-19", "J. Doe", "buyer")),
+    )
+    base.update(kw)
+    return SignatureMeta(**base)  # type: ignore[arg-type]
+
+
+# --- sample PDFs -------------------------------------------------------------------
+
+
+def reportlab_pdf(path: Path, pages: int = 1, text: str = "casesignd test") -> Path:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    c = canvas.Canvas(str(path), pagesize=A4)
+    for i in range(pages):
+        c.drawString(72, 800, f"{text} page {i + 1}")
+        c.showPage()
+    c.save()
+    return path
+
+
+def qpdf(src: Path, dst: Path, *args: str) -> Path:
+    subprocess.run(["qpdf", *args, str(src), str(dst)], check=True, timeout=60)
+    return dst
+
+
+def pdflatex_pdf(directory: Path) -> Path | None:
+    if shutil.which("pdflatex") is None:
+        return None
+    tex = directory / "doc.tex"
+    tex.write_text(
+        "\\documentclass{article}\\begin{document}Hello \\LaTeX{} $e^{i\\pi}+1=0$"
+        "\\newpage Second page\\end{document}\n"
+    )
+    subprocess.run(
+        ["pdflatex", "-interaction=batchmode", "-halt-on-error", "doc.tex"],
+        cwd=directory, check=True, timeout=120, capture_output=True,
+    )
+    return directory / "doc.pdf"
+
+
+def sample_pdfs(directory: Path) -> dict[str, Path]:
+    """A handful of producers and xref layouts, without the shared corpus."""
+    directory.mkdir(parents=True, exist_ok=True)
+    base = reportlab_pdf(directory / "reportlab.pdf", pages=3)
+    out = {
+        "reportlab": base,
+        "xref_stream": qpdf(base, directory / "objstm.pdf", "--object-streams=generate"),
+        "classic": qpdf(base, directory / "classic.pdf", "--object-streams=disable"),
+        "no_final_eol": directory / "noeol.pdf",
+    }
+    out["no_final_eol"].write_bytes(base.read_bytes().rstrip(b"\r\n"))
+    tex_dir = directory / "tex"
+    tex_dir.mkdir(exist_ok=True)
+    try:
+        tex = pdflatex_pdf(tex_dir)
+    except subprocess.SubprocessError:
+        tex = None
+    if tex is not None:
+        out["pdflatex"] = tex
+    return out
+
+
+# --- independent validators --------------------------------------------------------
+
+
+def pyhanko_statuses(path: Path, trust: list[x509.Certificate]) -> list[object]:
+    """pyHanko's validation status of every signature in ``path``, in file order."""
+    from asn1crypto import x509 as ax509
+    from pyhanko.pdf_utils.reader import PdfFileReader
+    from pyhanko.sign.validation import validate_pdf_signature
+    from pyhanko_certvalidator import ValidationContext
+
+    roots = [
+        ax509.Certificate.load(c.public_bytes(serialization.Encoding.DER)) for c in trust
+    ]
+    with open(path, "rb") as f:
+        reader = PdfFileReader(f, strict=False)
+        out = []
+        for sig in reader.embedded_signatures:
+            vc = ValidationContext(trust_roots=roots, allow_fetching=False)
+            out.append(validate_pdf_signature(sig, vc))
+        return out
+
+
+def nss_db(directory: Path, ca: x509.Certificate) -> Path | None:
+    """An NSS database trusting ``ca``, for ``pdfsig -nssdir``; None without certutil."""
+    if shutil.which("certutil") is None:
+        return None
+    db = directory / "nssdb"
+    if not db.exists():
+        db.mkdir()
+        subprocess.run(["certutil", "-N", "-d", f"sql:{db}", "--empty-password"], check=True, timeout=30)
+        pem = directory / "nss-ca.pem"
+        pem.write_bytes(devpki.cert_pem(ca))
+        subprocess.run(
+            ["certutil", "-A", "-d", f"sql:{db}", "-n", "test-ca", "-t", "CT,C,C", "-i", str(pem)],
+            check=True, timeout=30,
+        )
+    return db
+
+
+def pdfsig(path: Path, nssdir: Path | None = None) -> str:
+    """poppler's pdfsig report of ``path`` (stdout)."""
+    args = ["pdfsig"]
+    if nssdir is not None:
+        args += ["-nssdir", f"sql:{nssdir}"]
+    proc = subprocess.run(
+        [*args, str(path)], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "LC_ALL": "C"},
+    )
+    return proc.stdout + proc.stderr
+
+
+def embedded_files(path: Path) -> dict[str, bytes]:
+    """Attachments read back with pypdf: name -> bytes."""
+    from pypdf import PdfReader
+
+    with open(path, "rb") as f:
+        reader = PdfReader(f)
+        return {name: data[0] for name, data in reader.attachments.items()}
+
+
+def _unused(_: io.BytesIO) -> None:  # keeps io imported for helpers that stream
+    return None
