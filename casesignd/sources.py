@@ -221,6 +221,19 @@ def _open_in_root(root: Path, parts: list[str]) -> int:
     return fd
 
 
+def _check_length(
+    content_length: int | None, expect_size: int | None, limit: int, shown: str
+) -> None:
+    # A Content-Length that already says no saves downloading the body; the stream is
+    # still counted, since the header may lie.
+    if content_length is None:
+        return
+    if content_length > limit:
+        raise LimitExceeded(f"{shown} is {content_length} bytes, the limit is {limit}")
+    if expect_size is not None and content_length != expect_size:
+        raise SizeMismatch(f"{shown} is {content_length} bytes, the item declares {expect_size}")
+
+
 async def _fd_chunks(fd: int, chunk_bytes: int = READ_CHUNK_BYTES) -> AsyncIterator[bytes]:
     """Read a file descriptor in chunks, each read in a thread."""
     while True:
@@ -288,7 +301,9 @@ class Fetcher:
     ) -> Path:
         """Put the bytes of ``ref`` into ``area`` as ``name`` and return the path.
 
-        Raises the errors listed in the module docstring.
+        The file is for reading only: a tenant object on the same file system is a
+        hard link to the stored object, not a copy. ``max_bytes`` overrides the
+        fetcher's limit for this item. Raises the errors listed in the module docstring.
         """
         limit = self.max_bytes if max_bytes is None else max_bytes
         want = expect_sha256.lower()
@@ -393,10 +408,14 @@ class Fetcher:
                     # %2F back into a slash.
                     URL(url, encoded=True),
                     timeout=timeout,
+                    # The digest covers the bytes as stored: no transfer compression
+                    # (and no decompression bomb through Content-Encoding).
+                    headers={"Accept-Encoding": "identity"},
                     allow_redirects=False,
                 ) as resp:
                     verdict = classify_status(resp.status)
                     if verdict == "ok":
+                        _check_length(resp.content_length, expect_size, limit, shown)
                         return await area.download(
                             name,
                             resp.content.iter_chunked(READ_CHUNK_BYTES),

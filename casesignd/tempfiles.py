@@ -313,7 +313,12 @@ class TempManager:
                 raise TempQuota("temp space is taken by other attempts", delay_s=self.retry_delay_s)
             self._areas.add(area)
         try:
-            os.mkdir(path, 0o700)
+            try:
+                os.mkdir(path, 0o700)
+            except FileNotFoundError:
+                # The root went missing (no sweep yet, or removed underneath us).
+                self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+                os.mkdir(path, 0o700)
         except BaseException:
             self._release(area)
             raise

@@ -66,6 +66,7 @@ class ScriptedServer:
         self.scripts: dict[str, list[Step]] = {}
         self.hits: dict[str, int] = defaultdict(int)
         self.raw_paths: list[str] = []
+        self.headers: list[dict[str, str]] = []
         self.base_url = ""
         self._runner: web.AppRunner | None = None
 
@@ -89,6 +90,7 @@ class ScriptedServer:
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.path
         self.raw_paths.append(request.raw_path)
+        self.headers.append(dict(request.headers))
         n = self.hits[path]
         self.hits[path] += 1
         steps = self.scripts.get(path)

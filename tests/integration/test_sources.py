@@ -463,3 +463,32 @@ async def test_http_path_components_are_quoted(tmp_path, http_source):
     finally:
         await h.fetcher.close()
     assert http_source.raw_paths == ["/files/a%20b/c%252Fd%3F.pdf"]
+
+
+@pytest.mark.parametrize(
+    "declared, max_bytes, error",
+    [(5, None, SizeMismatch), (None, 10, LimitExceeded)],
+)
+async def test_http_content_length_is_checked_before_the_body(
+    tmp_path, http_source, declared, max_bytes, error
+):
+    http_source.script("/files/x", [Body(b"x" * 100)])
+    h = http_harness(tmp_path, http_source)
+    kw = {} if max_bytes is None else {"max_bytes": max_bytes}
+    try:
+        with pytest.raises(error):
+            await h.fetch("web:x", SHA, declared, **kw)
+    finally:
+        await h.fetcher.close()
+    assert http_source.hits["/files/x"] == 1
+
+
+async def test_http_asks_for_identity_encoding(tmp_path, http_source):
+    data = b"plain " * 1000
+    http_source.script("/files/x", [Body(data)])
+    h = http_harness(tmp_path, http_source)
+    try:
+        assert await h.fetch("web:x", sha(data), None) == data
+    finally:
+        await h.fetcher.close()
+    assert http_source.headers[-1].get("Accept-Encoding") == "identity"

@@ -210,3 +210,10 @@ async def test_writing_past_the_reservation_takes_quota_or_fails(tmp_path):
             await b.download("f", chunks_of(data), None, None, 10**6)
         assert not b.path_for("f").exists()
     assert m.usage().free_bytes == 600_000
+
+
+async def test_attempt_recreates_a_missing_root(tmp_path):
+    m = TempManager(tmp_path / "gone" / "tmp", quota_bytes=10)
+    async with m.attempt("j", 1, 0) as area:
+        assert area.path.is_dir()
+    assert stat.S_IMODE(m.root.stat().st_mode) == 0o700
