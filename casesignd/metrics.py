@@ -15,12 +15,14 @@ a scrape never waits on the database or blocks the event loop.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import (
@@ -54,7 +56,10 @@ JOB_OUTCOMES = ("succeeded", "failed", "canceled")
 KIOSK_OUTCOMES = (
     "succeeded", "replayed", "rejected", "busy", "deadline_exceeded", "in_progress", "failed",
 )  # fmt: skip
-JOB_STATES = ("queued", "processing", "ready", "failed", "canceled")
+# The store's job states (casesignd.jobs.CLIENT_STATE maps them to what clients see:
+# queued and retry_wait are "queued", running is "processing", succeeded is "ready").
+JOB_STATES = ("queued", "retry_wait", "running", "succeeded", "failed", "canceled")
+CLIENT_STATES = ("queued", "processing", "ready", "failed", "canceled")
 ITEMS_BUCKETS = ("1", "2-10", "11-100", "101-1000", ">1000")
 KEY_POOLS = ("batch", "kiosk")
 METHODS = ("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS")
@@ -77,7 +82,7 @@ ROUTES = (
     "unmatched",
 )
 # Why a source read was retried (besides error codes such as source_unavailable).
-SOURCE_RETRY_REASONS = ("timeout", "connection_error", "http_429", "http_5xx", "truncated")
+SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated")
 TEMPLATE_VERSIONS = ("invoice-v3",)
 
 # Error codes of the contract that are not the default code of an exception class.
@@ -106,9 +111,33 @@ def items_bucket(n: int) -> str:
     return ">1000"
 
 
+# A code literal in the package's source: ``code="..."``, ``code: str = "..."`` or
+# ``"code": "..."``.
+_CODE_LITERAL = re.compile(
+    r"(?:\bcode\s*(?::\s*str\s*)?=|[\"']code[\"']\s*:)\s*\"([a-z][a-z0-9_]{1,63})\""
+)
+
+
+@functools.cache
+def source_codes() -> frozenset[str]:
+    """Every error code written as a literal in the casesignd package.
+
+    Codes are stable constants in the source (``ValidationError(..., code="x")``), so
+    this is the bounded set a ``code`` or ``reason`` label may take; a runtime value
+    that appears nowhere in the source cannot be an error code.
+    """
+    found: set[str] = set()
+    for path in Path(__file__).resolve().parent.glob("*.py"):
+        try:
+            found.update(_CODE_LITERAL.findall(path.read_text(encoding="utf-8")))
+        except OSError:
+            continue
+    return frozenset(found)
+
+
 def error_codes() -> set[str]:
-    """Every ``code`` defined by the exception tree, plus the contract's extra codes."""
-    codes = set(CONTRACT_CODES)
+    """Codes of the exception tree, the contract's extra codes and the source's literals."""
+    codes = set(CONTRACT_CODES) | source_codes()
     todo: list[type[errors.CasesignError]] = [errors.CasesignError]
     while todo:
         cls = todo.pop()
@@ -127,7 +156,7 @@ class LabelGuard:
             "phase": set(PHASES),
             "outcome": set(JOB_OUTCOMES),
             "kiosk_outcome": set(KIOSK_OUTCOMES),
-            "state": set(JOB_STATES),
+            "state": set(JOB_STATES) | set(CLIENT_STATES),
             "items_bucket": set(ITEMS_BUCKETS),
             "pool": set(KEY_POOLS),
             "method": set(METHODS),
@@ -442,9 +471,7 @@ class Metrics:
 
     def _state_families(self) -> Iterator[Metric]:
         s = self._state()
-        jobs = GaugeMetricFamily(
-            "casesignd_jobs", "Jobs by client-visible state.", labels=["state"]
-        )
+        jobs = GaugeMetricFamily("casesignd_jobs", "Jobs by store state.", labels=["state"])
         counts = {state: 0 for state in JOB_STATES}
         for state, n in (s.get("jobs") or {}).items():
             label = self._l("state", state)

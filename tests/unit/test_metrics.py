@@ -13,6 +13,7 @@ from casesignd.metrics import (
     StateCache,
     aiohttp_middleware,
     items_bucket,
+    source_codes,
 )
 
 PERSONAL = ("Avery Chen", "MKT-2026-00042", "EDU-1042", "seller-881")
@@ -151,7 +152,7 @@ def test_state_gauges_read_the_cache_at_scrape_time() -> None:
     m.add_state_source(cache.snapshot)
     assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 0
     cache.update(
-        jobs={"queued": 7, "processing": 2},
+        jobs={"queued": 7, "retry_wait": 1, "running": 2},
         oldest_queued_at_unix=now[0] - 90,
         inflight_bytes=1234,
         temp_used_bytes=10,
@@ -160,7 +161,8 @@ def test_state_gauges_read_the_cache_at_scrape_time() -> None:
         workers_busy=2,
     )
     assert sample(m, "casesignd_jobs", state="queued") == 7
-    assert sample(m, "casesignd_jobs", state="ready") == 0
+    assert sample(m, "casesignd_jobs", state="retry_wait") == 1
+    assert sample(m, "casesignd_jobs", state="succeeded") == 0
     assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 90
     now[0] += 30  # the age grows between refreshes of the cache
     assert sample(m, "casesignd_oldest_queued_job_age_seconds") == 120
@@ -207,3 +209,20 @@ async def test_middleware_labels_by_route_template(aiohttp_client) -> None:
                   status="404") == 1  # fmt: skip
     assert sample(m, "casesignd_http_request_seconds_count", route="unmatched",
                   status="404") == 1  # fmt: skip
+
+
+def test_codes_written_in_the_source_are_allowed() -> None:
+    # ValidationError(..., code="invalid_case_id") in jobs.py: a literal, hence a code.
+    assert "invalid_case_id" in source_codes()
+    m = Metrics(strict=True)
+    m.rejection("invalid_case_id")
+    with pytest.raises(LabelNotAllowed):
+        m.rejection("mkt_2026_00042")
+
+
+def test_every_source_retry_reason_of_the_fetcher_is_allowed() -> None:
+    from casesignd.sources import RETRY_REASONS
+
+    m = Metrics(strict=True)
+    for reason in RETRY_REASONS:
+        m.source_retry(reason)
