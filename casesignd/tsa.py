@@ -1,0 +1,125 @@
+"""RFC 3161 time stamps for PAdES B-T: pure request/response handling, thin transport.
+
+The time stamp covers the signature value (RFC 3161 Appendix A; ETSI EN 319 122-1
+§5.3): the message imprint is SHA-256 over the SignerInfo's signature octets.
+Every failure (network, HTTP status, an answer that is not a granted token for
+our imprint and nonce) raises :class:`casesignd.errors.TsaUnavailable`, which is
+retryable: a signature is never returned untimestamped when B-T was asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+import aiohttp
+from asn1crypto import algos, cms, tsp
+
+from .errors import TsaUnavailable
+
+QUERY_TYPE = "application/timestamp-query"
+REPLY_TYPE = "application/timestamp-reply"
+MAX_REPLY_BYTES = 64 * 1024
+
+
+def new_nonce() -> int:
+    """A random 63-bit nonce (RFC 3161 §2.4.1: large enough to be unique)."""
+    return secrets.randbits(63)
+
+
+def build_request(imprint: bytes, nonce: int) -> bytes:
+    """A DER TimeStampReq (RFC 3161 §2.4.1) for a SHA-256 ``imprint``, asking for the TSA cert."""
+    if len(imprint) != 32:
+        raise ValueError("expected a SHA-256 imprint")
+    req = tsp.TimeStampReq(
+        {
+            "version": "v1",
+            "message_imprint": {
+                "hash_algorithm": algos.DigestAlgorithm({"algorithm": "sha256"}),
+                "hashed_message": imprint,
+            },
+            "nonce": nonce,
+            "cert_req": True,
+        }
+    )
+    return req.dump()
+
+
+def check_response(der: bytes, imprint: bytes, nonce: int) -> bytes:
+    """The TimeStampToken (DER ContentInfo) from a TimeStampResp, after checking it.
+
+    Checks (RFC 3161 §2.4.2): status granted or grantedWithMods, a SignedData token
+    whose TSTInfo carries our imprint (SHA-256) and our nonce. The TSA's signature
+    is checked by :mod:`casesignd.verify` along with the document.
+    """
+    try:
+        resp = tsp.TimeStampResp.load(der)
+        status = resp["status"]["status"].native
+        if status not in ("granted", "granted_with_mods"):
+            text = resp["status"]["status_string"].native
+            raise TsaUnavailable(f"TSA refused the request: {status} {text or ''}".strip())
+        token = resp["time_stamp_token"]
+        if token["content_type"].native != "signed_data":
+            raise TsaUnavailable("TSA token is not SignedData")
+        tst = token["content"]["encap_content_info"]["content"].parsed
+        mi = tst["message_imprint"]
+        if mi["hash_algorithm"]["algorithm"].native != "sha256":
+            raise TsaUnavailable("TSA answered with another hash algorithm")
+        if mi["hashed_message"].native != imprint:
+            raise TsaUnavailable("TSA token covers another imprint")
+        if tst["nonce"].native != nonce:
+            raise TsaUnavailable("TSA token nonce does not match the request")
+        return token.dump(force=False)
+    except TsaUnavailable:
+        raise
+    except (ValueError, TypeError, KeyError, AttributeError) as e:
+        raise TsaUnavailable(f"TSA answer is not a valid TimeStampResp: {e}") from e
+
+
+def token_time(token: bytes) -> object:
+    """genTime of a TimeStampToken (a timezone-aware datetime)."""
+    ci = cms.ContentInfo.load(token)
+    return ci["content"]["encap_content_info"]["content"].parsed["gen_time"].native
+
+
+async def timestamp(
+    session: aiohttp.ClientSession, url: str, data: bytes, timeout_s: float
+) -> bytes:
+    """Time-stamp ``data`` (a signature value) at ``url``; the TimeStampToken DER."""
+    imprint = hashlib.sha256(data).digest()
+    nonce = new_nonce()
+    body = build_request(imprint, nonce)
+    try:
+        async with session.post(
+            url,
+            data=body,
+            headers={"Content-Type": QUERY_TYPE, "Accept": REPLY_TYPE},
+            timeout=aiohttp.ClientTimeout(total=timeout_s),
+        ) as resp:
+            if resp.status != 200:
+                raise TsaUnavailable(f"TSA answered HTTP {resp.status}")
+            answer = await resp.content.read(MAX_REPLY_BYTES + 1)
+    except (TimeoutError, aiohttp.ClientError, OSError) as e:
+        raise TsaUnavailable(f"TSA unreachable: {type(e).__name__}: {e}") from e
+    if len(answer) > MAX_REPLY_BYTES:
+        raise TsaUnavailable("TSA answer too large")
+    return check_response(answer, imprint, nonce)
+
+
+def timestamp_blocking(url: str, data: bytes, timeout_s: float) -> bytes:
+    """A synchronous :func:`timestamp` for scripts and tests (urllib, no event loop)."""
+    import urllib.error
+    import urllib.request
+
+    imprint = hashlib.sha256(data).digest()
+    nonce = new_nonce()
+    req = urllib.request.Request(
+        url, data=build_request(imprint, nonce), headers={"Content-Type": QUERY_TYPE}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - configured URL
+            answer = resp.read(MAX_REPLY_BYTES + 1)
+    except (urllib.error.URLError, OSError, TimeoutError) as e:
+        raise TsaUnavailable(f"TSA unreachable: {e}") from e
+    return check_response(answer, imprint, nonce)
+
