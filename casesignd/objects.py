@@ -181,7 +181,7 @@ class ObjectStore:
                         field="sha256",
                         detail={"expected": sha256, "actual": digest},
                     )
-                await asyncio.to_thread(os.fsync, writer.fd)
+                await writer.fsync()
             finally:
                 writer.close()
         except BaseException:

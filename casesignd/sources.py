@@ -197,12 +197,12 @@ def _open_in_root(root: Path, parts: list[str]) -> int:
         raise _outside(shown)
     try:
         fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise _not_found(shown) from None
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise _outside(shown) from None
-        if e.errno in (errno.EACCES, errno.EPERM, errno.EISDIR, errno.ENOTDIR):
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EISDIR):
             raise PermanentJobError(f"{shown} cannot be read", code="source_rejected") from None
         raise
     try:
@@ -234,13 +234,47 @@ def _check_length(
         raise SizeMismatch(f"{shown} is {content_length} bytes, the item declares {expect_size}")
 
 
-async def _fd_chunks(fd: int, chunk_bytes: int = READ_CHUNK_BYTES) -> AsyncIterator[bytes]:
-    """Read a file descriptor in chunks, each read in a thread."""
-    while True:
-        chunk = await asyncio.to_thread(os.read, fd, chunk_bytes)
-        if not chunk:
+class _FdReader:
+    """Reads a file descriptor in chunks, each read in a thread, and owns closing it.
+
+    As with :class:`casesignd.tempfiles.HashingWriter`, a cancelled caller may leave
+    a read in flight: :meth:`close` waits for it before the fd number is released.
+    """
+
+    def __init__(self, fd: int, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+        self.fd = fd
+        self.chunk_bytes = chunk_bytes
+        self._pending: asyncio.Future[bytes] | None = None
+        self._closed = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            self._pending = asyncio.ensure_future(
+                asyncio.to_thread(os.read, self.fd, self.chunk_bytes)
+            )
+            chunk = await asyncio.shield(self._pending)
+            if not chunk:
+                return
+            yield chunk
+
+    def close(self) -> None:
+        if self._closed:
             return
-        yield chunk
+        self._closed = True
+        if self._pending is not None and not self._pending.done():
+            self._pending.add_done_callback(lambda _: os.close(self.fd))
+        else:
+            os.close(self.fd)
+
+
+async def _download_fd(
+    fd: int, area: Area, name: str, want: str, expect_size: int | None, limit: int
+) -> Path:
+    reader = _FdReader(fd)
+    try:
+        return await area.download(name, reader.chunks(), want, expect_size, limit)
+    finally:
+        reader.close()
 
 
 class Fetcher:
@@ -356,10 +390,7 @@ class Fetcher:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                 raise
         fd = await asyncio.to_thread(os.open, src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        try:
-            return await area.download(name, _fd_chunks(fd), want, expect_size, limit)
-        finally:
-            os.close(fd)
+        return await _download_fd(fd, area, name, want, expect_size, limit)
 
     async def _fetch_dir(
         self,
@@ -372,10 +403,7 @@ class Fetcher:
         limit: int,
     ) -> Path:
         fd = await asyncio.to_thread(_open_in_root, Path(source.root), parts)
-        try:
-            return await area.download(name, _fd_chunks(fd), want, expect_size, limit)
-        finally:
-            os.close(fd)
+        return await _download_fd(fd, area, name, want, expect_size, limit)
 
     def url_for(self, source: Source, parts: list[str]) -> str:
         """base_url + the percent-encoded path (each component quoted on its own)."""

@@ -91,7 +91,7 @@ class HashingWriter:
         self.fd = fd
         self.size = 0
         self._hasher = hashlib.sha256()
-        self._pending: asyncio.Future[None] | None = None
+        self._pending: asyncio.Future[None] | None = None  # the write or fsync in flight
         self._closed = False
 
     def _work(self, data: bytes | bytearray) -> None:
@@ -103,6 +103,11 @@ class HashingWriter:
         self._pending = asyncio.ensure_future(asyncio.to_thread(self._work, data))
         await asyncio.shield(self._pending)
         self.size += len(data)
+
+    async def fsync(self) -> None:
+        """fsync the file in a thread (the close waits for it like for a write)."""
+        self._pending = asyncio.ensure_future(asyncio.to_thread(os.fsync, self.fd))
+        await asyncio.shield(self._pending)
 
     def hexdigest(self) -> str:
         return self._hasher.hexdigest()

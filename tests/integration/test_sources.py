@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from casesignd.config import Source
 from casesignd.errors import (
@@ -267,6 +269,7 @@ async def test_dir_source_reads_inside_the_root(harness, path):
         ("escape.pdf", "path_outside_source"),
         ("updir/secret.txt", "path_outside_source"),
         ("missing.pdf", "object_not_found"),
+        ("sub/doc.pdf/x", "object_not_found"),
         ("sub", "source_rejected"),
         ("pipe.pdf", "source_rejected"),
     ],
@@ -492,3 +495,15 @@ async def test_http_asks_for_identity_encoding(tmp_path, http_source):
     finally:
         await h.fetcher.close()
     assert http_source.headers[-1].get("Accept-Encoding") == "identity"
+
+
+@given(st.text(alphabet=st.sampled_from("ab./\\\x00:"), max_size=24))
+@settings(max_examples=400, deadline=None)
+def test_no_accepted_path_leaves_the_root(path):
+    try:
+        ref = parse_ref("inbox:" + path)
+    except ValidationError as e:
+        assert e.code in ("invalid_object_ref", "path_outside_source")
+        return
+    joined = os.path.normpath(os.path.join("/root", ref.path))
+    assert joined.startswith("/root/") and "\x00" not in joined
