@@ -1,0 +1,276 @@
+"""`casesignd init` and the command line's own parts: what a user gets on disk."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from casesignd import bootstrap, cli, config
+from casesignd.client import parse_env_file
+
+SECRETS = ("signing.p12", "signing.pass", "link.secret", "client.env", "config.toml")
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _snapshot(d: Path) -> dict[str, tuple[bytes, int, int]]:
+    return {
+        str(p.relative_to(d)): (p.read_bytes() if p.is_file() else b"", p.stat().st_mtime_ns,
+                                _mode(p))
+        for p in sorted(d.rglob("*"))
+    }
+
+
+@pytest.fixture(scope="module")
+def setup_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One init shared by the read-only tests (key generation is the slow part)."""
+    d = tmp_path_factory.mktemp("init") / "state"
+    assert cli.main(["init", "--dir", str(d)]) == 0
+    return d
+
+
+def test_init_writes_a_loadable_config(setup_dir: Path) -> None:
+    cfg = config.load(setup_dir / "config.toml")
+    assert cfg.server.listen == "127.0.0.1:8787"
+    assert cfg.path(cfg.store.path) == setup_dir.resolve() / "casesignd.db"
+    assert cfg.path(cfg.storage.temp_dir) == setup_dir.resolve() / "tmp"
+    assert cfg.path(cfg.storage.state_dir) == setup_dir.resolve()
+    assert cfg.path(cfg.storage.temp_dir).is_dir()
+    assert cfg.credential(cfg.signing.pkcs12_path).is_file()
+    assert cfg.credential(cfg.signing.pkcs12_password_file).is_file()
+    assert len(cfg.path(cfg.links.secret_file).read_bytes()) == 32
+    assert [t.name for t in cfg.tenants] == ["default"]
+
+
+def test_modes(setup_dir: Path) -> None:
+    assert _mode(setup_dir) == 0o700
+    assert _mode(setup_dir / "tmp") == 0o700
+    for name in SECRETS:
+        assert _mode(setup_dir / name) == 0o600, name
+
+
+def test_token_hash_matches_client_env(setup_dir: Path) -> None:
+    env = parse_env_file((setup_dir / "client.env").read_text())
+    assert env["CASESIGND_URL"] == "http://127.0.0.1:8787"
+    token = env["CASESIGND_TOKEN"]
+    assert token.startswith("csd_") and len(token) > 40
+    cfg = config.load(setup_dir / "config.toml")
+    assert cfg.tenants[0].token_sha256 == hashlib.sha256(token.encode()).hexdigest()
+    # The token itself is nowhere but client.env.
+    for p in setup_dir.iterdir():
+        if p.is_file() and p.name != "client.env":
+            assert token.encode() not in p.read_bytes(), p.name
+
+
+def test_signing_key_chains_to_the_ca_and_the_ca_key_is_not_kept(setup_dir: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import padding
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    ca = x509.load_pem_x509_certificate((setup_dir / "ca.pem").read_bytes())
+    password = (setup_dir / "signing.pass").read_bytes()
+    key, cert, extra = pkcs12.load_key_and_certificates(
+        (setup_dir / "signing.p12").read_bytes(), password)
+    assert key is not None and cert is not None
+    assert cert.issuer == ca.subject
+    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
+                           cert.signature_hash_algorithm)
+    assert [c.subject for c in extra] == [ca.subject]
+    assert b"PRIVATE KEY" not in (setup_dir / "ca.pem").read_bytes()
+    assert not list(setup_dir.glob("*.key"))
+
+
+def test_every_setting_is_written_and_commented(setup_dir: Path) -> None:
+    text = (setup_dir / "config.toml").read_text()
+    live = tomllib.loads(text)
+
+    def check(cls: type[msgspec.Struct], section: str, table: dict | None) -> None:
+        for f in msgspec.structs.fields(cls):
+            sub = bootstrap._struct_of(f.type) or bootstrap._list_struct_of(f.type)
+            key = f"{section}.{f.name}" if section else f.name
+            if f.name == "base_dir":
+                continue
+            if sub is not None:
+                value = (table or {}).get(f.name)
+                item = value[0] if isinstance(value, list) and value else value
+                check(sub, key, item if isinstance(item, dict) else None)
+            elif table is not None:
+                assert f.name in table, key
+            else:  # a commented-out example section
+                assert f"# {f.name} = " in text, key
+
+    check(config.Config, "", live)
+    # Every live key line has a comment line right above it.
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if " = " in line and not line.startswith("#"):
+            assert lines[i - 1].startswith("#"), line
+
+
+def test_render_config_round_trips() -> None:
+    cfg = bootstrap.local_config("0.0.0.0:9000", "b" * 64)
+    cfg.sources = [config.Source(name="s", kind="http", base_url="https://x.example/a")]
+    cfg.invoice.issuer_address = ['1 "Quoted" St', "Town\\ville", "Zürich"]
+    back = config.loads(bootstrap.render_config(cfg))
+    back.base_dir = cfg.base_dir
+    assert back == cfg
+
+
+def test_setup_can_be_moved(setup_dir: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(setup_dir, moved)
+    cfg = config.load(moved / "config.toml")
+    assert cfg.path(cfg.store.path) == moved.resolve() / "casesignd.db"
+    assert cfg.credential(cfg.signing.pkcs12_path) == moved.resolve() / "signing.p12"
+
+
+def test_init_never_overwrites(setup_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    before = _snapshot(setup_dir)
+    assert cli.main(["init", "--dir", str(setup_dir)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: already_exists: ")
+    assert "config.toml" in err[0]
+    assert _snapshot(setup_dir) == before
+
+
+def test_init_refuses_when_any_file_it_would_write_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    d = tmp_path / "s"
+    d.mkdir()
+    (d / "signing.p12").write_bytes(b"operator's own key")
+    before = _snapshot(d)
+    assert cli.main(["init", "--dir", str(d)]) == 1
+    assert "signing.p12 already exists" in capsys.readouterr().err
+    assert _snapshot(d) == before
+
+
+def test_failed_init_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from casesignd import devpki
+
+    real = bootstrap._write_new
+    calls: list[Path] = []
+
+    def failing(path: Path, data: bytes, mode: int) -> None:
+        calls.append(path)
+        if path.name == "client.env":
+            raise OSError(28, "No space left on device", str(path))
+        real(path, data, mode)
+
+    monkeypatch.setattr(bootstrap, "_write_new", failing)
+    monkeypatch.setattr(devpki, "new_key", lambda kind="rsa": devpki.ec.generate_private_key(
+        devpki.ec.SECP256R1()))
+    d = tmp_path / "s"
+    assert cli.main(["init", "--dir", str(d)]) == 1
+    assert "error: init_failed: cannot write" in capsys.readouterr().err
+    assert not d.exists()
+    assert any(p.name == "client.env" for p in calls)
+
+
+def test_bad_listen_is_a_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d = tmp_path / "s"
+    assert cli.main(["init", "--dir", str(d), "--listen", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("config error: server.listen: ")
+    assert not d.exists()
+
+
+@pytest.mark.parametrize(
+    ("listen", "url"),
+    [
+        ("127.0.0.1:8787", "http://127.0.0.1:8787"),
+        ("0.0.0.0:9000", "http://127.0.0.1:9000"),
+        (":9000", "http://127.0.0.1:9000"),
+        ("[::]:9000", "http://[::1]:9000"),
+        ("[::1]:9000", "http://[::1]:9000"),
+        ("localhost:1", "http://localhost:1"),
+    ],
+)
+def test_client_url(listen: str, url: str) -> None:
+    assert bootstrap.client_url(listen) == url
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("seller-881:Acme Ltd:seller", {"id": "seller-881", "name": "Acme Ltd", "role": "seller"}),
+        ("b:Doe: J.:buyer", {"id": "b", "name": "Doe: J.", "role": "buyer"}),
+        ("nocolon", None),
+        ("a::role", None),
+        (":name:role", None),
+        ("a:name:", None),
+    ],
+)
+def test_parse_signer(text: str, want: dict | None) -> None:
+    import argparse
+
+    if want is None:
+        with pytest.raises(argparse.ArgumentTypeError):
+            cli.parse_signer(text)
+    else:
+        assert cli.parse_signer(text) == want
+
+
+@pytest.mark.parametrize(
+    ("name", "want"),
+    [("contract.pdf", "contract.signed.pdf"), ("C.PDF", "C.signed.pdf"),
+     ("scan", "scan.signed.pdf"), ("a.b.pdf", "a.b.signed.pdf")],
+)
+def test_default_signed_path(name: str, want: str) -> None:
+    assert cli.default_signed_path(Path("/x") / name) == Path("/x") / want
+
+
+def _run(args: list[str], **kw) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CASESIGND_")}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60,
+                          env=env, **kw)
+
+
+def test_help_works_and_stays_light() -> None:
+    r = _run(["-m", "casesignd.cli", "--help"])
+    assert r.returncode == 0, r.stderr
+    for command in ("init", "serve", "sign", "upload", "submit", "jobs", "audit", "verify"):
+        assert command in r.stdout
+    # --help must not pay for the daemon's or the PDF stack's imports.
+    probe = ("import sys, contextlib, io\n"
+             "from casesignd import cli\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n"
+             "    rc = cli.main(['--help'])\n"
+             "heavy = [m for m in ('aiohttp', 'cryptography', 'pypdf', 'pyhanko') "
+             "if m in sys.modules]\n"
+             "print(rc, heavy)\n")
+    r = _run(["-c", probe])
+    assert r.stdout.strip() == "0 []", r.stdout + r.stderr
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([]) == 2
+    assert cli.main(["sign"]) == 2
+    assert cli.main(["submit", "m.json", "--timeout", "-1"]) == 2
+    assert cli.main(["jobs", "list", "--state", "lost"]) == 2
+    capsys.readouterr()
+
+
+def test_audit_verify_config_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "config.toml"
+    bad.write_text("[workers]\nconcurrency = 'four'\n")
+    assert cli.main(["audit", "verify", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("config error: workers.concurrency: ") and "\n" not in err
+
+
+def test_audit_verify_on_a_fresh_setup(setup_dir: Path, capsys: pytest.CaptureFixture[str]
+                                       ) -> None:
+    assert cli.main(["audit", "verify", "--config", str(setup_dir / "config.toml")]) == 1
+    assert "error: no_store: no job store at " in capsys.readouterr().err
