@@ -331,9 +331,7 @@ def _bad_recipes(dest: Path) -> list[tuple[str, str, str | None, Callable[[Path]
         return _one_page(catalog_extra=b"/Deep 6 0 R ", more=[deep])
 
     bit_flipped_xref = bytearray(good)
-    at = good.rindex(b"startxref")
-    bit_flipped_xref[at - len(b"trailer\n") - 1: at] = b"#" * (len(b"trailer\n") + 1)
-    bit_flipped_xref[good.rindex(b"xref\n0 ")] ^= 0x20  # "xref" -> "Xref"
+    bit_flipped_xref[good.rindex(b"xref\n0 ")] ^= 0x20  # "xref" -> "Xref": startxref misses
     bad_header = bytearray(good)
     bad_header[1] ^= 0x01  # "%PDF" -> "%QDF"
 
@@ -351,7 +349,7 @@ def _bad_recipes(dest: Path) -> list[tuple[str, str, str | None, Callable[[Path]
     ])
     huge_xref = good.replace(b"xref\n0 6\n", b"xref\n0 9000000\n").replace(
         b"/Size 6 ", b"/Size 9000000 ")
-    bomb_data = _zeros_deflated(512 << 20)
+    bomb_data = _zeros_deflated(1 << 30)  # 1 GiB of zeros: ~1 MB, ~2 KB deflated twice
     nested_bomb = zlib.compress(bomb_data, 9)
     js = b"<< /Type /Action /S /JavaScript /JS (app.alert\\('hi'\\);) >>"
     launch = b"<< /Type /Action /S /Launch /F (cmd.exe) >>"
@@ -389,6 +387,20 @@ def _bad_recipes(dest: Path) -> list[tuple[str, str, str | None, Callable[[Path]
 
 
 # --- building and caching ------------------------------------------------------------
+
+# Every name the builders may produce, for test parametrization at collection time.
+GOOD_NAMES: tuple[str, ...] = (
+    "reportlab_plain", "reportlab_form", "pages_100", "incremental_update",
+    "incremental_update_pypdf", "qpdf_xref_table", "qpdf_xref_stream", "qpdf_linearized",
+    "already_signed", "pdflatex_hyperref", "libreoffice", "chromium", "imagemagick",
+    "ghostscript_pdfa2b",
+)
+BAD_NAMES: tuple[str, ...] = (
+    "encrypted", "truncated", "bit_flipped_header", "bit_flipped_xref", "garbage", "empty",
+    "no_pages", "huge_xref", "deeply_nested_arrays", "deeply_nested_dicts", "kids_loop",
+    "parent_loop", "decompression_bomb", "decompression_bomb_nested",
+    "javascript_openaction", "launch_action", "embedded_exe",
+)
 
 _CACHE: dict[tuple[str, Path], dict] = {}
 
