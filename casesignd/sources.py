@@ -54,7 +54,7 @@ from .errors import (
     ValidationError,
 )
 from .objects import ObjectStore
-from .tempfiles import Area
+from .tempfiles import Area, close_after
 
 _OBJECT_REF = re.compile(r"^sha256:([0-9a-fA-F]{64})$")
 _SOURCE_REF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(.+)$", re.DOTALL)
@@ -261,10 +261,7 @@ class _FdReader:
         if self._closed:
             return
         self._closed = True
-        if self._pending is not None and not self._pending.done():
-            self._pending.add_done_callback(lambda _: os.close(self.fd))
-        else:
-            os.close(self.fd)
+        close_after(self._pending, self.fd)
 
 
 async def _download_fd(

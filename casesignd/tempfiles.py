@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import secrets
@@ -43,6 +44,8 @@ NAME_PATTERN = re.compile(r"^[a-z0-9_-][a-z0-9_.-]{0,63}$")
 WRITE_BATCH_BYTES = 256 * 1024
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,10 +120,23 @@ class HashingWriter:
         if self._closed:
             return
         self._closed = True
-        if self._pending is not None and not self._pending.done():
-            self._pending.add_done_callback(lambda _: os.close(self.fd))
-        else:
-            os.close(self.fd)
+        close_after(self._pending, self.fd)
+
+
+def close_after(pending: asyncio.Future | None, fd: int) -> None:
+    """Close ``fd`` now, or once ``pending`` (a thread still using it) is done."""
+    if pending is None or pending.done():
+        os.close(fd)
+        return
+
+    def done(fut: asyncio.Future) -> None:
+        # Nobody awaits this future any more: consume its outcome so asyncio does not
+        # log "exception was never retrieved" for a write the caller gave up on.
+        if not fut.cancelled():
+            fut.exception()
+        os.close(fd)
+
+    pending.add_done_callback(done)
 
 
 async def stream_into(
@@ -338,6 +354,9 @@ class TempManager:
     def _dispose(self, area: Area) -> None:
         try:
             _remove_entry(area.path)
+        except OSError as e:
+            # The attempt's outcome stands; the next start-up's sweep removes the rest.
+            log.warning("could not remove temp area %s: %s", area.path.name, e)
         finally:
             self._release(area)
 

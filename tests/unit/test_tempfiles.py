@@ -217,3 +217,16 @@ async def test_attempt_recreates_a_missing_root(tmp_path):
     async with m.attempt("j", 1, 0) as area:
         assert area.path.is_dir()
     assert stat.S_IMODE(m.root.stat().st_mode) == 0o700
+
+
+async def test_an_fd_in_use_by_a_thread_is_closed_only_when_the_thread_is_done(tmp_path):
+    from casesignd.tempfiles import close_after
+
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
+    pending = asyncio.get_running_loop().create_future()
+    close_after(pending, fd)
+    os.fstat(fd)  # still open while the "thread" runs
+    pending.set_exception(OSError("the write failed after the caller left"))
+    await asyncio.sleep(0)
+    with pytest.raises(OSError):
+        os.fstat(fd)
