@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -226,3 +231,108 @@ def test_every_source_retry_reason_of_the_fetcher_is_allowed() -> None:
     m = Metrics(strict=True)
     for reason in RETRY_REASONS:
         m.source_retry(reason)
+
+
+# --- docs/alerts.yml ---------------------------------------------------------------
+
+ALERTS = Path(__file__).resolve().parents[2] / "docs" / "alerts.yml"
+PROMTOOL = shutil.which("promtool")
+
+
+def exposed_names() -> set[str]:
+    m = Metrics(strict=True)
+    cache = StateCache()
+    cache.update(inflight_bytes=0, temp_used_bytes=0, temp_free_bytes=1, workers_busy=0)
+    m.add_state_source(cache.snapshot)
+    body, _ = m.render()
+    return {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
+
+
+def test_alert_rules_are_yaml_and_name_only_exposed_metrics() -> None:
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(ALERTS.read_text())
+    rules = [r for g in doc["groups"] for r in g["rules"]]
+    names = {r["alert"] for r in rules}
+    assert {
+        "CasesigndOldestQueuedJobOld", "CasesigndJobFailureRatioHigh",
+        "CasesigndLeaseReclaimRatioHigh", "CasesigndTempVolumeFilling",
+    } <= names  # fmt: skip
+    exposed = exposed_names()
+    for rule in rules:
+        assert rule["labels"]["severity"] in ("warning", "critical")
+        assert rule["annotations"]["summary"]
+        for metric in re.findall(r"\bcasesignd_[a-z_]+", rule["expr"]):
+            assert metric in exposed, (rule["alert"], metric)
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed")
+def test_alert_rules_check_and_fire_under_promtool(tmp_path: Path) -> None:
+    assert PROMTOOL is not None
+    check = subprocess.run(
+        [PROMTOOL, "check", "rules", str(ALERTS)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    # promtool compares annotations too; this test is about when alerts fire, and
+    # `check rules` above already parsed the annotation templates.
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(ALERTS.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "alerts_test.yml").write_text(PROMTOOL_TESTS)
+    result = subprocess.run(
+        [PROMTOOL, "test", "rules", "alerts_test.yml"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# Synthetic series in promtool's notation ('a+bxN': N+1 samples from a, step b).
+PROMTOOL_TESTS = """
+rule_files: [alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'casesignd_oldest_queued_job_age_seconds{instance="h",job="casesignd"}'
+        values: '0+60x40'
+      - series: 'casesignd_jobs_finished_total{instance="h",job="casesignd",kind="sign_case",outcome="succeeded"}'
+        values: '0+9x60'
+      - series: 'casesignd_jobs_finished_total{instance="h",job="casesignd",kind="sign_case",outcome="failed"}'
+        values: '0+1x60'
+      - series: 'casesignd_jobs_finished_total{instance="h",job="casesignd",kind="render_invoice",outcome="succeeded"}'
+        values: '0+10x60'
+      - series: 'casesignd_jobs_finished_total{instance="h",job="casesignd",kind="render_invoice",outcome="failed"}'
+        values: '0x60'
+      - series: 'casesignd_leases_reclaimed_total{instance="h",job="casesignd"}'
+        values: '0+1x60'
+      - series: 'casesignd_temp_used_bytes{instance="h",job="casesignd"}'
+        values: '900x30'
+      - series: 'casesignd_temp_free_bytes{instance="h",job="casesignd"}'
+        values: '100x30'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: CasesigndOldestQueuedJobOld
+        exp_alerts: []
+      - eval_time: 12m
+        alertname: CasesigndOldestQueuedJobOld
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: h, job: casesignd}
+      - eval_time: 40m
+        alertname: CasesigndJobFailureRatioHigh
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: h, kind: sign_case}
+      - eval_time: 40m
+        alertname: CasesigndLeaseReclaimRatioHigh
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: h}
+      - eval_time: 20m
+        alertname: CasesigndTempVolumeFilling
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: h, job: casesignd}
+      - eval_time: 20m
+        alertname: CasesigndTempVolumeFull
+        exp_alerts: []
+"""
