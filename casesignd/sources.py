@@ -311,7 +311,7 @@ class Fetcher:
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
-            # Per-request timeouts are set in _get; no total cap here because a large
+            # Per-request timeouts are set in _fetch_http; no total cap here because a large
             # body may legitimately take long as long as bytes keep coming.
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False
