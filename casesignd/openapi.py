@@ -172,7 +172,11 @@ def _schemas() -> dict[str, Any]:
         "JobError": _obj(
             {
                 "category": {"enum": CATEGORIES},
-                "code": {"type": "string", "pattern": ERROR_CODE_PATTERN},
+                "code": {"type": "string", "pattern": ERROR_CODE_PATTERN,
+                         "description": "e.g. malformed_pdf, encrypted_pdf, active_content, "
+                         "certified_pdf, malware_detected, digest_mismatch, size_mismatch, "
+                         "media_type_mismatch, object_not_found, path_outside_source, "
+                         "source_unavailable, signing_failed, tsa_unavailable."},
                 "correlation_id": {"type": "string"},
             },
             ["category", "code", "correlation_id"],
@@ -257,11 +261,12 @@ def _schemas() -> dict[str, Any]:
             ["sha256", "size"],
         ),
         "Readiness": _obj(
-            {"checks": {"type": "object", "description": "Each check by name.",
+            {"ready": {"type": "boolean"},
+             "checks": {"type": "object", "description": "Each check by name.",
                         "additionalProperties": {"type": "object",
                                                  "properties": {"ok": {"type": "boolean"}},
                                                  "required": ["ok"]}}},
-            ["checks"],
+            ["ready", "checks"],
         ),
     }
 
@@ -291,6 +296,9 @@ _PARAMETERS: dict[str, Any] = {
 _HEADERS: dict[str, Any] = {
     "RetryAfter": {"description": "Seconds to wait before trying again.",
                    "schema": {"type": "integer", "minimum": 0}},
+    "XCorrelationId": {"description": "Names the request in the server log; the request's "
+                       "own X-Correlation-Id when it sent a valid one.",
+                       "schema": {"type": "string"}},
     "XJobId": {"description": "The job recorded for this signature.",
                "schema": {"type": "string"}},
     "XArtifactSHA256": {"description": "SHA-256 (hex) of the body.",
@@ -303,10 +311,10 @@ def _json(schema: str) -> dict[str, Any]:
 
 
 def _error(description: str, *, retry_after: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description, "content": _json("Error")}
+    headers: dict[str, Any] = {"X-Correlation-Id": {"$ref": "#/components/headers/XCorrelationId"}}
     if retry_after:
-        out["headers"] = {"Retry-After": {"$ref": "#/components/headers/RetryAfter"}}
-    return out
+        headers["Retry-After"] = {"$ref": "#/components/headers/RetryAfter"}
+    return {"description": description, "headers": headers, "content": _json("Error")}
 
 
 def _job(description: str) -> dict[str, Any]:
@@ -317,15 +325,19 @@ def _p(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/parameters/{name}"}
 
 
-_UNAUTHORIZED = _error("unauthorized: no or an unknown bearer token.")
-_NOT_FOUND = _error("not_found: no such resource for this tenant (another tenant's, too).")
-_BAD_REQUEST = _error("bad_request: the body is not valid JSON or not an object.")
+_UNAUTHORIZED = _error("unauthorized: no bearer token; invalid_token: an unknown token.")
+_JOB_NOT_FOUND = _error("job_not_found: no such job for this tenant (another tenant's, too).")
+_ARTIFACT_NOT_FOUND = _error("artifact_not_found: no such artifact for this tenant, or the "
+                             "link's artifact is gone.")
+_BAD_REQUEST = _error("malformed_json: the body is not valid JSON.")
 _UNAVAILABLE = _error("shutting_down, store_unavailable: try again after Retry-After.",
                       retry_after=True)
 
 _VALIDATION_CODES = (
-    "invalid_field (field names the path, e.g. items[0].sha256), idempotency_key_reused, "
-    "unknown_policy, digest_mismatch, limit_exceeded"
+    "invalid_field (field names the path, e.g. items[0].sha256), invalid_body, missing_field, "
+    "unknown_field, unknown_kind, invalid_case_id, invalid_object_ref, invalid_amount, "
+    "unsupported_currency, unknown_template, media_type_not_allowed, limit_exceeded, "
+    "invalid_idempotency_key, idempotency_key_reused"
 )
 _DOCUMENT_CODES = "malformed_pdf, encrypted_pdf, active_content, malware_detected"
 
@@ -356,7 +368,7 @@ def _paths() -> dict[str, Any]:
             "401": _UNAUTHORIZED,
             "403": _error("link_expired: the link's time is past; link_invalid: the "
                           "signature does not match."),
-            "404": _NOT_FOUND,
+            "404": _ARTIFACT_NOT_FOUND,
         },
     }
     head = copy.deepcopy(artifact_download)
@@ -415,7 +427,7 @@ def _paths() -> dict[str, Any]:
                     {"name": "state", "in": "query", "required": False,
                      "schema": {"enum": STATES}},
                     {"name": "limit", "in": "query", "required": False,
-                     "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                     {"name": "cursor", "in": "query", "required": False,
                      "description": "next_cursor of the previous page.",
                      "schema": {"type": "string"}},
@@ -423,7 +435,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "One page.", "content": _json("JobList")},
                     "401": _UNAUTHORIZED,
-                    "422": _error("invalid_field: a bad state, limit or cursor."),
+                    "422": _error("invalid_state, invalid_limit, invalid_cursor."),
                 },
             },
         },
@@ -432,7 +444,7 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "getJob",
                 "summary": "The job resource",
-                "responses": {"200": _job("The job."), "401": _UNAUTHORIZED, "404": _NOT_FOUND},
+                "responses": {"200": _job("The job."), "401": _UNAUTHORIZED, "404": _JOB_NOT_FOUND},
             },
         },
         "/v1/jobs/{job_id}/events": {
@@ -443,7 +455,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "The events.", "content": _json("Events")},
                     "401": _UNAUTHORIZED,
-                    "404": _NOT_FOUND,
+                    "404": _JOB_NOT_FOUND,
                 },
             },
         },
@@ -455,7 +467,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "202": _job("Queued again."),
                     "401": _UNAUTHORIZED,
-                    "404": _NOT_FOUND,
+                    "404": _JOB_NOT_FOUND,
                     "409": _error("not_failed: only a failed job can be retried."),
                 },
             },
@@ -468,7 +480,7 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _job("Canceled."),
                     "401": _UNAUTHORIZED,
-                    "404": _NOT_FOUND,
+                    "404": _JOB_NOT_FOUND,
                     "409": _error("not_cancelable: a worker holds it, or it has ended."),
                 },
             },
@@ -513,8 +525,8 @@ def _paths() -> dict[str, Any]:
             "get": {
                 "operationId": "healthz", "summary": "Liveness", "security": [],
                 "responses": {"200": {"description": "Alive.",
-                                      "content": {"application/json": {"schema": {
-                                          "type": "object"}}}}},
+                                      "content": {"application/json": {"schema": _obj(
+                                          {"status": {"const": "ok"}}, ["status"])}}}},
             },
         },
         "/readyz": {
@@ -540,10 +552,9 @@ def _paths() -> dict[str, Any]:
         },
         "/v1/openapi.json": {
             "get": {
-                "operationId": "openapi", "summary": "This document",
+                "operationId": "openapi", "summary": "This document", "security": [],
                 "responses": {"200": {"description": "OpenAPI 3.1.", "content": {
-                    "application/json": {"schema": {"type": "object"}}}},
-                              "401": _UNAUTHORIZED},
+                    "application/json": {"schema": {"type": "object"}}}}},
             },
         },
     }

@@ -117,7 +117,9 @@ def test_error_codes_are_named(doc, method, path, status, code) -> None:
 def test_security_exemptions(doc: dict[str, Any]) -> None:
     assert doc["security"] == [{"bearer": []}]
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
-    for path in ("/healthz", "/readyz", "/metrics"):
+    # The document itself is public too: it holds nothing a tenant owns.
+    public = ("/healthz", "/readyz", "/metrics", "/v1/openapi.json")
+    for path in public:
         assert doc["paths"][path]["get"]["security"] == []
     # The artifact link: the owner's token, or nothing but expires+sig.
     art = doc["paths"]["/v1/artifacts/{artifact_id}"]["get"]
@@ -126,13 +128,19 @@ def test_security_exemptions(doc: dict[str, Any]) -> None:
     # Everything else inherits the bearer requirement.
     for path, item in doc["paths"].items():
         for method, op in item.items():
-            if method == "parameters" or path in ("/healthz", "/readyz", "/metrics"):
+            if method == "parameters" or path in public:
                 continue
             if not path.startswith("/v1/artifacts/"):
                 assert "security" not in op, f"{method} {path}"
 
 
 def test_headers(doc: dict[str, Any]) -> None:
+    for path, item in doc["paths"].items():
+        for method, op in item.items():
+            for status, resp in op.get("responses", {}).items() if method != "parameters" else ():
+                schema = resp.get("content", {}).get("application/json", {}).get("schema", {})
+                if schema.get("$ref", "").endswith("/Error"):
+                    assert "X-Correlation-Id" in resp["headers"], f"{method} {path} {status}"
     jobs = doc["paths"]["/v1/jobs"]["post"]
     assert jobs["parameters"][0]["$ref"].endswith("/IdempotencyKey")
     assert "Retry-After" in jobs["responses"]["429"]["headers"]
