@@ -54,6 +54,8 @@ class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     poll_interval_ms: float = 200.0
     max_queue_depth: int = 10000
     shutdown_grace_s: float = 20.0
+    # One attempt running longer than this fails retryably (attempt_timeout).
+    max_run_s: float = 900.0
     # CPU-heavy steps (PDF parsing, signing, rendering) run in this many processes.
     cpu_processes: int = 2
 

@@ -1,0 +1,331 @@
+"""The daemon's lifecycle: one owner that builds and tears down everything in order.
+
+Start-up, in order: temp volume swept, store opened (migrations, lock), object and
+artifact stores, signing key and scanner, job kinds, worker pool; then the HTTP
+site. Shutdown runs the same list backwards after the site stops accepting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ProcessPoolExecutor
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from . import config as config_mod
+from . import logs, sdnotify
+from .artifacts import ArtifactStore
+from .config import Config
+from .errors import Busy, CasesignError, ConfigError
+from .kinds import Artifact, JobKind
+from .logs import log_event
+from .metrics import Metrics, StateCache
+from .objects import ObjectStore
+from .sources import Fetcher
+from .store import SqliteStore
+from .tempfiles import TempManager
+from .worker import Pool
+
+log = logging.getLogger("casesignd.app")
+
+
+class KeySlots:
+    """Bounds concurrent use of the signing key. Batch jobs share ``total - reserved``
+    slots; the kiosk path has ``reserved`` slots of its own and may borrow a free
+    batch slot, never the other way round."""
+
+    def __init__(self, total: int, kiosk_reserved: int) -> None:
+        self.batch_slots = max(1, total - kiosk_reserved)
+        self.kiosk_slots = kiosk_reserved
+        self._batch = asyncio.Semaphore(self.batch_slots)
+        self._kiosk = asyncio.Semaphore(kiosk_reserved) if kiosk_reserved else None
+        self.in_use = {"batch": 0, "kiosk": 0}
+
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        async with self._batch:
+            self.in_use["batch"] += 1
+            try:
+                yield
+            finally:
+                self.in_use["batch"] -= 1
+
+    @contextlib.asynccontextmanager
+    async def kiosk(self) -> AsyncIterator[None]:
+        """A slot now, or Busy: the kiosk path never queues behind batch work."""
+        if self._kiosk is not None and not self._kiosk.locked():
+            sem, pool = self._kiosk, "kiosk"
+        elif not self._batch.locked():
+            sem, pool = self._batch, "batch"
+        else:
+            raise Busy("every signing slot is taken", headers={"Retry-After": "1"})
+        async with sem:
+            self.in_use[pool] += 1
+            try:
+                yield
+            finally:
+                self.in_use[pool] -= 1
+
+
+class Services:
+    """Everything a request handler or a running job may use."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.config = cfg
+        self.metrics = Metrics()
+        self.state = StateCache()
+        self.metrics.add_state_source(self.state.snapshot)
+        self.store = SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
+        state_dir = cfg.path(cfg.storage.state_dir)
+        self.temp = TempManager(cfg.path(cfg.storage.temp_dir), cfg.storage.temp_quota_bytes)
+        self.objects = ObjectStore(state_dir / "objects")
+        self.artifacts: ArtifactStore | None = None
+        self.fetcher: Fetcher | None = None
+        self.signer: Any = None
+        self.scanner: Any = None
+        self.kinds: dict[str, JobKind] = {}
+        self.pool: Pool | None = None
+        self.key_slots = KeySlots(cfg.signing.key_slots, cfg.kiosk.reserved_key_slots)
+        self.tenants: dict[str, str] = {}
+        self.shutting_down = False
+        self.started_at = time.time()
+        self.notifier = sdnotify.Notifier.from_env()
+        self._cpu: ProcessPoolExecutor | None = None
+
+    # --- tenants ---------------------------------------------------------------------
+
+    def load_tenants(self, cfg: Config) -> None:
+        self.tenants = {t.token_sha256: t.name for t in cfg.tenants}
+
+    # --- CPU pool ----------------------------------------------------------------------
+
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run CPU-heavy work in a separate process: pure-Python PDF parsing does not run
+        in parallel in threads (the GIL), and it must never block the event loop."""
+        if self._cpu is None:
+            # forkserver: the daemon has threads (the store writer), and forking a
+            # threaded process is unsafe.
+            self._cpu = ProcessPoolExecutor(
+                max_workers=self.config.workers.cpu_processes, mp_context=get_context("forkserver"))
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+
+    def close_cpu(self) -> None:
+        if self._cpu is not None:
+            self._cpu.shutdown(wait=True, cancel_futures=True)
+            self._cpu = None
+
+    # --- what jobs call ----------------------------------------------------------------
+
+    async def publish(self, ctx: Any, path: Path, media_type: str, sig_key: str | None = None) -> Artifact:
+        """Publish a result durably under a deterministic id (the recorded one wins)."""
+        assert self.artifacts is not None
+        key = sig_key or f"{ctx.job_id}:{ctx.series_failures}:{ctx.attempt}"
+        artifact_id = self.artifacts.artifact_id(ctx.tenant, key)
+        await ctx.check_lease()
+        async with ctx.phase("publish"):
+            return await asyncio.to_thread(self.artifacts.publish, path, artifact_id, media_type)
+
+    def link(self, artifact_id: str, tenant: str) -> tuple[str, int]:
+        assert self.artifacts is not None
+        expires = int(time.time()) + self.config.links.ttl_s
+        return self.artifacts.sign_link(artifact_id, tenant, expires), expires
+
+    async def refresh_state(self) -> None:
+        """Refresh the cached values the gauges read at scrape time."""
+        stats = await self.store.stats()
+        usage = self.temp.usage()
+        oldest = stats["oldest_queued_age_s"]
+        pool = self.pool
+        self.state.update(
+            jobs=stats["states"],
+            oldest_queued_at_unix=(time.time() - oldest) if oldest else None,
+            inflight_bytes=pool.inflight_bytes if pool else 0,
+            temp_used_bytes=usage.used_bytes,
+            temp_free_bytes=usage.free_bytes,
+            key_slots_in_use=dict(self.key_slots.in_use),
+            workers_busy=len(pool.running) if pool else 0,
+        )
+        depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)
+        self.notifier.status(f"queued={depth} running={stats['states'].get('running', 0)}")
+
+
+SERVICES = web.AppKey("services", Services)
+
+
+def _load_signer(cfg: Config) -> Any:
+    if not cfg.signing.pkcs12_path and cfg.signing.pkcs11 is None:
+        return None
+    from .keys import load_signer
+
+    return load_signer(cfg)
+
+
+def _make_scanner(cfg: Config) -> Any:
+    try:
+        from .scanner import make_scanner
+    except ImportError:  # pragma: no cover - during partial installs only
+        return None
+    return make_scanner(cfg)
+
+
+def register_kinds(services: Services) -> None:
+    """The job kinds this daemon runs. The test kind only with CASESIGND_TEST_KIND=1."""
+    from .invoice import InvoiceKind
+
+    kinds: list[JobKind] = [InvoiceKind()]
+    try:
+        from .signcase import SignCaseKind
+
+        kinds.append(SignCaseKind())
+    except ImportError:  # pragma: no cover - during partial installs only
+        pass
+    if os.environ.get("CASESIGND_TEST_KIND") == "1":
+        from .testkind import TestKind
+
+        kinds.append(TestKind())
+        services.metrics.allow("kind", "test")
+    services.kinds = {k.name: k for k in kinds}
+
+
+async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+    s = app[SERVICES]
+    cfg = s.config
+    swept = await asyncio.to_thread(s.temp.sweep)
+    if swept:
+        log_event(log, "temp.swept", count=swept)
+    await s.store.open()
+    try:
+        s.load_tenants(cfg)
+        secret = cfg.credential(cfg.links.secret_file).read_bytes()
+        s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret)
+        await asyncio.to_thread(s.objects.sweep)
+        s.fetcher = Fetcher(cfg.sources, s.objects, max_bytes=cfg.server.max_object_bytes,
+                            on_retry=lambda _src, reason: s.metrics.source_retry(reason))
+        s.signer = await asyncio.to_thread(_load_signer, cfg)
+        s.scanner = _make_scanner(cfg)
+        register_kinds(s)
+        s.pool = Pool(s, s.kinds, s.store)
+        await s.pool.start()
+        await s.refresh_state()
+        yield
+    finally:
+        s.shutting_down = True
+        if s.pool is not None and s.pool.started:
+            await s.pool.stop(cfg.workers.shutdown_grace_s)
+        if s.fetcher is not None:
+            await s.fetcher.close()
+        await asyncio.to_thread(s.close_cpu)
+        await s.store.close()
+
+
+def build_app(cfg: Config) -> web.Application:
+    """The aiohttp application with every service attached and its lifecycle."""
+    from . import api
+
+    services = Services(cfg)
+    app = web.Application(
+        client_max_size=cfg.server.max_json_bytes,
+        middlewares=api.middlewares(services),
+        handler_args={"max_field_size": 16384, "max_line_size": 16384},
+    )
+    app[SERVICES] = services
+    app.cleanup_ctx.append(_lifecycle)
+    api.add_routes(app)
+    return app
+
+
+def reload(services: Services, config_path: str) -> None:
+    """SIGHUP: re-read tenants, tokens and policies; running jobs are untouched."""
+    try:
+        fresh = config_mod.load(config_path)
+    except ConfigError as e:
+        log_event(log, "config.reload_refused", level=logging.ERROR, error=str(e))
+        return
+    cfg = services.config
+    cfg.tenants = fresh.tenants
+    cfg.policies = fresh.policies
+    cfg.default_policy = fresh.default_policy
+    services.load_tenants(cfg)
+    log_event(log, "config.reloaded", count=len(fresh.tenants))
+
+
+async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
+    app = build_app(cfg)
+    services = app[SERVICES]
+    runner = web.AppRunner(app, access_log=None, handle_signals=False,
+                           shutdown_timeout=cfg.workers.shutdown_grace_s)
+    await runner.setup()
+    fds = sdnotify.listen_fds()
+    if fds:
+        site: web.BaseSite = web.SockSite(runner, fds[0])
+    else:
+        host, _, port = (listen or cfg.server.listen).rpartition(":")
+        site = web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True)
+    try:
+        await site.start()
+    except OSError as e:
+        log_event(log, "server.listen_failed", level=logging.ERROR, error=str(e))
+        await runner.cleanup()
+        return 1
+    log_event(log, "server.listening", route=site.name)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    def on_hup() -> None:
+        services.notifier.reloading()
+        reload(services, config_path)
+        services.notifier.ready()
+
+    loop.add_signal_handler(signal.SIGHUP, on_hup)
+    progress = sdnotify.ProgressTracker(stall_s=max(60.0, cfg.workers.lease_s * 2))
+
+    async def probe() -> bool:
+        await services.store.ping()
+        pool = services.pool
+        if pool is None or not pool.started:
+            return False
+        return progress.healthy(len(pool.running), int(pool.last_progress * 1000), time.monotonic())
+
+    watchdog = sdnotify.Watchdog.from_env(services.notifier, probe)
+    services.notifier.ready("accepting jobs")
+    if watchdog:
+        watchdog.start()
+    await stop.wait()
+    services.notifier.stopping("draining")
+    log_event(log, "server.stopping")
+    services.shutting_down = True
+    if watchdog:
+        await watchdog.stop()
+    await runner.cleanup()
+    log_event(log, "server.stopped")
+    return 0
+
+
+def serve(config_path: str, listen: str | None = None) -> int:
+    """Run the daemon until SIGTERM; the exit status for the command line."""
+    try:
+        cfg = config_mod.load(config_path)
+    except ConfigError as e:
+        print(f"config error: {e.key}: {e.message}", file=sys.stderr)
+        return 2
+    logs.configure(cfg.logging.level)
+    try:
+        return asyncio.run(_serve(cfg, config_path, listen))
+    except ConfigError as e:
+        print(f"config error: {e.key}: {e.message}", file=sys.stderr)
+        return 2
+    except CasesignError as e:
+        print(f"cannot start: {e.code}: {e.message}", file=sys.stderr)
+        return 1

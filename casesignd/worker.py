@@ -1,0 +1,342 @@
+"""The worker pool: claims jobs, runs them, and records every outcome.
+
+The pool is bounded three ways: jobs at once (``workers.concurrency``), bytes in
+flight (a job's declared size is reserved before it is claimed, inside the claim
+statement), and signing-key access (key slots, held only around the key operation).
+Leases are renewed by a heartbeat while the work runs; leases that expire are
+reclaimed periodically, and at start-up every lease is reclaimed at once because
+the store lock proves that nobody else holds one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import jobs
+from .errors import CasesignError, TransientJobError
+from .kinds import JobKind, Outcome
+from .logs import log_event
+from .store import Job, Lease, Store
+
+log = logging.getLogger("casesignd.worker")
+
+
+class LeaseLost(CasesignError):
+    """This attempt no longer holds its lease; its result must not be published."""
+
+    code = "lease_lost"
+    retryable = False
+
+
+@dataclass
+class _Running:
+    job: Job
+    task: asyncio.Task[None]
+    lost: bool = False
+    started: float = field(default_factory=time.monotonic)
+
+
+class JobCtx:
+    """The :class:`casesignd.kinds.JobContext` the pool hands to a running job."""
+
+    def __init__(self, pool: Pool, job: Job, workdir: Path, running: _Running) -> None:
+        self.job_id = job.job_id
+        self.tenant = job.tenant
+        self.kind = job.kind
+        self.attempt = job.attempt
+        self.series_failures = job.failures
+        self.case_id = job.case_id
+        self.version = job.version
+        self.input = job.input_dict()
+        self.correlation_id = job.correlation_id
+        self.job = job
+        self.config = pool.services.config
+        self.services = pool.services
+        self.workdir = workdir
+        self.phases: dict[str, float] = {}
+        self._pool = pool
+        self._running = running
+
+    @contextlib.asynccontextmanager
+    async def phase(self, name: str) -> AsyncIterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            took = time.perf_counter() - start
+            self.phases[name] = self.phases.get(name, 0.0) + took
+            self.services.metrics.observe_phase(self.kind, name, took)
+            log_event(log, "job.phase", job_id=self.job_id, attempt=self.attempt, phase=name,
+                      duration_ms=round(took * 1000, 3), correlation_id=self.correlation_id)
+
+    async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await self.services.run_cpu(fn, *args)
+
+    def key_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.services.key_slots.batch()
+
+    async def check_lease(self) -> None:
+        if self._running.lost or self._pool.stopping_hard:
+            raise LeaseLost("the lease of this attempt is no longer held")
+
+
+class Pool:
+    """Runs jobs of the registered kinds with the configured bounds."""
+
+    def __init__(self, services: Any, kinds: dict[str, JobKind], store: Store) -> None:
+        self.services = services
+        self.cfg = services.config
+        self.kinds = kinds
+        self.store = store
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self.running: dict[str, _Running] = {}
+        self.inflight_bytes = 0
+        self.stopping = False
+        self.stopping_hard = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.last_progress = time.monotonic()
+        self.started = False
+
+    # --- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        reclaimed = await self.store.reclaim_expired(
+            max_lost=self.cfg.retry.max_lost_leases, everything=True)
+        if reclaimed:
+            self.services.metrics.lease_reclaimed(len(reclaimed))
+            log_event(log, "pool.reclaimed_at_start", count=len(reclaimed))
+        for name, coro in (("dispatch", self._dispatch()), ("heartbeat", self._heartbeat()),
+                           ("maintain", self._maintain())):
+            self._tasks.append(asyncio.create_task(coro, name=f"casesignd-{name}"))
+        self.started = True
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop claiming; let running jobs finish within ``grace_s``; then cancel them,
+        which releases their leases so that a restart resumes them at once."""
+        self.stopping = True
+        self._wake.set()
+        tasks = [r.task for r in self.running.values()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        self.stopping_hard = True
+        for r in list(self.running.values()):
+            r.task.cancel()
+        left = [r.task for r in self.running.values()]
+        if left:
+            await asyncio.wait(left, timeout=10)
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.started = False
+
+    def wake(self) -> None:
+        """New work may be there (an admission, a freed slot)."""
+        self._wake.set()
+
+    # --- the loops ---------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        poll_s = self.cfg.workers.poll_interval_ms / 1000.0
+        kinds = sorted(self.kinds)
+        while not self.stopping:
+            claimed = None
+            if len(self.running) < self.cfg.workers.concurrency:
+                budget = self.cfg.workers.max_inflight_bytes - self.inflight_bytes
+                try:
+                    claimed = await self.store.claim(self.owner, self.cfg.workers.lease_s, budget, kinds)
+                except CasesignError as e:
+                    log_event(log, "pool.claim_failed", level=logging.WARNING, code=e.code)
+                    await asyncio.sleep(poll_s)
+                    continue
+            if claimed is not None:
+                self._start_job(claimed)
+                continue
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), poll_s)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.cfg.workers.heartbeat_s)
+            held = [r.job.lease for r in self.running.values() if not r.lost]
+            try:
+                lost = await self.store.renew(held, self.cfg.workers.lease_s)
+            except CasesignError:
+                continue  # the lease may still be valid; the next beat tries again
+            for lease in lost:
+                r = self.running.get(lease.job_id)
+                if r is not None and r.job.attempt == lease.attempt:
+                    r.lost = True
+                    self.services.metrics.lease_expired()
+                    log_event(log, "job.lease_lost", level=logging.WARNING, job_id=lease.job_id,
+                              attempt=lease.attempt)
+                    r.task.cancel()
+
+    async def _maintain(self) -> None:
+        last_reclaim = 0.0
+        while True:
+            await asyncio.sleep(min(0.25, self.cfg.workers.reclaim_interval_s))
+            try:
+                if await self.store.promote_due():
+                    self.wake()
+                now = time.monotonic()
+                if now - last_reclaim >= self.cfg.workers.reclaim_interval_s:
+                    last_reclaim = now
+                    mine = {r.job.job_id for r in self.running.values()}
+                    reclaimed = await self.store.reclaim_expired(max_lost=self.cfg.retry.max_lost_leases)
+                    if reclaimed:
+                        self.services.metrics.lease_expired(len(reclaimed))
+                        self.services.metrics.lease_reclaimed(len(reclaimed))
+                        for job in reclaimed:
+                            r = self.running.get(job.job_id)
+                            if job.job_id in mine and r is not None:
+                                r.lost = True
+                            if job.state == "failed":
+                                self._finished(job, "failed")
+                        self.wake()
+                await self.services.refresh_state()
+            except CasesignError as e:
+                log_event(log, "pool.maintenance_failed", level=logging.WARNING, code=e.code)
+
+    # --- one job -------------------------------------------------------------------
+
+    def _start_job(self, job: Job) -> None:
+        self.inflight_bytes += job.declared_bytes
+        holder = _Running(job=job, task=None)  # type: ignore[arg-type]
+        holder.task = asyncio.create_task(self._run(job, holder), name=f"job-{job.job_id}")
+        self.running[job.job_id] = holder
+
+    def _max_attempts(self, kind: str) -> int:
+        return self.cfg.retry.max_attempts.get(kind, self.cfg.retry.default_max_attempts)
+
+    async def _run(self, job: Job, holder: _Running) -> None:
+        kind = self.kinds[job.kind]
+        lease = job.lease
+        fields = {"job_id": job.job_id, "attempt": job.attempt, "kind": job.kind,
+                  "correlation_id": job.correlation_id}
+        log_event(log, "job.claimed", **fields)
+        started = time.perf_counter()
+        try:
+            try:
+                reserve = kind_temp_bytes(job)
+                async with self.services.temp.attempt(job.job_id, job.attempt, reserve) as area:
+                    ctx = JobCtx(self, job, Path(area.path), holder)
+                    async with asyncio.timeout(self.cfg.workers.max_run_s):
+                        outcome: Outcome = await kind.run(ctx)
+                    await ctx.check_lease()
+                result = outcome_result(outcome)
+                done = await self.store.finish(lease, result)
+                if done is None:
+                    self.services.metrics.stale_result()
+                    log_event(log, "job.stale_result", level=logging.WARNING, **fields)
+                else:
+                    self._finished(done, "succeeded")
+                    log_event(log, "job.succeeded", duration_ms=_ms(started), **fields)
+            except asyncio.CancelledError:
+                if holder.lost:
+                    # The lease moved on: the job belongs to someone else now.
+                    await self._record_stale(lease)
+                    return
+                if self.stopping_hard:
+                    await self._shield(self.store.release(lease))
+                    log_event(log, "job.released", **fields)
+                    return
+                raise
+            except TimeoutError:
+                await self._after_failure(job, lease, TransientJobError(
+                    "the attempt ran longer than workers.max_run_s", code="attempt_timeout"),
+                    fields, started)
+            except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
+                if holder.lost or isinstance(e, LeaseLost):
+                    await self._record_stale(lease)
+                    return
+                await self._after_failure(job, lease, e, fields, started)
+        except CasesignError as e:
+            # The store itself failed while recording an outcome: the lease expires and
+            # the job is reclaimed; nothing acknowledged is lost.
+            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
+        finally:
+            self.inflight_bytes -= job.declared_bytes
+            self.running.pop(job.job_id, None)
+            self.last_progress = time.monotonic()
+            self.wake()
+
+    async def _shield(self, coro: Any) -> Any:
+        with contextlib.suppress(CasesignError):
+            return await asyncio.shield(coro)
+
+    async def _record_stale(self, lease: Lease) -> None:
+        # A fenced no-op write: the store records the attempt as lost.
+        await self._shield(self.store.finish(lease, {"stale": True}))
+        self.services.metrics.stale_result()
+
+    async def _after_failure(self, job: Job, lease: Lease, error: BaseException,
+                             fields: dict[str, Any], started: float) -> None:
+        decision = jobs.plan_retry(
+            job.failures + 1, error, max_attempts=self._max_attempts(job.kind),
+            base_s=self.cfg.retry.base_delay_s, cap_s=self.cfg.retry.max_delay_s)
+        detail = error_detail(error)
+        self.services.metrics.allow("code", decision.code)
+        if decision.retry:
+            done = await self.store.retry_later(lease, decision.code, decision.delay_s, detail)
+            self.services.metrics.retry(job.kind, decision.code)
+            log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
+                      delay_ms=round(decision.delay_s * 1000), error=_err(error),
+                      duration_ms=_ms(started), **fields)
+        else:
+            done = await self.store.fail(lease, decision.category, decision.code, detail)
+            level = logging.ERROR if decision.category == "internal" else logging.WARNING
+            log_event(log, "job.failed", level=level, code=decision.code,
+                      category=decision.category, error=_err(error), duration_ms=_ms(started),
+                      exc_info=error if decision.category == "internal" else None, **fields)
+            if done is not None:
+                self._finished(done, "failed")
+        if done is None:
+            self.services.metrics.stale_result()
+
+    def _finished(self, job: Job, outcome: str) -> None:
+        m = self.services.metrics
+        m.job_finished(job.kind, outcome)
+        t = jobs.timings(job, time.time())
+        m.observe_clocks(job.kind, t["queue_wait_ms"] / 1000, t["processing_ms"] / 1000,
+                         t["total_ms"] / 1000)
+
+
+def kind_temp_bytes(job: Job) -> int:
+    """Temp bytes an attempt reserves: its inputs and its output, plus headroom."""
+    return 2 * job.declared_bytes + 1024 * 1024
+
+
+def outcome_result(outcome: Outcome) -> dict[str, Any]:
+    result: dict[str, Any] = {"detail": outcome.detail}
+    if outcome.artifact is not None:
+        a = outcome.artifact
+        result["artifact"] = {"artifact_id": a.artifact_id, "sha256": a.sha256, "size": a.size,
+                              "media_type": a.media_type}
+    return result
+
+
+def error_detail(error: BaseException) -> dict[str, Any]:
+    """What the audit trail keeps of an error: its code, never personal data."""
+    if isinstance(error, CasesignError):
+        return {"code": error.code, "retryable": error.retryable}
+    return {"code": "internal_error", "exception": type(error).__name__}
+
+
+def _err(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)

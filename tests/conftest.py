@@ -1,0 +1,33 @@
+"""Shared fixtures: a real daemon on loopback, made fresh for each test that asks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.daemon import Daemon
+
+
+@pytest.fixture
+def daemon_factory(tmp_path) -> Iterator[Callable[..., Daemon]]:
+    """Make (and afterwards stop) daemons: ``daemon_factory(overrides, start=True)``."""
+    made: list[Daemon] = []
+
+    def make(overrides: dict[str, Any] | None = None, *, start: bool = True,
+             env: dict[str, str] | None = None) -> Daemon:
+        d = Daemon(tmp_path / f"state{len(made)}", overrides, env)
+        made.append(d)
+        return d.start() if start else d
+
+    yield make
+    for d in made:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def daemon(daemon_factory) -> Daemon:
+    return daemon_factory()

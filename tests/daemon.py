@@ -1,0 +1,203 @@
+"""A real casesignd daemon on loopback, for integration and acceptance tests.
+
+The daemon runs as a separate process (``python -m casesignd serve``) on a fresh
+setup made by ``casesignd init``, with a real SQLite file, so tests can ``kill -9``
+it and start it again on the same state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{json.dumps(k)} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    raise TypeError(type(v))
+
+
+def to_toml(data: dict[str, Any]) -> str:
+    """Enough of TOML for casesignd's config: scalars, tables, arrays of tables."""
+    lines = []
+    for k, v in data.items():
+        if not isinstance(v, dict) and not (isinstance(v, list) and v and isinstance(v[0], dict)):
+            lines.append(f"{k} = {_toml_value(v)}")
+    for k, v in data.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{k}]")
+            for kk, vv in v.items():
+                lines.append(f"{kk} = {_toml_value(vv)}")
+        elif isinstance(v, list) and v and isinstance(v[0], dict):
+            for item in v:
+                lines.append(f"\n[[{k}]]")
+                for kk, vv in item.items():
+                    lines.append(f"{kk} = {_toml_value(vv)}")
+    return "\n".join(lines) + "\n"
+
+
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+class Response:
+    def __init__(self, status: int, headers: Any, body: bytes) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Daemon:
+    """One daemon's state directory and, while running, its process."""
+
+    def __init__(self, state: Path, overrides: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> None:
+        self.dir = state
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.env = {**os.environ, "CASESIGND_TEST_KIND": "1", "PYTHONUNBUFFERED": "1",
+                    "CASESIGND_STRICT_LABELS": "1", **(env or {})}
+        self.env.pop("NOTIFY_SOCKET", None)
+        subprocess.run([sys.executable, "-m", "casesignd", "init", "--dir", str(state)],
+                       check=True, capture_output=True, env=self.env, timeout=60)
+        self.config_path = state / "config.toml"
+        base = tomllib.loads(self.config_path.read_text())
+        fast = {"workers": {"poll_interval_ms": 50.0, "reclaim_interval_s": 0.5,
+                            "shutdown_grace_s": 5.0},
+                "retry": {"base_delay_s": 0.2, "max_delay_s": 2.0},
+                "server": {"listen": f"127.0.0.1:{self.port}"}}
+        self.config = merge(merge(base, fast), overrides or {})
+        self.config_path.write_text(to_toml(self.config))
+        envfile = dict(line.split("=", 1) for line in (state / "client.env").read_text().splitlines()
+                       if "=" in line and not line.startswith("#"))
+        self.token = envfile["CASESIGND_TOKEN"]
+        self.log_path = state / "daemon.log"
+        self.db = state / self.config["store"]["path"]
+
+    # --- process -------------------------------------------------------------------
+
+    def start(self, wait: bool = True) -> Daemon:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "casesignd", "serve", "--config", str(self.config_path)],
+            stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.logs()[-3000:]}")
+            try:
+                if self.request("GET", "/readyz", auth=False).status == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise TimeoutError(f"daemon not ready:\n{self.logs()[-3000:]}")
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+            raise
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    # --- HTTP ------------------------------------------------------------------------
+
+    def request(self, method: str, path: str, body: Any = None, *, auth: bool | str = True,
+                headers: dict[str, str] | None = None, raw: bytes | None = None,
+                timeout_s: float = 30.0) -> Response:
+        hdrs = dict(headers or {})
+        if auth:
+            hdrs.setdefault("Authorization", f"Bearer {auth if isinstance(auth, str) else self.token}")
+        data = raw
+        if body is not None:
+            data = json.dumps(body).encode()
+            hdrs.setdefault("Content-Type", "application/json")
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=hdrs)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as r:
+                return Response(r.status, r.headers, r.read())
+        except urllib.error.HTTPError as e:
+            return Response(e.code, e.headers, e.read())
+
+    def submit(self, body: dict[str, Any], key: str | None = None) -> Response:
+        return self.request("POST", "/v1/jobs", body,
+                            headers={"Idempotency-Key": key} if key else None)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        r = self.request("GET", f"/v1/jobs/{job_id}")
+        assert r.status == 200, r.body
+        return r.json()
+
+    def wait_job(self, job_id: str, states: tuple[str, ...] = ("ready", "failed", "canceled"),
+                 timeout_s: float = 60.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job["state"] in states:
+                return job
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"job {job_id} still {job['state']}")
+            time.sleep(0.05)
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/v1/jobs/{job_id}/events").json()["events"]
+
+    def cli(self, *args: str, timeout_s: float = 120.0) -> subprocess.CompletedProcess[str]:
+        env = {**self.env, "CASESIGND_URL": self.url, "CASESIGND_TOKEN": self.token}
+        return subprocess.run([sys.executable, "-m", "casesignd", *args], capture_output=True,
+                              text=True, env=env, timeout=timeout_s, cwd=self.dir)
