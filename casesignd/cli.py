@@ -133,7 +133,10 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from . import app  # the daemon: aiohttp and friends load only here
+    try:
+        from . import app  # the daemon: aiohttp and friends load only here
+    except ImportError as e:
+        raise CasesignError(f"the daemon cannot start: {e}", code="unavailable") from None
 
     config = str(config_path_from(args.config, os.environ))
     return int(app.serve(config, args.listen))
@@ -271,7 +274,11 @@ def cmd_verify(args: argparse.Namespace) -> int:
             trust = x509.load_pem_x509_certificates(pem)
         except ValueError as e:
             raise UsageError(f"{args.trust}: no PEM certificate: {e}") from None
-    from .verify import verify_pdf
+    try:
+        from .verify import verify_pdf
+    except ImportError as e:
+        raise CasesignError(f"signature validation is not available: {e}",
+                            code="unavailable") from None
 
     reports = verify_pdf(path, trust)
     if not reports:

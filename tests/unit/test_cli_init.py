@@ -274,3 +274,115 @@ def test_audit_verify_on_a_fresh_setup(setup_dir: Path, capsys: pytest.CaptureFi
                                        ) -> None:
     assert cli.main(["audit", "verify", "--config", str(setup_dir / "config.toml")]) == 1
     assert "error: no_store: no job store at " in capsys.readouterr().err
+
+
+# --- audit verify, verify and serve: the CLI's side, with the modules they call ------
+
+
+def _events_db(path: Path, n: int, tamper_seq: int | None = None) -> None:
+    """A store file holding just an audit chain of ``n`` events."""
+    import sqlite3
+
+    from casesignd import audit
+
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TABLE events ({', '.join(audit.FIELDS)})")
+    prev = audit.GENESIS
+    for seq in range(1, n + 1):
+        ev = {"event_id": f"ev-{seq}", "seq": seq, "job_id": "job-1", "tenant": "default",
+              "case_id": "C-1", "type": "job.admitted", "actor": "api",
+              "at": "2026-01-01T00:00:00.000000Z", "attempt": 0, "input_digest": None,
+              "policy_version": "contract-v1", "detail": "{}", "prev_hash": prev}
+        ev["hash"] = prev = audit.event_hash(ev)
+        if seq == tamper_seq:
+            ev["detail"] = '{"changed":true}'
+        conn.execute(f"INSERT INTO events VALUES ({', '.join('?' * len(audit.FIELDS))})",
+                     [ev[k] for k in audit.FIELDS])
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize(
+    ("tamper", "rc", "line"),
+    [
+        (None, 0, "audit chain intact: 3 events"),
+        (2, 1, "audit chain broken at event seq=2 (event_id=ev-2, job_id=job-1): "
+               "hash does not match the event's contents"),
+    ],
+)
+def test_audit_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper, rc, line
+                      ) -> None:
+    (tmp_path / "config.toml").write_text('[store]\npath = "jobs.db"\n')
+    _events_db(tmp_path / "jobs.db", 3, tamper)
+    assert cli.main(["audit", "verify", "--config", str(tmp_path / "config.toml")]) == rc
+    assert capsys.readouterr().out == line + "\n"
+
+
+class _Report:
+    def __init__(self, valid: bool, text: str) -> None:
+        self.valid, self.text = valid, text
+
+    def describe(self) -> str:
+        return self.text
+
+
+@pytest.mark.parametrize(
+    ("reports", "rc"),
+    [
+        ([_Report(True, "sig 1: valid")], 0),
+        ([_Report(True, "sig 1: valid"), _Report(False, "sig 2: modified after signing")], 1),
+        ([], 1),
+    ],
+)
+def test_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                monkeypatch: pytest.MonkeyPatch, reports, rc) -> None:
+    import types
+
+    from casesignd import devpki
+
+    seen: dict = {}
+
+    def verify_pdf(path, trust):
+        seen.update(path=path, trust=trust)
+        return reports
+
+    fake = types.ModuleType("casesignd.verify")
+    fake.verify_pdf = verify_pdf  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "casesignd.verify", fake)
+    pdf = tmp_path / "a.pdf"
+    pdf.write_bytes(b"%PDF-1.7")
+    ca = devpki.make_ca(kind="ec")
+    (tmp_path / "ca.pem").write_bytes(devpki.cert_pem(ca.cert))
+    assert cli.main(["verify", str(pdf), "--trust", str(tmp_path / "ca.pem")]) == rc
+    want = "".join(r.text + "\n" for r in reports) if reports else f"{pdf}: no signatures\n"
+    assert capsys.readouterr().out == want
+    assert seen["path"] == pdf and [c.subject for c in seen["trust"]] == [ca.cert.subject]
+
+
+def test_verify_refuses_a_bad_trust_file(tmp_path: Path, capsys) -> None:
+    (tmp_path / "a.pdf").write_bytes(b"%PDF-1.7")
+    (tmp_path / "ca.pem").write_text("not a certificate")
+    assert cli.main(["verify", str(tmp_path / "a.pdf"), "--trust", str(tmp_path / "ca.pem")]) == 2
+    assert "no PEM certificate" in capsys.readouterr().err
+    assert cli.main(["verify", str(tmp_path / "missing.pdf")]) == 2
+
+
+def test_serve_hands_over_config_and_listen(monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    import types
+
+    import casesignd
+
+    calls: list = []
+    fake = types.ModuleType("casesignd.app")
+    fake.serve = lambda config_path, listen: calls.append((config_path, listen)) or 0  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "casesignd.app", fake)
+    monkeypatch.setattr(casesignd, "app", fake, raising=False)
+    monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
+    assert cli.main(["serve"]) == 0
+    assert cli.main(["serve", "--config", str(tmp_path / "c.toml"), "--listen", "127.0.0.1:1"]) == 0
+    monkeypatch.setenv("CASESIGND_CONFIG", "/etc/casesignd/config.toml")
+    assert cli.main(["serve"]) == 0
+    assert calls == [("casesignd-state/config.toml", None),
+                     (str(tmp_path / "c.toml"), "127.0.0.1:1"),
+                     ("/etc/casesignd/config.toml", None)]
