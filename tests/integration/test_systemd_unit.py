@@ -190,6 +190,8 @@ done.append("asyncio")
 import casesignd
 refused, other = [], []
 for m in pkgutil.iter_modules(casesignd.__path__):
+    if m.name.startswith("_"):  # __main__ runs the command line on import
+        continue
     try:
         importlib.import_module(f"casesignd.{m.name}")
     except MemoryError as e:
