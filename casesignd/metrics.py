@@ -515,7 +515,9 @@ def aiohttp_middleware(metrics: Metrics) -> Any:
     """An aiohttp middleware observing ``casesignd_http_request_seconds``.
 
     The route label is the matched resource's template (``/v1/jobs/{job_id}``), or
-    ``unmatched``; error answers raised as ``HTTPException`` are counted by status.
+    ``unmatched``. Errors raised as ``HTTPException`` or :class:`CasesignError` are
+    counted with the status they are answered with, so this middleware may sit inside
+    the one that renders error bodies.
     """
     from aiohttp import web
 
@@ -528,6 +530,10 @@ def aiohttp_middleware(metrics: Metrics) -> Any:
             status = response.status
             return response
         except web.HTTPException as e:
+            status = e.status
+            raise
+        except errors.CasesignError as e:
+            # An outer middleware turns it into its answer; count that status.
             status = e.status
             raise
         finally:

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from casesignd.errors import QueueFull
 from casesignd.metrics import (
     ITEMS_BUCKETS,
     LabelNotAllowed,
@@ -198,6 +199,8 @@ async def test_middleware_labels_by_route_template(aiohttp_client) -> None:
     async def show(request: web.Request) -> web.Response:
         if request.match_info["job_id"] == "missing":
             raise web.HTTPNotFound()
+        if request.match_info["job_id"] == "full":
+            raise QueueFull("queue is full")
         return web.json_response({})
 
     app = web.Application(middlewares=[aiohttp_middleware(m)])
@@ -206,6 +209,7 @@ async def test_middleware_labels_by_route_template(aiohttp_client) -> None:
     assert (await client.get("/v1/jobs/MKT-2026-00042")).status == 200
     assert (await client.get("/v1/jobs/missing")).status == 404
     assert (await client.get("/v1/cases/EDU-1042/whatever")).status == 404
+    await client.get("/v1/jobs/full")  # rendered by an outer middleware in the daemon
     text = m.render()[0].decode()
     assert "MKT-2026-00042" not in text and "EDU-1042" not in text
     assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs/{job_id}",
@@ -214,6 +218,8 @@ async def test_middleware_labels_by_route_template(aiohttp_client) -> None:
                   status="404") == 1  # fmt: skip
     assert sample(m, "casesignd_http_request_seconds_count", route="unmatched",
                   status="404") == 1  # fmt: skip
+    assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs/{job_id}",
+                  status="429") == 1  # fmt: skip
 
 
 def test_codes_written_in_the_source_are_allowed() -> None:
