@@ -13,13 +13,22 @@ import hashlib
 import secrets
 
 import aiohttp
-from asn1crypto import algos, cms, tsp
+from asn1crypto import algos, cms, core, tsp
 
 from .errors import TsaUnavailable
 
 QUERY_TYPE = "application/timestamp-query"
 REPLY_TYPE = "application/timestamp-reply"
 MAX_REPLY_BYTES = 64 * 1024
+
+
+class _TimeStampResp(core.Sequence):
+    # RFC 3161 §2.4.2: the token is absent when the request is refused; asn1crypto's
+    # own TimeStampResp makes it mandatory and so cannot read a rejection.
+    _fields = [
+        ("status", tsp.PKIStatusInfo),
+        ("time_stamp_token", cms.ContentInfo, {"optional": True}),
+    ]
 
 
 def new_nonce() -> int:
@@ -53,13 +62,13 @@ def check_response(der: bytes, imprint: bytes, nonce: int) -> bytes:
     is checked by :mod:`casesignd.verify` along with the document.
     """
     try:
-        resp = tsp.TimeStampResp.load(der)
+        resp = _TimeStampResp.load(der)
         status = resp["status"]["status"].native
         if status not in ("granted", "granted_with_mods"):
             text = resp["status"]["status_string"].native
             raise TsaUnavailable(f"TSA refused the request: {status} {text or ''}".strip())
         token = resp["time_stamp_token"]
-        if token["content_type"].native != "signed_data":
+        if not token or token["content_type"].native != "signed_data":
             raise TsaUnavailable("TSA token is not SignedData")
         tst = token["content"]["encap_content_info"]["content"].parsed
         mi = tst["message_imprint"]

@@ -1,0 +1,142 @@
+"""Pure parts of signing: PDF dates, xref runs, names, ByteRange checks, RFC 3161 checks."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import pytest
+from asn1crypto import tsp
+
+from casesignd import devpki, tsa
+from casesignd.errors import TsaUnavailable
+from casesignd.pades import Party, SignatureMeta, pdf_date, reason_text, unique_name, xref_runs
+from casesignd.verify import APPENDED, byte_range_problems, parse_pdf_date
+from tests.helpers_tsa import make_response
+
+UTC = dt.UTC
+
+
+@pytest.mark.parametrize(
+    ("when", "text"),
+    [
+        (dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC), "D:20260304050607+00'00'"),
+        (dt.datetime(2026, 3, 4, 5, 6, 7), "D:20260304050607+00'00'"),
+        (
+            dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.timezone(dt.timedelta(hours=-5, minutes=-30))),
+            "D:20260304050607-05'30'",
+        ),
+    ],
+)
+def test_pdf_date(when: dt.datetime, text: str) -> None:
+    assert pdf_date(when) == text
+    assert parse_pdf_date(text) == (when if when.tzinfo else when.replace(tzinfo=UTC))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("D:2026", dt.datetime(2026, 1, 1, tzinfo=UTC)),
+        ("D:20261231235959Z", dt.datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)),
+        ("garbage", None),
+        ("D:20261340000000Z", None),
+    ],
+)
+def test_parse_pdf_date(text: str, expected: dt.datetime | None) -> None:
+    assert parse_pdf_date(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("numbers", "runs"),
+    [([], []), ([5], [(5, 1)]), ([7, 5, 6], [(5, 3)]), ([1, 3, 4, 9], [(1, 1), (3, 2), (9, 1)])],
+)
+def test_xref_runs(numbers: list[int], runs: list[tuple[int, int]]) -> None:
+    assert xref_runs(numbers) == runs
+
+
+@pytest.mark.parametrize(
+    ("wanted", "taken", "got"),
+    [
+        ("a.pdf", set(), "a.pdf"),
+        ("a.pdf", {"a.pdf"}, "a (2).pdf"),
+        ("a.pdf", {"a.pdf", "a (2).pdf"}, "a (3).pdf"),
+        ("README", {"README"}, "README (2)"),
+    ],
+)
+def test_unique_name(wanted: str, taken: set[str], got: str) -> None:
+    assert unique_name(wanted, taken) == got
+
+
+def test_reason_names_policy_case_and_signers() -> None:
+    meta = SignatureMeta(
+        signing_time=dt.datetime.now(UTC),
+        reason="contract",
+        policy_version="contract-v1",
+        case_id="C-1",
+        parties=(Party("s-1", "Acme", "seller"), Party("b-2", "Doe", "buyer")),
+    )
+    assert reason_text(meta) == (
+        "contract; policy contract-v1; case C-1; signers: Acme (seller, s-1), Doe (buyer, b-2)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("br", "size", "last", "problems"),
+    [
+        ([0, 10, 20, 5], 25, True, []),
+        ([0, 10, 20, 5], 30, True, [APPENDED]),
+        ([0, 10, 20, 5], 30, False, []),
+        ([1, 10, 20, 5], 25, True, ["ByteRange does not start at 0"]),
+        ([0, 20, 10, 15], 25, True, ["ByteRange ranges overlap"]),
+        ([0, 10, 20, 50], 25, True, ["ByteRange extends past the end of the file"]),
+        ([0, 10, 20], 25, True, ["ByteRange is not four non-negative integers"]),
+    ],
+)
+def test_byte_range_problems(br: list[int], size: int, last: bool, problems: list[str]) -> None:
+    assert byte_range_problems(br, size, last) == problems
+
+
+# --- RFC 3161 -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tsa_ident() -> devpki.Identity:
+    return devpki.make_tsa(devpki.make_ca("unit TSA CA"))
+
+
+def test_request_is_a_timestampreq() -> None:
+    imprint = hashlib.sha256(b"sig").digest()
+    req = tsp.TimeStampReq.load(tsa.build_request(imprint, 42))
+    assert req["message_imprint"]["hashed_message"].native == imprint
+    assert req["message_imprint"]["hash_algorithm"]["algorithm"].native == "sha256"
+    assert req["nonce"].native == 42
+    assert req["cert_req"].native is True
+
+
+def test_granted_response_yields_the_token(tsa_ident: devpki.Identity) -> None:
+    imprint = hashlib.sha256(b"sig").digest()
+    resp = make_response(tsa_ident, tsa.build_request(imprint, 7), serial=1)
+    token = tsa.check_response(resp, imprint, 7)
+    assert tsp.TimeStampResp.load(resp)["time_stamp_token"].dump() == token
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda resp, imprint, nonce: (resp, hashlib.sha256(b"other").digest(), nonce), "imprint"),
+        (lambda resp, imprint, nonce: (resp, imprint, nonce + 1), "nonce"),
+        (lambda resp, imprint, nonce: (b"\x30\x03abc", imprint, nonce), "not a valid"),
+        (
+            # TimeStampResp { PKIStatusInfo { rejection } } (RFC 3161 §2.4.2)
+            lambda resp, imprint, nonce: (bytes.fromhex("30053003020102"), imprint, nonce),
+            "refused",
+        ),
+    ],
+)
+def test_bad_responses_are_tsa_unavailable(tsa_ident: devpki.Identity, mutate, message: str) -> None:
+    imprint = hashlib.sha256(b"sig").digest()
+    resp = make_response(tsa_ident, tsa.build_request(imprint, 9), serial=2)
+    der, want_imprint, want_nonce = mutate(resp, imprint, 9)
+    with pytest.raises(TsaUnavailable, match=message) as info:
+        tsa.check_response(der, want_imprint, want_nonce)
+    assert info.value.retryable
