@@ -416,6 +416,11 @@ def run(args: argparse.Namespace) -> int:
         field = f" (field {e.field})" if e.field else ""
         _err(f"error: {e.code}: {e.message}{field}")
         return EXIT_FAILED
+    except BrokenPipeError:
+        # stdout closed early (`casesignd jobs list | head`): not an error worth a line.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_FAILED
     except OSError as e:  # e.g. the output file cannot be written
         _err(f"error: io_error: {e.filename or ''}: {e.strerror or e}")
         return EXIT_FAILED

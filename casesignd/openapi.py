@@ -158,17 +158,27 @@ def _schemas() -> dict[str, Any]:
              for k in ("admission_ms", "queue_wait_ms", "processing_ms", "total_ms")},
             [],
         ),
-        "JobResult": _obj(
-            {
-                "artifact_id": _str(),
-                "sha256": {"type": "string", "pattern": SHA256_PATTERN},
-                "size": {"type": "integer", "minimum": 0},
-                "download_url": {"type": "string", "description":
-                                 "/v1/artifacts/{artifact_id}?expires=...&sig=..."},
-                "expires_at": {"type": "string", "format": "date-time"},
-            },
-            ["artifact_id", "sha256", "size", "download_url", "expires_at"],
-        ),
+        "JobResult": {
+            **_obj(
+                {
+                    "artifact_id": _str(),
+                    "sha256": {"type": "string", "pattern": SHA256_PATTERN},
+                    "size": {"type": "integer", "minimum": 0},
+                    "media_type": {"type": "string"},
+                    "download_url": {"type": "string", "description":
+                                     "/v1/artifacts/{artifact_id}?expires=...&sig=..., "
+                                     "a signed link that needs no token until expires_at."},
+                    "expires_at": {"type": "string", "format": "date-time"},
+                    "detail": {"type": "object",
+                               "description": "For a job that publishes no artifact."},
+                },
+                [],
+            ),
+            "anyOf": [
+                {"required": ["artifact_id", "sha256", "size", "download_url", "expires_at"]},
+                {"required": ["detail"]},
+            ],
+        },
         "JobError": _obj(
             {
                 "category": {"enum": CATEGORIES},
@@ -190,6 +200,8 @@ def _schemas() -> dict[str, Any]:
                     "state": {"enum": STATES,
                               "description": "The only states a client sees."},
                     "attempts": {"type": "integer", "minimum": 0},
+                    "version": {"type": "string", "description": "The policy_version "
+                                "(sign_case) or template_version (render_invoice) it uses."},
                     "created_at": {"type": "string", "format": "date-time"},
                     "updated_at": {"type": "string", "format": "date-time"},
                     "timings": _ref("Timings"),
@@ -224,9 +236,9 @@ def _schemas() -> dict[str, Any]:
                 "attempt": {"type": "integer", "minimum": 0},
                 "input_digest": nullable_str,
                 "policy_version": nullable_str,
-                "detail": {"type": ["object", "string", "null"],
-                           "description": "Event-specific facts; as a string, the exact JSON "
-                           "text the hash covers."},
+                "detail": {"type": "object",
+                           "description": "Event-specific facts. The hash covers their "
+                           "canonical JSON text (sorted keys, no white space)."},
                 "prev_hash": {"type": "string", "pattern": SHA256_PATTERN},
                 "hash": {"type": "string", "pattern": SHA256_PATTERN,
                          "description": "SHA-256 of the event's canonical JSON (sorted keys, "

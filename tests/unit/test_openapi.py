@@ -215,6 +215,8 @@ def test_job_resource_schema(doc: dict[str, Any]) -> None:
               "error": {"category": "permanent_input", "code": "malformed_pdf",
                         "correlation_id": "c1"}}
     v.validate(failed)
+    v.validate({**JOB, "version": "contract-v1", "result": {"detail": {"pages": 1}}})
+    assert list(v.iter_errors({**JOB, "result": {"artifact_id": "a1"}}))  # half a result
     assert list(v.iter_errors({**JOB, "state": "dead_letter"}))  # not a client state
     assert list(v.iter_errors({k: JOB[k] for k in JOB if k != "result"}))  # ready needs result
     assert list(v.iter_errors({**failed, "error": {"category": "oops", "code": "x",
@@ -227,7 +229,7 @@ def test_audit_event_and_error_schemas(doc: dict[str, Any]) -> None:
     event = {"event_id": "e1", "seq": 1, "job_id": "j1", "tenant": "default",
              "case_id": "C-1", "type": "job.admitted", "actor": "api",
              "at": "2026-01-02T03:04:05.000001Z", "attempt": 0, "input_digest": HEX,
-             "policy_version": "contract-v1", "detail": {}, "prev_hash": "0" * 64, "hash": HEX}
+             "policy_version": "contract-v1", "detail": {"kind": "sign_case"}, "prev_hash": "0" * 64, "hash": HEX}
     validator(doc, "Events").validate({"events": [event]})
     assert set(doc["components"]["schemas"]["AuditEvent"]["required"]) == set(event)
     err = {"error": {"code": "digest_mismatch", "message": "m", "field": "items[0].sha256",
