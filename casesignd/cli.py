@@ -112,7 +112,10 @@ def _client(args: argparse.Namespace) -> Client:
             "no token: set CASESIGND_TOKEN, or point --config at a setup made by "
             "`casesignd init` (its client.env)"
         )
-    return Client(settings.url, settings.token, timeout_s=args.http_timeout)
+    try:
+        return Client(settings.url, settings.token, timeout_s=args.http_timeout)
+    except ClientError as e:  # a malformed CASESIGND_URL
+        raise UsageError(f"{settings.url_from}: {e.message}") from None
 
 
 # --- commands -------------------------------------------------------------------------

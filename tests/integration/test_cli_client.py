@@ -48,6 +48,7 @@ class StubServer:
     """Minimal stand-in for the daemon. Case IDs steer its behaviour:
     ``bad`` → 422 with a field, ``full`` → 429 queue_full, ``fail`` → the job fails,
     ``stuck`` → the job stays processing, ``corrupt`` → upload digest_mismatch,
+    ``huge`` → upload refused with 413 before its body is read,
     ``lie`` → /v1/sign answers a wrong X-Artifact-SHA256."""
 
     def __init__(self) -> None:
@@ -80,6 +81,8 @@ class StubServer:
 
     async def put_object(self, request: web.Request) -> web.Response:
         case_id, digest = request.match_info["case_id"], request.match_info["sha256"]
+        if case_id == "huge":  # refuse by Content-Length, without reading the body
+            return _error(413, "too_large", "the body is larger than 1024 bytes")
         body = await request.read()
         if case_id == "corrupt" or hashlib.sha256(body).hexdigest() != digest:
             return _error(422, "digest_mismatch", "the body does not match its digest",
@@ -254,6 +257,14 @@ async def test_error_line_names_code_field_and_correlation_id(stub, tmp_path, ca
                    "(field sha256, correlation id corr-digest_mismatch)\n")
 
 
+async def test_upload_refused_before_the_body_is_read(stub, tmp_path, capsys) -> None:
+    f = tmp_path / "big.bin"
+    f.write_bytes(b"\0" * (16 * 1024 * 1024))
+    rc, out, err = await run_cli(capsys, "upload", str(f), "--case", "huge")
+    assert (rc, out) == (1, "")
+    assert err.startswith("error: too_large: the body is larger than 1024 bytes")
+
+
 async def test_submit_and_wait(stub: StubServer, tmp_path: Path, capsys) -> None:
     m = tmp_path / "m.json"
     m.write_text(json.dumps({"kind": "sign_case", "case_id": "C-1", "items": [], "signers": []}))
@@ -389,6 +400,13 @@ async def test_client_env_next_to_the_config(stub, tmp_path, capsys, monkeypatch
     # The environment comes first.
     monkeypatch.setenv("CASESIGND_URL", f"http://127.0.0.1:{free_port()}")
     assert (await run_cli(capsys, "jobs", "list", "--config", config))[0] == 3
+
+
+async def test_bad_url_is_a_usage_error(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("CASESIGND_URL", "ftp://example")
+    monkeypatch.setenv("CASESIGND_TOKEN", TOKEN)
+    rc, _, err = await run_cli(capsys, "jobs", "list")
+    assert (rc, err) == (2, "error: CASESIGND_URL: not an http(s) URL: 'ftp://example'\n")
 
 
 async def test_unreachable_server_exits_3(capsys, monkeypatch) -> None:
