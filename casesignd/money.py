@@ -114,8 +114,10 @@ def parse_price(text: str, currency: str, field: str) -> Decimal:
     value = parse_amount(text, field)
     q = quantize(value, currency)
     if q != value:
+        units = CURRENCIES[currency]
         raise ValidationError(
-            f"{currency} amounts have at most {CURRENCIES[currency]} decimals",
+            f"{currency} amounts have at most {units} decimals" if units
+            else f"{currency} amounts have no decimals",
             code="invalid_amount",
             field=field,
         )

@@ -1,0 +1,373 @@
+"""Invoice fidelity corpus: real PDFs checked with poppler and against golden pages.
+
+Each case is admitted, rendered with invoice-v3 and checked with independent
+tools: ``pdftotext`` carries the order ID, the names, every line and the right
+totals (computed here in integer minor units, not with casesignd.money);
+``pdfinfo`` has the expected page count; ``pdffonts`` lists only embedded fonts;
+selected pages match the PNGs under tests/golden/invoice (``pdftoppm -r 40
+-gray``): at most 0.5 % of pixels may differ by more than 32 grey levels. A
+failing page writes the rendering and a diff image to tests/golden/invoice/_diff/
+and names them. Regenerate goldens with CASESIGND_UPDATE_GOLDEN=1.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from concurrent.futures import ProcessPoolExecutor
+from datetime import date
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from casesignd import config as config_mod
+from casesignd import money
+from casesignd.errors import PermanentJobError
+from casesignd.invoice import admit, issuer_of
+from casesignd.invoice_layout import TEMPLATES, render_to_bytes, render_to_file
+
+pytestmark = pytest.mark.skipif(
+    not all(shutil.which(t) for t in ("pdftotext", "pdfinfo", "pdffonts", "pdftoppm")),
+    reason="poppler-utils not installed",
+)
+
+GOLDEN = Path(__file__).resolve().parent.parent / "golden" / "invoice"
+UPDATE = os.environ.get("CASESIGND_UPDATE_GOLDEN") == "1"
+DPI = 40
+MAX_DIFF_FRACTION = 0.005  # of all pixels ...
+DIFF_LEVELS = 32  # ... may differ by more than this many grey levels
+TODAY = date(2026, 11, 29)
+CFG = config_mod.loads(
+    '[invoice]\nissuer_name = "Example University"\n'
+    'issuer_address = ["1 Campus Road", "Springfield 12345"]\n'
+    'tax_rate = "0.2"\ntax_label = "VAT"\n'
+)
+CFG_NO_TAX = config_mod.loads('[invoice]\nissuer_name = "Example University"\n')
+
+
+# --- tools ----------------------------------------------------------------------------
+
+
+def run(*args: str) -> str:
+    return subprocess.run(args, check=True, capture_output=True, text=True, timeout=60).stdout
+
+
+def page_count(pdf: Path) -> int:
+    m = re.search(r"^Pages:\s+(\d+)$", run("pdfinfo", str(pdf)), re.M)
+    assert m, "pdfinfo printed no page count"
+    return int(m.group(1))
+
+
+def fonts(pdf: Path) -> list[tuple[str, str]]:
+    """(name, emb) for each font pdffonts lists."""
+    rows = run("pdffonts", str(pdf)).splitlines()[2:]
+    # Columns: name type encoding emb sub uni object ID; type may contain spaces.
+    return [(r.split()[0], r.split()[-5]) for r in rows if r.strip()]
+
+
+def squeeze(text: str) -> str:
+    return "".join(text.split())
+
+
+def read_png_gray(data: bytes) -> tuple[int, int, bytes]:
+    """Decode an 8-bit greyscale, non-interlaced PNG (the goldens, written below)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        length, ctype = struct.unpack(">I4s", data[pos : pos + 8])
+        body = data[pos + 8 : pos + 8 + length]
+        if ctype == b"IHDR":
+            width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", body)
+            assert (depth, color, interlace) == (8, 0, 0), "expected 8-bit grey, no interlace"
+        elif ctype == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    out, prev = bytearray(), bytearray(width)
+    for y in range(height):
+        f, line = raw[y * (width + 1)], bytearray(raw[y * (width + 1) + 1 : (y + 1) * (width + 1)])
+        for x in range(width):  # PNG spec section 9: filter types 0-4, one byte per pixel
+            a = line[x - 1] if x else 0
+            b, c = prev[x], (prev[x - 1] if x else 0)
+            if f == 1:
+                line[x] = (line[x] + a) & 255
+            elif f == 2:
+                line[x] = (line[x] + b) & 255
+            elif f == 3:
+                line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                pred = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+                line[x] = (line[x] + pred) & 255
+        out += line
+        prev = line
+    return width, height, bytes(out)
+
+
+def write_png_gray(path: Path, width: int, height: int, pixels: bytes) -> None:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    rows = b"".join(b"\0" + pixels[y * width : (y + 1) * width] for y in range(height))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(rows, 9))
+        + chunk(b"IEND", b"")
+    )
+
+
+def read_pgm(data: bytes) -> tuple[int, int, bytes]:
+    """Decode a binary PGM (P5, maxval 255), as ``pdftoppm -gray`` writes it."""
+    fields: list[bytes] = []
+    pos = 0
+    while len(fields) < 4:  # magic, width, height, maxval; no comments from pdftoppm
+        while data[pos : pos + 1].isspace():
+            pos += 1
+        end = pos
+        while not data[end : end + 1].isspace():
+            end += 1
+        fields.append(data[pos:end])
+        pos = end
+    assert fields[0] == b"P5" and fields[3] == b"255", "expected an 8-bit binary PGM"
+    width, height = int(fields[1]), int(fields[2])
+    pixels = data[pos + 1 : pos + 1 + width * height]
+    assert len(pixels) == width * height, "truncated PGM"
+    return width, height, pixels
+
+
+def render_page(pdf: Path, page: int, out_base: Path) -> tuple[int, int, bytes]:
+    run("pdftoppm", "-r", str(DPI), "-gray", "-f", str(page), "-l", str(page),
+        "-singlefile", str(pdf), str(out_base))  # fmt: skip
+    return read_pgm(out_base.with_suffix(".pgm").read_bytes())
+
+
+def check_golden(pdf: Path, page: int, name: str, tmp: Path) -> None:
+    w, h, got = render_page(pdf, page, tmp / f"{name}-p{page}")
+    golden = GOLDEN / f"{name}-p{page}.png"
+    if UPDATE:
+        GOLDEN.mkdir(parents=True, exist_ok=True)
+        write_png_gray(golden, w, h, got)
+        return
+    assert golden.exists(), f"no golden {golden}; run with CASESIGND_UPDATE_GOLDEN=1"
+    gw, gh, want = read_png_gray(golden.read_bytes())
+    diff_dir = GOLDEN / "_diff"
+    actual_png = diff_dir / golden.name
+    if (w, h) != (gw, gh):
+        diff_dir.mkdir(exist_ok=True)
+        write_png_gray(actual_png, w, h, got)
+        pytest.fail(f"{golden.name}: size {w}x{h}, golden {gw}x{gh}; rendering {actual_png}")
+    delta = bytes(abs(a - b) for a, b in zip(got, want, strict=True))
+    bad = sum(1 for d in delta if d > DIFF_LEVELS)
+    if bad > MAX_DIFF_FRACTION * w * h:
+        diff_dir.mkdir(exist_ok=True)
+        write_png_gray(actual_png, w, h, got)
+        diff_png = diff_dir / f"{name}-p{page}.diff.png"
+        # Differing pixels black; the golden page faint behind them.
+        write_png_gray(diff_png, w, h, bytes(0 if d > DIFF_LEVELS else 224 + g // 8
+                                             for d, g in zip(delta, want, strict=True)))  # fmt: skip
+        pytest.fail(
+            f"{golden.name}: {bad} of {w * h} pixels differ by more than {DIFF_LEVELS} levels "
+            f"(limit {MAX_DIFF_FRACTION:.1%}); rendering {actual_png}, diff {diff_png}"
+        )
+
+
+# --- the oracle: totals in integer minor units ------------------------------------------
+
+
+def fmt(minor: int, currency: str) -> str:
+    units = money.CURRENCIES[currency]
+    major, frac = divmod(minor, 10**units)
+    return f"{currency} {major:,}" + (f".{frac:0{units}d}" if units else "")
+
+
+def expected(normalized: dict[str, Any]) -> dict[str, Any]:
+    order = normalized["order"]
+    cur = order["currency"]
+    scale = 10 ** money.CURRENCIES[cur]
+    lines = []
+    for it in order["items"]:
+        price = int(Decimal(it["unit_price"]) * scale)
+        lines.append((price, it["quantity"] * price))
+    subtotal = sum(total for _, total in lines)
+    rate = normalized["tax"]["rate"]
+    tax = None
+    if rate:
+        tax = int((Decimal(subtotal) * Decimal(rate)).quantize(Decimal(1), rounding=ROUND_HALF_UP))
+    return {"lines": lines, "subtotal": subtotal, "tax": tax, "total": subtotal + (tax or 0)}
+
+
+def check_text(pdf: Path, normalized: dict[str, Any], pages: int) -> None:
+    order = normalized["order"]
+    cur = order["currency"]
+    raw = squeeze(run("pdftotext", "-enc", "UTF-8", str(pdf), "-"))
+    layout = run("pdftotext", "-enc", "UTF-8", "-layout", str(pdf), "-")
+    assert squeeze(order["order_id"]) in raw
+    assert squeeze(order["student_name"]) in raw
+    assert order["issued_on"] in raw
+    want = expected(normalized)
+    for i, (it, (price, total)) in enumerate(zip(order["items"], want["lines"], strict=True), 1):
+        assert squeeze(it["description"]) in raw, f"line {i} description missing"
+        qty = f"{it['quantity']:,}"
+        row = (rf"^\s*{i}\s.*?\s{re.escape(qty)}\s+"
+               rf"{re.escape(fmt(price, cur))}\s+{re.escape(fmt(total, cur))}\s*$")  # fmt: skip
+        assert re.search(row, layout, re.M), f"line {i} not printed as {row!r}"
+    assert re.search(rf"Subtotal\s+{re.escape(fmt(want['subtotal'], cur))}\s*$", layout, re.M)
+    if want["tax"] is not None:
+        label = f"{normalized['tax']['label']} {money.format_rate(Decimal(normalized['tax']['rate']))}"
+        assert re.search(rf"{re.escape(label)}\s+{re.escape(fmt(want['tax'], cur))}\s*$", layout, re.M)
+    else:
+        assert "VAT" not in layout
+    assert re.search(rf"^\s*Total\s+{re.escape(fmt(want['total'], cur))}\s*$", layout, re.M)
+    for p in range(1, pages + 1):
+        assert f"Page {p} of {pages}" in layout
+
+
+def check_fonts(pdf: Path) -> None:
+    listed = fonts(pdf)
+    assert listed, "no fonts listed"
+    assert all(emb == "yes" for _, emb in listed), f"not embedded: {listed}"
+    assert all("DejaVuSans" in name for name, _ in listed), listed
+
+
+# --- the corpus --------------------------------------------------------------------------
+
+ISSUER = issuer_of(CFG)
+
+
+def body(items: list[dict[str, Any]], **order: Any) -> dict[str, Any]:
+    o = {"order_id": "EDU-1042", "student_name": "Avery Chen", "currency": "USD", "items": items}
+    o.update(order)
+    return {"kind": "render_invoice", "template_version": "invoice-v3", "sign": False, "order": o}
+
+
+WORDS = ("Laboratory safety induction", "Organic chemistry II: reaction mechanisms",
+         "Field trip", "Textbook bundle (print and digital access, 12 months)",
+         "Exam fee", "Studio time")  # fmt: skip
+LONG_NAME = ("Maximiliana Alexandra Konstantinopoulou-Wiśniewska de la Vega y "
+             "Fernández-Østergaard Nakamura-Okonkwo Ó Briain-Þórsdóttir Łukasiewicz ")  # fmt: skip
+LONG_NAME = (LONG_NAME * 2)[:200].strip()
+LONG_DESC = ("Advanced laboratory course in computational chemistry, spectroscopy and "
+             "molecular modelling with supervised practical sessions and a final project. ") * 4  # fmt: skip
+LONG_DESC = LONG_DESC[:500].strip()
+
+CASES: dict[str, tuple[dict[str, Any], config_mod.Config, int, tuple[int, ...]]] = {
+    # name: (body, config, pages, golden pages)
+    "one_line": (
+        body([{"description": "Lab course", "quantity": 1, "unit_price": "49.00"}]),
+        CFG, 1, (1,),
+    ),
+    "lines_300": (
+        body([{"description": f"{WORDS[i % len(WORDS)]} #{i + 1}", "quantity": i % 4 + 1,
+               "unit_price": f"{(i * 37) % 500}.{(i * 13) % 100:02d}"} for i in range(300)],
+             order_id="EDU-300"),
+        CFG, 10, (1, 10),
+    ),
+    "long_names": (
+        body([{"description": LONG_DESC, "quantity": 2, "unit_price": "1234567.89"},
+              {"description": "X" * 300, "quantity": 1, "unit_price": "5.00"},
+              {"description": LONG_DESC[::-1], "quantity": 1, "unit_price": "0.05"}],
+             order_id="EDU." + "7" * 60, student_name=LONG_NAME, currency="EUR"),
+        CFG, 1, (1,),
+    ),
+    "zero_priced": (
+        body([{"description": "Scholarship-covered tuition", "quantity": 1, "unit_price": "0"},
+              {"description": "Library card", "quantity": 3, "unit_price": "0.00"}],
+             currency="GBP"),
+        CFG, 1, (),
+    ),
+    "quantities": (
+        body([{"description": "Printing (pages)", "quantity": 250, "unit_price": "7"},
+              {"description": "Lab credits", "quantity": 1_000_000, "unit_price": "999999999999"},
+              {"description": "Seminar", "quantity": 7, "unit_price": "15000"}],
+             currency="JPY", order_id="JP-7"),
+        CFG_NO_TAX, 1, (1,),
+    ),
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
+    out = tmp_path_factory.mktemp("invoices")
+    done = {}
+    for name, (b, cfg, _, _) in CASES.items():
+        normalized = admit(b, cfg, TODAY).normalized
+        pdf = out / f"{name}.pdf"
+        render_to_file(normalized, "invoice-v3", str(pdf), ISSUER)
+        done[name] = (pdf, normalized)
+    return done
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_corpus_case(name: str, rendered: dict[str, Any], tmp_path: Path) -> None:
+    pdf, normalized = rendered[name]
+    pages = CASES[name][2]
+    assert page_count(pdf) == pages
+    check_fonts(pdf)
+    check_text(pdf, normalized, pages)
+    for page in CASES[name][3]:
+        check_golden(pdf, page, name, tmp_path)
+
+
+def test_table_header_repeats_on_every_page(rendered: dict[str, Any]) -> None:
+    pdf, _ = rendered["lines_300"]
+    layout = run("pdftotext", "-layout", str(pdf), "-")
+    pages = layout.split("\f")[: page_count(pdf)]
+    for text in pages:
+        assert re.search(r"#\s+Description\s+Qty\s+Unit price\s+Amount", text)
+
+
+@pytest.mark.parametrize("currency", sorted(money.CURRENCIES))
+def test_every_currency(currency: str, tmp_path: Path) -> None:
+    units = money.CURRENCIES[currency]
+    price = "1234" + ("." + "5" * units if units else "")
+    b = body([{"description": "Tuition", "quantity": 3, "unit_price": price},
+              {"description": "Materials", "quantity": 1, "unit_price": "0"}],
+             currency=currency.lower())  # fmt: skip
+    normalized = admit(b, CFG, TODAY).normalized
+    pdf = tmp_path / "invoice.pdf"
+    assert render_to_file(normalized, "invoice-v3", str(pdf), ISSUER) == 1
+    assert page_count(pdf) == 1
+    check_fonts(pdf)
+    check_text(pdf, normalized, 1)
+
+
+def test_same_input_same_bytes_in_and_across_processes() -> None:
+    normalized = admit(CASES["lines_300"][0], CFG, TODAY).normalized
+    first, pages = render_to_bytes(normalized, "invoice-v3", ISSUER)
+    again, _ = render_to_bytes(normalized, "invoice-v3", ISSUER)
+    assert first == again
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        other = pool.submit(render_to_bytes, normalized, "invoice-v3", ISSUER).result(timeout=60)
+    assert other == (first, pages)
+
+
+def test_render_to_file_runs_in_a_process_pool(tmp_path: Path) -> None:
+    normalized = admit(CASES["one_line"][0], CFG, TODAY).normalized
+    out = tmp_path / "invoice.pdf"
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        pages = pool.submit(render_to_file, normalized, "invoice-v3", str(out), ISSUER).result(
+            timeout=60
+        )
+    assert pages == 1 and out.read_bytes().startswith(b"%PDF-")
+
+
+def test_unknown_template_is_a_permanent_error_that_survives_pickling(tmp_path: Path) -> None:
+    normalized = admit(CASES["one_line"][0], CFG, TODAY).normalized
+    with pytest.raises(PermanentJobError) as e:
+        render_to_file(normalized, "invoice-v0", str(tmp_path / "x.pdf"), ISSUER)
+    back = pickle.loads(pickle.dumps(e.value))
+    assert (back.code, back.field, back.retryable) == ("unknown_template", "template_version", False)
+
+
+def test_registry_starts_with_v3() -> None:
+    assert next(iter(TEMPLATES)) == "invoice-v3"
+    assert TEMPLATES["invoice-v3"].version == "invoice-v3"
