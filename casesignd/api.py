@@ -336,7 +336,7 @@ async def readyz(request: web.Request) -> web.Response:
     except CasesignError as e:
         checks["store"] = {"ok": False, "detail": e.code}
     usage = s.temp.usage()
-    checks["temp"] = {"ok": usage.used_bytes < usage.quota_bytes and usage.fs_free_bytes > 0,
+    checks["temp"] = {"ok": usage.free_bytes > 0 and usage.fs_free_bytes > 0,
                       "used_bytes": usage.used_bytes, "quota_bytes": usage.quota_bytes}
     checks["signing_key"] = {"ok": s.signer is not None,
                              **({} if s.signer is not None else {"detail": "no signing key loaded"})}

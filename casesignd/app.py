@@ -87,7 +87,8 @@ class Services:
         self.metrics.add_state_source(self.state.snapshot)
         self.store = SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
         state_dir = cfg.path(cfg.storage.state_dir)
-        self.temp = TempManager(cfg.path(cfg.storage.temp_dir), cfg.storage.temp_quota_bytes)
+        self.temp = TempManager(cfg.path(cfg.storage.temp_dir), cfg.storage.temp_quota_bytes,
+                                retry_delay_s=cfg.storage.temp_quota_retry_s)
         self.objects = ObjectStore(state_dir / "objects")
         self.artifacts: ArtifactStore | None = None
         self.fetcher: Fetcher | None = None
@@ -101,6 +102,7 @@ class Services:
         self.started_at = time.time()
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None
+        self._cms_template: Any = None
 
     # --- tenants ---------------------------------------------------------------------
 
@@ -126,14 +128,39 @@ class Services:
 
     # --- what jobs call ----------------------------------------------------------------
 
-    async def publish(self, ctx: Any, path: Path, media_type: str, sig_key: str | None = None) -> Artifact:
-        """Publish a result durably under a deterministic id (the recorded one wins)."""
+    async def publish(self, ctx: Any, path: Path | str, media_type: str,
+                      sig_key: str | None = None) -> Artifact:
+        """Publish a result durably under a deterministic id: a signature's key, else the
+        job's id. A later attempt finds the earlier file and keeps it (the first wins)."""
         assert self.artifacts is not None
-        key = sig_key or f"{ctx.job_id}:{ctx.series_failures}:{ctx.attempt}"
+        key = f"sig:{sig_key}" if sig_key else f"job:{ctx.job_id}"
         artifact_id = self.artifacts.artifact_id(ctx.tenant, key)
         await ctx.check_lease()
         async with ctx.phase("publish"):
-            return await asyncio.to_thread(self.artifacts.publish, path, artifact_id, media_type)
+            return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id, media_type)
+
+    def cms_template(self) -> Any:
+        """The signer's CMS template, built once per key (certificates encoded once)."""
+        if self._cms_template is None:
+            from . import cms
+
+            self._cms_template = cms.template_for(self.signer.cert, tuple(self.signer.chain))
+        return self._cms_template
+
+    async def sign_pdf(self, ctx: Any, src: Path | str, dst: Path | str, *, reason: str = "") -> None:
+        """Sign a document the service made itself (an invoice): same signer, same PAdES
+        profile, same TSA as the default policy."""
+        import datetime as dt
+
+        from . import pades
+        from .signcase import sign_prepared_pdf
+
+        policy = self.config.policy(None)
+        meta = pades.SignatureMeta(
+            signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
+            name=self.config.signing.signer_name, reason=reason,
+            policy_version=policy.version if policy else "")
+        await sign_prepared_pdf(ctx, Path(src), Path(dst), meta=meta, attachments=[], policy=policy)
 
     def link(self, artifact_id: str, tenant: str) -> tuple[str, int]:
         assert self.artifacts is not None
@@ -208,6 +235,7 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.load_tenants(cfg)
         secret = cfg.credential(cfg.links.secret_file).read_bytes()
         s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret)
+        await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
         s.fetcher = Fetcher(cfg.sources, s.objects, max_bytes=cfg.server.max_object_bytes,
                             on_retry=lambda _src, reason: s.metrics.source_retry(reason))

@@ -49,7 +49,7 @@ class _Running:
 class JobCtx:
     """The :class:`casesignd.kinds.JobContext` the pool hands to a running job."""
 
-    def __init__(self, pool: Pool, job: Job, workdir: Path, running: _Running) -> None:
+    def __init__(self, pool: Pool, job: Job, area: Any, running: _Running) -> None:
         self.job_id = job.job_id
         self.tenant = job.tenant
         self.kind = job.kind
@@ -62,7 +62,8 @@ class JobCtx:
         self.job = job
         self.config = pool.services.config
         self.services = pool.services
-        self.workdir = workdir
+        self.area = area  # casesignd.tempfiles.Area: the attempt's private directory
+        self.workdir = Path(area.path)
         self.phases: dict[str, float] = {}
         self._pool = pool
         self._running = running
@@ -231,7 +232,7 @@ class Pool:
             try:
                 reserve = kind_temp_bytes(job)
                 async with self.services.temp.attempt(job.job_id, job.attempt, reserve) as area:
-                    ctx = JobCtx(self, job, Path(area.path), holder)
+                    ctx = JobCtx(self, job, area, holder)
                     async with asyncio.timeout(self.cfg.workers.max_run_s):
                         outcome: Outcome = await kind.run(ctx)
                     await ctx.check_lease()

@@ -1,0 +1,292 @@
+"""The ``sign_case`` job kind: a contract and its evidence, validated, then signed once.
+
+Admission is cheap and pure (shapes, sizes, references, policy). The run fetches
+every item into the attempt's private directory with its digest checked, validates
+deeply (PDF structure and active content, sniffed media types, malware scan), and
+only then uses the signing key: one PAdES signature over the contract with every
+evidence item embedded. Each signature key (case, document digests, signer
+identities, policy version) is signed at most once; a retry finds the recorded
+signature and returns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import functools
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any
+
+from . import audit, cms, media, pades, pdfcheck
+from .config import Config, Policy
+from .errors import PermanentJobError, SigningError, ValidationError
+from .jobs import check_case_id, sha256_hex
+from .kinds import Admission, Artifact, JobContext, Outcome
+from .sources import parse_ref
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers"}
+_ITEM_FIELDS = {"role", "name", "media_type", "object_ref", "sha256", "size"}
+_SIGNER_FIELDS = {"id", "name", "role"}
+ROLES = ("contract", "evidence")
+
+
+def _unknown(d: dict[str, Any], allowed: set[str], prefix: str) -> None:
+    for key in d:
+        if key not in allowed:
+            raise ValidationError(f"unknown field {key!r}", code="unknown_field",
+                                  field=f"{prefix}{key}")
+
+
+def _text(value: Any, field: str, max_len: int) -> str:
+    """A human-readable string: 1..max_len characters, no control characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len:
+        raise ValidationError(f"{field} must be a string of 1 to {max_len} characters",
+                              code="invalid_field", field=field)
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value):
+        raise ValidationError(f"{field} must not contain control characters",
+                              code="invalid_field", field=field)
+    return value
+
+
+def _object(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be an object", code="invalid_field", field=field)
+    return value
+
+
+def admit_body(body: dict[str, Any], config: Config) -> Admission:
+    """Validate and normalize a sign_case request; raise ValidationError naming the field."""
+    _unknown(body, _BODY_FIELDS, "")
+    case_id = check_case_id(body.get("case_id"))
+    version = body.get("policy_version", config.default_policy)
+    if not isinstance(version, str):
+        raise ValidationError("policy_version must be a string", code="invalid_field",
+                              field="policy_version")
+    policy = config.policy(version)
+    if policy is None:
+        raise ValidationError(f"no policy with version {version!r}", code="unknown_policy",
+                              field="policy_version")
+    items_in = body.get("items")
+    if not isinstance(items_in, list) or not items_in:
+        raise ValidationError("items must be a non-empty list", code="invalid_field", field="items")
+    if len(items_in) > policy.max_items:
+        raise ValidationError(f"at most {policy.max_items} items", code="too_many_items",
+                              field="items")
+    sources = [s.name for s in config.sources]
+    items = [_item(raw, i, policy, sources) for i, raw in enumerate(items_in)]
+    contracts = [i for i, it in enumerate(items) if it["role"] == "contract"]
+    if len(contracts) != 1:
+        raise ValidationError("exactly one item must have the role 'contract'",
+                              code="contract_count", field="items")
+    signers_in = body.get("signers")
+    if not isinstance(signers_in, list) or not 1 <= len(signers_in) <= 20:
+        raise ValidationError("signers must be a list of 1 to 20 signers", code="invalid_field",
+                              field="signers")
+    signers = [_signer(raw, i) for i, raw in enumerate(signers_in)]
+    if len({s["id"] for s in signers}) != len(signers):
+        raise ValidationError("signer ids must be unique", code="duplicate_signer", field="signers")
+    total = sum(it["size"] for it in items)
+    if total > policy.max_document_bytes:
+        raise ValidationError(f"the items add up to more than {policy.max_document_bytes} bytes",
+                              code="too_large", field="items")
+    normalized = {"case_id": case_id, "policy_version": policy.version, "items": items,
+                  "signers": signers}
+    return Admission(normalized=normalized, version=policy.version, case_id=case_id,
+                     declared_bytes=total, key_material=signature_material(normalized))
+
+
+def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any]:
+    at = f"items[{i}]."
+    item = _object(raw, f"items[{i}]")
+    _unknown(item, _ITEM_FIELDS, at)
+    role = item.get("role")
+    if role not in ROLES:
+        raise ValidationError("role must be 'contract' or 'evidence'", code="invalid_field",
+                              field=at + "role")
+    name = _text(item.get("name"), at + "name", 255)
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise ValidationError("name must be a file name, not a path", code="invalid_field",
+                              field=at + "name")
+    media_type = item.get("media_type")
+    if not isinstance(media_type, str):
+        raise ValidationError("media_type must be a string", code="invalid_field",
+                              field=at + "media_type")
+    media_type = media.normalize_media_type(media_type)
+    if role == "contract" and media_type != "application/pdf":
+        raise ValidationError("the contract must be application/pdf",
+                              code="media_type_not_allowed", field=at + "media_type")
+    if role == "evidence" and media_type not in policy.evidence_media_types:
+        raise ValidationError(f"the policy does not allow {media_type} evidence",
+                              code="media_type_not_allowed", field=at + "media_type")
+    sha = item.get("sha256")
+    if not isinstance(sha, str) or not _HEX64.fullmatch(sha.lower()):
+        raise ValidationError("sha256 must be 64 hex digits", code="invalid_sha256",
+                              field=at + "sha256")
+    sha = sha.lower()
+    size = item.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= policy.max_document_bytes:
+        raise ValidationError(f"size must be an integer from 0 to {policy.max_document_bytes}",
+                              code="invalid_field", field=at + "size")
+    ref_text = item.get("object_ref")
+    if not isinstance(ref_text, str):
+        raise ValidationError("object_ref must be a string", code="invalid_object_ref",
+                              field=at + "object_ref")
+    ref = parse_ref(ref_text, sources, field=at + "object_ref")
+    if ref.sha256 is not None and ref.sha256 != sha:
+        raise ValidationError("object_ref names another digest than sha256",
+                              code="digest_mismatch", field=at + "object_ref")
+    return {"role": role, "name": name, "media_type": media_type, "object_ref": str(ref),
+            "sha256": sha, "size": size}
+
+
+def _signer(raw: Any, i: int) -> dict[str, str]:
+    at = f"signers[{i}]."
+    signer = _object(raw, f"signers[{i}]")
+    _unknown(signer, _SIGNER_FIELDS, at)
+    sid = signer.get("id")
+    if not isinstance(sid, str) or not _SIGNER_ID.fullmatch(sid):
+        raise ValidationError("id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+                              code="invalid_field", field=at + "id")
+    return {"id": sid, "name": _text(signer.get("name"), at + "name", 200),
+            "role": _text(signer.get("role"), at + "role", 64)}
+
+
+def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
+    """What one signature is of: the case, the document digests, the signers, the policy.
+    Order of items and signers does not matter; names of files do not either."""
+    return {
+        "case_id": normalized["case_id"],
+        "documents": sorted([it["role"], it["sha256"]] for it in normalized["items"]),
+        "signers": sorted([s["id"], s["name"], s["role"]] for s in normalized["signers"]),
+        "policy_version": normalized["policy_version"],
+    }
+
+
+def signature_key(normalized: dict[str, Any]) -> str:
+    return sha256_hex(audit.canonical(signature_material(normalized)))
+
+
+# --- the run -------------------------------------------------------------------------
+
+
+def _meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -> pades.SignatureMeta:
+    return pades.SignatureMeta(
+        signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        name=signer_name,
+        reason=policy.reason,
+        location=policy.location,
+        policy_version=normalized["policy_version"],
+        case_id=normalized["case_id"],
+        parties=tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"]),
+    )
+
+
+async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
+                            attachments: list[pades.Attachment], policy: Policy | None) -> None:
+    """Prepare (CPU pool), sign (a key slot), timestamp (B-T when the policy names a TSA),
+    finalize. Shared by sign_case, the kiosk path and signed invoices."""
+    services = ctx.services
+    signer = services.signer
+    if signer is None:
+        raise SigningError("no signing key is configured", code="signing_key_unavailable")
+    async with ctx.phase("sign"):
+        prepared = await ctx.cpu(functools.partial(
+            pades.prepare, src, dst, attachments=attachments, meta=meta))
+        template = services.cms_template()
+        signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+        async with ctx.key_slot():
+            await ctx.check_lease()
+            try:
+                signature = await asyncio.to_thread(signer.sign, signed_attrs)
+            except SigningError:
+                raise
+            except Exception as e:
+                raise SigningError(f"the signing key failed: {type(e).__name__}") from e
+    token = None
+    if policy is not None and policy.tsa_url:
+        from . import tsa
+
+        async with ctx.phase("timestamp"):
+            token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                            policy.tsa_timeout_s)
+    async with ctx.phase("sign"):
+        der = cms.assemble(template, signed_attrs, signature, token)
+        await asyncio.to_thread(pades.finalize, prepared, der)
+
+
+class SignCaseKind:
+    name = "sign_case"
+
+    def admit(self, body: dict[str, Any], config: Config) -> Admission:
+        return admit_body(body, config)
+
+    async def run(self, ctx: JobContext) -> Outcome:
+        s = ctx.services
+        normalized = ctx.input
+        sig_key = signature_key(normalized)
+        recorded = await s.store.get_signature(ctx.tenant, sig_key)
+        if recorded is not None and s.artifacts.open_path(recorded["artifact_id"]) is not None:
+            # Signed before (a crash after signing, or a replay): never sign twice.
+            return Outcome(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
+                                             recorded["size"]), detail={"reused": True})
+        policy = ctx.config.policy(normalized["policy_version"])
+        if policy is None:
+            raise PermanentJobError("the job's policy is no longer configured",
+                                    code="unknown_policy")
+        paths = await self._fetch(ctx, normalized)
+        await self._validate(ctx, normalized, policy, paths)
+        await self._scan(ctx, normalized, paths)
+        contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
+        attachments = [
+            pades.Attachment(paths[i], it["name"], it["media_type"],
+                             description=f"sha256:{it['sha256']}")
+            for i, it in enumerate(normalized["items"]) if i != contract_i]
+        out = ctx.workdir / "signed.pdf"
+        await sign_prepared_pdf(ctx, paths[contract_i], out,
+                                meta=_meta(normalized, policy, ctx.config.signing.signer_name),
+                                attachments=attachments, policy=policy)
+        artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
+        record = await s.store.record_signature(
+            ctx.job, sig_key, {"artifact_id": artifact.artifact_id, "sha256": artifact.sha256,
+                               "size": artifact.size})
+        await s.store.append_event(ctx.job, "signed", f"worker:{ctx.job.lease_owner}", {
+            "artifact_id": record["artifact_id"], "sha256": record["sha256"],
+            "signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+            "policy_version": normalized["policy_version"],
+            "timestamped": bool(policy.tsa_url)})
+        return Outcome(artifact=Artifact(record["artifact_id"], record["sha256"], record["size"]),
+                       detail={"documents": len(normalized["items"])})
+
+    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any]) -> list[Path]:
+        s = ctx.services
+        out = []
+        async with ctx.phase("fetch"):
+            for i, it in enumerate(normalized["items"]):
+                ref = parse_ref(it["object_ref"], [x.name for x in ctx.config.sources],
+                                field=f"items[{i}].object_ref")
+                out.append(await s.fetcher.fetch(ref, ctx.tenant, ctx.case_id, ctx.area,
+                                                 f"item-{i}", it["sha256"], it["size"]))
+        return out
+
+    async def _validate(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
+                        paths: list[Path]) -> None:
+        limits = pdfcheck.PdfLimits.from_policy(policy)
+        async with ctx.phase("validate"):
+            for i, (it, path) in enumerate(zip(normalized["items"], paths, strict=True)):
+                if it["role"] == "evidence":
+                    await asyncio.to_thread(media.check_evidence, it["media_type"], path,
+                                            policy.evidence_media_types, f"items[{i}].media_type")
+                if it["media_type"] == "application/pdf":
+                    await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
+
+    async def _scan(self, ctx: JobContext, normalized: dict[str, Any], paths: list[Path]) -> None:
+        scanner = ctx.services.scanner
+        if scanner is None:
+            return
+        async with ctx.phase("scan"):
+            for path in paths:
+                await scanner.scan(path, path.name)

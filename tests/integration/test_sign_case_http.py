@@ -1,0 +1,181 @@
+"""sign_case end to end: upload, submit, sign in the worker, download by signed link,
+and prove the signature with pyHanko and poppler's pdfsig."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import warnings
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+from cryptography import x509
+
+from tests.helpers_pki import embedded_files, nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
+
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
+       b"\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00"
+       b"\x00IEND\xaeB`\x82")
+
+
+def upload(d, case_id: str, data: bytes) -> dict:
+    sha = hashlib.sha256(data).hexdigest()
+    r = d.request("PUT", f"/v1/cases/{case_id}/objects/{sha}", raw=data,
+                  headers={"Content-Type": "application/octet-stream"})
+    assert r.status in (200, 201), r.body
+    return {"sha256": sha, "size": len(data), "object_ref": f"sha256:{sha}"}
+
+
+def manifest(case_id: str, contract: dict, evidence: list[tuple[str, str, dict]]) -> dict:
+    items = [{"role": "contract", "name": "contract.pdf", "media_type": "application/pdf", **contract}]
+    items += [{"role": "evidence", "name": n, "media_type": m, **o} for n, m, o in evidence]
+    return {"kind": "sign_case", "case_id": case_id, "items": items,
+            "signers": [{"id": "seller-881", "name": "Acme Ltd", "role": "seller"},
+                        {"id": "buyer-19", "name": "J. Doe", "role": "buyer"}]}
+
+
+def trust(d) -> list[x509.Certificate]:
+    return [x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())]
+
+
+def assert_valid(path: Path, d, tmp: Path) -> None:
+    statuses = pyhanko_statuses(path, trust(d))
+    assert statuses, "no signature"
+    from pyhanko.sign.validation.status import SignatureCoverageLevel
+    for st in statuses:
+        assert st.intact and st.valid and st.trusted, st.pretty_print_details()
+    assert statuses[-1].coverage == SignatureCoverageLevel.ENTIRE_FILE
+    report = pdfsig(path, nss_db(tmp, trust(d)[0]))
+    assert "Signature is Valid" in report, report
+
+
+def test_case_packet_is_signed_once_and_downloadable_by_link(daemon, tmp_path):
+    d = daemon
+    contract = reportlab_pdf(tmp_path / "contract.pdf", pages=2).read_bytes()
+    note = b"delivered on time, see photo\n"
+    m = manifest("MKT-2026-00042", upload(d, "MKT-2026-00042", contract),
+                 [("photo-1.png", "image/png", upload(d, "MKT-2026-00042", PNG)),
+                  ("note.txt", "text/plain", upload(d, "MKT-2026-00042", note))])
+    r = d.submit(m)
+    assert r.status == 202, r.body
+    job = d.wait_job(r.json()["job_id"])
+    assert job["state"] == "ready", job
+    res = job["result"]
+    assert res["download_url"].startswith(f"/v1/artifacts/{res['artifact_id']}?expires=")
+    got = d.request("GET", res["download_url"], auth=False)
+    assert got.status == 200 and got.headers["Content-Type"] == "application/pdf"
+    assert hashlib.sha256(got.body).hexdigest() == res["sha256"] and len(got.body) == res["size"]
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(got.body)
+    assert_valid(out, d, tmp_path)
+    files = embedded_files(out)
+    assert files["photo-1.png"] == PNG and files["note.txt"] == note
+    verify = d.cli("verify", str(out), "--trust", str(d.dir / "ca.pem"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    types = [e["type"] for e in d.events(job["job_id"])]
+    assert types == ["admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+    # The same request without a key is the same job; a new key is a new job that
+    # finds the recorded signature and does not sign again.
+    assert d.submit(m).json()["job_id"] == job["job_id"]
+    again = d.wait_job(d.submit(m, key="second-submission").json()["job_id"])
+    assert again["result"]["artifact_id"] == res["artifact_id"]
+    assert again["result"]["sha256"] == res["sha256"]
+    assert "signed" not in [e["type"] for e in d.events(again["job_id"])]
+
+
+def test_download_links_refuse_tampering_and_expiry_and_other_tenants(daemon, tmp_path):
+    d = daemon
+    contract = reportlab_pdf(tmp_path / "c.pdf").read_bytes()
+    job = d.wait_job(d.submit(manifest("C-1", upload(d, "C-1", contract), [])).json()["job_id"])
+    url = job["result"]["download_url"]
+    q = parse_qs(urlparse(url).query)
+    base = urlparse(url).path
+    assert d.request("HEAD", url, auth=False).status == 200
+    tampered = f"{base}?expires={int(q['expires'][0]) + 10}&sig={q['sig'][0]}"
+    r = d.request("GET", tampered, auth=False)
+    assert r.status == 403 and r.json()["error"]["code"] == "link_invalid"
+    r = d.request("GET", f"{base}?expires={q['expires'][0]}&sig=AAAA", auth=False)
+    assert r.status == 403 and r.json()["error"]["code"] == "link_invalid"
+    # With the owner's token, no link is needed; without either, nothing.
+    assert d.request("GET", base).status == 200
+    assert d.request("GET", base, auth=False).status == 401
+    assert d.request("GET", "/v1/artifacts/art_" + "0" * 32).status == 404
+
+
+def test_expired_link_is_refused(daemon_factory, tmp_path):
+    d = daemon_factory({"links": {"ttl_s": 1}})
+    contract = reportlab_pdf(tmp_path / "c.pdf").read_bytes()
+    job = d.wait_job(d.submit(manifest("C-2", upload(d, "C-2", contract), [])).json()["job_id"])
+    time.sleep(2.1)
+    r = d.request("GET", job["result"]["download_url"], auth=False)
+    assert r.status == 403 and r.json()["error"]["code"] == "link_expired"
+
+
+@pytest.mark.parametrize("problem,code", [
+    ("encrypted", "encrypted_pdf"),
+    ("not a pdf", "malformed_pdf"),
+    ("javascript", "active_content"),
+])
+def test_bad_contracts_fail_with_their_code_and_nothing_is_signed(daemon, tmp_path, problem, code):
+    d = daemon
+    src = reportlab_pdf(tmp_path / "c.pdf")
+    if problem == "encrypted":
+        import subprocess
+        subprocess.run(["qpdf", "--encrypt", "u", "o", "256", "--", str(src), str(tmp_path / "e.pdf")],
+                       check=True, timeout=30)
+        data = (tmp_path / "e.pdf").read_bytes()
+    elif problem == "not a pdf":
+        data = b"%PDF-1.7\nthis is not really a PDF\n%%EOF\n"
+    else:
+        from pypdf import PdfWriter
+        w = PdfWriter(clone_from=str(src))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            w.add_js("app.alert(1);")
+        w.write(tmp_path / "js.pdf")
+        data = (tmp_path / "js.pdf").read_bytes()
+    job = d.wait_job(d.submit(manifest(f"BAD-{code}", upload(d, f"BAD-{code}", data), [])).json()["job_id"])
+    assert job["state"] == "failed" and job["error"]["code"] == code, job
+    assert job["error"]["category"] == "permanent_input" and job["attempts"] == 1
+    assert "signed" not in [e["type"] for e in d.events(job["job_id"])]
+    assert list((d.dir / "tmp").iterdir()) == []
+
+
+def test_manifest_validation_names_the_field(daemon, tmp_path):
+    d = daemon
+    good = manifest("C-3", {"sha256": "a" * 64, "size": 10, "object_ref": "sha256:" + "a" * 64}, [])
+    cases = [
+        ({**good, "case_id": "../etc"}, "case_id"),
+        ({**good, "items": []}, "items"),
+        ({**good, "items": [{**good["items"][0], "sha256": "xyz"}]}, "items[0].sha256"),
+        ({**good, "items": [{**good["items"][0], "object_ref": "sha256:" + "b" * 64}]},
+         "items[0].object_ref"),
+        ({**good, "items": [{**good["items"][0], "object_ref": "nosuchsource:a.pdf"}]},
+         "items[0].object_ref"),
+        ({**good, "items": [{**good["items"][0], "role": "evidence", "media_type": "image/png"}]},
+         "items"),
+        ({**good, "items": [{**good["items"][0], "size": -1}]}, "items[0].size"),
+        ({**good, "signers": [{"id": "a", "name": "x\x00y", "role": "r"}]}, "signers[0].name"),
+        ({**good, "policy_version": "nope"}, "policy_version"),
+        ({**good, "extra": 1}, "extra"),
+    ]
+    for body, field in cases:
+        r = d.submit(body)
+        assert r.status == 422, (field, r.body)
+        assert r.json()["error"]["field"] == field, (field, r.json())
+    assert d.request("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_object_upload_checks_digest_and_tenant_scope(daemon, tmp_path):
+    d = daemon
+    data = b"hello object"
+    sha = hashlib.sha256(data).hexdigest()
+    r = d.request("PUT", f"/v1/cases/C-4/objects/{'0' * 64}", raw=data)
+    assert r.status == 422 and r.json()["error"]["code"] == "digest_mismatch"
+    assert d.request("PUT", f"/v1/cases/C-4/objects/{sha}", raw=data).status == 201
+    assert d.request("PUT", f"/v1/cases/C-4/objects/{sha}", raw=data).status == 200
+    # The object belongs to case C-4: a job of another case cannot use it.
+    m = manifest("C-5", {"sha256": sha, "size": len(data), "object_ref": f"sha256:{sha}"}, [])
+    job = d.wait_job(d.submit(m).json()["job_id"])
+    assert job["state"] == "failed" and job["error"]["code"] == "object_not_found"
