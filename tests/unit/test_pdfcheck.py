@@ -1,0 +1,302 @@
+"""inspect_pdf's decisions, on small hand-made PDFs and as pure functions."""
+
+from __future__ import annotations
+
+import binascii
+import pickle
+import zlib
+from pathlib import Path
+
+import pytest
+
+from casesignd.config import Policy
+from casesignd.errors import CasesignError, LimitExceeded, MalformedPdf
+from casesignd.pdfcheck import (
+    PdfLimits,
+    PdfReport,
+    active_reason,
+    classify_xref,
+    image_bytes,
+    inspect_pdf,
+    measure_decoded,
+    parse_frame,
+)
+from tests.helpers_corpus import _one_page, assemble, stream
+
+# --- the outer frame ---------------------------------------------------------------
+
+GOOD = _one_page()
+
+
+def test_parse_frame_of_a_good_file() -> None:
+    frame = parse_frame(GOOD[:1024], GOOD[-2048:], len(GOOD))
+    assert frame.version == "1.7"
+    assert GOOD[frame.startxref:].startswith(b"xref")
+
+
+@pytest.mark.parametrize(("head", "tail", "size", "message"), [
+    (b"%!PS-Adobe-3.0", b"startxref\n10\n%%EOF\n", 100, "no %PDF- header"),
+    (b"x" * 1100 + b"%PDF-1.4", b"startxref\n10\n%%EOF\n", 2000, "no %PDF- header"),
+    (b"%PDF-1.4", b"startxref\n10\n", 100, "no %%EOF"),
+    (b"%PDF-1.4", b"trailer <<>>\n%%EOF\n", 100, "no startxref"),
+    (b"%PDF-1.4", b"startxref\n500\n%%EOF\n", 100, "past the end"),
+])
+def test_parse_frame_refuses(head: bytes, tail: bytes, size: int, message: str) -> None:
+    with pytest.raises(MalformedPdf, match=message):
+        parse_frame(head, tail, size)
+
+
+def test_parse_frame_accepts_leading_junk_and_takes_the_last_startxref() -> None:
+    tail = b"startxref\n10\n%%EOF\n...update...\nstartxref\n90\n%%EOF\r\n"
+    frame = parse_frame(b"\r\n" * 10 + b"%PDF-1.6\n", tail, 100)
+    assert (frame.version, frame.header_offset, frame.startxref) == ("1.6", 20, 90)
+
+
+@pytest.mark.parametrize(("at", "remaining", "is_stream"), [
+    (b"xref\n0 6\n0000000000 65535 f\r\n", 1000, False),
+    (b"\r\nxref\n0 1\n", 100, False),
+    (b"12 0 obj\n<< /Type /XRef", 1000, True),
+    (b"\n12 0 obj<</Type/XRef", 1000, True),
+])
+def test_classify_xref(at: bytes, remaining: int, is_stream: bool) -> None:
+    assert classify_xref(at, remaining) is is_stream
+
+
+@pytest.mark.parametrize(("at", "remaining", "message"), [
+    (b"Xref\n0 6\n", 1000, "does not point"),
+    (b"endobj\nxref", 1000, "does not point"),
+    (b"xref\n0 9000000\n", 300, "more entries than the file holds"),
+])
+def test_classify_xref_refuses(at: bytes, remaining: int, message: str) -> None:
+    with pytest.raises(MalformedPdf, match=message):
+        classify_xref(at, remaining)
+
+
+# --- the active-content table --------------------------------------------------------
+
+
+@pytest.mark.parametrize(("d", "auto", "hit"), [
+    ({"/S": "/JavaScript", "/JS": "app.alert(1)"}, False, "JavaScript"),
+    ({"/JS": "app.alert(1)"}, False, "JavaScript"),
+    ({"/JavaScript": {"/Names": []}}, False, "name tree"),
+    ({"/S": "/Launch", "/F": "cmd.exe"}, False, "Launch"),
+    ({"/S": "/ImportData", "/F": "data.fdf"}, False, "ImportData"),
+    ({"/S": "/SubmitForm", "/F": "https://example.org"}, False, None),
+    ({"/S": "/SubmitForm", "/F": "https://example.org"}, True, "SubmitForm"),
+    ({"/S": "/ResetForm"}, False, None),
+    ({"/S": "/ResetForm"}, True, "ResetForm"),
+    ({"/S": "/URI", "/URI": "https://example.org"}, True, None),
+    ({"/S": "/GoTo", "/D": []}, True, None),
+    ({"/Subtype": "/RichMedia"}, False, "RichMedia"),
+    ({"/Subtype": "/Link"}, False, None),
+    ({"/XFA": []}, False, "XFA"),
+    ({"/Type": "/Filespec", "/F": "tool.EXE", "/EF": {}}, False, "tool.exe"),
+    ({"/Type": "/Filespec", "/UF": "run.ps1", "/F": "x", "/EF": {}}, False, "run.ps1"),
+    ({"/Type": "/Filespec", "/F": "photo.jpg", "/EF": {}}, False, None),
+    ({"/Type": "/Filespec", "/F": "setup.exe"}, False, None),  # a reference, not embedded
+])
+def test_active_reason(d: dict, auto: bool, hit: str | None) -> None:
+    reason = active_reason(d, auto)
+    if hit is None:
+        assert reason is None
+    else:
+        assert reason is not None and hit in reason
+
+
+@pytest.mark.parametrize(("d", "size"), [
+    ({"/Width": 100, "/Height": 10, "/BitsPerComponent": 8, "/ColorSpace": "/DeviceRGB"},
+     3000),
+    ({"/Width": 100, "/Height": 10, "/BitsPerComponent": 1, "/ImageMask": True}, 125),
+    ({"/Width": 8, "/Height": 1, "/ColorSpace": ["/ICCBased", None]}, 32),
+    ({"/Width": 8, "/Height": 1, "/ColorSpace": "/DeviceGray"}, 8),
+    ({"/Height": 1}, None),
+    ({"/Width": "x", "/Height": 1}, None),
+])
+def test_image_bytes(d: dict, size: int | None) -> None:
+    assert image_bytes(d) == size
+
+
+# --- bounded decoding ------------------------------------------------------------------
+
+
+def _deflate_zeros(n: int) -> bytes:
+    c = zlib.compressobj(9)
+    return b"".join(c.compress(bytes(1 << 20)) for _ in range(n >> 20)) + c.flush()
+
+
+def test_measure_decoded_counts_and_keeps_the_head() -> None:
+    data = b"%PDF-embedded" + b"x" * 100_000
+    size, head = measure_decoded(zlib.compress(data), ["/FlateDecode"], 1 << 20)
+    assert size == len(data) and head == data[:4096]
+
+
+@pytest.mark.parametrize("filters", [["/FlateDecode"], ["/Fl"]])
+def test_measure_decoded_stops_a_bomb(filters: list[str]) -> None:
+    with pytest.raises(LimitExceeded) as info:
+        measure_decoded(_deflate_zeros(64 << 20), filters, 1 << 20)
+    # It stopped soon after the budget, not after inflating everything.
+    assert info.value.detail["decoded_at_least"] < (1 << 20) + (1 << 17)
+
+
+def test_measure_decoded_chains() -> None:
+    inner = _deflate_zeros(8 << 20)
+    twice = zlib.compress(inner)
+    assert measure_decoded(twice, ["/FlateDecode", "/FlateDecode"], 16 << 20)[0] == 8 << 20
+    with pytest.raises(LimitExceeded):
+        measure_decoded(twice, ["/FlateDecode", "/FlateDecode"], 4 << 20)
+    hexed = binascii.hexlify(zlib.compress(b"hello" * 1000)) + b">"
+    assert measure_decoded(hexed, ["/AHx", "/Fl"], 1 << 20)[0] == 5000
+
+
+def test_measure_decoded_bounds_run_length() -> None:
+    # RunLength (§7.4.5): byte 129 repeats the next byte 128 times; 2 bytes -> 128.
+    data = b"\x81\x00" * 10_000 + b"\x80"
+    assert measure_decoded(data, ["/RunLengthDecode"], 2 << 20)[0] == 1_280_000
+    with pytest.raises(LimitExceeded):
+        measure_decoded(data, ["/RunLengthDecode"], 1 << 20)
+
+
+def test_measure_decoded_ends_at_image_codecs() -> None:
+    # The codec's input is counted (a Flate layer before it may still be a bomb); its
+    # output is judged by image_bytes from the image dictionary.
+    jpeg = b"\xff\xd8\xff" + bytes(100)
+    assert measure_decoded(jpeg, ["/DCTDecode"], 1000)[0] == 103
+    assert measure_decoded(zlib.compress(jpeg), ["/FlateDecode", "/DCTDecode"], 1000)[0] == 103
+    with pytest.raises(LimitExceeded):
+        measure_decoded(_deflate_zeros(4 << 20), ["/FlateDecode", "/DCTDecode"], 1 << 20)
+
+
+# --- inspect_pdf on crafted files -----------------------------------------------------
+
+
+def _check(tmp_path: Path, data: bytes, limits: PdfLimits | None = None) -> PdfReport:
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(data)
+    return inspect_pdf(path, limits or PdfLimits())
+
+
+def _code(tmp_path: Path, data: bytes, limits: PdfLimits | None = None) -> str:
+    with pytest.raises(CasesignError) as info:
+        _check(tmp_path, data, limits)
+    return info.value.code
+
+
+def test_a_plain_page_passes(tmp_path: Path) -> None:
+    report = _check(tmp_path, GOOD)
+    assert (report.pages, report.pdf_version, report.has_signatures) == (1, "1.7", False)
+    assert report.size == len(GOOD) and report.objects == 5
+    assert pickle.loads(pickle.dumps(report)) == report
+
+
+def test_submit_button_passes_but_submit_on_open_does_not(tmp_path: Path) -> None:
+    submit = b"<< /S /SubmitForm /F << /FS /URL /F (https://example.org/) >> >>"
+    link = b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /A 6 0 R >>"
+    as_link = _one_page(page_extra=b"/Annots [7 0 R] ", more=[submit, link])
+    assert _check(tmp_path, as_link).pages == 1
+    on_open = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[submit])
+    assert _code(tmp_path, on_open) == "active_content"
+    # A chained (/Next) action of an automatic one is automatic too.
+    chained = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[
+        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>", submit])
+    assert _code(tmp_path, chained) == "active_content"
+
+
+def test_javascript_name_tree(tmp_path: Path) -> None:
+    data = _one_page(catalog_extra=b"/Names << /JavaScript 6 0 R >> ", more=[
+        b"<< /Names [(init) 7 0 R] >>",
+        b"<< /S /JavaScript /JS 8 0 R >>",
+        stream(b"app.launchURL('https://example.org');")])
+    assert _code(tmp_path, data) == "active_content"
+    # The same file is accepted when the policy allows active content.
+    assert _check(tmp_path, data, PdfLimits(forbid_active_content=False)).pages == 1
+
+
+def test_embedded_files(tmp_path: Path) -> None:
+    def with_attachment(name: bytes, content: bytes) -> bytes:
+        return _one_page(
+            catalog_extra=b"/Names << /EmbeddedFiles << /Names [(a) 6 0 R] >> >> ",
+            more=[b"<< /Type /Filespec /F (" + name + b") /EF << /F 7 0 R >> >>",
+                  stream(zlib.compress(content), b"/Type /EmbeddedFile /Filter /FlateDecode ")])
+
+    assert _check(tmp_path, with_attachment(b"photo.png", b"\x89PNG\r\n\x1a\n" + bytes(64)))
+    assert _code(tmp_path, with_attachment(b"notes.txt", b"\x7fELF\x02\x01")) == \
+        "active_content"
+    assert _code(tmp_path, with_attachment(b"run.sh", b"#!/bin/sh\necho\n")) == \
+        "active_content"
+    assert _code(tmp_path, with_attachment(b"update.exe", b"plain text")) == "active_content"
+
+
+def test_image_pixel_bomb(tmp_path: Path) -> None:
+    image = stream(b"\xff\xd8\xff" + bytes(32), b"/Type /XObject /Subtype /Image /Width 100000 "
+                   b"/Height 100000 /BitsPerComponent 8 /ColorSpace /DeviceRGB /Filter /DCTDecode ")
+    data = _one_page(page_extra=b"/Thumb 6 0 R ", more=[image])
+    assert _code(tmp_path, data) == "limit_exceeded"
+
+
+def test_object_and_page_limits(tmp_path: Path) -> None:
+    assert _code(tmp_path, GOOD, PdfLimits(max_objects=4)) == "limit_exceeded"
+    assert _check(tmp_path, GOOD, PdfLimits(max_objects=5)).objects == 5
+    assert _code(tmp_path, GOOD, PdfLimits(max_bytes=len(GOOD) - 1)) == "limit_exceeded"
+
+
+def test_a_page_tree_of_several_levels(tmp_path: Path) -> None:
+    data = assemble([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 4 0 R] /Count 3 >>",
+        b"<< /Type /Pages /Parent 2 0 R /Kids [5 0 R 6 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] >>",
+        b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 10 10] >>",
+        b"<< /Type /Page /Parent 3 0 R /MediaBox [0 0 10 10] >>",
+    ])
+    assert _check(tmp_path, data).pages == 3
+    assert _code(tmp_path, data, PdfLimits(max_pages=2)) == "limit_exceeded"
+    assert _code(tmp_path, data, PdfLimits(max_depth=0)) == "malformed_pdf"
+
+
+def test_a_shared_page_is_refused(tmp_path: Path) -> None:
+    data = assemble([
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R 3 0 R] /Count 2 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] >>",
+    ])
+    assert _code(tmp_path, data) == "malformed_pdf"
+
+
+@pytest.mark.parametrize("catalog", [
+    b"(not a dictionary)",
+    b"<< /Type /Catalog >>",
+    b"<< /Type /Catalog /Pages 9 0 R >>",
+])
+def test_broken_catalogs(tmp_path: Path, catalog: bytes) -> None:
+    assert _code(tmp_path, assemble([catalog, b"<< >>"])) == "malformed_pdf"
+
+
+def test_signatures_and_docmdp_are_reported(tmp_path: Path) -> None:
+    sig = (b"<< /Type /Sig /Filter /Adobe.PPKLite /SubFilter /adbe.pkcs7.detached "
+           b"/ByteRange [0 10 20 30] /Contents <00> /Reference [<< /Type /SigRef "
+           b"/TransformMethod /DocMDP /TransformParams << /Type /TransformParams /P 1 /V /1.2 >> "
+           b">>] >>")
+    data = _one_page(catalog_extra=b"/Perms << /DocMDP 6 0 R >> ", more=[sig])
+    report = _check(tmp_path, data)
+    assert report.has_signatures and report.docmdp_permission == 1
+
+
+def test_damaged_object_offsets_are_repaired_and_noted(tmp_path: Path) -> None:
+    # Every xref offset is off by one: pypdf finds the objects and says so.
+    data = bytearray(GOOD)
+    at = GOOD.index(b"0000000000 65535 f")
+    for i in range(1, 6):
+        entry = at + 20 * i
+        offset = int(data[entry:entry + 10]) + 1
+        data[entry:entry + 10] = b"%010d" % offset
+    report = _check(tmp_path, bytes(data))
+    assert report.pages == 1
+    assert any("wrong pointing object" in w for w in report.warnings)
+
+
+def test_limits_from_policy() -> None:
+    policy = Policy(version="v1", max_pages=7, max_document_bytes=1000,
+                    forbid_active_content=False)
+    limits = PdfLimits.from_policy(policy)
+    assert (limits.max_pages, limits.max_bytes, limits.forbid_active_content) == (7, 1000, False)
+    assert pickle.loads(pickle.dumps(limits)) == limits
