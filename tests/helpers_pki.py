@@ -1,13 +1,12 @@
 """Test PKI, sample PDFs and independent validators (pyHanko, poppler pdfsig) for signing tests.
 
-Import the fixtures into a test module with ``from tests.helpers_pki import *``-free
-explicit names; everything is generated under pytest's tmp paths.
+Import the ``pki`` fixture by name into a test module; everything is generated
+under pytest's tmp paths.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import io
 import os
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ PASSWORD = b"test-password"
 
 
 @dataclass
-class TestPki:
+class Pki:
     ca: devpki.Identity
     rsa: devpki.Identity
     ec: devpki.Identity
@@ -51,9 +50,9 @@ class TestPki:
         return path
 
 
-def make_pki(directory: Path) -> TestPki:
+def make_pki(directory: Path) -> Pki:
     ca = devpki.make_ca("casesignd test CA")
-    return TestPki(
+    return Pki(
         ca=ca,
         rsa=devpki.issue(ca, "casesignd test signer RSA", kind="rsa"),
         ec=devpki.issue(ca, "casesignd test signer EC", kind="ec"),
@@ -63,7 +62,7 @@ def make_pki(directory: Path) -> TestPki:
 
 
 @pytest.fixture(scope="session")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> TestPki:
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     return make_pki(tmp_path_factory.mktemp("pki"))
 
 
@@ -195,7 +194,3 @@ def embedded_files(path: Path) -> dict[str, bytes]:
     with open(path, "rb") as f:
         reader = PdfReader(f)
         return {name: data[0] for name, data in reader.attachments.items()}
-
-
-def _unused(_: io.BytesIO) -> None:  # keeps io imported for helpers that stream
-    return None

@@ -1,0 +1,309 @@
+"""PAdES signatures checked by independent validators: pyHanko, poppler's pdfsig, and ours."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import aiohttp
+import pytest
+from pyhanko.sign.validation.status import SignatureCoverageLevel
+from pypdf import PdfReader
+
+from casesignd import cms, pades, tsa
+from casesignd.errors import EncryptedPdf, MalformedPdf, SignatureTooLarge, TsaUnavailable
+from casesignd.verify import verify_pdf
+from tests.helpers_pki import (
+    Pki,
+    embedded_files,
+    nss_db,
+    pdfsig,
+    pki,
+    pyhanko_statuses,
+    sample_meta,
+    sample_pdfs,
+)
+from tests.helpers_tsa import LocalTsa
+from tests.helpers_tsa import tsa as tsa_server
+
+__all__ = ["pki", "tsa_server"]  # fixtures
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return sample_pdfs(tmp_path_factory.mktemp("samples"))
+
+
+@pytest.fixture(scope="module")
+def nssdir(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    return nss_db(tmp_path_factory.mktemp("nss"), pki.ca.cert)
+
+
+def assert_validates(path: Path, pki: Pki, nssdir: Path | None, *, timestamped: bool = False) -> None:
+    """The last signature validates for pyHanko, pdfsig and verify_pdf; earlier ones stay intact."""
+    statuses = pyhanko_statuses(path, [pki.ca.cert])
+    assert statuses
+    last = statuses[-1]
+    assert last.intact and last.valid and last.trusted, last.pretty_print_details()
+    assert last.coverage == SignatureCoverageLevel.ENTIRE_FILE
+    if timestamped:
+        assert last.timestamp_validity is not None
+        assert last.timestamp_validity.intact and last.timestamp_validity.valid
+        assert last.timestamp_validity.trusted
+    for earlier in statuses[:-1]:
+        assert earlier.intact and earlier.valid
+        assert earlier.coverage == SignatureCoverageLevel.ENTIRE_REVISION
+    report = pdfsig(path, nssdir)
+    assert report.count("Signature is Valid") == len(statuses), report
+    if nssdir is not None:
+        assert report.count("Certificate is Trusted") >= 1, report
+        assert report.rstrip().endswith("Certificate is Trusted."), report
+    ours = verify_pdf(path, [pki.ca.cert])
+    assert ours[-1].ok and ours[-1].covers_whole_file, ours[-1].describe()
+    assert ours[-1].timestamped == timestamped
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ec"])
+@pytest.mark.parametrize("producer", ["reportlab", "xref_stream", "classic", "no_final_eol", "pdflatex"])
+def test_b_b_validates(
+    producer: str, kind: str, samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path
+) -> None:
+    if producer not in samples:
+        pytest.skip(f"{producer} unavailable on this machine")
+    out = tmp_path / "signed.pdf"
+    pades.sign_file(samples[producer], out, pki.signer(kind), meta=sample_meta())
+    assert_validates(out, pki, nssdir)
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ec"])
+@pytest.mark.parametrize("producer", ["reportlab", "xref_stream"])
+def test_b_t_validates(
+    producer: str, kind: str, samples: dict[str, Path], pki: Pki, nssdir: Path | None,
+    tsa_server: LocalTsa, tmp_path: Path,
+) -> None:
+    out = tmp_path / "signed.pdf"
+    outcome = pades.sign_file(
+        samples[producer], out, pki.signer(kind), meta=sample_meta(),
+        timestamp=lambda sig: tsa.timestamp_blocking(tsa_server.url, sig, 10),
+    )
+    assert outcome.timestamped and tsa_server.requests == 1
+    assert_validates(out, pki, nssdir, timestamped=True)
+
+
+def test_update_keeps_the_xref_kind(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    for producer, want_stream in (("classic", False), ("xref_stream", True)):
+        out = tmp_path / f"{producer}.pdf"
+        pades.sign_file(samples[producer], out, pki.signer("ec"), meta=sample_meta())
+        data = out.read_bytes()
+        startxref = int(data.rsplit(b"startxref", 1)[1].split()[0])
+        section = data[startxref : startxref + 40]
+        assert section.startswith(b"xref") != want_stream, section
+        prev = data[: len(samples[producer].read_bytes())].rsplit(b"startxref", 1)[1].split()[0]
+        assert b"/Prev " + prev in data[startxref:]
+
+
+def test_attachments_embedded_with_checksums(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
+    photo = tmp_path / "photo-1.jpg"
+    photo.write_bytes(os.urandom(300_000))
+    note = tmp_path / "note.txt"
+    note.write_bytes("evidence — ünïcode\n".encode())
+    out = tmp_path / "signed.pdf"
+    pades.sign_file(
+        samples["reportlab"], out, pki.signer("rsa"), meta=sample_meta(),
+        attachments=[
+            pades.Attachment(photo, "photo-1.jpg", "image/jpeg", "evidence"),
+            pades.Attachment(note, "note.txt", "text/plain"),
+        ],
+    )
+    assert_validates(out, pki, nssdir)
+    assert embedded_files(out) == {"photo-1.jpg": photo.read_bytes(), "note.txt": note.read_bytes()}
+    with open(out, "rb") as f:
+        root = PdfReader(f).trailer["/Root"]
+        specs = [s.get_object() for s in root["/AF"]]
+        spec = next(s for s in specs if s["/F"] == "photo-1.jpg")
+        stream = spec["/EF"]["/F"].get_object()
+        assert stream["/Subtype"] == "/image/jpeg"
+        assert stream["/Params"]["/Size"] == 300_000
+        assert bytes(stream["/Params"]["/CheckSum"]) == hashlib.md5(photo.read_bytes()).digest()
+        assert hashlib.sha256(photo.read_bytes()).hexdigest() in spec["/Desc"]
+        assert spec["/AFRelationship"] == "/Supplement"
+
+
+def test_signature_records_case_policy_and_signers(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    out = tmp_path / "signed.pdf"
+    meta = sample_meta()
+    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta)
+    with open(out, "rb") as f:
+        field = PdfReader(f).trailer["/Root"]["/AcroForm"]["/Fields"][0].get_object()
+        sig = field["/V"].get_object()
+        assert sig["/SubFilter"] == "/ETSI.CAdES.detached"
+        assert sig["/M"] == pades.pdf_date(meta.signing_time)
+        assert "policy contract-v1" in sig["/Reason"] and "J. Doe (buyer, buyer-19)" in sig["/Reason"]
+        assert sig["/Location"] == "Testville"
+        case = sig["/CasesignCase"]
+        assert case["/PolicyVersion"] == "contract-v1" and case["/CaseId"] == "MKT-2026-00042"
+        assert [s["/Id"] for s in case["/Signers"]] == ["seller-881", "buyer-19"]
+
+
+def test_signing_twice_keeps_the_first_signature(
+    samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path
+) -> None:
+    att = tmp_path / "a.txt"
+    att.write_bytes(b"first evidence")
+    once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
+    pades.sign_file(samples["xref_stream"], once, pki.signer("ec"), meta=sample_meta(),
+                    attachments=[pades.Attachment(att, "a.txt", "text/plain")])
+    pades.sign_file(once, twice, pki.signer("rsa"), meta=sample_meta())
+    assert_validates(twice, pki, nssdir)
+    first = pyhanko_statuses(twice, [pki.ca.cert])[0]
+    # Adding a signature field is an allowed change (§12.8.2.2, P=2 level).
+    assert first.docmdp_ok and first.trusted
+    reports = verify_pdf(twice, [pki.ca.cert])
+    assert [r.field_name for r in reports] == ["Signature1", "Signature2"]
+    assert all(r.ok for r in reports) and not reports[0].covers_whole_file
+
+
+def test_attachments_merge_with_an_existing_name_tree(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_bytes(b"one")
+    b.write_bytes(b"two")
+    once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
+    pades.sign_file(samples["classic"], once, pki.signer("ec"), meta=sample_meta(),
+                    attachments=[pades.Attachment(a, "e.txt", "text/plain")])
+    pades.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
+                    attachments=[pades.Attachment(b, "e.txt", "text/plain")])
+    assert embedded_files(twice) == {"e.txt": b"one", "e (2).txt": b"two"}
+    statuses = pyhanko_statuses(twice, [pki.ca.cert])
+    assert all(s.intact and s.valid for s in statuses)
+
+
+def test_good_corpus_signs_and_validates(pki: Pki, nssdir: Path | None, tmp_path_factory: pytest.TempPathFactory) -> None:
+    corpus_mod = pytest.importorskip("tests.helpers_corpus")
+    corpus = corpus_mod.build_good_corpus(tmp_path_factory.mktemp("good-corpus"))
+    if not corpus:
+        pytest.skip("no corpus producers available")
+    out_dir = tmp_path_factory.mktemp("corpus-signed")
+    att = out_dir / "evidence.txt"
+    att.write_bytes(b"evidence\n" * 50)
+    failures = {}
+    for name, src in corpus.items():
+        out = out_dir / f"{name}.pdf"
+        try:
+            pades.sign_file(src, out, pki.signer("ec"), meta=sample_meta(),
+                            attachments=[pades.Attachment(att, "evidence.txt", "text/plain")])
+            statuses = pyhanko_statuses(out, [pki.ca.cert])
+            last = statuses[-1]
+            assert last.intact and last.valid and last.trusted
+            assert last.coverage == SignatureCoverageLevel.ENTIRE_FILE
+            assert all(s.intact and s.valid for s in statuses)
+            assert pdfsig(out, nssdir).count("Signature is Valid") == len(statuses)
+            assert embedded_files(out)["evidence.txt"] == att.read_bytes()
+        except Exception as e:  # collect every producer's failure, not just the first
+            failures[name] = repr(e)
+    assert not failures, failures
+
+
+def test_placeholder_too_small_fails_cleanly(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    out = tmp_path / "signed.pdf"
+    with pytest.raises(SignatureTooLarge):
+        pades.sign_file(samples["reportlab"], out, pki.signer("rsa"), meta=sample_meta(), contents_bytes=256)
+    data = out.read_bytes()
+    assert b"/Contents <" + b"0" * 512 + b">" in data  # untouched, never half-written
+
+
+def test_encrypted_and_garbage_inputs_are_refused(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    enc = tmp_path / "enc.pdf"
+    subprocess.run(["qpdf", "--encrypt", "u", "o", "256", "--", str(samples["reportlab"]), str(enc)],
+                   check=True, timeout=60)
+    with pytest.raises(EncryptedPdf):
+        pades.sign_file(enc, tmp_path / "o1.pdf", pki.signer("rsa"), meta=sample_meta())
+    junk = tmp_path / "junk.pdf"
+    junk.write_bytes(b"%PDF-1.7\nnot really\n")
+    with pytest.raises(MalformedPdf):
+        pades.sign_file(junk, tmp_path / "o2.pdf", pki.signer("rsa"), meta=sample_meta())
+
+
+def test_verify_detects_tampering_and_appending(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    out = tmp_path / "signed.pdf"
+    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta())
+    data = bytearray(out.read_bytes())
+    flipped = tmp_path / "flipped.pdf"
+    data[200] ^= 0x01
+    flipped.write_bytes(data)
+    report = verify_pdf(flipped, [pki.ca.cert])[0]
+    assert not report.intact and not report.ok
+    appended = tmp_path / "appended.pdf"
+    appended.write_bytes(out.read_bytes() + b"\n% appended\n")
+    report = verify_pdf(appended, [pki.ca.cert])[0]
+    assert report.intact and not report.ok and not report.covers_whole_file
+    assert verify_pdf(out, None)[0].trusted is None
+
+
+def test_prepare_runs_in_a_worker_process(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
+    out = tmp_path / "signed.pdf"
+    with ProcessPoolExecutor(max_workers=1) as pool:
+        prepared = pool.submit(
+            pades.prepare, samples["reportlab"], out, attachments=[], meta=sample_meta()
+        ).result(timeout=60)
+    signer = pki.signer("rsa")
+    template = cms.template_for(signer.cert, tuple(signer.chain))
+    attrs = cms.build_signed_attrs(prepared.digest, template)
+    pades.finalize(prepared, cms.assemble(template, attrs, signer.sign(attrs)))
+    assert_validates(out, pki, nssdir)
+
+
+@pytest.mark.parametrize("mode", ["503", "garbage", "wrong_nonce"])
+async def test_tsa_failures_are_retryable(mode: str, tsa_server: LocalTsa) -> None:
+    tsa_server.mode = mode
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(TsaUnavailable) as info:
+            await tsa.timestamp(session, tsa_server.url, b"signature", timeout_s=5)
+    assert info.value.retryable
+
+
+async def test_tsa_unreachable_and_slow_are_retryable() -> None:
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(TsaUnavailable):
+            await tsa.timestamp(session, "http://127.0.0.1:9/tsa", b"sig", timeout_s=2)
+        # A server that accepts and never answers: the timeout must fire.
+        import socket
+
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        try:
+            url = f"http://127.0.0.1:{silent.getsockname()[1]}/tsa"
+            with pytest.raises(TsaUnavailable):
+                await asyncio.wait_for(tsa.timestamp(session, url, b"sig", timeout_s=0.5), 10)
+        finally:
+            silent.close()
+
+
+async def test_tsa_async_token_validates(tsa_server: LocalTsa) -> None:
+    async with aiohttp.ClientSession() as session:
+        token = await tsa.timestamp(session, tsa_server.url, b"signature", timeout_s=5)
+    assert tsa.token_time(token) is not None
+
+
+def test_concurrent_signing_shares_one_key(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
+    signer = pki.signer("ec")
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            pades.sign_file(samples["reportlab"], tmp_path / f"s{i}.pdf", signer, meta=sample_meta())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    assert all(verify_pdf(tmp_path / f"s{i}.pdf", [pki.ca.cert])[0].ok for i in range(8))
