@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,10 +26,10 @@ EICAR_SIGNATURE = "Casesignd.Test.EICAR"
 STREAM_MAX_BYTES = 4 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 
-needs_clamd = [
-    pytest.mark.needs_clamd,
-    pytest.mark.skipif(not Path(CLAMD).exists(), reason=f"{CLAMD} is not installed"),
-]
+def needs_clamd(fn: Any) -> Any:
+    """Mark a test as needing a real clamd; skip it where clamd is not installed."""
+    fn = pytest.mark.skipif(not Path(CLAMD).exists(), reason=f"{CLAMD} is not installed")(fn)
+    return pytest.mark.needs_clamd(fn)
 
 
 def eicar_bytes() -> bytes:

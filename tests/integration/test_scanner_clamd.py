@@ -9,8 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.config import Config, Scanner
 from casesignd.errors import MalwareDetected, ScanLimitExceeded, ScannerUnavailable
-from casesignd.scanner import ClamdScanner
+from casesignd.scanner import (
+    ClamdScanner,
+    NoopScanner,
+    Verdict,
+    instream_frames,
+    make_scanner,
+    parse_reply,
+)
 from tests.helpers_clamd import (
     EICAR_SIGNATURE,
     STREAM_MAX_BYTES,
@@ -21,17 +29,67 @@ from tests.helpers_clamd import (
     start_clamd,
 )
 
-pytestmark = needs_clamd
-
 TIMEOUT_S = 10.0
 
+# --- pure parts (no clamd needed) ----------------------------------------------------
 
+
+@pytest.mark.parametrize(("reply", "outcome"), [
+    (b"stream: OK\0", Verdict(None)),
+    (b"stream: OK\n", Verdict(None)),
+    (b"stream: Win.Test.EICAR_HDB-1 FOUND\0", Verdict("Win.Test.EICAR_HDB-1")),
+    (b"stream: Casesignd.Test.EICAR.UNOFFICIAL FOUND\0",
+     Verdict("Casesignd.Test.EICAR.UNOFFICIAL")),
+    (b"INSTREAM size limit exceeded. ERROR\0", "scan_limit_exceeded"),
+    (b"stream: Can't allocate memory ERROR\0", "scanner_unavailable"),
+    (b"UNKNOWN COMMAND\0", "scanner_unavailable"),
+    (b"", "scanner_unavailable"),
+])
+def test_parse_reply(reply: bytes, outcome: object) -> None:
+    if isinstance(outcome, Verdict):
+        assert parse_reply(reply) == outcome
+        return
+    with pytest.raises((ScanLimitExceeded, ScannerUnavailable)) as info:
+        parse_reply(reply)
+    assert info.value.code == outcome
+    assert info.value.retryable is (outcome == "scanner_unavailable")
+
+
+def test_instream_frames() -> None:
+    # clamd(8): "<length><data>" with a 4-byte unsigned big-endian length.
+    assert instream_frames(b"abc") == b"\x00\x00\x00\x03abc"
+    assert instream_frames(b"") == b"\x00\x00\x00\x00"
+
+
+async def test_make_scanner() -> None:
+    assert isinstance(make_scanner(Config()), NoopScanner)
+    await make_scanner(Config()).scan(Path("/nonexistent"), "x")
+    cfg = Config(scanner=Scanner(kind="clamd", socket="/run/x.sock", timeout_s=3.0))
+    scanner = make_scanner(cfg)
+    assert isinstance(scanner, ClamdScanner)
+    assert (scanner.socket_path, scanner.timeout_s) == ("/run/x.sock", 3.0)
+
+
+async def test_unreachable_socket_is_unavailable(tmp_path: Path) -> None:
+    sample = tmp_path / "a.txt"
+    sample.write_text("hello\n")
+    scanner = ClamdScanner(str(tmp_path / "nobody.sock"), 1.0)
+    with pytest.raises(ScannerUnavailable):
+        await scanner.scan(sample, "a.txt")
+    assert not await scanner.ping()
+
+
+# --- against a real clamd ------------------------------------------------------------
+
+
+@needs_clamd
 async def test_clean_file_passes(clamd_socket: str, tmp_path: Path) -> None:  # noqa: F811
     clean = tmp_path / "letter.txt"
     clean.write_text("Dear J. Doe,\nplease find the contract attached.\n")
     await ClamdScanner(clamd_socket, TIMEOUT_S).scan(clean, "letter.txt")
 
 
+@needs_clamd
 async def test_eicar_is_detected_by_name(clamd_socket: str, tmp_path: Path) -> None:  # noqa: F811
     infected = tmp_path / "photo-1.jpg"
     infected.write_bytes(eicar_bytes())
@@ -43,6 +101,7 @@ async def test_eicar_is_detected_by_name(clamd_socket: str, tmp_path: Path) -> N
     assert "photo-1.jpg" in info.value.message
 
 
+@needs_clamd
 async def test_large_file_streams_in_chunks(clamd_socket: str, tmp_path: Path) -> None:  # noqa: F811
     # Three quarters of StreamMaxLength in 64 KiB chunks, the EICAR string far past
     # the first chunk: found only if every chunk arrived in order.
@@ -60,6 +119,7 @@ async def test_large_file_streams_in_chunks(clamd_socket: str, tmp_path: Path) -
     await scanner.scan(clean, "clean.bin")
 
 
+@needs_clamd
 async def test_file_over_the_stream_limit_is_a_permanent_error(
     clamd_socket: str, tmp_path: Path,  # noqa: F811
 ) -> None:
@@ -72,6 +132,7 @@ async def test_file_over_the_stream_limit_is_a_permanent_error(
     assert not info.value.retryable
 
 
+@needs_clamd
 async def test_concurrent_scans(clamd_socket: str, tmp_path: Path) -> None:  # noqa: F811
     files = []
     for i in range(6):
@@ -84,10 +145,12 @@ async def test_concurrent_scans(clamd_socket: str, tmp_path: Path) -> None:  # n
     assert [type(r) for r in results] == [type(None), MalwareDetected] * 3
 
 
+@needs_clamd
 async def test_ping(clamd_socket: str) -> None:  # noqa: F811
     assert await ClamdScanner(clamd_socket, TIMEOUT_S).ping()
 
 
+@needs_clamd
 async def test_stopped_clamd_is_unavailable_and_retryable(tmp_path: Path) -> None:
     workdir = short_tempdir()
     clamd = await asyncio.to_thread(start_clamd, workdir)
