@@ -101,6 +101,11 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_document_bytes: int = 256 * MiB
     max_items: int = 100
     forbid_active_content: bool = True
+    # Deep PDF validation (casesignd.pdfcheck): the largest decoded size of any one
+    # stream or image (decompression bombs), reachable objects, and nesting depth.
+    max_decoded_stream_bytes: int = 256 * MiB
+    max_pdf_objects: int = 1_000_000
+    max_pdf_depth: int = 64
     # An RFC 3161 TSA: when set, signatures are PAdES B-T.
     tsa_url: str = ""
     tsa_timeout_s: float = 10.0

@@ -44,6 +44,7 @@ from pypdf.errors import FileNotDecryptedError, LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
+from .config import Policy
 from .errors import ActiveContent, CasesignError, EncryptedPdf, LimitExceeded, MalformedPdf
 from .media import EXECUTABLE_TYPES, sniff_bytes
 
@@ -124,17 +125,15 @@ class PdfLimits:
     max_depth: int = 64
 
     @classmethod
-    def from_policy(cls, policy: Any) -> PdfLimits:
-        """Limits from a :class:`casesignd.config.Policy` (missing fields keep defaults)."""
-        d = cls()
+    def from_policy(cls, policy: Policy) -> PdfLimits:
+        """The limits a signing policy sets."""
         return cls(
             max_pages=policy.max_pages,
             max_bytes=policy.max_document_bytes,
             forbid_active_content=policy.forbid_active_content,
-            max_decoded_stream_bytes=getattr(
-                policy, "max_decoded_stream_bytes", d.max_decoded_stream_bytes),
-            max_objects=getattr(policy, "max_pdf_objects", d.max_objects),
-            max_depth=getattr(policy, "max_pdf_depth", d.max_depth),
+            max_decoded_stream_bytes=policy.max_decoded_stream_bytes,
+            max_objects=policy.max_pdf_objects,
+            max_depth=policy.max_pdf_depth,
         )
 
 

@@ -296,7 +296,8 @@ def test_damaged_object_offsets_are_repaired_and_noted(tmp_path: Path) -> None:
 
 def test_limits_from_policy() -> None:
     policy = Policy(version="v1", max_pages=7, max_document_bytes=1000,
-                    forbid_active_content=False)
-    limits = PdfLimits.from_policy(policy)
-    assert (limits.max_pages, limits.max_bytes, limits.forbid_active_content) == (7, 1000, False)
+                    forbid_active_content=False, max_decoded_stream_bytes=2000,
+                    max_pdf_objects=30, max_pdf_depth=5)
+    assert PdfLimits.from_policy(policy) == PdfLimits(7, 1000, False, 2000, 30, 5)
+    limits = PdfLimits.from_policy(Policy(version="v1"))
     assert pickle.loads(pickle.dumps(limits)) == limits
