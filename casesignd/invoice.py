@@ -49,10 +49,12 @@ _ORDER_FIELDS = ("order_id", "student_name", "currency", "items", "issued_on")
 _ITEM_FIELDS = ("description", "quantity", "unit_price")
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
 
-# Output size estimate: the one-line invoice is about 44 KB (mostly the two font
-# subsets); each line adds its text plus about 100 bytes of drawing operators.
-_BASE_BYTES = 64 * 1024
+# Output size estimate: the one-line invoice is about 46 KB (mostly the two font
+# subsets); each line adds its text plus about 100 bytes of drawing operators. A
+# signed invoice also keeps the unsigned file and adds the signature container.
+_BASE_BYTES = 48 * 1024
 _LINE_BYTES = 160
+_SIGNATURE_BYTES = 64 * 1024
 
 
 # --- pure helpers ---------------------------------------------------------------------
@@ -85,6 +87,14 @@ def _text(value: Any, field: str, max_chars: int) -> str:
         raise _refuse("invalid_field", field, f"{field} must be a string")
     if len(value) > 4 * max_chars:  # bound the work before normalizing
         raise _refuse("invalid_field", field, f"{field} is longer than {max_chars} characters")
+    if value.isascii() and value.isprintable():
+        # Fast path: printable ASCII is NFC and in the font; only trim and measure.
+        text = value.strip()
+        if not text or len(text) > max_chars:
+            raise _refuse(
+                "invalid_field", field, f"{field} must be 1-{max_chars} characters"
+            )
+        return text
     for ch in value:
         if unicodedata.category(ch) in _REFUSED_CATEGORIES:
             raise _refuse(
@@ -192,7 +202,7 @@ def normalize(body: Any, config: Config, today: date | None = None) -> dict[str,
         price = money.parse_price(raw["unit_price"], currency, f"{at}.unit_price")
         items.append(
             {"description": description, "quantity": quantity,
-             "unit_price": money.to_text(price, currency)}
+             "unit_price": f"{price:f}"}  # already quantized
         )  # fmt: skip
     return {
         "kind": KIND,
@@ -209,12 +219,12 @@ def normalize(body: Any, config: Config, today: date | None = None) -> dict[str,
 
 
 def declared_bytes(request: dict[str, Any]) -> int:
-    """An upper estimate of the rendered (and signed) invoice's size in bytes."""
+    """An upper estimate of the bytes the job writes (rendered, and signed if asked)."""
     order = request["order"]
     text = sum(len(it["description"].encode()) for it in order["items"])
-    return _BASE_BYTES + len(order["student_name"].encode()) + text + _LINE_BYTES * len(
-        order["items"]
-    )
+    rendered = (_BASE_BYTES + len(order["student_name"].encode()) + text
+                + _LINE_BYTES * len(order["items"]))  # fmt: skip
+    return 2 * rendered + _SIGNATURE_BYTES if request["sign"] else rendered
 
 
 def admit(body: Any, config: Config, today: date | None = None) -> Admission:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import ROUND_HALF_UP, Context, Decimal, localcontext
 
 from .errors import ConfigError, ValidationError
 
@@ -51,7 +51,9 @@ CURRENCIES: dict[str, int] = {
 # 10**12 major units per price is far above any invoice line and keeps every sum
 # (max_items x max quantity x price) well inside the working precision below.
 MAX_INTEGER_DIGITS = 12
-_PRECISION = 60  # digits of the Decimal context for sums and tax: never inexact
+# Every computation runs in this context: 60 digits, so sums and tax are never
+# inexact, and half-up rounding when quantizing to a minor unit.
+_CTX = Context(prec=60, rounding=ROUND_HALF_UP)
 
 _AMOUNT = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 _RATE = re.compile(r"[0-9]{1,3}(?:\.[0-9]{1,8})?")
@@ -95,15 +97,17 @@ def parse_amount(text: str, field: str) -> Decimal:
     return Decimal(text)
 
 
+_QUANTUM = {code: Decimal(1).scaleb(-units) for code, units in CURRENCIES.items()}
+
+
 def exponent(currency: str) -> Decimal:
     """The quantum of ``currency``: Decimal("0.01") for USD, Decimal("1") for JPY."""
-    return Decimal(1).scaleb(-CURRENCIES[currency])
+    return _QUANTUM[currency]
 
 
 def quantize(value: Decimal, currency: str) -> Decimal:
     """Round ``value`` to the currency's minor unit, ROUND_HALF_UP."""
-    with localcontext(prec=_PRECISION):
-        return value.quantize(exponent(currency), rounding=ROUND_HALF_UP)
+    return value.quantize(_QUANTUM[currency], context=_CTX)
 
 
 def parse_price(text: str, currency: str, field: str) -> Decimal:
@@ -154,15 +158,14 @@ class Totals:
 
 def line_total(quantity: int, unit_price: Decimal, currency: str) -> Decimal:
     """quantity x unit price, rounded once to the minor unit."""
-    with localcontext(prec=_PRECISION):
-        return quantize(unit_price * quantity, currency)
+    return quantize(_CTX.multiply(unit_price, quantity), currency)
 
 
 def totals(
     items: Iterable[tuple[int, Decimal]], currency: str, tax_rate: Decimal | None
 ) -> Totals:
     """Line totals, subtotal, tax (rounded once on the subtotal) and total."""
-    with localcontext(prec=_PRECISION):
+    with localcontext(_CTX):
         lines = tuple(line_total(q, p, currency) for q, p in items)
         subtotal = quantize(sum(lines, Decimal(0)), currency)
         tax = None if tax_rate is None else quantize(subtotal * tax_rate, currency)

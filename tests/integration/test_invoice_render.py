@@ -30,7 +30,7 @@ import pytest
 from casesignd import config as config_mod
 from casesignd import money
 from casesignd.errors import PermanentJobError
-from casesignd.invoice import admit, issuer_of
+from casesignd.invoice import admit, declared_bytes, issuer_of
 from casesignd.invoice_layout import TEMPLATES, render_to_bytes, render_to_file
 
 pytestmark = pytest.mark.skipif(
@@ -311,6 +311,7 @@ def test_corpus_case(name: str, rendered: dict[str, Any], tmp_path: Path) -> Non
     pdf, normalized = rendered[name]
     pages = CASES[name][2]
     assert page_count(pdf) == pages
+    assert pdf.stat().st_size <= declared_bytes(normalized)  # the reservation covers it
     check_fonts(pdf)
     check_text(pdf, normalized, pages)
     for page in CASES[name][3]:
