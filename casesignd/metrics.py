@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -179,6 +180,8 @@ class LabelGuard:
         text = str(value)
         if domain == "status":
             ok = _STATUS.match(text) is not None
+        elif domain == "code":
+            ok = self.check_code(text)
         elif domain == "source_reason":
             ok = text in self._allowed["source_reason"] or self.check_code(text)
         else:
@@ -195,6 +198,7 @@ class LabelGuard:
         return OTHER
 
     def check_code(self, text: str) -> bool:
+        """Whether ``text`` is a known error code (refreshing the set once if not)."""
         with self._lock:
             known = self._allowed["code"]
         if text not in known:
@@ -370,10 +374,6 @@ class Metrics:
         self.guard.allow(domain, *values)
 
     def _l(self, domain: str, value: Any) -> str:
-        if domain == "code":
-            text = str(value)
-            if self.guard.check_code(text):
-                return text
         return self.guard.check(domain, value)
 
     # --- the engine's verbs -----------------------------------------------------------
@@ -519,7 +519,6 @@ def aiohttp_middleware(metrics: Metrics) -> Any:
     counted with the status they are answered with, so this middleware may sit inside
     the one that renders error bodies.
     """
-    from aiohttp import web
 
     @web.middleware
     async def observe(request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
