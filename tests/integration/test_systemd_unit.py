@@ -51,7 +51,8 @@ def test_units_verify(tmp_path: Path) -> None:
     # path, so a copy points at an existing program. Nothing else is changed.
     service = (UNITS / "casesignd.service").read_text()
     assert "ExecStart=/usr/bin/casesignd serve --config /etc/casesignd/config.toml" in service
-    program = shutil.which("casesignd") or "/bin/true"
+    venv_program = Path(sys.executable).parent / "casesignd"
+    program = str(venv_program) if venv_program.exists() else "/bin/true"
     (tmp_path / "casesignd.service").write_text(
         service.replace("ExecStart=/usr/bin/casesignd", f"ExecStart={program}")
     )
