@@ -92,6 +92,7 @@ def load_pkcs12(path: Path, password: bytes) -> KeySigner:
 
 _LIBS: dict[str, Any] = {}
 _LIBS_LOCK = threading.Lock()
+_LOGINS: dict[tuple[str, str], str] = {}  # (module, token) -> the PIN that logged in
 
 
 def _pkcs11_lib(module_path: str) -> Any:
@@ -140,7 +141,17 @@ class Pkcs11Signer:
 
         try:
             token = _pkcs11_lib(self._module_path).get_token(token_label=self._token_label)
-            self._session = token.open(user_pin=self._pin)
+            login = (self._module_path, self._token_label)
+            try:
+                self._session = token.open(user_pin=self._pin)
+                _LOGINS[login] = self._pin
+            except pkcs11.UserAlreadyLoggedIn:
+                # Login state is per application and token (PKCS#11 §5.6), not per
+                # session: another signer of this process logged in; the PIN must be
+                # the one it used, since the token cannot check it again.
+                if _LOGINS.get(login) != self._pin:
+                    raise
+                self._session = token.open()
             self._key = self._session.get_key(
                 object_class=ObjectClass.PRIVATE_KEY, label=self._key_label
             )

@@ -194,3 +194,66 @@ def embedded_files(path: Path) -> dict[str, bytes]:
     with open(path, "rb") as f:
         reader = PdfReader(f)
         return {name: data[0] for name, data in reader.attachments.items()}
+
+
+# --- SoftHSM2 -----------------------------------------------------------------------
+
+SOFTHSM_MODULE = "/usr/lib/softhsm/libsofthsm2.so"
+SOFTHSM_PIN = "1234"
+
+
+@dataclass
+class SoftHsm:
+    module: str
+    token_label: str
+    pin: str
+    conf: Path
+    labels: dict[str, str]  # "rsa"/"ec" -> key label (certificate has the same label)
+
+
+def make_softhsm(directory: Path, pki: Pki, token_label: str = "casesignd-test") -> SoftHsm:
+    """A SoftHSM2 token in ``directory`` holding the RSA and EC test keys and certificates.
+
+    Sets SOFTHSM2_CONF for this process: SoftHSM reads it once, when the module is
+    first initialised, so one token directory serves a whole test session.
+    """
+    tokens = directory / "tokens"
+    tokens.mkdir(parents=True, exist_ok=True)
+    conf = directory / "softhsm2.conf"
+    conf.write_text(f"directories.tokendir = {tokens}\nobjectstore.backend = file\nlog.level = ERROR\n")
+    env = {**os.environ, "SOFTHSM2_CONF": str(conf)}
+    run = lambda *cmd: subprocess.run(cmd, check=True, timeout=60, env=env, capture_output=True)  # noqa: E731
+    run("softhsm2-util", "--init-token", "--free", "--label", token_label,
+        "--so-pin", "000000", "--pin", SOFTHSM_PIN)
+    labels = {}
+    for i, kind in enumerate(("rsa", "ec"), start=1):
+        ident: devpki.Identity = getattr(pki, kind)
+        label, key_id = f"sign-{kind}", f"{i:02x}"
+        key_file = directory / f"{kind}-key.pem"
+        key_file.write_bytes(devpki.key_pem(ident.key))
+        key_file.chmod(0o600)
+        run("softhsm2-util", "--import", str(key_file), "--token", token_label,
+            "--label", label, "--id", key_id, "--pin", SOFTHSM_PIN)
+        key_file.unlink()
+        cert_file = directory / f"{kind}-cert.der"
+        cert_file.write_bytes(ident.cert.public_bytes(serialization.Encoding.DER))
+        run("pkcs11-tool", "--module", SOFTHSM_MODULE, "--token-label", token_label,
+            "--login", "--pin", SOFTHSM_PIN, "--write-object", str(cert_file),
+            "--type", "cert", "--label", label, "--id", key_id)
+        labels[kind] = label
+    os.environ["SOFTHSM2_CONF"] = str(conf)
+    return SoftHsm(SOFTHSM_MODULE, token_label, SOFTHSM_PIN, conf, labels)
+
+
+@pytest.fixture(scope="session")
+def softhsm(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> object:
+    if not Path(SOFTHSM_MODULE).exists() or shutil.which("softhsm2-util") is None:
+        pytest.skip("SoftHSM2 is not installed")
+    if shutil.which("pkcs11-tool") is None:
+        pytest.skip("pkcs11-tool (opensc) is not installed")
+    saved = os.environ.get("SOFTHSM2_CONF")
+    yield make_softhsm(tmp_path_factory.mktemp("softhsm"), pki)
+    if saved is None:
+        os.environ.pop("SOFTHSM2_CONF", None)
+    else:
+        os.environ["SOFTHSM2_CONF"] = saved

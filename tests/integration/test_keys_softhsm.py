@@ -1,0 +1,69 @@
+"""Signing with a key on a PKCS#11 token (SoftHSM2), validated like any other signature."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from casesignd import config, pades
+from casesignd.errors import ConfigError, SigningError
+from casesignd.keys import KeySigner, Pkcs11Signer, load_signer
+from tests.helpers_pki import Pki, SoftHsm, pki, sample_meta, softhsm
+from tests.integration.test_pades import assert_validates, nssdir, samples
+
+__all__ = ["nssdir", "pki", "samples", "softhsm"]  # fixtures
+
+pytestmark = pytest.mark.needs_softhsm
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ec"])
+def test_token_key_signs_valid_pdfs(
+    kind: str, softhsm: SoftHsm, pki: Pki, samples: dict[str, Path], nssdir: Path | None, tmp_path: Path
+) -> None:
+    signer = Pkcs11Signer(softhsm.module, softhsm.token_label, softhsm.labels[kind], softhsm.pin)
+    assert isinstance(signer, KeySigner)
+    assert signer.algorithm == kind
+    assert signer.cert == getattr(pki, kind).cert  # read from the token
+    out = tmp_path / "signed.pdf"
+    pades.sign_file(samples["reportlab"], out, signer, meta=sample_meta())
+    assert_validates(out, pki, nssdir)
+
+
+def test_wrong_pin_and_missing_key_are_signing_errors(softhsm: SoftHsm) -> None:
+    with pytest.raises(SigningError):
+        Pkcs11Signer(softhsm.module, softhsm.token_label, softhsm.labels["rsa"], "9999")
+    with pytest.raises(SigningError):
+        Pkcs11Signer(softhsm.module, softhsm.token_label, "no-such-key", softhsm.pin)
+    with pytest.raises(SigningError):
+        Pkcs11Signer(softhsm.module, "no-such-token", softhsm.labels["rsa"], softhsm.pin)
+
+
+def _config(tmp_path: Path, softhsm: SoftHsm, pin_mode: int) -> config.Config:
+    pin = tmp_path / "pin"
+    pin.write_text(softhsm.pin + "\n")
+    pin.chmod(pin_mode)
+    text = f"""
+[signing.pkcs11]
+module = "{softhsm.module}"
+token_label = "{softhsm.token_label}"
+key_label = "{softhsm.labels['ec']}"
+pin_file = "pin"
+"""
+    return config.loads(text, base_dir=str(tmp_path))
+
+
+def test_load_signer_uses_the_configured_token(
+    softhsm: SoftHsm, pki: Pki, samples: dict[str, Path], nssdir: Path | None, tmp_path: Path
+) -> None:
+    signer = load_signer(_config(tmp_path, softhsm, 0o600))
+    assert isinstance(signer, Pkcs11Signer) and signer.cert == pki.ec.cert
+    out = tmp_path / "signed.pdf"
+    pades.sign_file(samples["xref_stream"], out, signer, meta=sample_meta())
+    assert_validates(out, pki, nssdir)
+
+
+def test_load_signer_refuses_a_readable_pin_file(softhsm: SoftHsm, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_signer(_config(tmp_path, softhsm, 0o644))
+    assert info.value.key == "signing.pkcs11.pin_file"
