@@ -114,15 +114,27 @@ async def bench_http(url: str, token: str, n: int, concurrency: int) -> dict[str
         async with sem:
             t = time.perf_counter()
             body = request(1, order_id=f"BENCH-{run_id}-{i}")
-            async with session.post(
-                f"{url}/v1/jobs", json=body,
-                headers={**headers, "Idempotency-Key": f"bench-{run_id}-{i}"},
-            ) as r:  # fmt: skip
-                if r.status not in (200, 202):
-                    raise RuntimeError(f"POST /v1/jobs answered {r.status}: {await r.text()}")
-                job_id = (await r.json())["job_id"]
+            while True:
+                async with session.post(
+                    f"{url}/v1/jobs", json=body,
+                    headers={**headers, "Idempotency-Key": f"bench-{run_id}-{i}"},
+                ) as r:  # fmt: skip
+                    if r.status in (429, 503):  # queue_full / busy: come back later
+                        states["refused"] = states.get("refused", 0) + 1
+                        await asyncio.sleep(float(r.headers.get("Retry-After", "1")))
+                        continue
+                    if r.status not in (200, 202):
+                        raise RuntimeError(f"POST /v1/jobs answered {r.status}: {await r.text()}")
+                    job_id = (await r.json())["job_id"]
+                    post_status = r.status
+                    break
             while True:
                 async with session.get(f"{url}/v1/jobs/{job_id}", headers=headers) as r:
+                    if r.status != 200:
+                        raise RuntimeError(
+                            f"GET /v1/jobs/{job_id} answered {r.status} after POST {post_status}: "
+                            f"{await r.text()}"
+                        )
                     state = (await r.json())["state"]
                 if state in ("ready", "failed", "canceled"):
                     states[state] = states.get(state, 0) + 1
@@ -135,7 +147,8 @@ async def bench_http(url: str, token: str, n: int, concurrency: int) -> dict[str
         latencies = await asyncio.gather(*(one(session, i) for i in range(n)))
         elapsed = time.perf_counter() - t
     return {"per_s": n / elapsed, "latency_ms_median": statistics.median(latencies) * 1e3,
-            "ready": states.get("ready", 0), "failed": states.get("failed", 0)}  # fmt: skip
+            "ready": states.get("ready", 0), "failed": states.get("failed", 0),
+            "refused_retried": states.get("refused", 0)}  # fmt: skip
 
 
 def _rounded(value: Any) -> Any:

@@ -1,0 +1,72 @@
+"""Configuration: typed settings, and one clear line naming the key when it is wrong."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from casesignd import config
+from casesignd.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_example_config_loads_and_names_every_setting():
+    text = (ROOT / "config.example.toml").read_text()
+    cfg = config.load(ROOT / "config.example.toml")
+    assert cfg.default_policy == "contract-v1"
+
+    def walk(struct_type: type, prefix: str) -> list[str]:
+        out = []
+        for f in msgspec.structs.fields(struct_type):
+            if f.name == "base_dir":
+                continue
+            out.append(prefix + f.name)
+        return out
+
+    for section in ("server", "store", "storage", "workers", "retry", "signing", "links",
+                    "scanner", "kiosk", "invoice", "logging"):
+        assert f"[{section}]" in text, section
+    for name in walk(config.Workers, ""):
+        assert f"\n{name} =" in text, name
+
+
+@pytest.mark.parametrize("text,key", [
+    ("[workers]\nconcurrency = 0\n", "workers.concurrency"),
+    ("[workers]\nconcurrency = 'four'\n", "workers.concurrency"),
+    ("[workers]\nconcurency = 4\n", "workers"),
+    ("[server]\nlisten = 'localhost'\n", "server.listen"),
+    ("default_policy = 'nope'\n", "default_policy"),
+    ("[[tenants]]\nname = 'a'\ntoken_sha256 = 'abc'\n", "tenants[0].token_sha256"),
+    ("[[sources]]\nname = 's'\nkind = 'ftp'\n", "sources[0].kind"),
+    ("[workers]\nheartbeat_s = 40.0\nlease_s = 30.0\n", "workers.heartbeat_s"),
+    ("this is = not toml [", "(file)"),
+])
+def test_bad_config_names_the_key(text, key):
+    with pytest.raises(ConfigError) as e:
+        config.loads(text)
+    assert e.value.key == key or e.value.key.startswith(key), (e.value.key, e.value.message)
+
+
+def test_bad_config_stops_the_daemon_before_it_listens_with_one_line(tmp_path):
+    bad = tmp_path / "config.toml"
+    bad.write_text("[workers]\nconcurrency = -1\n")
+    proc = subprocess.run([sys.executable, "-m", "casesignd", "serve", "--config", str(bad)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "workers.concurrency" in lines[0], proc.stderr
+
+
+def test_credentials_directory_is_searched_for_bare_names(tmp_path, monkeypatch):
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "signing.p12").write_bytes(b"x")
+    cfg = config.loads("", base_dir=str(tmp_path))
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    assert cfg.credential("signing.p12") == creds / "signing.p12"
+    assert cfg.credential("other.p12") == tmp_path / "other.p12"
