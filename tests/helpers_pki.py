@@ -257,3 +257,45 @@ def softhsm(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> object:
         os.environ.pop("SOFTHSM2_CONF", None)
     else:
         os.environ["SOFTHSM2_CONF"] = saved
+
+
+def big_pdf(path: Path, payload_bytes: int) -> Path:
+    """A one-page PDF carrying an incompressible image of about ``payload_bytes``.
+
+    Written in 1 MiB chunks so that making a 200 MB test file costs no memory.
+    The image is a /DCTDecode-free raw RGB XObject drawn on the page, so readers
+    must treat it as content, not as an orphan.
+    """
+    side = max(1, int((payload_bytes / 3) ** 0.5))
+    length = side * side * 3
+    content = b"q 500 0 0 500 50 200 cm /Im1 Do Q"
+    offsets = []
+    with open(path, "wb") as f:
+        f.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+
+        def obj(body: bytes) -> None:
+            offsets.append(f.tell())
+            f.write(b"%d 0 obj\n" % len(offsets) + body + b"\nendobj\n")
+
+        obj(b"<< /Type /Catalog /Pages 2 0 R >>")
+        obj(b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>")
+        obj(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 595 842] /Contents 4 0 R"
+            b" /Resources << /XObject << /Im1 5 0 R >> >> >>")
+        obj(b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+        offsets.append(f.tell())
+        f.write(b"5 0 obj\n<< /Type /XObject /Subtype /Image /Width %d /Height %d"
+                b" /ColorSpace /DeviceRGB /BitsPerComponent 8 /Length %d >>\nstream\n"
+                % (side, side, length))
+        left = length
+        while left:
+            n = min(left, 1 << 20)
+            f.write(os.urandom(n))
+            left -= n
+        f.write(b"\nendstream\nendobj\n")
+        xref_at = f.tell()
+        f.write(b"xref\n0 %d\n0000000000 65535 f\r\n" % (len(offsets) + 1))
+        for off in offsets:
+            f.write(b"%010d 00000 n\r\n" % off)
+        f.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+                % (len(offsets) + 1, xref_at))
+    return path
