@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Benchmark: casesignd's PAdES signer against pyHanko and endesive on the same key.
+
+Each engine signs a 1-page, a 100-page and a ~200 MB PDF in its own subprocess
+(so peak RSS is the engine's own, read from ru_maxrss). Prints a table and, as
+its last line, one JSON object with p50 latency, throughput and peak RSS per
+engine and document, plus the machine's SHA-256 file-hashing speed.
+
+    .venv/bin/python scripts/bench_sign.py [--quick] [--no-large] [--large-mb 200]
+
+endesive 3.0.1 cannot be imported as installed: it pulls in certvalidator →
+oscrypto 1.3.0, whose libcrypto version probe fails on OpenSSL ≥ 3.0.10. The
+benchmark's endesive worker (only there) puts an empty ``certvalidator`` module
+in place first; signing does not use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import hashlib
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PASSWORD = b"bench-password"
+MB = 1000 * 1000
+
+
+# --- documents -----------------------------------------------------------------
+
+
+def make_pages(path: Path, pages: int) -> Path:
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    c = canvas.Canvas(str(path), pagesize=A4)
+    for i in range(pages):
+        for line in range(40):
+            c.drawString(60, 800 - 18 * line, f"Page {i + 1}, line {line + 1}: terms and conditions apply.")
+        c.showPage()
+    c.save()
+    return path
+
+
+def make_large(path: Path, payload_bytes: int) -> Path:
+    from tests.helpers_pki import big_pdf
+
+    return big_pdf(path, payload_bytes)
+
+
+def hash_speed_mb_s(path: Path) -> float:
+    best = 0.0
+    for _ in range(3):
+        t = time.perf_counter()
+        h = hashlib.sha256()
+        buf = bytearray(1 << 20)
+        with open(path, "rb") as f:
+            while n := f.readinto(buf):
+                h.update(memoryview(buf)[:n])
+        best = max(best, path.stat().st_size / MB / (time.perf_counter() - t))
+    return best
+
+
+# --- workers (run in a subprocess each) ------------------------------------------
+
+
+def _casesignd(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
+    from casesignd import pades
+    from casesignd.keys import load_pkcs12
+
+    signer = load_pkcs12(p12, PASSWORD)
+    meta = pades.SignatureMeta(signing_time=dt.datetime.now(dt.UTC), reason="bench")
+    times = []
+    for i in range(n):
+        dst = out_dir / f"casesignd-{i}.pdf"
+        t = time.perf_counter()
+        pades.sign_file(src, dst, signer, meta=meta)
+        times.append(time.perf_counter() - t)
+        dst.unlink()
+    return times
+
+
+def _pyhanko(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+    from pyhanko.sign import signers
+
+    signer = signers.SimpleSigner.load_pkcs12(str(p12), passphrase=PASSWORD)
+    times = []
+    for i in range(n):
+        dst = out_dir / f"pyhanko-{i}.pdf"
+        t = time.perf_counter()
+        with open(src, "rb") as inf, open(dst, "wb") as outf:
+            w = IncrementalPdfFileWriter(inf)
+            signers.PdfSigner(
+                signers.PdfSignatureMetadata(field_name="Signature1"), signer=signer
+            ).sign_pdf(w, output=outf)
+        times.append(time.perf_counter() - t)
+        dst.unlink()
+    return times
+
+
+def _endesive(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
+    import types
+
+    stub = types.ModuleType("certvalidator")  # see the module docstring
+    stub.errors = types.SimpleNamespace()  # type: ignore[attr-defined]
+    sys.modules.setdefault("certvalidator", stub)
+    from cryptography.hazmat.primitives.serialization import pkcs12
+    from endesive.pdf import cms
+
+    key, cert, others = pkcs12.load_key_and_certificates(p12.read_bytes(), PASSWORD)
+    date = dt.datetime.now(dt.UTC).strftime("D:%Y%m%d%H%M%S+00'00'")
+    dct = {"sigflags": 3, "contact": "bench", "location": "bench", "signingdate": date, "reason": "bench"}
+    times = []
+    for i in range(n):
+        dst = out_dir / f"endesive-{i}.pdf"
+        t = time.perf_counter()
+        data = src.read_bytes()
+        signed = cms.sign(data, dct, key, cert, others or [], "sha256")
+        with open(dst, "wb") as f:
+            f.write(data)
+            f.write(signed)
+        times.append(time.perf_counter() - t)
+        dst.unlink()
+    return times
+
+
+ENGINES = {"casesignd": _casesignd, "pyhanko": _pyhanko, "endesive": _endesive}
+
+
+def worker(engine: str, src: str, out_dir: str, p12: str, n: int) -> None:
+    times = ENGINES[engine](Path(src), Path(out_dir), Path(p12), n)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"times_s": times, "maxrss_kib": rss}))
+
+
+def run_worker(engine: str, src: Path, out_dir: Path, p12: Path, n: int) -> dict | None:
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", engine, str(src), str(out_dir), str(p12), str(n)],
+        capture_output=True, text=True, timeout=1800, cwd=ROOT,
+    )
+    if proc.returncode != 0:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["?"]
+        print(f"  {engine} failed on {src.name}: {tail[0]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# --- main ----------------------------------------------------------------------------
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer iterations")
+    ap.add_argument("--no-large", action="store_true", help="skip the large document")
+    ap.add_argument("--large-mb", type=int, default=200)
+    ap.add_argument("--engines", default="casesignd,pyhanko,endesive")
+    args = ap.parse_args()
+
+    from casesignd import devpki
+
+    with tempfile.TemporaryDirectory(prefix="bench-sign-") as tmp:
+        work = Path(tmp)
+        ca = devpki.make_ca("bench CA")
+        p12 = work / "signer.p12"
+        devpki.write_pkcs12(p12, devpki.issue(ca, "bench signer", "rsa"), PASSWORD)
+        docs = {"1-page": make_pages(work / "one.pdf", 1), "100-page": make_pages(work / "hundred.pdf", 100)}
+        if not args.no_large:
+            docs[f"{args.large_mb} MB"] = make_large(work / "large.pdf", args.large_mb * MB)
+        big = max(docs.values(), key=lambda p: p.stat().st_size)
+        hash_mb_s = hash_speed_mb_s(big)
+        out_dir = work / "out"
+        out_dir.mkdir()
+
+        def iterations(engine: str, doc: str) -> int:
+            if "MB" in doc:
+                return 3 if engine == "casesignd" else 1
+            base = 200 if engine == "casesignd" else 20
+            return max(5, base // (4 if args.quick else 1)) if doc == "1-page" else max(5, base // 4)
+
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        rows = []
+        for engine in args.engines.split(","):
+            for doc, path in docs.items():
+                r = run_worker(engine, path, out_dir, p12, iterations(engine, doc))
+                if r is None:
+                    continue
+                p50 = statistics.median(r["times_s"])
+                size_mb = path.stat().st_size / MB
+                entry = {
+                    "p50_ms": round(p50 * 1000, 3),
+                    "docs_per_s": round(1 / p50, 1),
+                    "mb_per_s": round(size_mb / p50, 1),
+                    "peak_rss_mb": round(r["maxrss_kib"] / 1024, 1),
+                    "n": len(r["times_s"]),
+                }
+                results.setdefault(engine, {})[doc] = entry
+                rows.append((engine, doc, entry))
+
+        print(f"SHA-256 file hashing: {hash_mb_s:.0f} MB/s (one core, {big.stat().st_size / MB:.0f} MB file)")
+        print(f"{'engine':<10} {'document':<10} {'p50 ms':>10} {'docs/s':>8} {'MB/s':>8} {'peak RSS MB':>12}")
+        for engine, doc, e in rows:
+            print(f"{engine:<10} {doc:<10} {e['p50_ms']:>10.2f} {e['docs_per_s']:>8.1f} "
+                  f"{e['mb_per_s']:>8.1f} {e['peak_rss_mb']:>12.1f}")
+        ours = results.get("casesignd", {})
+        speedups = {
+            other: {
+                doc: round(results[other][doc]["p50_ms"] / ours[doc]["p50_ms"], 1)
+                for doc in results[other] if doc in ours
+            }
+            for other in results if other != "casesignd"
+        }
+        for other, by_doc in speedups.items():
+            print(f"casesignd is faster than {other} by: " + ", ".join(f"{d} ×{x}" for d, x in by_doc.items()))
+        print(json.dumps({"hash_mb_per_s": round(hash_mb_s, 1), "results": results, "speedup": speedups}))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        _, _, eng, s, o, k, count = sys.argv
+        worker(eng, s, o, k, int(count))
+    else:
+        os.environ.setdefault("PYTHONHASHSEED", "0")
+        main()
