@@ -96,7 +96,9 @@ class NumberedCanvas(Canvas):
     """A canvas that knows the page count when it draws each page's footer.
 
     Pages are kept until ``save`` so "Page X of Y" can be written with the final
-    Y: layout runs once, only the footer is drawn late.
+    Y: layout runs once, only the footer is drawn late. The position is
+    invoice-v3's; a later template that wants another subclasses and overrides
+    ``_draw_page_number``.
     """
 
     footer_font = FONT_REGULAR

@@ -372,3 +372,30 @@ def test_unknown_template_is_a_permanent_error_that_survives_pickling(tmp_path: 
 def test_registry_starts_with_v3() -> None:
     assert next(iter(TEMPLATES)) == "invoice-v3"
     assert TEMPLATES["invoice-v3"].version == "invoice-v3"
+
+
+def test_markup_characters_print_literally(tmp_path: Path) -> None:
+    # Long texts go through reportlab paragraphs, which parse markup: it must be escaped.
+    long = "R&D <b>not bold</b> &amp; <br/> " + "filler words " * 30
+    b = body([{"description": "R&D <i>short</i>", "quantity": 1, "unit_price": "1.00"},
+              {"description": long.strip(), "quantity": 1, "unit_price": "2.00"}],
+             student_name="O'Brien & <Sons> " + "Avery " * 30)  # fmt: skip
+    normalized = admit(b, CFG, TODAY).normalized
+    pdf = tmp_path / "markup.pdf"
+    render_to_file(normalized, "invoice-v3", str(pdf), ISSUER)
+    check_text(pdf, normalized, page_count(pdf))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["Zoë Ångström-Łukasiewicz", "Ζωή Παπαδοπούλου", "Анна Кузнецова", "Nguyễn Thị Minh Khai",
+     "Zoe\u0308 Decomposed", "Şükrü Çelik", "Ηλέκτρα Ὀδυσσεύς"],
+)  # fmt: skip
+def test_names_in_other_scripts_print(name: str, tmp_path: Path) -> None:
+    b = body([{"description": f"Course for {name}", "quantity": 1, "unit_price": "10.00"}],
+             student_name=name)  # fmt: skip
+    normalized = admit(b, CFG, TODAY).normalized
+    pdf = tmp_path / "names.pdf"
+    render_to_file(normalized, "invoice-v3", str(pdf), ISSUER)
+    check_fonts(pdf)
+    check_text(pdf, normalized, 1)
