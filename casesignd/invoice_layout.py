@@ -22,6 +22,7 @@ function, and fonts and styles are set up once per process, on first use.
 from __future__ import annotations
 
 import functools
+import io
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from reportlab.pdfbase import pdfdoc, pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen.canvas import Canvas
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
+from reportlab.platypus.doctemplate import LayoutError
 
 from . import money
 from .errors import PermanentJobError
@@ -55,8 +57,8 @@ def _flate_level_1() -> None:
     """Make reportlab deflate its streams at zlib level 1 instead of the default 6.
 
     Most of a one-line invoice is the two font subsets (about 35 KB each before
-    compression); level 1 deflates them about three times faster for about 4 %
-    more bytes. reportlab offers no setting, so the shared filter object gets an
+    compression); level 1 deflates them several times faster for about 4 % more
+    bytes. reportlab offers no setting, so the shared filter object gets an
     instance attribute; the output stays deterministic (PDF 32000-1 section 7.4.4:
     any valid zlib stream is a valid FlateDecode stream).
     """
@@ -383,6 +385,16 @@ TEMPLATES: dict[str, Template] = {
 }
 
 
+def template(version: str) -> Template:
+    """The released template ``version``; PermanentJobError ``unknown_template`` if none."""
+    found = TEMPLATES.get(version)
+    if found is None:
+        raise PermanentJobError(
+            f"unknown template {version!r}", code="unknown_template", field="template_version"
+        )
+    return found
+
+
 def render_to_file(order: dict[str, Any], template_version: str, out_path: str, issuer: dict[str, Any]) -> int:
     """Render the invoice to ``out_path`` with ``template_version``; return its pages.
 
@@ -391,25 +403,20 @@ def render_to_file(order: dict[str, Any], template_version: str, out_path: str, 
     ``{"name": str, "address": [str, ...]}``. Top-level and picklable: it runs in
     the CPU process pool.
     """
-    template = TEMPLATES.get(template_version)
-    if template is None:
+    render = template(template_version).render
+    try:
+        return render(order, issuer, out_path)
+    except LayoutError as e:
+        # Admission bounds every text so that each row fits on a page; reaching
+        # this is a bug for this input, and retrying cannot help.
         raise PermanentJobError(
-            f"unknown template {template_version!r}", code="unknown_template",
-            field="template_version",
-        )  # fmt: skip
-    return template.render(order, issuer, out_path)
+            "the invoice does not fit the template's page layout", code="layout_failed",
+            detail={"error": str(e)[:500]},
+        ) from None
 
 
 def render_to_bytes(order: dict[str, Any], template_version: str, issuer: dict[str, Any]) -> tuple[bytes, int]:
     """Like :func:`render_to_file`, into memory: ``(pdf_bytes, pages)``."""
-    import io
-
-    template = TEMPLATES.get(template_version)
-    if template is None:
-        raise PermanentJobError(
-            f"unknown template {template_version!r}", code="unknown_template",
-            field="template_version",
-        )  # fmt: skip
     buf = io.BytesIO()
-    pages = template.render(order, issuer, buf)
+    pages = template(template_version).render(order, issuer, buf)
     return buf.getvalue(), pages

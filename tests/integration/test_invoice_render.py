@@ -399,3 +399,13 @@ def test_names_in_other_scripts_print(name: str, tmp_path: Path) -> None:
     render_to_file(normalized, "invoice-v3", str(pdf), ISSUER)
     check_fonts(pdf)
     check_text(pdf, normalized, 1)
+
+
+def test_layout_failure_is_permanent(tmp_path: Path) -> None:
+    # Admission never lets a row outgrow a page; a stored input that does (bypassing
+    # admission) fails permanently instead of retrying forever.
+    normalized = admit(CASES["one_line"][0], CFG, TODAY).normalized
+    normalized["order"]["items"][0]["description"] = "word " * 8000
+    with pytest.raises(PermanentJobError) as e:
+        render_to_file(normalized, "invoice-v3", str(tmp_path / "x.pdf"), ISSUER)
+    assert e.value.code == "layout_failed" and not e.value.retryable
