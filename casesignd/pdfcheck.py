@@ -318,29 +318,30 @@ def measure_decoded(raw: bytes, filters: list[str], budget: int,
 # --- the walk ----------------------------------------------------------------------------
 
 
-class _Collector(logging.Handler):
-    """Collects pypdf's warnings from this thread only."""
+# pypdf reports silent repairs through its logger ("pypdf.*"). While a thread inspects
+# a file, copies of its records are kept for the report; the log still gets them.
+_INSPECTING: dict[int, list[str]] = {}
 
-    def __init__(self) -> None:
-        super().__init__(logging.WARNING)
-        self.thread = threading.get_ident()
-        self.messages: list[str] = []
 
+class _Collect(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
-        if record.thread == self.thread and len(self.messages) < MAX_WARNINGS:
-            self.messages.append(record.getMessage()[:200])
+        kept = _INSPECTING.get(record.thread or 0)
+        if kept is not None and len(kept) < MAX_WARNINGS:
+            kept.append(record.getMessage()[:200])
+
+
+logging.getLogger("pypdf").addHandler(_Collect(logging.WARNING))
 
 
 @contextmanager
-def _translated(limits: PdfLimits) -> Iterator[_Collector]:
+def _translated(limits: PdfLimits) -> Iterator[list[str]]:
     """Run pypdf with our limits and turn whatever it raises into our errors."""
-    log = logging.getLogger("pypdf")
-    collector = _Collector()
-    log.addHandler(collector)
-    propagate, log.propagate = log.propagate, False
+    thread = threading.get_ident()
+    warnings: list[str] = []
+    _INSPECTING[thread] = warnings
     try:
         with apply_configuration(maximum_declared_stream_length=limits.max_bytes):
-            yield collector
+            yield warnings
     except CasesignError:
         raise
     except FileNotDecryptedError as e:
@@ -355,10 +356,9 @@ def _translated(limits: PdfLimits) -> Iterator[_Collector]:
     except Exception as e:  # pypdf raises many types on damaged input
         raise MalformedPdf("the PDF is damaged and cannot be read",
                            detail={"library": f"{type(e).__name__}: {e}"[:500],
-                                   "warnings": collector.messages}) from None
+                                   "warnings": list(warnings)}) from None
     finally:
-        log.removeHandler(collector)
-        log.propagate = propagate
+        del _INSPECTING[thread]
 
 
 def _key(obj: Any) -> tuple[int, int] | None:
@@ -374,7 +374,7 @@ def _get(d: dict[str, Any], key: str, default: Any = None) -> Any:
     return _resolve(dict.get(d, key, default))
 
 
-def _count_pages(catalog: DictionaryObject, limits: PdfLimits) -> int:
+def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits) -> int:
     """Walk the page tree (§7.7.3) iteratively: no cycles, no /Parent loops, bounded depth."""
     if "/Pages" not in catalog:
         raise MalformedPdf("the document catalog has no page tree")
@@ -401,6 +401,9 @@ def _count_pages(catalog: DictionaryObject, limits: PdfLimits) -> int:
             stack.extend((kid, depth + 1) for kid in reversed(kids))
         else:
             pages += 1
+            if isinstance(ref, IndirectObject):
+                # Leaves are many; the walk reads them again, one at a time.
+                reader.resolved_objects.pop((ref.generation, ref.idnum), None)
             if pages > limits.max_pages:
                 raise LimitExceeded(f"the PDF has more than {limits.max_pages} pages",
                                     detail={"max_pages": limits.max_pages})
@@ -462,11 +465,12 @@ def _walk(reader: PdfReader, limits: PdfLimits) -> _Findings:
         if depth > limits.max_depth:
             raise MalformedPdf("the PDF nests objects too deeply",
                                detail={"max_depth": limits.max_depth})
+        if ref is not None:
+            # Each object is visited once (twice at most): let pypdf's cache forget it,
+            # so memory does not grow with the object count or with raw stream bytes.
+            reader.resolved_objects.pop((ref[1], ref[0]), None)
         if isinstance(obj, DictionaryObject):
             _check_dict(obj, via, auto, limits, found)
-            if isinstance(obj, StreamObject) and ref is not None:
-                # Checked: let pypdf's cache forget the raw bytes (bounded memory).
-                reader.resolved_objects.pop((ref[1], ref[0]), None)
             for key, value in dict.items(obj):
                 child_auto = key in ("/OpenAction", "/AA") or via == "/AA" or (
                     auto and key == "/Next")
@@ -552,14 +556,14 @@ def inspect_pdf(path: Path, limits: PdfLimits) -> PdfReport:
         f.seek(frame.startxref)
         xref_stream = classify_xref(f.read(64), size - frame.startxref)
         f.seek(0)
-        with _translated(limits) as log:
+        with _translated(limits) as warnings:
             reader = PdfReader(f, strict=False)
             if "/Encrypt" in reader.trailer:
                 raise EncryptedPdf("the PDF is encrypted")
             catalog = _get(reader.trailer, "/Root")
             if not isinstance(catalog, DictionaryObject):
                 raise MalformedPdf("the PDF has no document catalog")
-            pages = _count_pages(catalog, limits)
+            pages = _count_pages(reader, catalog, limits)
             found = _walk(reader, limits)
             version = str(_get(catalog, "/Version", "")).lstrip("/")
             return PdfReport(
@@ -572,5 +576,5 @@ def inspect_pdf(path: Path, limits: PdfLimits) -> PdfReport:
                 size=size,
                 objects=found.objects,
                 docmdp_permission=_docmdp(catalog),
-                warnings=tuple(log.messages),
+                warnings=tuple(warnings),
             )

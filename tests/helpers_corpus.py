@@ -104,6 +104,47 @@ def _png(width: int = 64, height: int = 48) -> bytes:
             + chunk(b"IEND", b""))
 
 
+def build_large_pdf(path: Path, total_bytes: int, image_bytes: int = 4 << 20) -> Path:
+    """Write a PDF of about ``total_bytes``: one page per Flate image of ``image_bytes``
+    random pixels (stored deflate blocks, so building is fast), written object by
+    object so the builder's memory stays small. Real contracts reach 200 MB."""
+    side = int((image_bytes // 3) ** 0.5)
+    pixels = side * side * 3
+    n = max(1, total_bytes // pixels)
+    # Objects: 1 catalog, 2 pages, then per page i: page, content, image.
+    offsets: list[int] = []
+    content = b"q %d 0 0 %d 0 0 cm /Im0 Do Q" % (side, side)
+    with open(path, "wb") as f:
+        def obj(body: bytes, data: bytes | None = None) -> None:
+            offsets.append(f.tell())
+            f.write(b"%d 0 obj\n" % len(offsets) + body)
+            if data is not None:
+                f.write(b"\nstream\n")
+                f.write(data)
+                f.write(b"\nendstream")
+            f.write(b"\nendobj\n")
+
+        f.write(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+        obj(b"<< /Type /Catalog /Pages 2 0 R >>")
+        kids = b" ".join(b"%d 0 R" % (3 + 3 * i) for i in range(n))
+        obj(b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, n))
+        for i in range(n):
+            cont, img = 4 + 3 * i, 5 + 3 * i
+            obj(b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 %d %d] /Contents %d 0 R "
+                b"/Resources << /XObject << /Im0 %d 0 R >> >> >>" % (side, side, cont, img))
+            obj(b"<< /Length %d >>" % len(content), content)
+            data = zlib.compress(os.urandom(pixels), 0)
+            obj(b"<< /Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace /DeviceRGB "
+                b"/BitsPerComponent 8 /Filter /FlateDecode /Length %d >>"
+                % (side, side, len(data)), data)
+        xref_at = f.tell()
+        f.write(b"xref\n0 %d\n0000000000 65535 f\r\n" % (len(offsets) + 1))
+        f.write(b"".join(b"%010d 00000 n\r\n" % off for off in offsets))
+        f.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+                % (len(offsets) + 1, xref_at))
+    return path
+
+
 # --- good corpus --------------------------------------------------------------------
 
 

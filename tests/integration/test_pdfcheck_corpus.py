@@ -20,6 +20,7 @@ from tests.helpers_corpus import (
     _bad_recipes,
     _good_recipes,
     bad_corpus,  # noqa: F401  (session fixture)
+    build_large_pdf,
     good_corpus,  # noqa: F401  (session fixture)
     good_corpus_missing,
 )
@@ -82,14 +83,25 @@ except CasesignError as e:
     print(json.dumps({"code": e.code}))
 """
 
+# For comparison only: pypdf given a path, decoding every stream the usual way.
+_NAIVE_CHILD = """
+import json, sys
+from pypdf import PdfReader
+reader = PdfReader(sys.argv[1])
+for page in reader.pages:
+    for xobj in page["/Resources"]["/XObject"].values():
+        xobj.get_object().get_data()
+print(json.dumps({"code": None}))
+"""
 
-def _inspect_in_child(path: Path) -> tuple[str | None, int]:
+
+def _inspect_in_child(path: Path, script: str = _CHILD) -> tuple[str | None, int]:
     """Inspect in a fresh interpreter; return (error code, the child's peak RSS in bytes).
 
     os.wait4 gives this child's own rusage, so earlier children (soffice, chromium from
     the corpus build) do not blur the figure.
     """
-    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)],
+    proc = subprocess.Popen([sys.executable, "-c", script, str(path)],
                             stdout=subprocess.PIPE, cwd=Path(__file__).parents[2])
     deadline = time.monotonic() + CHILD_TIMEOUT_S
     while True:
@@ -131,3 +143,17 @@ def test_limits_apply_to_good_files(good_corpus: dict[str, Path]) -> None:  # no
         inspect_pdf(good_corpus["pages_100"], PdfLimits(max_bytes=1000))
     assert info.value.code == "limit_exceeded"
     assert isinstance(inspect_pdf(good_corpus["pages_100"], PdfLimits(max_pages=100)), PdfReport)
+
+
+@pytest.mark.slow
+def test_a_200_mb_contract_stays_in_bounded_memory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = build_large_pdf(tmp_path / "contract.pdf", 200 * 1024 * 1024)
+    code, peak = _inspect_in_child(path)
+    _, naive = _inspect_in_child(path, _NAIVE_CHILD)
+    with capsys.disabled():
+        print(f"\n200 MB contract ({path.stat().st_size >> 20} MiB): inspect_pdf peak RSS "
+              f"{peak >> 20} MiB; pypdf on a path decoding each image: {naive >> 20} MiB")
+    assert code is None
+    assert peak < BOMB_PEAK_RSS_BYTES
