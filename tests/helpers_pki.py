@@ -123,6 +123,7 @@ def sample_pdfs(directory: Path) -> dict[str, Path]:
         "xref_stream": qpdf(base, directory / "objstm.pdf", "--object-streams=generate"),
         "classic": qpdf(base, directory / "classic.pdf", "--object-streams=disable"),
         "no_final_eol": directory / "noeol.pdf",
+        "hybrid": hybrid_pdf(directory / "hybrid.pdf"),
     }
     out["no_final_eol"].write_bytes(base.read_bytes().rstrip(b"\r\n"))
     tex_dir = directory / "tex"
@@ -298,4 +299,39 @@ def big_pdf(path: Path, payload_bytes: int) -> Path:
             f.write(b"%010d 00000 n\r\n" % off)
         f.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
                 % (len(offsets) + 1, xref_at))
+    return path
+
+
+def hybrid_pdf(path: Path) -> Path:
+    """A hybrid-reference file (PDF 32000-1 §7.5.8.4): a classic table whose trailer
+    points with /XRefStm to an xref stream listing an object kept in an object stream."""
+    content = b"BT /F1 24 Tf 20 100 Td (hybrid reference) Tj ET"
+    font = b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"
+    header = b"5 0 "
+    out = bytearray(b"%PDF-1.5\n%\xe2\xe3\xcf\xd3\n")
+    offsets: dict[int, int] = {}
+
+    def obj(num: int, body: bytes) -> None:
+        offsets[num] = len(out)
+        out.extend(b"%d 0 obj\n" % num + body + b"\nendobj\n")
+
+    obj(1, b"<< /Type /Catalog /Pages 2 0 R >>")
+    obj(2, b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>")
+    obj(3, b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 300 200] /Contents 4 0 R"
+           b" /Resources << /Font << /F1 5 0 R >> >> >>")
+    obj(4, b"<< /Length %d >>\nstream\n" % len(content) + content + b"\nendstream")
+    objstm = header + font
+    obj(6, b"<< /Type /ObjStm /N 1 /First %d /Length %d >>\nstream\n" % (len(header), len(objstm))
+        + objstm + b"\nendstream")
+    row = b"\x02" + (6).to_bytes(4, "big") + (0).to_bytes(2, "big")  # object 5: in stream 6, index 0
+    obj(7, b"<< /Type /XRef /Size 8 /W [1 4 2] /Index [5 1] /Length %d >>\nstream\n" % len(row)
+        + row + b"\nendstream")
+    xref_at = len(out)
+    out.extend(b"xref\n0 5\n0000000000 65535 f\r\n")
+    for n in range(1, 5):
+        out.extend(b"%010d 00000 n\r\n" % offsets[n])
+    out.extend(b"6 2\n%010d 00000 n\r\n%010d 00000 n\r\n" % (offsets[6], offsets[7]))
+    out.extend(b"trailer\n<< /Size 8 /Root 1 0 R /XRefStm %d >>\nstartxref\n%d\n%%%%EOF\n"
+               % (offsets[7], xref_at))
+    path.write_bytes(bytes(out))
     return path
