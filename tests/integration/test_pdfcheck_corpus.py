@@ -157,3 +157,22 @@ def test_a_200_mb_contract_stays_in_bounded_memory(
               f"{peak >> 20} MiB; pypdf on a path decoding each image: {naive >> 20} MiB")
     assert code is None
     assert peak < BOMB_PEAK_RSS_BYTES
+
+
+def test_runs_in_a_process_pool(
+    good_corpus: dict[str, Path], bad_corpus: dict[str, tuple[Path, str]],  # noqa: F811
+) -> None:
+    # The worker calls inspect_pdf through a process pool: arguments, report and
+    # errors all cross the process boundary.
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=ctx) as pool:
+        report = pool.submit(inspect_pdf, good_corpus["pages_100"], PdfLimits()).result(60)
+        assert isinstance(report, PdfReport) and report.pages == 100
+        path, code = bad_corpus["javascript_openaction"]
+        with pytest.raises(CasesignError) as info:
+            pool.submit(inspect_pdf, path, PdfLimits()).result(60)
+        assert info.value.code == code == "active_content"
+        assert info.value.detail["rule"]

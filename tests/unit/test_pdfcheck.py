@@ -8,6 +8,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from casesignd.config import Policy
 from casesignd.errors import CasesignError, LimitExceeded, MalformedPdf
@@ -301,3 +303,31 @@ def test_limits_from_policy() -> None:
     assert PdfLimits.from_policy(policy) == PdfLimits(7, 1000, False, 2000, 30, 5)
     limits = PdfLimits.from_policy(Policy(version="v1"))
     assert pickle.loads(pickle.dumps(limits)) == limits
+
+
+# --- whatever the bytes, only our errors ---------------------------------------------
+
+_RICH = _one_page(
+    catalog_extra=b"/Names << /EmbeddedFiles << /Names [(a) 6 0 R] >> >> /OpenAction [3 0 R /Fit] ",
+    page_extra=b"/Annots [8 0 R] ",
+    more=[b"<< /Type /Filespec /F (a.txt) /EF << /F 7 0 R >> >>",
+          stream(zlib.compress(b"attachment " * 50), b"/Type /EmbeddedFile /Filter /FlateDecode "),
+          b"<< /Type /Annot /Subtype /Link /Rect [0 0 9 9] /A << /S /URI /URI (https://x/) >> >>"])
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, len(_RICH) - 1), st.integers(0, 255)),
+                      min_size=1, max_size=8),
+       cut=st.integers(0, 64))
+def test_damaged_bytes_raise_only_our_errors(
+    tmp_path: Path, edits: list[tuple[int, int]], cut: int,
+) -> None:
+    data = bytearray(_RICH)
+    for at, value in edits:
+        data[at] = value
+    data = data[: len(data) - cut]
+    try:
+        _check(tmp_path, bytes(data))
+    except CasesignError as e:
+        assert e.code in {"malformed_pdf", "encrypted_pdf", "active_content", "limit_exceeded"}
