@@ -18,6 +18,15 @@ bounded whatever the input. It refuses, with one of the stable error codes:
   count, object count, and any stream (or image) whose decoded size would pass
   ``max_decoded_stream_bytes``.
 
+Tolerance: pypdf reads with ``strict=False``, so small damage it can repair (object
+offsets slightly wrong, a missing end marker in a stream) is accepted and listed in
+:attr:`PdfReport.warnings`; damage that would leave a signed result broken (no
+``%%EOF``, a ``startxref`` that misses its section) is refused. Only objects reachable
+from the trailer are examined: unreachable objects are never rendered or run.
+Streams under other filters than Flate are decoded by pypdf with its output capped at
+the same budget; image codecs are not decoded, their size comes from the image
+dictionary (:func:`image_bytes`).
+
 Memory: pypdf reads from the open file object (given a path it would read the whole
 file into memory). Objects are walked iteratively; one raw stream is held at a time
 and dropped from pypdf's cache once checked; Flate data is inflated in windows of
