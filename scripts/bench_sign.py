@@ -145,6 +145,11 @@ ENGINES = {"casesignd": _casesignd, "pyhanko": _pyhanko, "endesive": _endesive}
 def worker(engine: str, src: str, out_dir: str, p12: str, n: int) -> None:
     times = ENGINES[engine](Path(src), Path(out_dir), Path(p12), n)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:  # VmHWM is this image's own peak; ru_maxrss may carry a parent's over exec
+        with open("/proc/self/status") as f:
+            rss = min(rss, *(int(x.split()[1]) for x in f if x.startswith("VmHWM:")))
+    except OSError:
+        pass
     print(json.dumps({"times_s": times, "maxrss_kib": rss}))
 
 
