@@ -7,7 +7,8 @@ stale worker cannot overwrite a newer outcome.
 
 Writes go through one writer thread that owns the only writing connection. It takes
 every operation waiting in its queue and runs them in one ``BEGIN IMMEDIATE``
-transaction, each inside its own savepoint (group commit): while one commit is
+transaction (group commit); an operation that raises is taken out and the others run
+again in a fresh transaction, so it leaves nothing behind. While one commit is
 syncing, the next batch gathers, so durability (``synchronous=FULL`` in WAL mode:
 the WAL is fsynced at every commit, so an acknowledged job survives power loss)
 costs one fsync per batch rather than per job. Reads use a separate aiosqlite
@@ -293,6 +294,11 @@ class _Writer:
         else:
             fut.set_result(result)
 
+    @classmethod
+    def _resolve_all(cls, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        for fut, result, error in outcomes:
+            cls._resolve(fut, result, error)
+
     def _run(self) -> None:
         try:
             conn = self._connect()
@@ -324,42 +330,61 @@ class _Writer:
                 break
         conn.close()
 
+    def _deliver(self, outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
+        # One wake-up of each event loop per batch, not one per operation.
+        by_loop: dict[Any, list[Any]] = {}
+        for (_op, fut, loop), result, error in outcomes:
+            by_loop.setdefault(loop, []).append((fut, result, error))
+        for loop, items in by_loop.items():
+            loop.call_soon_threadsafe(self._resolve_all, items)
+
     def _commit(self, conn: sqlite3.Connection, batch: list[Any]) -> None:
-        results: list[tuple[Any, BaseException | None]] = []
-        start_chain = list(self.chain)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as e:
-            err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
-            for _op, fut, loop in batch:
-                loop.call_soon_threadsafe(self._resolve, fut, None, err)
-            return
-        now = self.clock()
-        for op, _fut, _loop in batch:
-            saved = list(self.chain)
-            conn.execute("SAVEPOINT op")
+        """Run a batch in one transaction. An operation that raises is taken out and the
+        rest run again from a clean transaction: no savepoint per operation on the
+        common path, and a failed operation never leaves half its writes behind."""
+        done: list[tuple[Any, Any, BaseException | None]] = []
+        pending = list(batch)
+        while pending:
+            start_chain = list(self.chain)
             try:
-                result = op(_Tx(conn, self.statements, self.chain, now))
-                conn.execute("RELEASE op")
-                results.append((result, None))
-            except BaseException as e:  # noqa: BLE001 - each op's failure is its own
-                conn.execute("ROLLBACK TO op")
-                conn.execute("RELEASE op")
-                self.chain[:] = saved
-                if isinstance(e, sqlite3.Error):
-                    e = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
-                results.append((None, e))
-        try:
-            conn.execute("COMMIT")
-        except sqlite3.Error as e:
-            with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")
-            self.chain[:] = start_chain
-            err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
-            results = [(None, err)] * len(batch)
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as e:
+                err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
+                done.extend((item, None, err) for item in pending)
+                break
+            now = self.clock()
+            results: list[Any] = []
+            failed: int | None = None
+            failure: BaseException | None = None
+            for i, (op, _fut, _loop) in enumerate(pending):
+                try:
+                    results.append(op(_Tx(conn, self.statements, self.chain, now)))
+                except BaseException as e:  # noqa: BLE001 - each op's failure is its own
+                    failed, failure = i, e
+                    break
+            if failed is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                self.chain[:] = start_chain
+                if isinstance(failure, sqlite3.Error):
+                    failure = StoreUnavailable("the job store cannot take writes",
+                                               detail={"sqlite": str(failure)})
+                done.append((pending[failed], None, failure))
+                del pending[failed]
+                continue
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as e:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                self.chain[:] = start_chain
+                err = StoreUnavailable("the job store cannot take writes", detail={"sqlite": str(e)})
+                done.extend((item, None, err) for item in pending)
+                break
+            done.extend((item, r, None) for item, r in zip(pending, results, strict=True))
+            break
         self.batches += 1
-        for (_op, fut, loop), (result, error) in zip(batch, results, strict=True):
-            loop.call_soon_threadsafe(self._resolve, fut, result, error)
+        self._deliver(done)
 
 
 class SqliteStore:

@@ -1,0 +1,179 @@
+"""Queue benchmark: no-op jobs through casesignd's durable engine against huey's
+SqliteHuey, and admission latency over HTTP at a fixed request rate.
+
+    scripts/bench queue [--jobs N] [--rate RPS] [--seconds S]
+
+Both queues run on a file on the same disk. casesignd's figure includes everything a
+job costs in production: the job row, the claim with its lease, the finish, and one
+hash-chained audit event per transition, committed with synchronous=FULL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from casesignd import audit, jobs  # noqa: E402
+from casesignd.store import NewJob, SqliteStore  # noqa: E402
+
+
+async def casesignd_engine(n: int, workers: int, directory: Path) -> dict[str, float]:
+    store = SqliteStore(directory / "bench.db")
+    await store.open()
+    done = asyncio.Event()
+    finished = 0
+
+    def new(i: int) -> NewJob:
+        body = {"i": i}
+        raw = audit.canonical(body)
+        return NewJob(tenant="bench", kind="noop", case_id=None, idem_key=f"key:{i}",
+                      fingerprint=jobs.fingerprint("noop", body), input=raw.decode(),
+                      input_digest=jobs.sha256_hex(raw), version="v1", declared_bytes=0,
+                      created_at=time.time(), correlation_id="bench")
+
+    work = asyncio.Event()
+
+    async def producer() -> None:
+        batch = 64
+        for start in range(0, n, batch):
+            await asyncio.gather(*(store.admit(new(i), actor="api:bench", max_queue_depth=n + 1)
+                                   for i in range(start, min(n, start + batch))))
+            work.set()
+
+    async def worker(w: int) -> None:
+        # Like the pool's dispatcher: an empty claim waits for a wake-up, it does not spin.
+        nonlocal finished
+        while not done.is_set():
+            job = await store.claim(f"w{w}", 30.0, 1 << 40, ["noop"])
+            if job is None:
+                work.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(work.wait(), 0.05)
+                continue
+            await store.finish(job.lease, {"detail": {}})
+            finished += 1
+            if finished >= n:
+                done.set()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(producer(), *(worker(w) for w in range(workers)))
+    took = time.perf_counter() - t0
+    batches = store.commit_batches
+    await store.close()
+    report = audit.verify_file(directory / "bench.db")
+    assert report.ok and report.checked == 3 * n, report
+    return {"jobs_per_s": n / took, "seconds": took, "commits": batches, "events": report.checked}
+
+
+def huey_sqlite(n: int, directory: Path) -> dict[str, float]:
+    from huey import SqliteHuey
+
+    huey = SqliteHuey(filename=str(directory / "huey.db"), results=True)
+
+    @huey.task()
+    def noop(i: int) -> int:
+        return i
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        noop(i)
+    ran = 0
+    while ran < n:
+        task = huey.dequeue()
+        if task is None:
+            break
+        huey.execute(task)
+        ran += 1
+    took = time.perf_counter() - t0
+    assert ran == n
+    return {"jobs_per_s": n / took, "seconds": took}
+
+
+async def http_admission(rate: float, seconds: float, directory: Path) -> dict[str, float]:
+    import aiohttp
+
+    from tests.daemon import Daemon
+
+    d = Daemon(directory / "daemon", {"workers": {"concurrency": 8, "max_queue_depth": 1_000_000},
+                                      "logging": {"level": "warning"}},
+               env={"CASESIGND_STRICT_LABELS": "0"})
+    d.start()
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    try:
+        total = int(rate * seconds)
+        headers = {"Authorization": f"Bearer {d.token}"}
+        conn = aiohttp.TCPConnector(limit=256)
+        async with aiohttp.ClientSession(connector=conn, headers=headers) as session:
+            async def one(i: int, due: float) -> None:
+                await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                start = due  # open loop: a late send counts against the server
+                async with session.post(f"{d.url}/v1/jobs",
+                                        json={"kind": "test", "tag": f"bench-{i}"}) as r:
+                    await r.read()
+                    statuses[r.status] = statuses.get(r.status, 0) + 1
+                latencies.append((time.perf_counter() - start) * 1000)
+
+            t0 = time.perf_counter() + 0.2
+            await asyncio.gather(*(one(i, t0 + i / rate) for i in range(total)))
+    finally:
+        d.stop()
+    latencies.sort()
+    q = statistics.quantiles(latencies, n=100)
+    return {"rate_rps": rate, "requests": len(latencies), "p50_ms": q[49], "p99_ms": q[98],
+            "max_ms": latencies[-1], "accepted": statuses.get(202, 0)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--jobs", type=int, default=5000)
+    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--rate", type=float, default=500.0)
+    ap.add_argument("--seconds", type=float, default=6.0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", str(ROOT))) as tmp:
+        base = Path(tmp)
+        (base / "a").mkdir()
+        (base / "b").mkdir()
+        ours = asyncio.run(casesignd_engine(args.jobs, args.workers, base / "a"))
+        huey = huey_sqlite(args.jobs, base / "b")
+        adm = asyncio.run(http_admission(args.rate, args.seconds, base))
+    ratio = ours["jobs_per_s"] / huey["jobs_per_s"]
+    print(f"{'queue':<38} {'jobs/s':>10} {'seconds':>9}  notes")
+    print(f"{'casesignd engine (durable, audited)':<38} {ours['jobs_per_s']:>10.0f} "
+          f"{ours['seconds']:>9.2f}  {ours['events']} audit events in {ours['commits']} commits")
+    print(f"{'huey SqliteHuey (enqueue+execute)':<38} {huey['jobs_per_s']:>10.0f} "
+          f"{huey['seconds']:>9.2f}  no audit trail")
+    print(f"casesignd / huey: {ratio:.2f}x")
+    print()
+    print(f"admission over HTTP at {adm['rate_rps']:.0f} req/s, {adm['requests']} requests: "
+          f"p50 {adm['p50_ms']:.2f} ms, p99 {adm['p99_ms']:.2f} ms, max {adm['max_ms']:.2f} ms, "
+          f"{adm['accepted']} accepted")
+    print(json.dumps({
+        "jobs": args.jobs,
+        "casesignd_jobs_per_s": round(ours["jobs_per_s"], 1),
+        "huey_jobs_per_s": round(huey["jobs_per_s"], 1),
+        "ratio": round(ratio, 2),
+        "audit_events": ours["events"],
+        "commits": ours["commits"],
+        "admission_rate_rps": adm["rate_rps"],
+        "admission_p50_ms": round(adm["p50_ms"], 3),
+        "admission_p99_ms": round(adm["p99_ms"], 3),
+        "admission_max_ms": round(adm["max_ms"], 3),
+        "admission_requests": adm["requests"],
+    }))
+
+
+if __name__ == "__main__":
+    main()
