@@ -5,8 +5,8 @@ issue on) and returns values or raises :class:`casesignd.errors.ValidationError`
 with a stable ``code`` and the ``field`` at fault (``order.items[3].unit_price``).
 
 Codes: ``invalid_body``, ``missing_field``, ``unknown_field``, ``invalid_field``,
-``invalid_amount``, ``unsupported_currency``, ``too_many_items``,
-``unknown_template``, ``unsupported_character``.
+``invalid_amount``, ``invalid_quantity``, ``unsupported_currency``,
+``too_many_items``, ``unknown_template``, ``unsupported_character``.
 
 Choices (README-ready):
 
@@ -120,7 +120,7 @@ def _quantity(value: Any, field: str) -> int:
     # bool is an int subclass; JSON true is not a quantity. Floats (1.0) are refused too.
     if type(value) is not int or not 1 <= value <= MAX_QUANTITY:
         raise _refuse(
-            "invalid_field", field, f"quantity must be an integer from 1 to {MAX_QUANTITY:,}"
+            "invalid_quantity", field, f"quantity must be an integer from 1 to {MAX_QUANTITY:,}"
         )
     return value
 
