@@ -35,7 +35,7 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -49,6 +49,7 @@ from .errors import EncryptedPdf, MalformedPdf, PermanentJobError, SignatureTooL
 CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
 _STARTXREF = re.compile(rb"startxref\s+(\d+)")
+_OBJ_HEADER = re.compile(rb"\d+\s+\d+\s+obj\b")
 
 # pypdf logs every repaired oddity of real-world files at WARNING.
 logging.getLogger("pypdf").setLevel(logging.ERROR)
@@ -202,7 +203,6 @@ class _Structure:
     page: g.DictionaryObject
     trailer: g.DictionaryObject
     ends_with_eol: bool = True
-    fields: list[Any] = field(default_factory=list)
 
 
 def _last_startxref(f: IO[bytes]) -> int:
@@ -237,6 +237,9 @@ def _read_structure(f: IO[bytes]) -> _Structure:
     startxref = _last_startxref(f)
     f.seek(startxref)
     head = f.read(32).lstrip()
+    if not (head.startswith(b"xref") or _OBJ_HEADER.match(head)):
+        # pypdf would repair this, but our /Prev must name a real section (§7.5.6).
+        raise MalformedPdf("startxref does not point to a cross-reference section")
     reader = PdfReader(f, strict=False)
     if reader.is_encrypted:
         raise EncryptedPdf("the PDF is encrypted")
@@ -363,11 +366,15 @@ def _hash_file(path: Path) -> tuple[int, bytes, bytes]:
     return size, md5.digest(), sha.digest()
 
 
-def _write_embedded_file(w: _Writer, num: int, att: Attachment) -> bytes:
+def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetime) -> bytes:
     """An embedded file stream (§7.11.4, Tables 44-46); returns the file's SHA-256."""
     size, md5, sha = _hash_file(att.path)
     params = g.DictionaryObject(
-        {_name("Size"): g.NumberObject(size), _name("CheckSum"): g.ByteStringObject(md5)}
+        {
+            _name("Size"): g.NumberObject(size),
+            _name("CheckSum"): g.ByteStringObject(md5),
+            _name("ModDate"): _text(pdf_date(when)),  # when it was embedded (Table 46)
+        }
     )
     head = g.DictionaryObject(
         {
@@ -566,7 +573,7 @@ def _write_update(
         name = unique_name(att.name, taken)
         taken.add(name)
         num = new_num()
-        sha = _write_embedded_file(w, num, att)
+        sha = _write_embedded_file(w, num, att, meta.signing_time)
         planned.append((att, name, num, sha))
     # Everything after the streams is small and built in memory, so the ByteRange
     # can be patched before it reaches the disk.

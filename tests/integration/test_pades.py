@@ -231,6 +231,11 @@ def test_encrypted_and_garbage_inputs_are_refused(samples: dict[str, Path], pki:
     junk.write_bytes(b"%PDF-1.7\nnot really\n")
     with pytest.raises(MalformedPdf):
         pades.sign_file(junk, tmp_path / "o2.pdf", pki.signer("rsa"), meta=sample_meta())
+    # A startxref that misses its section: an update's /Prev would be wrong too.
+    shifted = tmp_path / "shifted.pdf"
+    shifted.write_bytes(b"%junk before the header\n" + samples["classic"].read_bytes())
+    with pytest.raises(MalformedPdf, match="startxref"):
+        pades.sign_file(shifted, tmp_path / "o3.pdf", pki.signer("rsa"), meta=sample_meta())
 
 
 def test_verify_detects_tampering_and_appending(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
