@@ -12,6 +12,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pypdf import PdfReader
 
@@ -317,3 +318,21 @@ def test_concurrent_signing_shares_one_key(samples: dict[str, Path], pki: Pki, t
         t.join(timeout=60)
     assert not errors
     assert all(verify_pdf(tmp_path / f"s{i}.pdf", [pki.ca.cert])[0].ok for i in range(8))
+
+
+def test_attachments_after_an_earlier_signature_are_a_visible_modification(
+    samples: dict[str, Path], pki: Pki, tmp_path: Path
+) -> None:
+    """Embedding files is not a change DocMDP allows after a signature (§12.8.2.2):
+    the earlier signature stays intact and valid, but validators that analyse later
+    revisions (pyHanko) say the document was modified beyond form filling."""
+    att = tmp_path / "late.txt"
+    att.write_bytes(b"late evidence")
+    once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
+    pades.sign_file(samples["reportlab"], once, pki.signer("ec"), meta=sample_meta())
+    pades.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
+                    attachments=[pades.Attachment(att, "late.txt", "text/plain")])
+    first, second = pyhanko_statuses(twice, [pki.ca.cert])
+    assert first.intact and first.valid and first.trusted
+    assert first.modification_level == ModificationLevel.OTHER and not first.docmdp_ok
+    assert second.bottom_line
