@@ -379,7 +379,7 @@ def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetim
     head = g.DictionaryObject(
         {
             _name("Type"): _name("EmbeddedFile"),
-            _name("Subtype"): g.NameObject("/" + att.media_type),
+            _name("Subtype"): g.NameObject("/" + (att.media_type or "application/octet-stream")),
             _name("Params"): params,
             _name("Length"): g.NumberObject(size),
         }

@@ -107,12 +107,16 @@ async def timestamp(
         ) as resp:
             if resp.status != 200:
                 raise TsaUnavailable(f"TSA answered HTTP {resp.status}")
-            answer = await resp.content.read(MAX_REPLY_BYTES + 1)
+            answer = bytearray()
+            async for chunk in resp.content.iter_chunked(16384):
+                answer += chunk
+                if len(answer) > MAX_REPLY_BYTES:
+                    break
     except (TimeoutError, aiohttp.ClientError, OSError) as e:
         raise TsaUnavailable(f"TSA unreachable: {type(e).__name__}: {e}") from e
     if len(answer) > MAX_REPLY_BYTES:
         raise TsaUnavailable("TSA answer too large")
-    return check_response(answer, imprint, nonce)
+    return check_response(bytes(answer), imprint, nonce)
 
 
 def timestamp_blocking(url: str, data: bytes, timeout_s: float) -> bytes:
