@@ -241,3 +241,9 @@ class SignatureTooLarge(CasesignError):
 
     code = "signature_too_large"
     status = 500
+
+
+class CertifiedPdf(PermanentJobError):
+    """A certification signature's DocMDP permissions (PDF 32000-1 §12.8.2.2) forbid the update."""
+
+    code = "certified_pdf"

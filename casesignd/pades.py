@@ -44,7 +44,15 @@ from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
 from . import cms
-from .errors import EncryptedPdf, MalformedPdf, PermanentJobError, SignatureTooLarge
+from .errors import (
+    CertifiedPdf,
+    EncryptedPdf,
+    LimitExceeded,
+    MalformedPdf,
+    PermanentJobError,
+    SignatureTooLarge,
+    SizeMismatch,
+)
 
 CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
@@ -153,7 +161,7 @@ def unique_name(wanted: str, taken: set[str]) -> str:
         cand = f"{stem} ({k}).{ext}" if dot and stem else f"{wanted} ({k})"
         if cand not in taken:
             return cand
-    raise PermanentJobError(f"too many attachments named {wanted!r}", code="limit_exceeded")
+    raise LimitExceeded(f"too many attachments named {wanted!r}")
 
 
 def _ser(obj: Any) -> bytes:
@@ -203,6 +211,7 @@ class _Structure:
     page: g.DictionaryObject
     trailer: g.DictionaryObject
     ends_with_eol: bool = True
+    docmdp: int | None = None  # P of a certification signature, if any
 
 
 def _last_startxref(f: IO[bytes]) -> int:
@@ -250,10 +259,6 @@ def _read_structure(f: IO[bytes]) -> _Structure:
     catalog = root_ref.get_object()
     if not isinstance(catalog, g.DictionaryObject):
         raise MalformedPdf("the /Root is not a dictionary")
-    perms = _get(catalog, "/Perms")
-    if isinstance(perms, g.DictionaryObject) and "/DocMDP" in perms:
-        # A certification signature's permissions (§12.8.2.2) are not ours to judge.
-        raise PermanentJobError("the PDF is certified (DocMDP)", code="certified_pdf")
     page_ref, page = _first_page(catalog)
     size = int(_get(trailer, "/Size", 0))
     size = max([size, *(n + 1 for gen in reader.xref.values() for n in gen)], default=size)
@@ -271,7 +276,34 @@ def _read_structure(f: IO[bytes]) -> _Structure:
         page=page,
         trailer=trailer,
         ends_with_eol=last in (b"\n", b"\r"),
+        docmdp=_docmdp_level(catalog),
     )
+
+
+def _docmdp_level(catalog: g.DictionaryObject) -> int | None:
+    """The /P of a certification signature's DocMDP transform (§12.8.2.2), default 2."""
+    perms = _get(catalog, "/Perms")
+    sig = _get(perms, "/DocMDP") if isinstance(perms, g.DictionaryObject) else None
+    if not isinstance(sig, g.DictionaryObject):
+        return None
+    for ref in _get(sig, "/Reference", []) or []:
+        ref = ref.get_object()
+        if isinstance(ref, g.DictionaryObject) and _get(ref, "/TransformMethod") == "/DocMDP":
+            params = _get(ref, "/TransformParams")
+            if isinstance(params, g.DictionaryObject):
+                return int(_get(params, "/P", 2))
+    return 2
+
+
+def check_docmdp(level: int | None, attachments: int) -> None:
+    """Refuse an update a certification signature forbids (§12.8.2.2, Table 254).
+
+    P=1 allows no change; P=2 and P=3 allow a new signature but not embedded files.
+    """
+    if level == 1:
+        raise CertifiedPdf("the PDF is certified with no changes allowed (DocMDP P=1)")
+    if level is not None and attachments:
+        raise CertifiedPdf(f"the PDF is certified (DocMDP P={level}): files cannot be embedded")
 
 
 def _name_tree_items(node: Any, depth: int = 0) -> Iterator[tuple[Any, Any]]:
@@ -393,7 +425,7 @@ def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetim
             w.write(memoryview(buf)[:n])
             copied += n
     if copied != size:
-        raise PermanentJobError(f"attachment {att.name!r} changed while embedding", code="size_mismatch")
+        raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")
     return sha
 
@@ -521,6 +553,7 @@ def prepare(
             s = _read_structure(f)
         except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
             raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
+        check_docmdp(s.docmdp, len(attachments))
         f.seek(0)
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)

@@ -17,9 +17,16 @@ from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pypdf import PdfReader
 
 from casesignd import cms, pades, tsa
-from casesignd.errors import EncryptedPdf, MalformedPdf, SignatureTooLarge, TsaUnavailable
+from casesignd.errors import (
+    CertifiedPdf,
+    EncryptedPdf,
+    MalformedPdf,
+    SignatureTooLarge,
+    TsaUnavailable,
+)
 from casesignd.verify import verify_pdf
 from tests.helpers_pki import (
+    PASSWORD,
     Pki,
     embedded_files,
     nss_db,
@@ -336,3 +343,32 @@ def test_attachments_after_an_earlier_signature_are_a_visible_modification(
     assert first.intact and first.valid and first.trusted
     assert first.modification_level == ModificationLevel.OTHER and not first.docmdp_ok
     assert second.bottom_line
+
+
+def _certify(src: Path, dst: Path, pki: Pki, perm: str) -> Path:
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+    from pyhanko.sign import fields, signers
+
+    signer = signers.SimpleSigner.load_pkcs12(str(pki.pkcs12("rsa")), passphrase=PASSWORD)
+    meta = signers.PdfSignatureMetadata(
+        field_name="Certification", certify=True, docmdp_permissions=fields.MDPPerm[perm]
+    )
+    with open(src, "rb") as inf, open(dst, "wb") as outf:
+        signers.PdfSigner(meta, signer=signer).sign_pdf(IncrementalPdfFileWriter(inf), output=outf)
+    return dst
+
+
+def test_certified_inputs_follow_their_docmdp(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
+    locked = _certify(samples["reportlab"], tmp_path / "p1.pdf", pki, "NO_CHANGES")
+    with pytest.raises(CertifiedPdf):
+        pades.sign_file(locked, tmp_path / "o1.pdf", pki.signer("ec"), meta=sample_meta())
+    fillable = _certify(samples["reportlab"], tmp_path / "p2.pdf", pki, "FILL_FORMS")
+    att = tmp_path / "a.txt"
+    att.write_bytes(b"x")
+    with pytest.raises(CertifiedPdf):
+        pades.sign_file(fillable, tmp_path / "o2.pdf", pki.signer("ec"), meta=sample_meta(),
+                        attachments=[pades.Attachment(att, "a.txt", "text/plain")])
+    out = tmp_path / "o3.pdf"
+    pades.sign_file(fillable, out, pki.signer("ec"), meta=sample_meta())
+    assert_validates(out, pki, nssdir)
+    assert pyhanko_statuses(out, [pki.ca.cert])[0].docmdp_ok

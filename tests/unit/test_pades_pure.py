@@ -9,8 +9,16 @@ import pytest
 from asn1crypto import tsp
 
 from casesignd import devpki, tsa
-from casesignd.errors import TsaUnavailable
-from casesignd.pades import Party, SignatureMeta, pdf_date, reason_text, unique_name, xref_runs
+from casesignd.errors import CertifiedPdf, TsaUnavailable
+from casesignd.pades import (
+    Party,
+    SignatureMeta,
+    check_docmdp,
+    pdf_date,
+    reason_text,
+    unique_name,
+    xref_runs,
+)
 from casesignd.verify import APPENDED, byte_range_problems, parse_pdf_date
 from tests.helpers_tsa import make_response
 
@@ -140,3 +148,15 @@ def test_bad_responses_are_tsa_unavailable(tsa_ident: devpki.Identity, mutate, m
     with pytest.raises(TsaUnavailable, match=message) as info:
         tsa.check_response(der, want_imprint, want_nonce)
     assert info.value.retryable
+
+
+@pytest.mark.parametrize(
+    ("level", "attachments", "refused"),
+    [(None, 0, False), (None, 3, False), (1, 0, True), (2, 0, False), (3, 0, False), (2, 1, True), (3, 2, True)],
+)
+def test_docmdp_decision(level: int | None, attachments: int, refused: bool) -> None:
+    if refused:
+        with pytest.raises(CertifiedPdf):
+            check_docmdp(level, attachments)
+    else:
+        check_docmdp(level, attachments)
