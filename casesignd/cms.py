@@ -50,24 +50,29 @@ def tlv(tag: int, content: bytes) -> bytes:
 
 
 def seq(*parts: bytes) -> bytes:
+    """A DER SEQUENCE of already-encoded parts."""
     return tlv(0x30, b"".join(parts))
 
 
 def der_set(*parts: bytes) -> bytes:
+    """A DER SET OF already-encoded parts."""
     # DER SET OF: elements sorted by their encodings (X.690 §11.6).
     return tlv(0x31, b"".join(sorted(parts)))
 
 
 def octets(data: bytes) -> bytes:
+    """A DER OCTET STRING."""
     return tlv(0x04, data)
 
 
 def integer(n: int) -> bytes:
-    size = n.bit_length() // 8 + 1  # room for the sign bit
+    """A DER INTEGER (two's complement, minimal length)."""
+    size = (n if n >= 0 else ~n).bit_length() // 8 + 1  # room for the sign bit
     return tlv(0x02, n.to_bytes(size, "big", signed=True))
 
 
 def oid(dotted: str) -> bytes:
+    """A DER OBJECT IDENTIFIER from its dotted form (X.690 §8.19)."""
     arcs = [int(a) for a in dotted.split(".")]
     body = bytearray()
     for value in [arcs[0] * 40 + arcs[1], *arcs[2:]]:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import config, pades
+from casesignd import config, devpki, pades
 from casesignd.errors import ConfigError, SigningError
 from casesignd.keys import KeySigner, Pkcs11Signer, load_signer
 from tests.helpers_pki import Pki, SoftHsm, pki, sample_meta, softhsm
@@ -39,7 +39,7 @@ def test_wrong_pin_and_missing_key_are_signing_errors(softhsm: SoftHsm) -> None:
         Pkcs11Signer(softhsm.module, "no-such-token", softhsm.labels["rsa"], softhsm.pin)
 
 
-def _config(tmp_path: Path, softhsm: SoftHsm, pin_mode: int) -> config.Config:
+def _config(tmp_path: Path, softhsm: SoftHsm, pin_mode: int, cert_file: str = "") -> config.Config:
     pin = tmp_path / "pin"
     pin.write_text(softhsm.pin + "\n")
     pin.chmod(pin_mode)
@@ -49,8 +49,18 @@ module = "{softhsm.module}"
 token_label = "{softhsm.token_label}"
 key_label = "{softhsm.labels['ec']}"
 pin_file = "pin"
+cert_file = "{cert_file}"
 """
     return config.loads(text, base_dir=str(tmp_path))
+
+
+def test_load_signer_takes_the_certificate_from_a_file(softhsm: SoftHsm, pki: Pki, tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_bytes(devpki.cert_pem(pki.ec.cert))
+    signer = load_signer(_config(tmp_path, softhsm, 0o600, cert_file="cert.pem"))
+    assert signer.cert == pki.ec.cert and signer.algorithm == "ec"
+    with pytest.raises(ConfigError) as info:
+        load_signer(_config(tmp_path, softhsm, 0o600, cert_file="missing.pem"))
+    assert info.value.key == "signing.pkcs11.cert_file"
 
 
 def test_load_signer_uses_the_configured_token(

@@ -19,7 +19,7 @@ def identities() -> dict[str, devpki.Identity]:
     return {"rsa": devpki.issue(ca, "unit RSA", "rsa"), "ec": devpki.issue(ca, "unit EC", "ec")}
 
 
-@pytest.mark.parametrize("n", [0, 1, 127, 128, 255, 256, 2**63, 2**159 + 12345, -1, -129])
+@pytest.mark.parametrize("n", [0, 1, 127, 128, 255, 256, 2**63, 2**159 + 12345, -1, -128, -129, -256, 127])
 def test_integer_matches_asn1crypto(n: int) -> None:
     assert cms.integer(n) == core.Integer(n).dump()
 
