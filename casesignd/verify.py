@@ -267,6 +267,13 @@ def check_signer_info(
     return intact, ok, cert
 
 
+def _is_ca(cert: x509.Certificate) -> bool:
+    try:
+        return bool(cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca)
+    except x509.ExtensionNotFound:
+        return False
+
+
 def chain_trusted(
     cert: x509.Certificate,
     pool: list[x509.Certificate],
@@ -286,6 +293,8 @@ def chain_trusted(
         for issuer in [*anchors, *pool]:
             if issuer.subject != current.issuer or issuer == current:
                 continue
+            if issuer.fingerprint(hashes.SHA256()) not in anchor_set and not _is_ca(issuer):
+                continue  # RFC 5280 §4.2.1.9: only a CA certificate may issue
             try:
                 current.verify_directly_issued_by(issuer)
             except (ValueError, TypeError, InvalidSignature):
