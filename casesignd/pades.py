@@ -547,6 +547,16 @@ def prepare(
     signed. Memory stays bounded by the chunk size whatever the file sizes.
     """
     src, dst = Path(src), Path(dst)
+    try:
+        return _prepare(src, dst, attachments, meta, contents_bytes)
+    except BaseException:
+        dst.unlink(missing_ok=True)  # never leave a half-written PDF behind
+        raise
+
+
+def _prepare(
+    src: Path, dst: Path, attachments: list[Attachment], meta: SignatureMeta, contents_bytes: int
+) -> Prepared:
     hasher = hashlib.sha256()
     with open(src, "rb") as f:
         try:

@@ -244,6 +244,7 @@ def test_encrypted_and_garbage_inputs_are_refused(samples: dict[str, Path], pki:
     shifted.write_bytes(b"%junk before the header\n" + samples["classic"].read_bytes())
     with pytest.raises(MalformedPdf, match="startxref"):
         pades.sign_file(shifted, tmp_path / "o3.pdf", pki.signer("rsa"), meta=sample_meta())
+    assert not list(tmp_path.glob("o*.pdf"))  # nothing half-written is left
 
 
 def test_verify_detects_tampering_and_appending(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
