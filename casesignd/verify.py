@@ -13,9 +13,10 @@ For each signature field (PDF 32000-1 §12.7.4.5, §12.8.1):
 - a signature timestamp (RFC 3161 Appendix A) covers the signature value and is
   signed by its TSA.
 
-``valid`` means integrity, the cryptography and the structure are sound; trust is
-reported separately in ``trusted`` (None when no anchors were given). ``ok`` is
-what a command line should exit on: valid and not known-untrusted.
+``valid`` is the verdict a command line exits on: integrity, the cryptography and
+the structure are sound, and, when trust anchors were given, the signer chains to
+one. ``trusted`` says which (None when no anchors were given), and ``problems``
+says why not.
 """
 
 from __future__ import annotations
@@ -63,12 +64,12 @@ class SigReport:
 
     @property
     def ok(self) -> bool:
-        """Valid, and not known to be untrusted."""
-        return self.valid and self.trusted is not False
+        """The same as ``valid`` (which already accounts for trust when it was asked)."""
+        return self.valid
 
     def describe(self) -> str:
         """One line for people: verdict, field, signer, time, coverage, problems."""
-        verdict = "VALID" if self.ok else "INVALID"
+        verdict = "VALID" if self.valid else "INVALID"
         trust = {None: "trust not checked", True: "trusted", False: "untrusted"}[self.trusted]
         when = self.signing_time.isoformat() if self.signing_time else "no time"
         ts = f"timestamp {self.timestamp_time.isoformat()}" if self.timestamp_time else "no timestamp"
@@ -380,7 +381,8 @@ def _check_one(
         if anchors is not None and cert is not None:
             at = report.timestamp_time or dt.datetime.now(dt.UTC)
             report.trusted = chain_trusted(cert, _all_certs(signed_data), anchors, at, problems)
-        report.valid = intact and sig_ok and not [p for p in problems if not _is_trust_problem(p)]
+        sound = intact and sig_ok and not [p for p in problems if not _is_trust_problem(p)]
+        report.valid = sound and report.trusted is not False
     except (ValueError, TypeError, KeyError, AttributeError, IndexError) as e:
         problems.append(f"CMS unreadable: {type(e).__name__}: {e}")
     return report

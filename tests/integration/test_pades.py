@@ -16,7 +16,7 @@ from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pypdf import PdfReader
 
-from casesignd import cms, pades, tsa
+from casesignd import cms, devpki, pades, tsa
 from casesignd.errors import (
     CertifiedPdf,
     EncryptedPdf,
@@ -260,7 +260,11 @@ def test_verify_detects_tampering_and_appending(samples: dict[str, Path], pki: P
     appended.write_bytes(out.read_bytes() + b"\n% appended\n")
     report = verify_pdf(appended, [pki.ca.cert])[0]
     assert report.intact and not report.ok and not report.covers_whole_file
-    assert verify_pdf(out, None)[0].trusted is None
+    unanchored = verify_pdf(out, None)[0]
+    assert unanchored.valid and unanchored.trusted is None
+    stranger = verify_pdf(out, [devpki.make_ca("another CA", kind="ec").cert])[0]
+    assert stranger.intact and stranger.trusted is False and not stranger.valid
+    assert stranger.describe().startswith("INVALID Signature1")
 
 
 def test_prepare_runs_in_a_worker_process(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
