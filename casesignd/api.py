@@ -199,7 +199,9 @@ async def post_job(request: web.Request) -> web.Response:
     new = NewJob(
         tenant=tenant, kind=kind.name, case_id=admission.case_id,
         idem_key=jobs.idempotency_key(header, kind.name, key_material),
-        fingerprint=jobs.fingerprint(kind.name, admission.normalized),
+        fingerprint=jobs.fingerprint(kind.name, admission.fingerprint_material
+                                     if admission.fingerprint_material is not None
+                                     else admission.normalized),
         input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
         version=admission.version, declared_bytes=admission.declared_bytes,
         created_at=request["t0"], correlation_id=request["correlation_id"],

@@ -60,21 +60,27 @@ class KeySlots:
             finally:
                 self.in_use["batch"] -= 1
 
-    @contextlib.asynccontextmanager
-    async def kiosk(self) -> AsyncIterator[None]:
-        """A slot now, or Busy: the kiosk path never queues behind batch work."""
+    def kiosk(self) -> Callable[[], None]:
+        """Take a slot now, or raise Busy: the kiosk path never queues behind batch
+        work. Returns the release function (the kiosk job's task calls it when done)."""
         if self._kiosk is not None and not self._kiosk.locked():
             sem, pool = self._kiosk, "kiosk"
         elif not self._batch.locked():
             sem, pool = self._batch, "batch"
         else:
             raise Busy("every signing slot is taken", headers={"Retry-After": "1"})
-        async with sem:
-            self.in_use[pool] += 1
-            try:
-                yield
-            finally:
+        sem._value -= 1  # acquire without awaiting: the check above proved it is free
+        self.in_use[pool] += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
                 self.in_use[pool] -= 1
+                sem.release()
+
+        return release
 
 
 class Services:
@@ -102,6 +108,7 @@ class Services:
         self.started_at = time.time()
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None
+        self._kiosk_cpu: ProcessPoolExecutor | None = None
         self._cms_template: Any = None
 
     # --- tenants ---------------------------------------------------------------------
@@ -111,20 +118,39 @@ class Services:
 
     # --- CPU pool ----------------------------------------------------------------------
 
-    async def run_cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
+    def _executor(self, kiosk: bool) -> ProcessPoolExecutor:
+        pool = self._kiosk_cpu if kiosk else self._cpu
+        if pool is None:
+            # forkserver: the daemon has threads (the store writer), and forking a
+            # threaded process is unsafe. Batch processes run at a lower priority so
+            # that the kiosk's own process wins the CPU when both are busy.
+            pool = ProcessPoolExecutor(
+                max_workers=self.config.kiosk.cpu_processes if kiosk else self.config.workers.cpu_processes,
+                mp_context=get_context("forkserver"),
+                initializer=None if kiosk else _lower_priority)
+            if kiosk:
+                self._kiosk_cpu = pool
+            else:
+                self._cpu = pool
+        return pool
+
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any:
         """Run CPU-heavy work in a separate process: pure-Python PDF parsing does not run
         in parallel in threads (the GIL), and it must never block the event loop."""
-        if self._cpu is None:
-            # forkserver: the daemon has threads (the store writer), and forking a
-            # threaded process is unsafe.
-            self._cpu = ProcessPoolExecutor(
-                max_workers=self.config.workers.cpu_processes, mp_context=get_context("forkserver"))
-        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self._executor(kiosk), fn, *args)
+
+    async def warm_cpu(self) -> None:
+        """Start the worker processes and import the PDF stack in them, so the first
+        kiosk request does not pay for it."""
+        with contextlib.suppress(Exception):
+            await asyncio.gather(self.run_cpu(_warm, kiosk=True),
+                                 *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)))
 
     def close_cpu(self) -> None:
-        if self._cpu is not None:
-            self._cpu.shutdown(wait=True, cancel_futures=True)
-            self._cpu = None
+        for pool in (self._cpu, self._kiosk_cpu):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._cpu = self._kiosk_cpu = None
 
     # --- what jobs call ----------------------------------------------------------------
 
@@ -189,12 +215,40 @@ class Services:
 SERVICES = web.AppKey("services", Services)
 
 
+def _lower_priority() -> None:
+    with contextlib.suppress(OSError):
+        os.nice(10)
+
+
+def _warm() -> None:
+    from . import pades, pdfcheck  # noqa: F401 - imported for their module state
+
+
+class _SlowSigner:
+    """Test-only: delays every signature (CASESIGND_TEST_SIGN_DELAY_MS with the test kind)."""
+
+    def __init__(self, inner: Any, delay_s: float) -> None:
+        self._inner = inner
+        self._delay_s = delay_s
+        self.cert = inner.cert
+        self.chain = inner.chain
+        self.algorithm = getattr(inner, "algorithm", "rsa")
+
+    def sign(self, data: bytes) -> bytes:
+        time.sleep(self._delay_s)
+        return self._inner.sign(data)
+
+
 def _load_signer(cfg: Config) -> Any:
     if not cfg.signing.pkcs12_path and cfg.signing.pkcs11 is None:
         return None
     from .keys import load_signer
 
-    return load_signer(cfg)
+    signer = load_signer(cfg)
+    delay_ms = os.environ.get("CASESIGND_TEST_SIGN_DELAY_MS")
+    if delay_ms and os.environ.get("CASESIGND_TEST_KIND") == "1":
+        signer = _SlowSigner(signer, int(delay_ms) / 1000)
+    return signer
 
 
 def _make_scanner(cfg: Config) -> Any:
@@ -227,6 +281,9 @@ def register_kinds(services: Services) -> None:
 async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
     s = app[SERVICES]
     cfg = s.config
+    from .invoice import check_config
+
+    await asyncio.to_thread(check_config, cfg)
     swept = await asyncio.to_thread(s.temp.sweep)
     if swept:
         log_event(log, "temp.swept", count=swept)
@@ -245,7 +302,9 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.pool = Pool(s, s.kinds, s.store)
         await s.pool.start()
         await s.refresh_state()
+        warm = asyncio.create_task(s.warm_cpu(), name="casesignd-warm-cpu")
         yield
+        warm.cancel()
     finally:
         s.shutting_down = True
         if s.pool is not None and s.pool.started:

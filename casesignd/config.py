@@ -149,6 +149,8 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_document_bytes: int = 10 * MiB
     reserved_key_slots: int = 1
     max_concurrent: int = 16
+    # Worker processes kept for kiosk requests alone (batch jobs never use them).
+    cpu_processes: int = 1
 
 
 class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -27,6 +27,7 @@ Choices (README-ready):
 from __future__ import annotations
 
 import re
+import time
 import unicodedata
 from datetime import UTC, date, datetime
 from typing import Any
@@ -253,6 +254,8 @@ def admit(body: Any, config: Config, today: date | None = None) -> Admission:
         case_id=None,
         declared_bytes=declared_bytes(request),
         key_material=key,
+        # A replay on another day, or after a tax change, is still the same request.
+        fingerprint_material=key,
     )
 
 
@@ -298,8 +301,11 @@ class InvoiceKind:
         invoice = ctx.input
         version = ctx.version or invoice["template_version"]
         path = str(ctx.workdir / "invoice.pdf")
+        started = time.perf_counter()
         async with ctx.phase("render"):
             pages = await ctx.cpu(render_to_file, invoice, version, path, issuer_of(ctx.config))
+        ctx.services.metrics.observe_invoice_render(
+            version, len(invoice["order"]["items"]), time.perf_counter() - started)
         if invoice.get("sign"):
             signed = str(ctx.workdir / "invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"

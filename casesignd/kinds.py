@@ -27,6 +27,9 @@ class Admission:
     declared_bytes: int = 0  # reserved against workers.max_inflight_bytes while running
     # What the derived idempotency key covers when the client sends no key.
     key_material: dict[str, Any] | None = None
+    # What makes two requests "the same" for an idempotent replay, when that differs
+    # from ``normalized`` (e.g. values the server filled in at admission).
+    fingerprint_material: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

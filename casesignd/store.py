@@ -155,8 +155,23 @@ class Store(Protocol):
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]: ...
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    claim_by: str | None = None, lease_s: float = 30.0) -> tuple[Job, bool]: ...
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
+    async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
+    async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
+        """Take the lease of one queued job by id (None when it is not queued)."""
+
+        def op(tx: _Tx) -> Job | None:
+            row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
+            if row is None:
+                return None
+            job = _job(row)
+            tx.event(job, "claimed", f"worker:{owner}", {"series": job.series, "path": "kiosk"})
+            return job
+
+        return await self._write(op)
+
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
     async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None: ...
     async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None: ...
@@ -438,8 +453,11 @@ class SqliteStore:
     async def _rows(self, name: str, **params: Any) -> list[Any]:
         assert self._reader is not None
         try:
-            async with self._reader.execute(self.q[name], params) as cur:
-                return list(await cur.fetchall())
+            # One call on the reader's thread that steps the statement to the end and
+            # closes it: interleaved open cursors would keep one read transaction open
+            # across requests, and with it an old WAL snapshot (a just-acknowledged job
+            # would read as missing).
+            return list(await self._reader.execute_fetchall(self.q[name], params))
         except sqlite3.Error as e:
             raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
 
@@ -449,11 +467,15 @@ class SqliteStore:
 
     # --- writes ----------------------------------------------------------------------
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    async def admit(
+        self, new: NewJob, *, actor: str, max_queue_depth: int, claim_by: str | None = None,
+        lease_s: float = 30.0,
+    ) -> tuple[Job, bool]:
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
-        a different request, QueueFull past the queue depth."""
+        a different request, QueueFull past the queue depth. With ``claim_by`` a new
+        job is claimed by that owner in the same transaction (the kiosk path)."""
 
         def op(tx: _Tx) -> tuple[Job, bool]:
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
@@ -473,6 +495,10 @@ class SqliteStore:
             params = {**new.__dict__, "job_id": job_id, "now": tx.now, "admission_ms": admission_ms}
             job = _job(tx.one("insert_job", **params))
             tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
+            if claim_by is not None:
+                job = _job(tx.one("claim_job", job_id=job.job_id, owner=claim_by, now=tx.now,
+                                  lease_s=lease_s))
+                tx.event(job, "claimed", f"worker:{claim_by}", {"series": job.series, "path": "kiosk"})
             return job, True
 
         return await self._write(op)
@@ -489,6 +515,19 @@ class SqliteStore:
             job = _job(row)
             tx.event(job, "claimed", f"worker:{owner}",
                      {"series": job.series, "queue_wait_ms": round(job.queue_wait_ms, 3)})
+            return job
+
+        return await self._write(op)
+
+    async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
+        """Take the lease of one queued job by id (None when it is not queued)."""
+
+        def op(tx: _Tx) -> Job | None:
+            row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
+            if row is None:
+                return None
+            job = _job(row)
+            tx.event(job, "claimed", f"worker:{owner}", {"series": job.series, "path": "kiosk"})
             return job
 
         return await self._write(op)

@@ -41,8 +41,9 @@ class LeaseLost(CasesignError):
 @dataclass
 class _Running:
     job: Job
-    task: asyncio.Task[None]
+    task: asyncio.Task[Job | None]
     lost: bool = False
+    kiosk: bool = False  # run by the kiosk path: outside the batch bounds
     started: float = field(default_factory=time.monotonic)
 
 
@@ -81,9 +82,12 @@ class JobCtx:
                       duration_ms=round(took * 1000, 3), correlation_id=self.correlation_id)
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await self.services.run_cpu(fn, *args)
+        return await self.services.run_cpu(fn, *args, kiosk=self._running.kiosk)
 
     def key_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        if self._running.kiosk:
+            # The kiosk request holds its slot for the whole request.
+            return contextlib.nullcontext()
         return self.services.key_slots.batch()
 
     async def check_lease(self) -> None:
@@ -101,6 +105,7 @@ class Pool:
         self.store = store
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.running: dict[str, _Running] = {}
+        self.batch_running = 0
         self.inflight_bytes = 0
         self.stopping = False
         self.stopping_hard = False
@@ -152,7 +157,7 @@ class Pool:
         kinds = sorted(self.kinds)
         while not self.stopping:
             claimed = None
-            if len(self.running) < self.cfg.workers.concurrency:
+            if self.batch_running < self.cfg.workers.concurrency:
                 budget = self.cfg.workers.max_inflight_bytes - self.inflight_bytes
                 try:
                     claimed = await self.store.claim(self.owner, self.cfg.workers.lease_s, budget, kinds)
@@ -212,16 +217,24 @@ class Pool:
 
     # --- one job -------------------------------------------------------------------
 
-    def _start_job(self, job: Job) -> None:
-        self.inflight_bytes += job.declared_bytes
-        holder = _Running(job=job, task=None)  # type: ignore[arg-type]
+    def _start_job(self, job: Job, kiosk: bool = False) -> asyncio.Task[Job | None]:
+        holder = _Running(job=job, task=None, kiosk=kiosk)  # type: ignore[arg-type]
+        if not kiosk:
+            self.inflight_bytes += job.declared_bytes
+            self.batch_running += 1
         holder.task = asyncio.create_task(self._run(job, holder), name=f"job-{job.job_id}")
         self.running[job.job_id] = holder
+        return holder.task
+
+    def run_kiosk(self, job: Job) -> asyncio.Task[Job | None]:
+        """Run a job the kiosk path claimed, with the kiosk's CPU and key slot. The task
+        records the outcome like any other; it resolves to the final job row."""
+        return self._start_job(job, kiosk=True)
 
     def _max_attempts(self, kind: str) -> int:
         return self.cfg.retry.max_attempts.get(kind, self.cfg.retry.default_max_attempts)
 
-    async def _run(self, job: Job, holder: _Running) -> None:
+    async def _run(self, job: Job, holder: _Running) -> Job | None:
         kind = self.kinds[job.kind]
         lease = job.lease
         fields = {"job_id": job.job_id, "attempt": job.attempt, "kind": job.kind,
@@ -244,31 +257,35 @@ class Pool:
                 else:
                     self._finished(done, "succeeded")
                     log_event(log, "job.succeeded", duration_ms=_ms(started), **fields)
+                return done
             except asyncio.CancelledError:
                 if holder.lost:
                     # The lease moved on: the job belongs to someone else now.
                     await self._record_stale(lease)
-                    return
+                    return None
                 if self.stopping_hard:
                     await self._shield(self.store.release(lease))
                     log_event(log, "job.released", **fields)
-                    return
+                    return None
                 raise
             except TimeoutError:
-                await self._after_failure(job, lease, TransientJobError(
+                return await self._after_failure(job, lease, TransientJobError(
                     "the attempt ran longer than workers.max_run_s", code="attempt_timeout"),
                     fields, started)
             except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
                 if holder.lost or isinstance(e, LeaseLost):
                     await self._record_stale(lease)
-                    return
-                await self._after_failure(job, lease, e, fields, started)
+                    return None
+                return await self._after_failure(job, lease, e, fields, started)
         except CasesignError as e:
             # The store itself failed while recording an outcome: the lease expires and
             # the job is reclaimed; nothing acknowledged is lost.
             log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
+            return None
         finally:
-            self.inflight_bytes -= job.declared_bytes
+            if not holder.kiosk:
+                self.inflight_bytes -= job.declared_bytes
+                self.batch_running -= 1
             self.running.pop(job.job_id, None)
             self.last_progress = time.monotonic()
             self.wake()
@@ -283,7 +300,7 @@ class Pool:
         self.services.metrics.stale_result()
 
     async def _after_failure(self, job: Job, lease: Lease, error: BaseException,
-                             fields: dict[str, Any], started: float) -> None:
+                             fields: dict[str, Any], started: float) -> Job | None:
         decision = jobs.plan_retry(
             job.failures + 1, error, max_attempts=self._max_attempts(job.kind),
             base_s=self.cfg.retry.base_delay_s, cap_s=self.cfg.retry.max_delay_s)
@@ -305,6 +322,7 @@ class Pool:
                 self._finished(done, "failed")
         if done is None:
             self.services.metrics.stale_result()
+        return done
 
     def _finished(self, job: Job, outcome: str) -> None:
         m = self.services.metrics

@@ -34,6 +34,16 @@ UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
                   ORDER BY next_attempt_at, job_id LIMIT 1)
 RETURNING *;
 
+-- The kiosk path takes a job it just admitted (or finds queued) without queueing it.
+-- name: claim_job
+UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
+       lease_expires = :now + :lease_s, claimed_at = :now,
+       first_claimed_at = coalesce(first_claimed_at, :now),
+       queue_wait_ms = queue_wait_ms + max(0, (:now - coalesce(queued_since, :now)) * 1000.0),
+       queued_since = NULL, updated_at = :now
+ WHERE job_id = :job_id AND state = 'queued'
+RETURNING *;
+
 -- name: renew
 UPDATE jobs SET lease_expires = :now + :lease_s, updated_at = :now
  WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running';

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import signal
 import sqlite3
@@ -306,3 +307,20 @@ def test_sighup_adds_a_tenant_without_dropping_jobs(daemon):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     assert daemon.wait_job(running["job_id"])["state"] == "ready"
+
+
+async def test_an_acknowledged_job_is_readable_at_once_under_concurrency(daemon):
+    import aiohttp
+
+    missing = []
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {daemon.token}"}) as s:
+        async def one(i: int) -> None:
+            async with s.post(f"{daemon.url}/v1/jobs", json={"kind": "test", "tag": f"r{i}"}) as r:
+                job = await r.json()
+                assert r.status == 202, job
+            async with s.get(f"{daemon.url}/v1/jobs/{job['job_id']}") as r:
+                if r.status != 200:
+                    missing.append(job["job_id"])
+
+        await asyncio.gather(*(one(i) for i in range(300)))
+    assert missing == []

@@ -16,6 +16,7 @@ from casesignd import config as config_mod
 from casesignd.errors import ConfigError, ValidationError
 from casesignd.invoice import InvoiceKind, admit, check_config, normalize
 from casesignd.kinds import Artifact, Outcome
+from casesignd.metrics import Metrics
 
 TODAY = date(2026, 11, 29)
 CFG = config_mod.Config()
@@ -258,6 +259,7 @@ def test_admit_raises_only_validation_error_and_normalizes_idempotently(b: Any) 
 class FakeServices:
     def __init__(self) -> None:
         self.calls: list[tuple[str, Any]] = []
+        self.metrics = Metrics(strict=True)
 
     async def sign_pdf(self, ctx: Any, src: str, dst: str, *, reason: str) -> None:
         self.calls.append(("sign", (src, dst, reason)))

@@ -209,3 +209,4 @@ async def test_a_second_process_cannot_open_the_store(store, tmp_path):
     other = SqliteStore(tmp_path / "store.db")
     with pytest.raises(StoreUnavailable):
         await other.open()
+
