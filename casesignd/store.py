@@ -159,19 +159,6 @@ class Store(Protocol):
                     claim_by: str | None = None, lease_s: float = 30.0) -> tuple[Job, bool]: ...
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
-    async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
-        """Take the lease of one queued job by id (None when it is not queued)."""
-
-        def op(tx: _Tx) -> Job | None:
-            row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
-            if row is None:
-                return None
-            job = _job(row)
-            tx.event(job, "claimed", f"worker:{owner}", {"series": job.series, "path": "kiosk"})
-            return job
-
-        return await self._write(op)
-
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
     async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None: ...
     async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None: ...
