@@ -105,6 +105,7 @@ class Services:
         self.key_slots = KeySlots(cfg.signing.key_slots, cfg.kiosk.reserved_key_slots)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
+        self.kiosk_inflight = 0
         self.started_at = time.time()
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None

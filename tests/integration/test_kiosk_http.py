@@ -1,0 +1,195 @@
+"""The kiosk path end to end: POST /v1/sign on a real daemon."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+
+from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
+
+SIGNERS = [{"id": "kiosk-7", "name": "Front Desk", "role": "clerk"}]
+
+
+def multipart(manifest: dict, document: bytes) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    parts = [
+        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
+         json.dumps(manifest).encode()),
+        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
+         b"Content-Type: application/pdf\r\n\r\n", document),
+    ]
+    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
+    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
+
+
+def sign(d, document: bytes, case_id: str = "KIOSK-1", key: str | None = None, **manifest):
+    body, ctype = multipart({"case_id": case_id, "signers": SIGNERS, **manifest}, document)
+    headers = {"Content-Type": ctype}
+    if key:
+        headers["Idempotency-Key"] = key
+    return d.request("POST", "/v1/sign", raw=body, headers=headers, timeout_s=60)
+
+
+def assert_valid(path: Path, d, tmp: Path) -> None:
+    ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+    statuses = pyhanko_statuses(path, [ca])
+    assert statuses and all(s.intact and s.valid and s.trusted for s in statuses)
+    assert "Signature is Valid" in pdfsig(path, nss_db(tmp, ca))
+
+
+def test_kiosk_signs_within_the_deadline_with_the_same_audit_trail(daemon, tmp_path):
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    r = sign(daemon, doc, key="kiosk-a")
+    assert r.status == 200, r.body[:300]
+    assert r.headers["Content-Type"] == "application/pdf"
+    assert hashlib.sha256(r.body).hexdigest() == r.headers["X-Artifact-SHA256"]
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(r.body)
+    assert_valid(out, daemon, tmp_path)
+    job_id = r.headers["X-Job-Id"]
+    job = daemon.job(job_id)
+    assert job["state"] == "ready" and job["kind"] == "sign_case"
+    assert [e["type"] for e in daemon.events(job_id)] == [
+        "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+    # A replay returns the identical bytes and signs nothing.
+    again = sign(daemon, doc, key="kiosk-a")
+    assert again.status == 200 and again.body == r.body
+    assert again.headers["X-Job-Id"] == job_id
+    assert [e["type"] for e in daemon.events(job_id)].count("signed") == 1
+    # The same key with another document is refused.
+    other = sign(daemon, reportlab_pdf(tmp_path / "o.pdf", text="other").read_bytes(), key="kiosk-a")
+    assert other.status == 422 and other.json()["error"]["code"] == "idempotency_key_reused"
+
+
+def test_a_slow_signer_gets_504_and_a_replay_returns_the_recorded_signature(daemon_factory, tmp_path):
+    d = daemon_factory({"kiosk": {"deadline_ms": 1000}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "1500"})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    r = sign(d, doc, key="slow-1")
+    assert r.status == 504, r.body[:300]
+    assert r.json()["error"]["code"] == "deadline_exceeded"
+    job_id = r.headers["X-Job-Id"]
+    # In flight: the replay says so instead of signing again.
+    inflight = sign(d, doc, key="slow-1")
+    assert inflight.status in (409, 200)
+    if inflight.status == 409:
+        assert inflight.json()["error"]["code"] == "in_progress"
+    d.wait_job(job_id)
+    replay = sign(d, doc, key="slow-1")
+    assert replay.status == 200 and replay.headers["X-Job-Id"] == job_id
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(replay.body)
+    assert_valid(out, d, tmp_path)
+    assert [e["type"] for e in d.events(job_id)].count("signed") == 1
+
+
+def test_when_every_slot_is_taken_the_kiosk_answers_busy_at_once(daemon_factory, tmp_path):
+    d = daemon_factory({"signing": {"key_slots": 2}, "kiosk": {"reserved_key_slots": 1,
+                                                               "deadline_ms": 10000}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "2000"})
+    docs = [reportlab_pdf(tmp_path / f"d{i}.pdf", text=f"doc {i}").read_bytes() for i in range(3)]
+    results: dict[int, int] = {}
+
+    def go(i: int) -> None:
+        results[i] = sign(d, docs[i], case_id=f"K-{i}").status
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    r = sign(d, docs[2], case_id="K-2")
+    assert r.status == 503 and r.json()["error"]["code"] == "busy"
+    assert int(r.headers["Retry-After"]) >= 1
+    for t in threads:
+        t.join(30)
+    assert results == {0: 200, 1: 200}
+
+
+def test_kill9_during_a_kiosk_request_leaves_no_partial_artifact(daemon_factory, tmp_path):
+    d = daemon_factory({"kiosk": {"deadline_ms": 20000}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    def doomed() -> None:
+        with contextlib.suppress(OSError):  # the daemon dies under the request
+            sign(d, doc, key="crash-1")
+
+    t = threading.Thread(target=doomed, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 15
+    while not d.request("GET", "/v1/jobs").json()["jobs"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    job_id = d.request("GET", "/v1/jobs").json()["jobs"][0]["job_id"]
+    d.kill9()
+    t.join(10)
+    d.start()
+    done = d.wait_job(job_id, timeout_s=60)
+    assert done["state"] == "ready"
+    for f in (d.dir / "artifacts").rglob("*"):
+        if f.is_file():
+            assert f.read_bytes().rstrip().endswith(b"%%EOF"), f
+    replay = sign(d, doc, key="crash-1")
+    assert replay.status == 200 and replay.headers["X-Job-Id"] == job_id
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(replay.body)
+    assert_valid(out, d, tmp_path)
+    assert list((d.dir / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("case,status,code,field", [
+    ("not multipart", 415, "unsupported_media_type", None),
+    ("bad case id", 422, "invalid_case_id", "case_id"),
+    ("no signers", 422, "invalid_field", "signers"),
+    ("digest differs", 422, "digest_mismatch", "sha256"),
+    ("unknown field", 422, "unknown_field", "colour"),
+    ("too large", 413, "too_large", None),
+])
+def test_kiosk_refusals(daemon_factory, tmp_path, case, status, code, field):
+    d = daemon_factory({"kiosk": {"max_document_bytes": 200_000}})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    if case == "not multipart":
+        r = d.request("POST", "/v1/sign", raw=doc, headers={"Content-Type": "application/pdf"})
+    elif case == "bad case id":
+        r = sign(d, doc, case_id="../x")
+    elif case == "no signers":
+        body, ctype = multipart({"case_id": "K-9"}, doc)
+        r = d.request("POST", "/v1/sign", raw=body, headers={"Content-Type": ctype})
+    elif case == "digest differs":
+        r = sign(d, doc, sha256="0" * 64)
+    elif case == "unknown field":
+        r = sign(d, doc, colour="red")
+    else:
+        r = sign(d, doc + b"\0" * 250_000)
+    assert r.status == status, r.body[:300]
+    err = r.json()["error"]
+    assert err["code"] == code
+    if field:
+        assert err["field"] == field
+    assert d.request("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_a_bad_document_is_refused_with_its_code(daemon, tmp_path):
+    src = reportlab_pdf(tmp_path / "doc.pdf")
+    subprocess.run(["qpdf", "--encrypt", "u", "o", "256", "--", str(src), str(tmp_path / "e.pdf")],
+                   check=True, timeout=30)
+    r = sign(daemon, (tmp_path / "e.pdf").read_bytes())
+    assert r.status == 422 and r.json()["error"]["code"] == "encrypted_pdf"
+
+
+def test_cli_sign(daemon, tmp_path):
+    src = reportlab_pdf(tmp_path / "doc.pdf")
+    out = tmp_path / "doc.signed.pdf"
+    proc = daemon.cli("sign", str(src), "--case", "CLI-1", "--signer", "a-1:Ann:buyer", "-o", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_valid(out, daemon, tmp_path)
+    bad = daemon.cli("sign", str(tmp_path / "missing.pdf"), "--case", "CLI-1")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
