@@ -30,7 +30,6 @@ import datetime as dt
 import hashlib
 import io
 import itertools
-import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
@@ -58,9 +57,6 @@ CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
 _STARTXREF = re.compile(rb"startxref\s+(\d+)")
 _OBJ_HEADER = re.compile(rb"\d+\s+\d+\s+obj\b")
-
-# pypdf logs every repaired oddity of real-world files at WARNING.
-logging.getLogger("pypdf").setLevel(logging.ERROR)
 
 
 @dataclass(frozen=True)
