@@ -275,6 +275,14 @@ def _is_ca(cert: x509.Certificate) -> bool:
         return False
 
 
+def _is_tsa(cert: x509.Certificate) -> bool:
+    try:
+        eku = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    except x509.ExtensionNotFound:
+        return False
+    return x509.oid.ExtendedKeyUsageOID.TIME_STAMPING in eku
+
+
 def chain_trusted(
     cert: x509.Certificate,
     pool: list[x509.Certificate],
@@ -326,6 +334,8 @@ def _check_timestamp(
         digest = _HASHES.get(digest_algo, hashlib.sha256)(tst_der).digest()
         before = len(problems)
         intact, ok, cert = check_signer_info(sd, digest, problems, what="timestamp")
+        if cert is not None and not _is_tsa(cert):
+            problems.append("timestamp: the TSA certificate lacks id-kp-timeStamping (RFC 3161 §2.3)")
         when = tst["gen_time"].native
         crypto_ok = intact and ok and len(problems) == before
         if anchors is not None and cert is not None:

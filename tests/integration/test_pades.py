@@ -377,3 +377,15 @@ def test_certified_inputs_follow_their_docmdp(samples: dict[str, Path], pki: Pki
     pades.sign_file(fillable, out, pki.signer("ec"), meta=sample_meta())
     assert_validates(out, pki, nssdir)
     assert pyhanko_statuses(out, [pki.ca.cert])[0].docmdp_ok
+
+
+def test_verify_refuses_a_timestamp_from_a_non_tsa_certificate(
+    samples: dict[str, Path], pki: Pki, tmp_path: Path
+) -> None:
+    out = tmp_path / "signed.pdf"
+    with LocalTsa(pki.rsa) as impostor:  # a document-signing certificate, no timeStamping EKU
+        pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta(),
+                        timestamp=lambda sig: tsa.timestamp_blocking(impostor.url, sig, 10))
+    report = verify_pdf(out, [pki.ca.cert])[0]
+    assert not report.timestamped and not report.valid
+    assert any("timeStamping" in p for p in report.problems)
