@@ -638,8 +638,36 @@ def _write_update(
         _put(tail, xref, base, num, 0, _ser(spec))
         filespecs.append((name, num))
     catalog, extra = _catalog_updates(s, new_num, filespecs)
+    sig_num, field_num = new_num(), new_num()
+    widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
 
-    # The signature field with its merged widget (§12.7.4.5, §12.5.6.19), invisible.
+    extra.append((s.root_ref.idnum, s.root_ref.generation, catalog))
+    seen: set[int] = set()
+    for num, gen, obj in extra:
+        if num in seen:
+            raise MalformedPdf(f"object {num} plays two roles in the document structure")
+        seen.add(num)
+        _put(tail, xref, base, num, gen, _ser(obj))
+    _put(tail, xref, base, field_num, 0, _ser(widget))
+    sig_at = tail.tell()
+    _put(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
+    _write_xref(s, tail, xref, base, new_num)
+    return base, bytearray(tail.getvalue()), sig_at
+
+
+def _signature_field(
+    s: _Structure,
+    meta: SignatureMeta,
+    sig_num: int,
+    field_num: int,
+    catalog: g.DictionaryObject,
+    extra: list[tuple[int, int, g.PdfObject]],
+) -> g.DictionaryObject:
+    """The signature field with its merged, invisible widget (§12.7.4.5, §12.5.6.19).
+
+    Merges into /AcroForm /Fields and page 1's /Annots, rewriting whichever objects
+    hold them (appended to ``extra``, or set on ``catalog`` when direct).
+    """
     acro_raw = _raw(s.catalog, "/AcroForm")
     acro = g.DictionaryObject(acro_raw.get_object()) if acro_raw is not None else g.DictionaryObject()
     fields = list(_get(acro, "/Fields", g.ArrayObject()) or [])
@@ -649,7 +677,6 @@ def _write_update(
     )
     if field_name in taken_fields:
         raise PermanentJobError(f"a field named {field_name!r} exists", code="field_exists")
-    sig_num, field_num = new_num(), new_num()
     widget = g.DictionaryObject(
         {
             _name("Type"): _name("Annot"),
@@ -677,18 +704,18 @@ def _write_update(
         page = g.DictionaryObject(s.page)
         page[_name("Annots")] = annots_new
         extra.append((s.page_ref.idnum, s.page_ref.generation, page))
+    return widget
 
-    extra.append((s.root_ref.idnum, s.root_ref.generation, catalog))
-    seen: set[int] = set()
-    for num, gen, obj in extra:
-        if num in seen:
-            raise MalformedPdf(f"object {num} plays two roles in the document structure")
-        seen.add(num)
-        _put(tail, xref, base, num, gen, _ser(obj))
-    _put(tail, xref, base, field_num, 0, _ser(widget))
-    sig_at = tail.tell()
-    _put(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
 
+def _write_xref(
+    s: _Structure,
+    tail: io.BytesIO,
+    xref: dict[int, tuple[int, int]],
+    base: int,
+    new_num: Callable[[], int],
+) -> None:
+    """The update's cross-reference section, of the same kind as the file's last one
+    (§7.5.4 table or §7.5.8 stream), its trailer with /Prev (§7.5.6), and startxref."""
     trailer = g.DictionaryObject({_name("Root"): s.root_ref, _name("Prev"): g.NumberObject(s.startxref)})
     if "/Info" in s.trailer:
         trailer[_name("Info")] = _raw(s.trailer, "/Info")
@@ -697,18 +724,16 @@ def _write_update(
     # §14.4: the first identifier stays, the second changes with each revision.
     first = old_id[0] if old_id is not None and len(old_id) == 2 else new_id
     trailer[_name("ID")] = g.ArrayObject([g.ByteStringObject(bytes(_string_key(first))), new_id])
+    xref_at = base + tail.tell()
     if s.xref_is_stream:
         xref_num = new_num()
-        xref[xref_num] = (base + tail.tell(), 0)
-        trailer[_name("Size")] = g.NumberObject(next_num[0])
-        xref_at = base + tail.tell()
+        xref[xref_num] = (xref_at, 0)
+        trailer[_name("Size")] = g.NumberObject(xref_num + 1)
         tail.write(_xref_stream(xref_num, xref, trailer))
     else:
-        trailer[_name("Size")] = g.NumberObject(next_num[0])
-        xref_at = base + tail.tell()
+        trailer[_name("Size")] = g.NumberObject(max(s.size, max(xref) + 1))
         tail.write(_xref_table(xref) + b"trailer\n" + _ser(trailer) + b"\n")
     tail.write(b"startxref\n%d\n%%%%EOF\n" % xref_at)
-    return base, bytearray(tail.getvalue()), sig_at
 
 
 def finalize(prepared: Prepared, cms_der: bytes) -> None:
