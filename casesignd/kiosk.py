@@ -110,7 +110,7 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
         "items": [{"role": "contract", "name": manifest.get("name", "document.pdf"),
                    "media_type": "application/pdf", "object_ref": f"sha256:{sha256}",
                    "sha256": sha256, "size": size}],
-        "signers": manifest.get("signers"),
+        "signers": manifest.get("signers", []),
     }
     if "policy_version" in manifest:
         body["policy_version"] = manifest["policy_version"]

@@ -148,7 +148,7 @@ def test_kill9_during_a_kiosk_request_leaves_no_partial_artifact(daemon_factory,
 @pytest.mark.parametrize("case,status,code,field", [
     ("not multipart", 415, "unsupported_media_type", None),
     ("bad case id", 422, "invalid_case_id", "case_id"),
-    ("no signers", 422, "invalid_field", "signers"),
+    ("signers not a list", 422, "invalid_field", "signers"),
     ("digest differs", 422, "digest_mismatch", "sha256"),
     ("unknown field", 422, "unknown_field", "colour"),
     ("too large", 413, "too_large", None),
@@ -160,8 +160,8 @@ def test_kiosk_refusals(daemon_factory, tmp_path, case, status, code, field):
         r = d.request("POST", "/v1/sign", raw=doc, headers={"Content-Type": "application/pdf"})
     elif case == "bad case id":
         r = sign(d, doc, case_id="../x")
-    elif case == "no signers":
-        body, ctype = multipart({"case_id": "K-9"}, doc)
+    elif case == "signers not a list":
+        body, ctype = multipart({"case_id": "K-9", "signers": "everyone"}, doc)
         r = d.request("POST", "/v1/sign", raw=body, headers={"Content-Type": ctype})
     elif case == "digest differs":
         r = sign(d, doc, sha256="0" * 64)
