@@ -365,6 +365,9 @@ class Metrics:
                 self.jobs_finished.labels(kind=kind, outcome=outcome)
         for path in IDEMPOTENT_PATHS:
             self.idempotent_replays.labels(path=path)
+        for outcome in KIOSK_OUTCOMES:
+            # The kiosk refusal alert divides by the count of every outcome.
+            self.kiosk_seconds.labels(outcome=outcome)
         r.register(_StateCollector(self))
 
     # --- label guard ---------------------------------------------------------------

@@ -10,7 +10,12 @@ a ``kill -9`` whose lease the restarted daemon reclaims.
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from tests.helpers_ops import (
     BAD_CASE_ID,
@@ -43,7 +48,7 @@ FAMILIES = {
     "casesignd_jobs", "casesignd_oldest_queued_job_age_seconds", "casesignd_inflight_bytes",
     "casesignd_temp_used_bytes", "casesignd_temp_free_bytes", "casesignd_key_slots_in_use",
     "casesignd_workers_busy", "casesignd_build_info",
-}
+}  # the parser names counter families without their "_total"
 
 
 def _hang(d, n: int, hang_s: int = 3):
@@ -182,8 +187,46 @@ def test_metrics_move_with_a_realistic_mix_and_leak_nothing(daemon_factory, tmp_
 
     render = value(after, "casesignd_invoice_render_seconds_count")
     if render == 0:
-        import pytest
-
         pytest.xfail("casesignd_invoice_render_seconds is not observed by InvoiceKind.run yet")
     assert set(label_values(after, "casesignd_invoice_render_seconds_count", "items_bucket")) >= {
         "1", "11-100"}
+
+
+ALERTS = Path(__file__).resolve().parents[2] / "docs" / "alerts.yml"
+PROMTOOL = shutil.which("promtool")
+# promtool's series notation: 'a+bxN' is N+1 samples from a, growing by b per minute.
+KIOSK_ALERT_TESTS = """
+rule_files: [alerts.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'casesignd_kiosk_seconds_count{instance="h",job="casesignd",outcome="succeeded"}'
+        values: '0+8x60'
+      - series: 'casesignd_kiosk_seconds_count{instance="h",job="casesignd",outcome="busy"}'
+        values: '0+0x20 0+2x40'
+      - series: 'casesignd_kiosk_seconds_count{instance="h",job="casesignd",outcome="deadline_exceeded"}'
+        values: '0x60'
+    alert_rule_test:
+      - eval_time: 15m
+        alertname: CasesigndKioskRefusing
+        exp_alerts: []
+      - eval_time: 50m
+        alertname: CasesigndKioskRefusing
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: h}
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) not installed")
+def test_kiosk_refusal_alert_fires_on_busy_answers(tmp_path):
+    yaml = pytest.importorskip("yaml")
+    doc = yaml.safe_load(ALERTS.read_text())
+    for group in doc["groups"]:
+        for rule in group["rules"]:
+            rule.pop("annotations", None)  # checked by `promtool check rules` elsewhere
+    (tmp_path / "alerts.yml").write_text(yaml.safe_dump(doc))
+    (tmp_path / "kiosk_test.yml").write_text(KIOSK_ALERT_TESTS)
+    result = subprocess.run([PROMTOOL, "test", "rules", "kiosk_test.yml"], cwd=tmp_path,
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr

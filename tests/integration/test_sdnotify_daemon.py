@@ -121,3 +121,25 @@ def test_watchdog_pid_of_another_process_means_no_pings(daemon_factory, notify_s
     assert d.stop() == 0
     # Datagrams wait in the socket's queue: STOPPING=1 is there after the exit.
     ns.wait_for(lambda m: m.get("STOPPING") == "1", timeout_s=5)
+
+
+# The probe's stall window is max(60 s, 2 * workers.lease_s); an attempt that runs
+# longer than that alone is healthy as long as its heartbeat renews its lease.
+STALL_WINDOW_S = 60
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="the watchdog probe counts only finished attempts as "
+                   "progress, not renewed leases: one long attempt withholds the pings")
+def test_one_long_attempt_keeps_the_watchdog_fed(daemon_factory, notify_socket):
+    ns = notify_socket
+    d = _daemon(daemon_factory, ns, WATCHDOG_USEC=str(WATCHDOG_USEC))
+    ns.wait_for(lambda m: m.get("READY") == "1")
+    job = d.submit({"kind": "test", "behavior": "hang", "hang_s": STALL_WINDOW_S + 30}).json()
+    d.wait_job(job["job_id"], states=("processing",))
+    # Past the stall window the attempt still runs, and pings must keep coming.
+    end = time.monotonic() + STALL_WINDOW_S + 10
+    while time.monotonic() < end:
+        ns.wait_for(lambda m: "WATCHDOG" in m, timeout_s=WATCHDOG_USEC / 1e6)
+    assert d.job(job["job_id"])["state"] == "processing"
+    assert "watchdog.withheld" not in d.logs()
