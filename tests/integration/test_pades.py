@@ -389,3 +389,21 @@ def test_verify_refuses_a_timestamp_from_a_non_tsa_certificate(
     report = verify_pdf(out, [pki.ca.cert])[0]
     assert not report.timestamped and not report.valid
     assert any("timeStamping" in p for p in report.problems)
+
+
+def test_unicode_names_and_empty_attachments(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
+    photo, empty = tmp_path / "p", tmp_path / "e"
+    photo.write_bytes(b"photo")
+    empty.write_bytes(b"")
+    out = tmp_path / "signed.pdf"
+    meta = sample_meta(reason="Vertrag über Äpfel", location="Zürich",
+                       parties=(pades.Party("b-1", "Jürgen «J» Müller", "buyer"),))
+    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta, attachments=[
+        pades.Attachment(photo, "фото (1).jpg", "image/jpeg"),
+        pades.Attachment(empty, "empty.txt", "text/plain"),
+    ])
+    assert_validates(out, pki, nssdir)
+    assert embedded_files(out) == {"фото (1).jpg": b"photo", "empty.txt": b""}
+    with open(out, "rb") as f:
+        sig = PdfReader(f).trailer["/Root"]["/AcroForm"]["/Fields"][0].get_object()["/V"]
+        assert "Jürgen «J» Müller (buyer, b-1)" in sig["/Reason"] and sig["/Location"] == "Zürich"

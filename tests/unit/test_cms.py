@@ -9,6 +9,8 @@ from asn1crypto import cms as acms
 from asn1crypto import core
 from asn1crypto import tsp as _tsp  # noqa: F401 - registers the ESS attribute types
 from cryptography.hazmat.primitives import serialization
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from casesignd import cms, devpki
 
@@ -109,3 +111,24 @@ def test_signed_attrs_refuse_other_digests(identities: dict[str, devpki.Identity
     tmpl = cms.template_for(identities["rsa"].cert, ())
     with pytest.raises(ValueError):
         cms.build_signed_attrs(bad, tmpl)
+
+
+@given(st.integers(min_value=-(2**200), max_value=2**200))
+def test_integer_property(n: int) -> None:
+    assert cms.integer(n) == core.Integer(n).dump()
+
+
+@given(st.binary(min_size=32, max_size=32), st.binary(min_size=1, max_size=600))
+@settings(max_examples=50)
+def test_assemble_roundtrips(digest: bytes, signature: bytes) -> None:
+    ca = _PROPERTY_IDENTITY
+    tmpl = cms.template_for(ca.cert, ())
+    attrs = cms.build_signed_attrs(digest, tmpl)
+    ci = acms.ContentInfo.load(cms.assemble(tmpl, attrs, signature))
+    si = ci["content"]["signer_infos"][0]
+    assert si["signature"].native == signature
+    by_type = {a["type"].native: a["values"][0].native for a in si["signed_attrs"]}
+    assert by_type["message_digest"] == digest
+
+
+_PROPERTY_IDENTITY = devpki.make_ca("property CA", kind="ec")
