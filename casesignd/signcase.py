@@ -283,7 +283,13 @@ class SignCaseKind:
                     await asyncio.to_thread(media.check_evidence, it["media_type"], path,
                                             policy.evidence_media_types, f"items[{i}].media_type")
                 if it["media_type"] == "application/pdf":
-                    await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
+                    report = await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
+                    if it["role"] == "contract" and report.docmdp_permission == 1:
+                        # A certification signature with P=1 (PDF 32000-1 §12.8.2.2)
+                        # forbids any change: our signature would invalidate it.
+                        raise PermanentJobError(
+                            "the document is certified against any change; it cannot be signed",
+                            code="certified_no_changes", field=f"items[{i}]")
 
     async def _scan(self, ctx: JobContext, normalized: dict[str, Any], paths: list[Path]) -> None:
         scanner = ctx.services.scanner

@@ -179,3 +179,24 @@ def test_object_upload_checks_digest_and_tenant_scope(daemon, tmp_path):
     m = manifest("C-5", {"sha256": sha, "size": len(data), "object_ref": f"sha256:{sha}"}, [])
     job = d.wait_job(d.submit(m).json()["job_id"])
     assert job["state"] == "failed" and job["error"]["code"] == "object_not_found"
+
+
+def test_a_document_certified_against_changes_is_refused(daemon, tmp_path):
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+    from pyhanko.sign import fields, signers
+
+    from casesignd import devpki
+
+    ident = devpki.issue(devpki.make_ca(), "certifier")
+    devpki.write_pkcs12(tmp_path / "c.p12", ident, b"pw")
+    signer = signers.SimpleSigner.load_pkcs12(str(tmp_path / "c.p12"), passphrase=b"pw")
+    src = reportlab_pdf(tmp_path / "c.pdf")
+    with open(src, "rb") as f:
+        out = signers.sign_pdf(
+            IncrementalPdfFileWriter(f),
+            signers.PdfSignatureMetadata(field_name="Cert", certify=True,
+                                         docmdp_permissions=fields.MDPPerm.NO_CHANGES),
+            signer=signer)
+        data = out.getvalue()
+    job = daemon.wait_job(daemon.submit(manifest("CERT-1", upload(daemon, "CERT-1", data), [])).json()["job_id"])
+    assert job["state"] == "failed" and job["error"]["code"] == "certified_no_changes", job
