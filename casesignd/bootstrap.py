@@ -65,7 +65,6 @@ DESCRIPTIONS: dict[str, str] = {
     "store": "The embedded SQLite job store.",
     "store.path": "Database file (jobs, objects index, audit chain).",
     "store.busy_timeout_ms": "How long a write waits for the SQLite lock.",
-    "store.group_commit_ms": "How long a commit waits for others to join it.",
     "storage": "Where objects, artifacts and working files live.",
     "storage.state_dir": "Objects (uploads) and artifacts (signed results) live under here.",
     "storage.temp_dir": "Per-attempt working files; a size-capped tmpfs under systemd.",

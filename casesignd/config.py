@@ -31,8 +31,6 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     path: str = "casesignd.db"
     busy_timeout_ms: int = 5000
-    # A commit waits at most this long for others to join it (group commit).
-    group_commit_ms: float = 1.0
 
 
 class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
