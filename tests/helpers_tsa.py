@@ -133,7 +133,9 @@ class LocalTsa:
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.timeout = 5
         self.url = f"http://127.0.0.1:{self._server.server_address[1]}/tsa"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     def __enter__(self) -> LocalTsa:
         self._thread.start()
