@@ -70,3 +70,8 @@ def test_credentials_directory_is_searched_for_bare_names(tmp_path, monkeypatch)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
     assert cfg.credential("signing.p12") == creds / "signing.p12"
     assert cfg.credential("other.p12") == tmp_path / "other.p12"
+
+
+def test_every_setting_in_the_example_has_its_own_comment():
+    text = (ROOT / "config.example.toml").read_text()
+    assert "# See " not in text, "a setting lacks its comment in casesignd/bootstrap.py"
