@@ -112,6 +112,9 @@ class Pool:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.last_progress = time.monotonic()
+        # Attempts finished plus leases renewed: what the systemd watchdog takes as
+        # progress (a long job renewing its lease is progress; a stuck pool is not).
+        self.progress = 0
         self.started = False
 
     # --- lifecycle ---------------------------------------------------------------
@@ -180,6 +183,7 @@ class Pool:
                 lost = await self.store.renew(held, self.cfg.workers.lease_s)
             except CasesignError:
                 continue  # the lease may still be valid; the next beat tries again
+            self.progress += len(held) - len(lost)
             for lease in lost:
                 r = self.running.get(lease.job_id)
                 if r is not None and r.job.attempt == lease.attempt:
@@ -288,6 +292,7 @@ class Pool:
                 self.batch_running -= 1
             self.running.pop(job.job_id, None)
             self.last_progress = time.monotonic()
+            self.progress += 1
             self.wake()
 
     async def _shield(self, coro: Any) -> Any:
