@@ -1,0 +1,429 @@
+#!/usr/bin/env python3
+"""Benchmark: kiosk latency (``POST /v1/sign``) idle and under a saturating batch load,
+casesignd against a plain pyHanko signing service in the same run.
+
+Eight kiosks (``--kiosks``) run a closed loop: each sends the next one-page signature
+when the previous one answered. Every request is a fresh signature (a unique case ID
+per request; no replays), so nothing is served from the signature record. Each
+phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
+
+- casesignd idle, then under load: ``--batch-inflight`` concurrent ``sign_case``
+  jobs over ``--batch-docs`` large PDFs of ``--batch-mb`` MB (uploaded once as
+  objects; every job names fresh signers so each is a new signature), resubmitted
+  as each finishes so the pool stays busy through the whole measurement.
+- baseline idle, then under load: a minimal aiohttp service (the same multipart
+  contract) that signs with pyHanko's ``PdfSigner`` + ``SimpleSigner`` from the same
+  PKCS#12 in one process pool of ``os.cpu_count()`` workers; its batch load is the
+  same large PDFs signed in that same pool (no priority separation).
+
+Counted per phase: answers after 2 s, 503 ``busy``, 504 ``deadline_exceeded``, other
+errors. Prints a table and, as the last line, one JSON object of all figures.
+
+    .venv/bin/python scripts/bench_kiosk.py [--duration-s 30] [--batch-mb 40] ...
+
+Loopback only; the daemon runs as ``tests.daemon.Daemon`` in a temporary directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+LATE_S = 2.0
+SIGNERS = [{"id": "kiosk-1", "name": "Front Desk", "role": "clerk"}]
+
+
+# --- the pyHanko baseline service (runs in its own process) ----------------------------
+
+_SIGNER: Any = None
+
+
+def _pyhanko_signer(p12: str, password: bytes) -> Any:
+    global _SIGNER
+    if _SIGNER is None:
+        from pyhanko.sign import signers
+
+        _SIGNER = signers.SimpleSigner.load_pkcs12(p12, passphrase=password)
+    return _SIGNER
+
+
+def _pyhanko_sign(p12: str, password: bytes, src: bytes | str) -> bytes | int:
+    """Sign ``src`` (bytes, or a path for the large batch PDFs) with pyHanko's defaults."""
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+    from pyhanko.sign import signers
+
+    signer = _pyhanko_signer(p12, password)
+    meta = signers.PdfSignatureMetadata(field_name="Signature1")
+    if isinstance(src, bytes):
+        out = io.BytesIO()
+        signers.PdfSigner(meta, signer=signer).sign_pdf(
+            IncrementalPdfFileWriter(io.BytesIO(src)), output=out)
+        return out.getvalue()
+    with open(src, "rb") as inf, tempfile.TemporaryFile() as outf:
+        signers.PdfSigner(meta, signer=signer).sign_pdf(IncrementalPdfFileWriter(inf), output=outf)
+        return outf.tell()
+
+
+def serve_baseline(port: int, p12: str, password: bytes) -> None:
+    """The baseline: ``POST /v1/sign`` (multipart manifest + document) answers the signed
+    PDF; ``POST /batch?inflight=N&path=P`` starts N loops signing P; ``DELETE /batch``
+    stops them. Kiosk and batch signatures share one process pool."""
+    from aiohttp import web
+
+    pool = ProcessPoolExecutor(max_workers=os.cpu_count() or 2)
+    state: dict[str, Any] = {"tasks": [], "done": 0}
+
+    async def sign(request: web.Request) -> web.Response:
+        reader = await request.multipart()
+        manifest = document = None
+        while (part := await reader.next()) is not None:
+            if part.name == "manifest":
+                manifest = json.loads(await part.read())
+            elif part.name == "document":
+                document = bytes(await part.read())
+        if not manifest or document is None:
+            return web.json_response({"error": {"code": "invalid_multipart"}}, status=422)
+        loop = asyncio.get_running_loop()
+        signed = await loop.run_in_executor(pool, _pyhanko_sign, p12, password, document)
+        return web.Response(body=signed, content_type="application/pdf")
+
+    async def batch_loop(path: str) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await loop.run_in_executor(pool, _pyhanko_sign, p12, password, path)
+            state["done"] += 1
+
+    async def batch_start(request: web.Request) -> web.Response:
+        n = int(request.query["inflight"])
+        paths = request.query.getall("path")
+        state["tasks"] += [asyncio.create_task(batch_loop(paths[i % len(paths)])) for i in range(n)]
+        return web.json_response({"started": n})
+
+    async def batch_stop(request: web.Request) -> web.Response:
+        for t in state["tasks"]:
+            t.cancel()
+        state["tasks"] = []
+        return web.json_response({"done": state["done"]})
+
+    async def warm(request: web.Request) -> web.Response:
+        return web.json_response({})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.router.add_post("/v1/sign", sign)
+    app.router.add_post("/batch", batch_start)
+    app.router.add_delete("/batch", batch_stop)
+    app.router.add_get("/healthz", warm)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+# --- measuring --------------------------------------------------------------------------
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (pure)."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, int(round(q / 100 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]
+
+
+def summarize(latencies_s: list[float], counts: dict[str, int], duration_s: float) -> dict[str, Any]:
+    """The figures of one phase (pure): latencies of 200 answers, and counts of the rest."""
+    ok = sorted(latencies_s)
+    ms = [x * 1000 for x in ok]
+    return {
+        "requests": sum(counts.values()),
+        "ok": counts.get("ok", 0),
+        "per_s": round(counts.get("ok", 0) / duration_s, 1),
+        "p50_ms": round(percentile(ms, 50), 1), "p95_ms": round(percentile(ms, 95), 1),
+        "p99_ms": round(percentile(ms, 99), 1), "max_ms": round(max(ms), 1) if ms else None,
+        "mean_ms": round(statistics.fmean(ms), 1) if ms else None,
+        "late_2s": counts.get("late", 0), "busy_503": counts.get("busy", 0),
+        "deadline_504": counts.get("deadline", 0), "other_errors": counts.get("error", 0),
+    }
+
+
+def multipart_body(manifest: dict[str, Any], document: bytes) -> tuple[bytes, str]:
+    boundary = uuid.uuid4().hex
+    parts = [
+        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
+         json.dumps(manifest).encode()),
+        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
+         b"Content-Type: application/pdf\r\n\r\n", document),
+    ]
+    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
+    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
+
+
+async def kiosk_loop(session: Any, url: str, token: str, document: bytes, tag: str,
+                     stop_at: float, record_from: float, lat: list[float],
+                     counts: dict[str, int], errors: list[str]) -> None:
+    """One kiosk: the next request when the previous one answered, until ``stop_at``."""
+    import aiohttp
+
+    n = 0
+    while (now := time.monotonic()) < stop_at:
+        n += 1
+        body, ctype = multipart_body({"case_id": f"K-{tag}-{n}", "signers": SIGNERS}, document)
+        t = time.perf_counter()
+        try:
+            async with session.post(url + "/v1/sign", data=body, headers={
+                    "Content-Type": ctype, "Authorization": f"Bearer {token}"},
+                    timeout=aiohttp.ClientTimeout(total=30)) as r:
+                payload = await r.read()
+                status = r.status
+        except (aiohttp.ClientError, TimeoutError) as e:
+            status, payload = -1, repr(e).encode()
+        took = time.perf_counter() - t
+        if now < record_from:
+            continue
+        if took > LATE_S:
+            counts["late"] = counts.get("late", 0) + 1
+        if status == 200:
+            counts["ok"] = counts.get("ok", 0) + 1
+            lat.append(took)
+        elif status == 503:
+            counts["busy"] = counts.get("busy", 0) + 1
+            await asyncio.sleep(0.05)  # a kiosk honours busy briefly instead of spinning
+        elif status == 504:
+            counts["deadline"] = counts.get("deadline", 0) + 1
+        else:
+            counts["error"] = counts.get("error", 0) + 1
+            if len(errors) < 5:
+                errors.append(f"{status} {payload[:200]!r}")
+
+
+async def run_kiosks(url: str, token: str, document: bytes, kiosks: int, warmup_s: float,
+                     duration_s: float, tag: str) -> dict[str, Any]:
+    import aiohttp
+
+    lat: list[float] = []
+    counts: dict[str, int] = {}
+    errors: list[str] = []
+    start = time.monotonic()
+    connector = aiohttp.TCPConnector(limit=kiosks)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await asyncio.gather(*(kiosk_loop(session, url, token, document, f"{tag}-{i}",
+                                          start + warmup_s + duration_s, start + warmup_s, lat,
+                                          counts, errors) for i in range(kiosks)))
+    out = summarize(lat, counts, duration_s)
+    if errors:
+        out["error_samples"] = errors
+    return out
+
+
+# --- casesignd batch load -----------------------------------------------------------------
+
+
+async def casesignd_batch(url: str, token: str, objects: list[dict[str, Any]], inflight: int,
+                          stop: asyncio.Event, stats: dict[str, int]) -> None:
+    """Keep ``inflight`` sign_case jobs running: submit, poll to the end, submit again."""
+    import aiohttp
+
+    auth = {"Authorization": f"Bearer {token}"}
+
+    async def one_loop(i: int, session: aiohttp.ClientSession) -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            obj = objects[(i + n) % len(objects)]
+            body = {"kind": "sign_case", "case_id": obj["case_id"],
+                    "items": [{"role": "contract", "name": "packet.pdf",
+                               "media_type": "application/pdf", "object_ref": f"sha256:{obj['sha256']}",
+                               "sha256": obj["sha256"], "size": obj["size"]}],
+                    "signers": [{"id": f"batch-{i}-{n}-{uuid.uuid4().hex[:8]}", "name": "Batch",
+                                 "role": "seller"}]}
+            async with session.post(url + "/v1/jobs", json=body, headers=auth) as r:
+                job = await r.json()
+                if r.status not in (200, 202):
+                    stats["submit_errors"] = stats.get("submit_errors", 0) + 1
+                    await asyncio.sleep(0.5)
+                    continue
+            while not stop.is_set():
+                await asyncio.sleep(0.25)
+                async with session.get(f"{url}/v1/jobs/{job['job_id']}", headers=auth) as r:
+                    state = (await r.json())["state"]
+                if state in ("ready", "failed", "canceled"):
+                    stats[state] = stats.get(state, 0) + 1
+                    break
+
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(one_loop(i, session) for i in range(inflight)))
+
+
+def upload_objects(d: Any, paths: list[Path]) -> list[dict[str, Any]]:
+    import urllib.request
+
+    out = []
+    for i, p in enumerate(paths):
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        sha, size, case_id = h.hexdigest(), p.stat().st_size, f"BATCH-{i}"
+        with open(p, "rb") as f:
+            req = urllib.request.Request(
+                f"{d.url}/v1/cases/{case_id}/objects/{sha}", data=f, method="PUT",
+                headers={"Authorization": f"Bearer {d.token}", "Content-Length": str(size),
+                         "Content-Type": "application/octet-stream"})
+            with urllib.request.urlopen(req, timeout=300) as r:
+                assert r.status in (200, 201), r.status
+        out.append({"case_id": case_id, "sha256": sha, "size": size})
+    return out
+
+
+# --- phases ---------------------------------------------------------------------------------
+
+
+async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
+                            objects: list[dict[str, Any]]) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                                   args.duration_s, "ci")
+    stop = asyncio.Event()
+    stats: dict[str, int] = {}
+    load = asyncio.create_task(casesignd_batch(d.url, d.token, objects, args.batch_inflight,
+                                               stop, stats))
+    await asyncio.sleep(args.ramp_s)  # let the pool fill before measuring
+    res["load"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                                   args.duration_s, "cl")
+    stop.set()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(load, 120)
+    res["load"]["batch_jobs"] = stats
+    return res
+
+
+async def measure_baseline(args: argparse.Namespace, url: str, document: bytes,
+                           paths: list[Path]) -> dict[str, Any]:
+    import aiohttp
+
+    res: dict[str, Any] = {}
+    res["idle"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
+                                   args.duration_s, "bi")
+    async with aiohttp.ClientSession() as s:
+        q = [("inflight", str(args.batch_inflight))] + [("path", str(p)) for p in paths]
+        async with s.post(url + "/batch", params=q) as r:
+            assert r.status == 200
+        await asyncio.sleep(args.ramp_s)
+        res["load"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
+                                       args.duration_s, "bl")
+        async with s.delete(url + "/batch") as r:
+            res["load"]["batch_jobs"] = {"ready": (await r.json())["done"]}
+    return res
+
+
+def start_baseline(port: int, p12: Path, password: bytes) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-baseline", str(port), str(p12)],
+                            env={**os.environ, "BENCH_P12_PASSWORD": password.decode()},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import urllib.request
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).read()
+            return proc
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("the baseline service did not start")
+
+
+def table(results: dict[str, Any]) -> str:
+    cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
+            "deadline_504", "other_errors"]
+    lines = [f"{'service':<10} {'phase':<5} " + " ".join(f"{c:>12}" for c in cols)]
+    for svc in ("casesignd", "pyhanko"):
+        for phase in ("idle", "load"):
+            r = results.get(svc, {}).get(phase)
+            if r:
+                lines.append(f"{svc:<10} {phase:<5} " + " ".join(f"{str(r[c]):>12}" for c in cols))
+    return "\n".join(lines)
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--serve-baseline":
+        serve_baseline(int(sys.argv[2]), sys.argv[3], os.environ["BENCH_P12_PASSWORD"].encode())
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kiosks", type=int, default=8)
+    ap.add_argument("--duration-s", type=float, default=30.0, help="measured time per phase")
+    ap.add_argument("--warmup-s", type=float, default=3.0, help="unrecorded time per phase")
+    ap.add_argument("--ramp-s", type=float, default=5.0, help="batch load before measuring")
+    ap.add_argument("--batch-mb", type=float, default=40.0, help="size of each large PDF")
+    ap.add_argument("--batch-docs", type=int, default=2, help="distinct large PDFs")
+    ap.add_argument("--batch-inflight", type=int, default=8, help="concurrent batch signatures")
+    ap.add_argument("--workers", type=int, default=4, help="casesignd workers.concurrency")
+    ap.add_argument("--only", choices=("casesignd", "pyhanko"), default=None)
+    ap.add_argument("--workdir", type=Path, default=None)
+    ap.add_argument("--keep", action="store_true", help="keep the daemon's directory")
+    args = ap.parse_args()
+
+    from tests.daemon import Daemon, free_port
+    from tests.helpers_corpus import build_large_pdf
+    from tests.helpers_pki import reportlab_pdf
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-kiosk-", dir=args.workdir))
+    results: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)
+                                          for k, v in vars(args).items()},
+                               "cpus": os.cpu_count()}
+    d = baseline = None
+    try:
+        document = reportlab_pdf(tmp / "kiosk.pdf").read_bytes()
+        t = time.perf_counter()
+        paths = [build_large_pdf(tmp / f"big-{i}.pdf", int(args.batch_mb * 1e6))
+                 for i in range(args.batch_docs)]
+        print(f"built {len(paths)} x {args.batch_mb} MB in {time.perf_counter() - t:.1f} s",
+              file=sys.stderr)
+        d = Daemon(tmp / "daemon", {
+            "logging": {"level": "warning"},
+            "workers": {"concurrency": args.workers},
+        }, env={"CASESIGND_STRICT_LABELS": "0"})
+        d.env.pop("CASESIGND_TEST_KIND", None)
+        if args.only in (None, "casesignd"):
+            d.start()
+            objects = upload_objects(d, paths)
+            results["casesignd"] = asyncio.run(measure_casesignd(args, d, document, objects))
+            d.stop(timeout_s=120)
+            print(table(results), file=sys.stderr)
+        if args.only in (None, "pyhanko"):
+            port = free_port()
+            password = (d.dir / "signing.pass").read_bytes().strip()
+            baseline = start_baseline(port, d.dir / "signing.p12", password)
+            results["pyhanko"] = asyncio.run(
+                measure_baseline(args, f"http://127.0.0.1:{port}", document, paths))
+    finally:
+        if d is not None:
+            with contextlib.suppress(Exception):
+                d.stop(timeout_s=60)
+        if baseline is not None:
+            baseline.terminate()
+            with contextlib.suppress(Exception):
+                baseline.wait(timeout=30)
+        if not args.keep:
+            import shutil
+
+            shutil.rmtree(tmp, ignore_errors=True)
+    print(table(results))
+    print(json.dumps(results, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
