@@ -8,8 +8,10 @@ the privacy assertions search for exactly what the traffic sent.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Iterable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -123,3 +125,48 @@ def invoice(order_id: str, student: str, lines: int = 1, sign: bool = True) -> d
 def find_personal(*texts: str) -> list[str]:
     """The personal values (of :data:`PERSONAL`) found in any of ``texts``."""
     return sorted({p for p in PERSONAL for t in texts if p in t or p.lower() in t.lower()})
+
+
+class StallingSource:
+    """An HTTP source on loopback that sends the first ``stall_after`` bytes of a file,
+    then holds the rest until :meth:`release`: a fetch caught half way, for as long as
+    a test needs to look at it. Use as a context manager."""
+
+    def __init__(self, data: bytes, stall_after: int) -> None:
+        self.data = data
+        self.stall_after = stall_after
+        self.stalled = threading.Event()
+        self.released = threading.Event()
+        source = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(source.data)))
+                self.end_headers()
+                self.wfile.write(source.data[:source.stall_after])
+                self.wfile.flush()
+                source.stalled.set()
+                source.released.wait(timeout=60)
+                self.wfile.write(source.data[source.stall_after:])
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def release(self) -> None:
+        self.released.set()
+
+    def __enter__(self) -> StallingSource:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(timeout=10)
