@@ -1,0 +1,547 @@
+"""Chaos helpers shared by the crash and fault tests and ``scripts/bench_chaos.py``.
+
+- :class:`ThreadedSource`: the scripted HTTP source of tests/helpers_http_source.py,
+  run on its own thread and event loop so that blocking test code can drive it, with
+  a count of requests in flight (to aim a kill at a download).
+- :func:`make_workload`: a mix of ``sign_case`` packets (sizes, evidence, duplicates
+  of an earlier signature under a new key, contracts from a trickling HTTP source),
+  ``render_invoice`` jobs with and without a signature, and kiosk requests.
+- :class:`Driver`: submits the workload from client threads that retry through
+  restarts with the same Idempotency-Key, and records what was acknowledged.
+- :func:`Driver.run_with_kills`: ``kill -9`` at aimed and random moments, restarting.
+- :func:`check_invariants`: what must hold afterwards, read from the API, the SQLite
+  file, the artifact directory, independent validators and ``casesignd audit verify``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import http.client
+import json
+import random
+import sqlite3
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from casesignd.signcase import signature_key
+from tests.daemon import Daemon
+from tests.helpers_http_source import ScriptedServer, Step, Trickle
+from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
+
+PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
+       b"\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00"
+       b"\x00IEND\xaeB`\x82")
+SIGNERS = [{"id": "seller-881", "name": "Acme Ltd", "role": "seller"},
+           {"id": "buyer-19", "name": "J. Doe", "role": "buyer"}]
+TERMINAL = ("succeeded", "failed", "canceled")
+CLIENT_ERRORS = (OSError, http.client.HTTPException)
+# Answers after which a client simply tries again later with the same key.
+RETRY_CODES = {"shutting_down", "store_unavailable", "queue_full", "busy", "in_progress"}
+
+
+# --- the HTTP source on its own thread ---------------------------------------------------
+
+
+class _CountingServer(ScriptedServer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.inflight = 0
+
+    async def _handle(self, request: Any) -> Any:
+        self.inflight += 1
+        try:
+            return await super()._handle(request)
+        finally:
+            self.inflight -= 1
+
+
+class ThreadedSource:
+    """A :class:`ScriptedServer` on a background thread; ``with ThreadedSource() as s``."""
+
+    def __init__(self) -> None:
+        self.server = _CountingServer()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+
+    def __enter__(self) -> ThreadedSource:
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(self.server.start(), self._loop).result(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def base_url(self) -> str:
+        return self.server.base_url
+
+    @property
+    def inflight(self) -> int:
+        return self.server.inflight
+
+    def script(self, path: str, steps: list[Step]) -> None:
+        self._loop.call_soon_threadsafe(self.server.script, path, list(steps))
+
+    def hits(self, path: str) -> int:
+        return self.server.hits.get(path, 0)
+
+
+# --- the workload ---------------------------------------------------------------------------
+
+
+@dataclass
+class Planned:
+    """One client request of the workload: ``kind`` is sign_case, render_invoice or kiosk."""
+
+    kind: str
+    key: str
+    body: dict[str, Any]
+    uploads: list[tuple[str, bytes]] = field(default_factory=list)  # (case_id, bytes)
+    document: bytes = b""  # the kiosk PDF
+    signed: bool = True  # whether the artifact carries a signature
+
+
+def _obj(data: bytes, ref: str | None = None) -> dict[str, Any]:
+    sha = hashlib.sha256(data).hexdigest()
+    return {"sha256": sha, "size": len(data), "object_ref": ref or f"sha256:{sha}"}
+
+
+def make_workload(directory: Path, n_jobs: int, *, seed: int = 7, source: ThreadedSource | None = None,
+                  source_name: str = "remote", trickle_s: float = 0.6) -> list[Planned]:
+    """``n_jobs`` requests, in a shuffled but reproducible order (``seed``).
+
+    Roughly: 45% sign_case (1, 4 or 12 pages; none, one or two evidence items; every
+    tenth a new key for an earlier packet, which must reuse the first signature; with
+    a ``source``, every sixth contract read from it slowly), 35% render_invoice (half
+    signed), 20% kiosk signatures.
+    """
+    rng = random.Random(seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    docs = {p: reportlab_pdf(directory / f"c{p}.pdf", pages=p, text=f"chaos {p}").read_bytes()
+            for p in (1, 4, 12)}
+    note = b"delivered on time\n"
+    remote = None
+    if source is not None:
+        remote = reportlab_pdf(directory / "remote.pdf", pages=6, text="remote contract").read_bytes()
+        chunk = max(1024, len(remote) // 30)
+        source.script("/contracts/remote.pdf",
+                      [Trickle(remote, chunk_bytes=chunk, delay_s=trickle_s / 30)])
+    kiosk_docs = [reportlab_pdf(directory / f"k{i}.pdf", text=f"kiosk {i}").read_bytes() for i in range(4)]
+    plan: list[Planned] = []
+    packets: list[Planned] = []
+    for i in range(n_jobs):
+        roll = rng.random()
+        if roll < 0.45:
+            if packets and rng.random() < 0.1:
+                first = rng.choice(packets)
+                plan.append(Planned("sign_case", f"dup-{i}", first.body, first.uploads))
+                continue
+            case = f"CHAOS-{i:05d}"
+            use_remote = remote is not None and rng.random() < 1 / 6
+            contract = remote if use_remote else docs[rng.choice((1, 1, 4, 12))]
+            ref = f"{source_name}:contracts/remote.pdf" if use_remote else None
+            items = [{"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
+                      **_obj(contract, ref)}]
+            uploads = [] if use_remote else [(case, contract)]
+            for j, (name, media, data) in enumerate(
+                    [("photo.png", "image/png", PNG), ("note.txt", "text/plain", note)]):
+                if rng.random() < 0.5:
+                    items.append({"role": "evidence", "name": name, "media_type": media, **_obj(data)})
+                    uploads.append((case, data))
+                del j
+            p = Planned("sign_case", f"case-{i}",
+                        {"kind": "sign_case", "case_id": case, "items": items, "signers": SIGNERS},
+                        uploads)
+            packets.append(p)
+            plan.append(p)
+        elif roll < 0.8:
+            sign = rng.random() < 0.5
+            lines = rng.choice((1, 3, 40))
+            order = {"order_id": f"INV-{i:05d}", "student_name": "Avery Chen", "currency": "USD",
+                     "items": [{"description": f"Course {k}", "quantity": 1 + k % 3,
+                                "unit_price": f"{10 + k}.50"} for k in range(lines)]}
+            plan.append(Planned("render_invoice", f"inv-{i}",
+                                {"kind": "render_invoice", "template_version": "invoice-v3",
+                                 "sign": sign, "order": order}, signed=sign))
+        else:
+            doc = rng.choice(kiosk_docs)
+            manifest = {"case_id": f"KIOSK-{i:05d}", "signers": SIGNERS[:1]}
+            plan.append(Planned("kiosk", f"kiosk-{i}", manifest, document=doc))
+    return plan
+
+
+def multipart(manifest: dict[str, Any], document: bytes) -> tuple[bytes, str]:
+    """A POST /v1/sign body: the manifest part and the document part."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
+         json.dumps(manifest).encode()),
+        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
+         b"Content-Type: application/pdf\r\n\r\n", document),
+    ]
+    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
+    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """What the clients saw."""
+
+    acked: dict[str, str] = field(default_factory=dict)  # idempotency key -> job id
+    kiosk_sha256: dict[str, str] = field(default_factory=dict)  # job id -> bytes answered
+    unexpected: list[str] = field(default_factory=list)
+    client_retries: int = 0
+    kills: dict[str, int] = field(default_factory=dict)
+
+
+class Driver:
+    """Client threads that push a workload through a daemon that keeps dying."""
+
+    def __init__(self, d: Daemon, plan: list[Planned], *, kiosk_threads: int = 2,
+                 give_up_s: float = 300.0) -> None:
+        self.d = d
+        self.plan = plan
+        self.tally = Tally()
+        self.kiosk_threads = kiosk_threads
+        self.give_up_at = time.monotonic() + give_up_s
+        self._lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+
+    # --- clients ---------------------------------------------------------------------
+
+    def _call(self, fn: Any) -> Any:
+        """Call until the daemon answers something other than 'come back later'."""
+        while time.monotonic() < self.give_up_at:
+            try:
+                r = fn()
+            except CLIENT_ERRORS:
+                r = None
+            if r is not None and not (r.status in (409, 429, 503)
+                                      and _code(r) in RETRY_CODES):
+                return r
+            with self._lock:
+                self.tally.client_retries += 1
+            time.sleep(0.1)
+        raise TimeoutError("the daemon did not come back")
+
+    def _batch_client(self, items: list[Planned]) -> None:
+        for p in items:
+            for case, data in p.uploads:
+                sha = hashlib.sha256(data).hexdigest()
+                r = self._call(lambda case=case, data=data, sha=sha: self.d.request(
+                    "PUT", f"/v1/cases/{case}/objects/{sha}", raw=data, timeout_s=20,
+                    headers={"Content-Type": "application/octet-stream"}))
+                if r.status not in (200, 201):
+                    self._unexpected(f"upload {p.key}: {r.status} {r.body[:200]!r}")
+            r = self._call(lambda p=p: self.d.submit(p.body, key=p.key))
+            if r.status in (200, 202):
+                with self._lock:
+                    self.tally.acked[p.key] = r.json()["job_id"]
+            else:
+                self._unexpected(f"submit {p.key}: {r.status} {r.body[:200]!r}")
+
+    def _kiosk_client(self, items: list[Planned]) -> None:
+        for p in items:
+            body, ctype = multipart(p.body, p.document)
+            while True:
+                r = self._call(lambda body=body, ctype=ctype, p=p: self.d.request(
+                    "POST", "/v1/sign", raw=body, timeout_s=60,
+                    headers={"Content-Type": ctype, "Idempotency-Key": p.key}))
+                job_id = r.headers.get("X-Job-Id")
+                if job_id:
+                    with self._lock:
+                        self.tally.acked[p.key] = job_id
+                if r.status == 200:
+                    with self._lock:
+                        self.tally.kiosk_sha256[job_id] = hashlib.sha256(r.body).hexdigest()
+                    break
+                if r.status == 504:
+                    time.sleep(0.2)  # still signing: the replay will find it
+                    continue
+                self._unexpected(f"kiosk {p.key}: {r.status} {r.body[:200]!r}")
+                break
+
+    def _unexpected(self, what: str) -> None:
+        with self._lock:
+            self.tally.unexpected.append(what)
+
+    def start_clients(self) -> None:
+        batch = [p for p in self.plan if p.kind != "kiosk"]
+        kiosk = [p for p in self.plan if p.kind == "kiosk"]
+        self._threads = [threading.Thread(target=self._batch_client, args=(batch,), daemon=True)]
+        for i in range(self.kiosk_threads):
+            self._threads.append(threading.Thread(
+                target=self._kiosk_client, args=(kiosk[i::self.kiosk_threads],), daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def clients_done(self) -> bool:
+        return all(not t.is_alive() for t in self._threads)
+
+    def join_clients(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.1, deadline - time.monotonic()))
+        if not self.clients_done():
+            raise TimeoutError("client threads did not finish")
+
+    # --- kills -----------------------------------------------------------------------
+
+    def run_with_kills(self, kills: int, *, source: ThreadedSource | None = None,
+                       seed: int = 11, sign_delay_s: float = 0.0) -> None:
+        """Start the clients and kill -9 the daemon ``kills`` times, restarting it each
+        time. Kills rotate over aims: mid-download (a request to ``source`` in flight),
+        mid-signature (a job running, then part of the signing delay), and at random."""
+        rng = random.Random(seed)
+        aims = ["download", "sign", "random"] if source is not None else ["sign", "random"]
+        self.start_clients()
+        for i in range(kills):
+            if self.clients_done() and not self._busy():
+                break
+            aim = aims[i % len(aims)]
+            if aim == "download":
+                hit = _wait_for(lambda: source.inflight > 0, 8.0)  # type: ignore[union-attr]
+                time.sleep(rng.uniform(0.0, 0.2))
+                aim = aim if hit else "random"
+            elif aim == "sign":
+                hit = _wait_for(self._busy, 8.0)
+                time.sleep(rng.uniform(0.05, max(0.1, sign_delay_s)))
+                aim = aim if hit else "random"
+            else:
+                time.sleep(rng.uniform(0.1, 1.5))
+            self.d.kill9()
+            self.tally.kills[aim] = self.tally.kills.get(aim, 0) + 1
+            time.sleep(rng.uniform(0.0, 0.3))
+            self.d.start()
+            time.sleep(rng.uniform(0.3, 1.0))
+
+    def _busy(self) -> bool:
+        return db_scalar(self.d.db, "SELECT count(*) FROM jobs WHERE state = 'running'") > 0
+
+
+def _code(r: Any) -> str:
+    try:
+        return r.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return ""
+
+
+def _wait_for(cond: Any, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def db_scalar(db: Path, sql: str, *params: Any) -> Any:
+    """One value from the store, read-only (safe while the daemon runs: WAL)."""
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute(sql, params).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def db_rows(db: Path, sql: str, *params: Any) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()
+
+
+def wait_all_terminal(d: Daemon, timeout_s: float) -> int:
+    """Wait until no job is queued, running or waiting to retry; the number left."""
+    deadline = time.monotonic() + timeout_s
+    left = -1
+    while time.monotonic() < deadline:
+        left = db_scalar(d.db, "SELECT count(*) FROM jobs WHERE state NOT IN "
+                               "('succeeded', 'failed', 'canceled')")
+        if left == 0:
+            return 0
+        time.sleep(0.2)
+    return left
+
+
+# --- invariants ----------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """The invariant figures; every loss figure must be zero and ``problems`` empty."""
+
+    jobs_acked: int = 0
+    jobs_in_store: int = 0
+    jobs_lost: int = 0
+    jobs_not_terminal: int = 0
+    jobs_failed: int = 0
+    artifacts_duplicated: int = 0
+    artifacts_unexplained: int = 0
+    signatures_doubled: int = 0
+    signatures_invalid: int = 0
+    signatures_checked: int = 0
+    audit_chain: str = "unchecked"
+    temp_files_left: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def ok(self) -> bool:
+        return not self.problems
+
+    def figures(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "problems"}
+
+
+def _artifact_files(d: Daemon) -> dict[str, Path]:
+    root = d.dir / "artifacts"
+    if not root.is_dir():
+        return {}
+    return {f.name: f for f in root.rglob("*") if f.is_file()}
+
+
+def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
+                     cli_sample: int = 2, validate_all: bool = True,
+                     expect_all_succeeded: bool = True) -> Report:
+    """Check every invariant of issue 7 on ``d`` (running, all jobs terminal)."""
+    rep = Report(jobs_acked=len(tally.acked))
+    problems = rep.problems
+    jobs = {r["job_id"]: r for r in db_rows(d.db, "SELECT * FROM jobs")}
+    rep.jobs_in_store = len(jobs)
+    # Acknowledged means durable, and every job ends.
+    for key, job_id in tally.acked.items():
+        if job_id not in jobs:
+            rep.jobs_lost += 1
+            problems.append(f"acknowledged job {job_id} ({key}) is not in the store")
+    for job_id, row in jobs.items():
+        if row["state"] not in TERMINAL:
+            rep.jobs_not_terminal += 1
+            problems.append(f"job {job_id} is still {row['state']}")
+        elif row["state"] == "failed":
+            rep.jobs_failed += 1
+            if expect_all_succeeded:
+                problems.append(f"job {job_id} failed: {row['error_category']}/{row['error_code']}")
+        api = d.request("GET", f"/v1/jobs/{job_id}")
+        if api.status != 200:
+            problems.append(f"GET job {job_id}: {api.status}")
+    # One outcome per job, one artifact per job, one signature per signature key.
+    events: dict[str, list[sqlite3.Row]] = {}
+    for ev in db_rows(d.db, "SELECT * FROM events ORDER BY seq"):
+        events.setdefault(ev["job_id"], []).append(ev)
+    signed_per_key: dict[tuple[str, str], int] = {}
+    named: dict[str, str] = {}  # artifact id -> sha256 named by succeeded jobs
+    signed_artifacts: set[str] = set()
+    for job_id, row in jobs.items():
+        types = [e["type"] for e in events.get(job_id, [])]
+        if types.count("succeeded") > (1 if row["state"] == "succeeded" else 0):
+            problems.append(f"job {job_id} has {types.count('succeeded')} succeeded events")
+        if types.count("signed") > 1:
+            problems.append(f"job {job_id} has {types.count('signed')} signed events")
+        if row["kind"] == "sign_case":
+            sk = (row["tenant"], signature_key(json.loads(row["input"])))
+            signed_per_key[sk] = signed_per_key.get(sk, 0) + types.count("signed")
+        if row["state"] != "succeeded":
+            continue
+        art = (json.loads(row["result"]) or {}).get("artifact")
+        if not art:
+            problems.append(f"succeeded job {job_id} names no artifact")
+            continue
+        if art["artifact_id"] in named and named[art["artifact_id"]] != art["sha256"]:
+            rep.artifacts_duplicated += 1
+            problems.append(f"artifact {art['artifact_id']} named with two digests")
+        named[art["artifact_id"]] = art["sha256"]
+        signed_input = json.loads(row["input"]).get("sign", True)
+        if row["kind"] == "sign_case" or signed_input:
+            signed_artifacts.add(art["artifact_id"])
+        if job_id in tally.kiosk_sha256 and tally.kiosk_sha256[job_id] != art["sha256"]:
+            problems.append(f"kiosk job {job_id} answered other bytes than its artifact")
+    sig_rows = {(r["tenant"], r["sig_key"]): r for r in db_rows(d.db, "SELECT * FROM signatures")}
+    for sk, n in signed_per_key.items():
+        if n > 1:
+            rep.signatures_doubled += n - 1
+            problems.append(f"signature key {sk[1][:12]}… has {n} signed events")
+        elif n == 0:
+            problems.append(f"signature key {sk[1][:12]}… has no signed event")
+        if any(jobs[j]["state"] == "succeeded" for j in jobs
+               if jobs[j]["kind"] == "sign_case" and jobs[j]["tenant"] == sk[0]
+               and signature_key(json.loads(jobs[j]["input"])) == sk[1]) and sk not in sig_rows:
+            problems.append(f"signature key {sk[1][:12]}… has no row in signatures")
+    for sk, r in sig_rows.items():
+        if named.get(r["artifact_id"]) not in (None, r["sha256"]):
+            rep.artifacts_duplicated += 1
+            problems.append(f"signature row {sk[1][:12]}… differs from its jobs' artifact")
+    files = _artifact_files(d)
+    table = {r["artifact_id"]: r for r in db_rows(d.db, "SELECT * FROM artifacts")}
+    for art_id in set(files) - set(named):
+        rep.artifacts_unexplained += 1
+        problems.append(f"artifact file {art_id} is named by no job")
+    for art_id, sha in named.items():
+        f = files.get(art_id)
+        if f is None:
+            problems.append(f"artifact {art_id} has no file")
+        elif hashlib.sha256(f.read_bytes()).hexdigest() != sha:
+            rep.artifacts_duplicated += 1
+            problems.append(f"artifact {art_id} file differs from what its job names")
+        if art_id not in table:
+            problems.append(f"artifact {art_id} has no row in artifacts")
+    # Every signed artifact validates independently.
+    _validate(d, files, sorted(signed_artifacts), work, rep, pdfsig_sample, cli_sample, validate_all)
+    audit = d.cli("audit", "verify", "--config", str(d.config_path), timeout_s=120)
+    rep.audit_chain = "intact" if audit.returncode == 0 else "broken"
+    if audit.returncode != 0:
+        problems.append(f"audit verify: {audit.stdout.strip()} {audit.stderr.strip()}")
+    rep.temp_files_left = temp_leftovers(d)
+    if rep.temp_files_left:
+        problems.append(f"{rep.temp_files_left} entries left in the temp directory")
+    return rep
+
+
+def temp_leftovers(d: Daemon) -> int:
+    tmp = d.dir / d.config["storage"].get("temp_dir", "tmp")
+    return sum(1 for _ in tmp.rglob("*")) if tmp.is_dir() else 0
+
+
+def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, rep: Report,
+              pdfsig_sample: int, cli_sample: int, validate_all: bool) -> None:
+    from cryptography import x509
+
+    ca_pem = d.dir / "ca.pem"
+    ca = x509.load_pem_x509_certificate(ca_pem.read_bytes())
+    present = [a for a in signed if a in files]
+    rng = random.Random(len(present))
+    chosen = present if validate_all else rng.sample(present, min(len(present), 20))
+    for art_id in chosen:
+        rep.signatures_checked += 1
+        try:
+            statuses = pyhanko_statuses(files[art_id], [ca])
+            good = bool(statuses) and all(s.intact and s.valid and s.trusted for s in statuses)
+        except Exception as e:  # noqa: BLE001 - any validator failure is an invalid signature
+            good = False
+            rep.problems.append(f"pyHanko on {art_id}: {type(e).__name__}: {e}")
+        if not good:
+            rep.signatures_invalid += 1
+            rep.problems.append(f"artifact {art_id} does not validate with pyHanko")
+    work.mkdir(parents=True, exist_ok=True)
+    nss = nss_db(work, ca)
+    for art_id in rng.sample(present, min(len(present), pdfsig_sample)):
+        report = pdfsig(files[art_id], nss)
+        if "Signature is Valid" not in report:
+            rep.signatures_invalid += 1
+            rep.problems.append(f"pdfsig on {art_id}: {report[-300:]}")
+    for art_id in rng.sample(present, min(len(present), cli_sample)):
+        proc = d.cli("verify", str(files[art_id]), "--trust", str(ca_pem))
+        if proc.returncode != 0:
+            rep.signatures_invalid += 1
+            rep.problems.append(f"casesignd verify {art_id}: {proc.stdout[-300:]}")
