@@ -43,6 +43,7 @@ class Notifier:
     def __init__(self, address: str | None) -> None:
         self.address = _address(address) if address else None
         self._sock: socket.socket | None = None
+        self._last_status: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Notifier:
@@ -63,18 +64,26 @@ class Notifier:
                 sock.setblocking(False)
                 self._sock = sock
             self._sock.sendto("\n".join(lines).encode(), self.address)
-            return True
         except OSError as e:
             # The manager may be gone or its queue full; the daemon carries on.
             log.debug("sdnotify.send_failed", extra={"fields": {"error": e}})
             return False
+        for line in lines:
+            if line.startswith("STATUS="):
+                self._last_status = line
+        return True
 
     def ready(self, status: str | None = None) -> bool:
         """Startup (or a reload) is complete: ``READY=1``."""
         return self.send("READY=1", *([_status(status)] if status else []))
 
     def status(self, text: str) -> bool:
-        return self.send(_status(text))
+        """``STATUS=text``; not sent again while it is the status systemd already shows
+        (the daemon refreshes it several times a second, and each datagram wakes PID 1)."""
+        line = _status(text)
+        if line == self._last_status:
+            return True
+        return self.send(line)
 
     def reloading(self) -> bool:
         """A SIGHUP reload begins; send :meth:`ready` when it is done.

@@ -103,6 +103,10 @@ def test_ready_status_watchdog_reload_and_stopping(daemon_factory, notify_socket
     ns.wait_for(lambda m: m.get("READY") == "1")
     assert d.request("GET", "/readyz", auth=False).status == 200
 
+    # The status is sent when it changes, not at every refresh.
+    statuses = [m["STATUS"] for m in ns.messages if "STATUS" in m]
+    assert all(a != b for a, b in zip(statuses, statuses[1:], strict=False)), statuses
+
     d.signal(signal.SIGTERM)
     stopping = ns.wait_for(lambda m: m.get("STOPPING") == "1")
     assert stopping.get("STATUS") == "draining"
