@@ -39,6 +39,7 @@ import msgspec
 
 from .errors import Forbidden
 from .kinds import Artifact
+from .objects import fsync_dir
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
 _EXPIRES_PATTERN = re.compile(r"^[0-9]{1,12}$")
@@ -61,14 +62,6 @@ def _b64url_decode(text: str) -> bytes | None:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def hash_file(path: Path) -> tuple[str, int]:
@@ -152,7 +145,7 @@ class ArtifactStore:
             except FileExistsError:
                 # Someone published first: theirs is the recorded one.
                 return self._describe(final, artifact_id, media_type)
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -167,7 +160,7 @@ class ArtifactStore:
             if not d.is_dir():
                 with contextlib.suppress(FileExistsError):
                     d.mkdir(mode=0o700, parents=True)
-                    _fsync_dir(d.parent)
+                    fsync_dir(d.parent)
 
     @staticmethod
     def _copy(src: Path, dst: Path) -> tuple[str, int]:

@@ -80,7 +80,8 @@ def owner_dirs(tenant: str, case_id: str) -> tuple[str, str]:
     return t, c
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or link in ``path`` durable (the directory entry itself)."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -98,7 +99,7 @@ def _ensure_dir(path: Path, stop: Path) -> None:
         os.mkdir(path, 0o700)
     except FileExistsError:
         return
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 class ObjectStore:
@@ -210,7 +211,7 @@ class ObjectStore:
         _ensure_dir(blob.parent, self.root)
         try:
             os.link(tmp, blob)
-            _fsync_dir(blob.parent)
+            fsync_dir(blob.parent)
         except FileExistsError:
             pass
         ref = self._ref_path(tenant, case_id, sha256)
@@ -219,5 +220,5 @@ class ObjectStore:
             os.link(blob, ref)
         except FileExistsError:
             return False
-        _fsync_dir(ref.parent)
+        fsync_dir(ref.parent)
         return True
