@@ -36,13 +36,16 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
 from . import cms
+
+if TYPE_CHECKING:
+    from .keys import KeySigner
 from .errors import (
     CertifiedPdf,
     EncryptedPdf,
@@ -759,7 +762,7 @@ def finalize(prepared: Prepared, cms_der: bytes) -> None:
 def sign_file(
     src: Path,
     dst: Path,
-    signer: Any,
+    signer: KeySigner,
     *,
     attachments: Iterable[Attachment] = (),
     meta: SignatureMeta,

@@ -9,6 +9,7 @@ retryable: a signature is never returned untimestamped when B-T was asked for.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import secrets
 
@@ -85,7 +86,7 @@ def check_response(der: bytes, imprint: bytes, nonce: int) -> bytes:
         raise TsaUnavailable(f"TSA answer is not a valid TimeStampResp: {e}") from e
 
 
-def token_time(token: bytes) -> object:
+def token_time(token: bytes) -> dt.datetime:
     """genTime of a TimeStampToken (a timezone-aware datetime)."""
     ci = cms.ContentInfo.load(token)
     return ci["content"]["encap_content_info"]["content"].parsed["gen_time"].native
