@@ -7,7 +7,10 @@ the privacy assertions search for exactly what the traffic sent.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import signal
 import threading
 import time
 from collections.abc import Iterable
@@ -86,6 +89,42 @@ def wait_metric(d: Daemon, pred: Any, timeout_s: float = 20.0) -> Samples:
         if time.monotonic() > deadline:
             raise TimeoutError("the metric condition did not hold in time")
         time.sleep(0.05)
+
+
+# --- processes -------------------------------------------------------------------------
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children before grandchildren."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        parent = todo.pop(0)
+        try:
+            tasks = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{parent}/task/{tid}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+            except OSError:
+                continue
+            out.extend(kids)
+            todo.extend(kids)
+    return out
+
+
+def crash(d: Daemon) -> None:
+    """``kill -9`` the daemon and every process it started, as systemd's control-group
+    kill does after the main process dies: the CPU pool's forkserver and workers would
+    otherwise outlive it (they hold their own queue's pipes open)."""
+    assert d.proc is not None
+    below = descendants(d.proc.pid)
+    d.kill9()
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 # --- traffic ---------------------------------------------------------------------------

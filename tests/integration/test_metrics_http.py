@@ -30,6 +30,7 @@ from tests.helpers_ops import (
     StallingSource,
     case_manifest,
     contract_pdf,
+    crash,
     find_personal,
     invoice,
     label_values,
@@ -198,7 +199,7 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     # --- kill -9 while an attempt runs; the restarted daemon reclaims its lease -----------
     orphan = _hang(d, 9, hang_s=1)
     d.wait_job(orphan, states=("processing",))
-    d.kill9()
+    crash(d)
     d.start()
     text, restarted, _ = scrape(d)
     texts.append(text)
@@ -217,6 +218,7 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     assert label_values(after, "casesignd_invoice_render_seconds_count", "items_bucket") >= {
         "1", "11-100"}
     assert moved("casesignd_invoice_render_seconds_count", template_version="invoice-v3")
+    assert d.stop() == 0
 
 ALERTS = Path(__file__).resolve().parents[2] / "docs" / "alerts.yml"
 PROMTOOL = shutil.which("promtool")

@@ -143,7 +143,10 @@ def test_one_long_attempt_keeps_the_watchdog_fed(daemon_factory, notify_socket):
     d.wait_job(job["job_id"], states=("processing",))
     # Past the stall window the attempt still runs, and pings must keep coming.
     end = time.monotonic() + STALL_WINDOW_S + 10
-    while time.monotonic() < end:
-        ns.wait_for(lambda m: "WATCHDOG" in m, timeout_s=WATCHDOG_USEC / 1e6)
-    assert d.job(job["job_id"])["state"] == "processing"
-    assert "watchdog.withheld" not in d.logs()
+    try:
+        while time.monotonic() < end:
+            ns.wait_for(lambda m: "WATCHDOG" in m, timeout_s=WATCHDOG_USEC / 1e6)
+        assert d.job(job["job_id"])["state"] == "processing"
+        assert "watchdog.withheld" not in d.logs()
+    finally:
+        d.stop()
