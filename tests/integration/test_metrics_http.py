@@ -123,7 +123,8 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     assert r.status == 400 and r.json()["error"]["code"] == "malformed_json"
 
     # --- a saturated pool: gauges during the run, queue_full, a cancel ---------------------
-    hangs = [_hang(d, 0), _hang(d, 1)]
+    # Long enough to submit up to queue_full on a busy machine before a worker frees up.
+    hangs = [_hang(d, 0, hang_s=6), _hang(d, 1, hang_s=6)]
     for job_id in hangs:
         d.wait_job(job_id, states=("processing",))
     queued = [d.submit({"kind": "test", "tag": f"{TEST_TAG}-q{i}"}).json()["job_id"]
