@@ -12,10 +12,12 @@ signature and returns it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import functools
 import re
 import unicodedata
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -220,6 +222,30 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
         await asyncio.to_thread(pades.finalize, prepared, der)
 
 
+# One lock per signature key being worked on in this process. Jobs of one signature
+# key under different idempotency keys (blind retries, a kiosk request beside a batch
+# job) would otherwise each find no recorded signature and each sign. One process per
+# store (the store's lock) makes an in-process lock enough.
+_SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+
+@contextlib.asynccontextmanager
+async def _signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
+    key = (tenant, sig_key)
+    lock, users = _SIGNING.get(key, (None, 0))
+    lock = lock or asyncio.Lock()
+    _SIGNING[key] = (lock, users + 1)
+    try:
+        async with lock:
+            yield
+    finally:
+        lock, users = _SIGNING[key]
+        if users <= 1:
+            del _SIGNING[key]
+        else:
+            _SIGNING[key] = (lock, users - 1)
+
+
 class SignCaseKind:
     name = "sign_case"
 
@@ -227,9 +253,13 @@ class SignCaseKind:
         return admit_body(body, config)
 
     async def run(self, ctx: JobContext) -> Outcome:
+        sig_key = signature_key(ctx.input)
+        async with _signing_lock(ctx.tenant, sig_key):
+            return await self._run(ctx, sig_key)
+
+    async def _run(self, ctx: JobContext, sig_key: str) -> Outcome:
         s = ctx.services
         normalized = ctx.input
-        sig_key = signature_key(normalized)
         recorded = await s.store.get_signature(ctx.tenant, sig_key)
         if recorded is not None and s.artifacts.open_path(recorded["artifact_id"]) is not None:
             # Signed before (a crash after signing, or a replay): never sign twice.
@@ -252,14 +282,13 @@ class SignCaseKind:
                                 meta=_meta(normalized, policy, ctx.config.signing.signer_name),
                                 attachments=attachments, policy=policy)
         artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
+        # The signed event is written with the record, in one transaction.
         record = await s.store.record_signature(
             ctx.job, sig_key, {"artifact_id": artifact.artifact_id, "sha256": artifact.sha256,
-                               "size": artifact.size})
-        await s.store.append_event(ctx.job, "signed", f"worker:{ctx.job.lease_owner}", {
-            "artifact_id": record["artifact_id"], "sha256": record["sha256"],
-            "signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-            "policy_version": normalized["policy_version"],
-            "timestamped": bool(policy.tsa_url)})
+                               "size": artifact.size},
+            signed={"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+                    "policy_version": normalized["policy_version"],
+                    "timestamped": bool(policy.tsa_url)})
         return Outcome(artifact=Artifact(record["artifact_id"], record["sha256"], record["size"]),
                        detail={"documents": len(normalized["items"])})
 

@@ -169,7 +169,8 @@ class Store(Protocol):
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job: ...
     async def replay(self, tenant: str, job_id: str, actor: str) -> Job: ...
     async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None: ...
-    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any]) -> dict[str, Any]: ...
+    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any],
+                               signed: dict[str, Any] | None = None) -> dict[str, Any]: ...
     async def get_signature(self, tenant: str, sig_key: str) -> dict[str, Any] | None: ...
     async def get_job(self, tenant: str, job_id: str) -> Job | None: ...
     async def list_jobs(self, tenant: str, states: list[str] | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]: ...
@@ -658,8 +659,12 @@ class SqliteStore:
         """An event that changes no state (e.g. ``signed``), chained like the others."""
         await self._write(lambda tx: tx.event(job, type, actor, detail))
 
-    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any]) -> dict[str, Any]:
-        """Record the signature for ``sig_key`` once; the recorded one wins."""
+    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any],
+                               signed: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Record the signature for ``sig_key`` once; the recorded one wins. With
+        ``signed``, the ``signed`` event (that detail) is written in the same
+        transaction when this call records the signature: a crash between two writes
+        would leave a recorded signature that the audit trail never calls signed."""
 
         def op(tx: _Tx) -> dict[str, Any]:
             cur = tx.conn.execute(tx.q["put_signature"], {
@@ -671,6 +676,9 @@ class SqliteStore:
                 tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
                          {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
                           "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
+                if signed is not None:
+                    tx.event(job, "signed", f"worker:{job.lease_owner}",
+                             {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
             return row
 
         return await self._write(op)

@@ -6,10 +6,18 @@ validates, the audit chain is intact and the temp directory is empty.
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from tests.helpers_chaos import Driver, ThreadedSource, check_invariants, make_workload, \
-    wait_all_terminal
+from tests.helpers_chaos import (
+    Driver,
+    Tally,
+    ThreadedSource,
+    check_invariants,
+    make_workload,
+    wait_all_terminal,
+)
 
 SIGN_DELAY_MS = 150
 
@@ -53,3 +61,23 @@ def test_kill9_under_mixed_load_loses_nothing_and_signs_nothing_twice(daemon_fac
 @pytest.mark.slow
 def test_kill9_under_mixed_load_at_scale(daemon_factory, tmp_path):
     run_chaos(daemon_factory, tmp_path, n_jobs=600, kills=14, seed=5)
+
+
+def test_one_packet_under_several_keys_at_once_is_signed_once(daemon_factory, tmp_path):
+    """Blind retries under new keys race each other: one signature, one artifact."""
+    d = daemon_factory({"workers": {"concurrency": 4}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "400"})
+    plan = [p for p in make_workload(tmp_path / "work", 12, seed=1) if p.kind == "sign_case"][:1]
+    packet = plan[0]
+    for case, data in packet.uploads:
+        sha = hashlib.sha256(data).hexdigest()
+        assert d.request("PUT", f"/v1/cases/{case}/objects/{sha}", raw=data).status in (200, 201)
+    ids = [d.submit(packet.body, key=f"race-{i}").json()["job_id"] for i in range(4)]
+    done = [d.wait_job(j) for j in ids]
+    assert {j["state"] for j in done} == {"ready"}
+    assert len({j["result"]["artifact_id"] for j in done}) == 1
+    signed = sum([e["type"] for e in d.events(j)].count("signed") for j in ids)
+    assert signed == 1
+    tally = Tally(acked={f"race-{i}": j for i, j in enumerate(ids)})
+    report = check_invariants(d, tally, tmp_path / "check", pdfsig_sample=1, cli_sample=0)
+    assert report.ok(), report.problems
