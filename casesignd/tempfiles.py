@@ -82,6 +82,9 @@ def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
         view = view[n:]
 
 
+SYNC_EVERY_BYTES = 8 * 1024 * 1024
+
+
 class HashingWriter:
     """Writes to an fd from a worker thread while hashing, and owns closing the fd.
 
@@ -96,11 +99,18 @@ class HashingWriter:
         self._hasher = hashlib.sha256()
         self._pending: asyncio.Future[None] | None = None  # the write or fsync in flight
         self._closed = False
+        self._unsynced = 0
 
     def _work(self, data: bytes | bytearray) -> None:
         # Runs in a worker thread: both calls release the GIL for large buffers.
         self._hasher.update(data)
         _write_all(self.fd, data)
+        # A large upload writes its data out in steps: every other fsync on the file
+        # system (a kiosk request's commits) waits for the dirty data queued before it.
+        self._unsynced += len(data)
+        if self._unsynced >= SYNC_EVERY_BYTES:
+            self._unsynced = 0
+            os.fdatasync(self.fd)
 
     async def write(self, data: bytes | bytearray) -> None:
         self._pending = asyncio.ensure_future(asyncio.to_thread(self._work, data))

@@ -33,3 +33,23 @@ def test_publish_syncs_data_every_8_mib_and_keeps_the_bytes(tmp_path, monkeypatc
     assert art.sha256 == hashlib.sha256(data).hexdigest() and art.size == size
     assert store.open_path(art.artifact_id).read_bytes() == data
     assert len(calls) == syncs
+
+
+async def test_an_upload_is_written_out_in_steps_too(tmp_path, monkeypatch):
+    from casesignd import tempfiles
+
+    calls = []
+    real = os.fdatasync
+    monkeypatch.setattr(tempfiles.os, "fdatasync", lambda fd: (calls.append(fd), real(fd))[1])
+    path = tmp_path / "upload.part"
+    writer = tempfiles.HashingWriter(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    chunk = os.urandom(MiB)
+    try:
+        for _ in range(20):
+            await writer.write(chunk)
+        await writer.fsync()
+    finally:
+        writer.close()
+    assert len(calls) == 2
+    assert writer.hexdigest() == hashlib.sha256(chunk * 20).hexdigest()
+    assert path.stat().st_size == 20 * MiB
