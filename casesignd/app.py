@@ -11,8 +11,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 import signal
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
@@ -128,7 +130,7 @@ class Services:
             pool = ProcessPoolExecutor(
                 max_workers=self.config.kiosk.cpu_processes if kiosk else self.config.workers.cpu_processes,
                 mp_context=get_context("forkserver"),
-                initializer=None if kiosk else _lower_priority)
+                initializer=_init_worker, initargs=(os.getpid(), not kiosk))
             if kiosk:
                 self._kiosk_cpu = pool
             else:
@@ -216,9 +218,44 @@ class Services:
 SERVICES = web.AppKey("services", Services)
 
 
-def _lower_priority() -> None:
-    with contextlib.suppress(OSError):
-        os.nice(10)
+def _init_worker(daemon_pid: int, lower_priority: bool) -> None:
+    if lower_priority:
+        with contextlib.suppress(OSError):
+            os.nice(10)
+    _exit_with(daemon_pid)
+
+
+def _exit_with(daemon_pid: int) -> None:
+    """End this CPU worker when the daemon ends, however it ends. The workers are the
+    forkserver's children, not the daemon's, and each holds its own task queue open,
+    so after a SIGKILL of the daemon they (and the forkserver, which waits for them)
+    would otherwise run on forever, each holding its memory."""
+    try:
+        fd = os.pidfd_open(daemon_pid)
+    except ProcessLookupError:
+        os._exit(1)
+    except OSError:  # no pidfd (old kernel): poll instead
+        fd = None
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])
+        else:
+            while os.getppid() != 1 and _alive(daemon_pid):
+                time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="casesignd-daemon-watch", daemon=True).start()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _warm() -> None:
@@ -384,7 +421,7 @@ async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
         pool = services.pool
         if pool is None or not pool.started:
             return False
-        return progress.healthy(len(pool.running), int(pool.last_progress * 1000), time.monotonic())
+        return progress.healthy(len(pool.running), pool.progress, time.monotonic())
 
     watchdog = sdnotify.Watchdog.from_env(services.notifier, probe)
     services.notifier.ready("accepting jobs")
@@ -409,6 +446,10 @@ def serve(config_path: str, listen: str | None = None) -> int:
         print(f"config error: {e.key}: {e.message}", file=sys.stderr)
         return 2
     logs.configure(cfg.logging.level)
+    # Everything the daemon writes (working files, signed PDFs, the store) holds case
+    # documents: private to the service user, whichever library creates the file.
+    # Set before the CPU worker processes start, which inherit it.
+    os.umask(0o077)
     try:
         return asyncio.run(_serve(cfg, config_path, listen))
     except ConfigError as e:
