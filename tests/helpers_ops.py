@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
+import secrets
 import signal
 import threading
 import time
@@ -159,6 +161,23 @@ def invoice(order_id: str, student: str, lines: int = 1, sign: bool = True) -> d
     return {"kind": "render_invoice", "template_version": "invoice-v3", "sign": sign,
             "order": {"order_id": order_id, "student_name": student, "currency": "USD",
                       "items": items}}
+
+
+def kiosk_sign(d: Daemon, case_id: str, pdf: bytes, key: str | None = None) -> Any:
+    """``POST /v1/sign``: multipart/form-data with the parts ``manifest`` and ``document``."""
+    boundary = "csd-" + secrets.token_hex(8)
+    manifest = json.dumps({"case_id": case_id, "signers": SIGNERS}).encode()
+    body = b"".join([
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"manifest\"\r\n"
+        "Content-Type: application/json\r\n\r\n".encode(), manifest, b"\r\n",
+        f"--{boundary}\r\nContent-Disposition: form-data; name=\"document\"; "
+        "filename=\"contract.pdf\"\r\nContent-Type: application/pdf\r\n\r\n".encode(),
+        pdf, f"\r\n--{boundary}--\r\n".encode(),
+    ])
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    if key:
+        headers["Idempotency-Key"] = key
+    return d.request("POST", "/v1/sign", raw=body, headers=headers)
 
 
 def find_personal(*texts: str) -> list[str]:

@@ -17,6 +17,7 @@ from tests.helpers_ops import (
     contract_pdf,
     find_personal,
     invoice,
+    kiosk_sign,
 )
 
 # Document contents that would show if bytes reached the log.
@@ -52,6 +53,9 @@ def test_job_logs_are_json_lines_traceable_and_private(daemon, tmp_path):
     assert failed["error"]["code"] == "malformed_pdf"
     assert failed["error"]["correlation_id"] == cid
     # An answered error carries its correlation id in the body and the header.
+    # The kiosk path: the same names and documents, answered synchronously.
+    kiosk = kiosk_sign(d, CASE_ID + "-K", contract_pdf(tmp_path, pages=1))
+    assert kiosk.status in (200, 503, 504), kiosk.body
     refused = d.submit({"kind": "sign_case", "case_id": "../etc"})
     assert refused.status == 422
     assert refused.json()["error"]["correlation_id"] == refused.headers["X-Correlation-Id"]

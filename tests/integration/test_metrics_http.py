@@ -1,7 +1,7 @@
 """/metrics on a real daemon under a realistic mix: every family an operator relies on
 is exposed, moves when its event happens, and carries no personal data.
 
-The mix: signed case packets (one valid, one malformed, one fetched from an HTTP
+The mix: a kiosk signature and its replay, signed case packets (one valid, one malformed, one fetched from an HTTP
 source that stalls half way so the temp bytes in use can be seen), invoices with student names
 (signed and unsigned, 1 and 30 lines), test-kind jobs that fail transiently and
 permanently, a dead-letter replay, a cancel, rejected requests (bad token, bad JSON,
@@ -33,6 +33,7 @@ from tests.helpers_ops import (
     crash,
     find_personal,
     invoice,
+    kiosk_sign,
     label_values,
     scrape,
     value,
@@ -73,6 +74,8 @@ def test_metrics_move_with_a_realistic_mix_and_leak_nothing(daemon_factory, tmp_
 def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     d = daemon_factory({"workers": {"concurrency": 2, "max_queue_depth": 8, "lease_s": 30.0,
                                     "heartbeat_s": 20.0},
+                        # Room for a loaded test machine: this test is not about deadlines.
+                        "kiosk": {"deadline_ms": 30000},
                         "sources": [{"name": "remote", "kind": "http",
                                      "base_url": remote.base_url}]})
     texts = []
@@ -116,6 +119,11 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     assert d.wait_job(dead)["state"] == "failed"
     replay = d.submit(good)
     assert replay.status == 200 and replay.json()["job_id"] == submitted[0].json()["job_id"]
+    kiosk_pdf = contract_pdf(tmp_path, pages=1)
+    signed = kiosk_sign(d, CASE_ID + "-K", kiosk_pdf, key="kiosk-1")
+    assert signed.status == 200 and signed.headers["Content-Type"] == "application/pdf", signed.body
+    again = kiosk_sign(d, CASE_ID + "-K", kiosk_pdf, key="kiosk-1")
+    assert again.status == 200 and again.body == signed.body
 
     # --- rejected requests --------------------------------------------------------------
     assert d.request("GET", "/v1/jobs", auth="not-a-token").status == 401
@@ -174,6 +182,9 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     for code in ("invalid_token", "malformed_json", "queue_full"):
         assert moved("casesignd_rejections_total", code=code), code
     assert moved("casesignd_idempotent_replays_total", path="/v1/jobs")
+    assert moved("casesignd_idempotent_replays_total", path="/v1/sign")
+    assert moved("casesignd_kiosk_seconds_count", outcome="succeeded")
+    assert moved("casesignd_kiosk_seconds_count", outcome="replayed")
     assert moved("casesignd_http_request_seconds_count", method="POST", route="/v1/jobs",
                  status="202")
     # Gauges: up while the pool was saturated, down again after.
