@@ -333,10 +333,11 @@ async def measure_baseline(args: argparse.Namespace, url: str, document: bytes,
     return res
 
 
-def start_baseline(port: int, p12: Path, password: bytes) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-baseline", str(port), str(p12)],
-                            env={**os.environ, "BENCH_P12_PASSWORD": password.decode()},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start_baseline(port: int, p12: Path, password: bytes, log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "ab") as out:  # a file, not a pipe nobody reads (it could fill and block)
+        proc = subprocess.Popen([sys.executable, __file__, "--serve-baseline", str(port), str(p12)],
+                                env={**os.environ, "BENCH_P12_PASSWORD": password.decode()},
+                                stdout=out, stderr=subprocess.STDOUT)
     import urllib.request
 
     deadline = time.monotonic() + 30
@@ -417,7 +418,7 @@ def main() -> None:
         if args.only in (None, "pyhanko"):
             port = free_port()
             password = (d.dir / "signing.pass").read_bytes().strip()
-            baseline = start_baseline(port, d.dir / "signing.p12", password)
+            baseline = start_baseline(port, d.dir / "signing.p12", password, tmp / "baseline.log")
             results["pyhanko"] = asyncio.run(
                 measure_baseline(args, f"http://127.0.0.1:{port}", document, paths))
     finally:
