@@ -390,6 +390,11 @@ class _Writer:
         self._deliver(done)
 
 
+# Below this much free space on the store's file system the store reports itself
+# unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).
+MIN_FREE_BYTES = 256 * 1024
+
+
 class SqliteStore:
     """The embedded store: one SQLite file in WAL mode."""
 
@@ -684,8 +689,16 @@ class SqliteStore:
         return await self._write(op)
 
     async def ping(self) -> None:
-        """A write round trip: raises StoreUnavailable when the store cannot take writes."""
+        """A write round trip: raises StoreUnavailable when the store cannot take writes.
+
+        A transaction that changes nothing writes nothing, so it still succeeds on a
+        full disk while every real write fails: the free space of the store's file
+        system is checked as well."""
         await self._write(lambda tx: tx.conn.execute("SELECT 1").fetchone())
+        st = await asyncio.to_thread(os.statvfs, self.path.parent)
+        if st.f_bavail * st.f_frsize < MIN_FREE_BYTES:
+            raise StoreUnavailable("the job store's disk is full",
+                                   detail={"reason": "disk_full", "path": str(self.path.parent)})
 
     # --- reads -----------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import secrets
 import socket
 import time
@@ -29,6 +30,8 @@ from .logs import log_event
 from .store import Job, Lease, Store
 
 log = logging.getLogger("casesignd.worker")
+
+_REASON = re.compile(r"[a-z0-9_]{1,40}")
 
 
 class LeaseLost(CasesignError):
@@ -354,7 +357,13 @@ def outcome_result(outcome: Outcome) -> dict[str, Any]:
 def error_detail(error: BaseException) -> dict[str, Any]:
     """What the audit trail keeps of an error: its code, never personal data."""
     if isinstance(error, CasesignError):
-        return {"code": error.code, "retryable": error.retryable}
+        out: dict[str, Any] = {"code": error.code, "retryable": error.retryable}
+        # A retry's reason (a source's "http_5xx", "timeout"...) is a fixed token, and it
+        # is what an operator reading the job's events needs to see.
+        reason = error.detail.get("reason")
+        if isinstance(reason, str) and _REASON.fullmatch(reason):
+            out["reason"] = reason
+        return out
     return {"code": "internal_error", "exception": type(error).__name__}
 
 
