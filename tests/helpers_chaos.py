@@ -266,8 +266,10 @@ class Driver:
                     with self._lock:
                         self.tally.kiosk_sha256[job_id] = hashlib.sha256(r.body).hexdigest()
                     break
-                if r.status == 504:
-                    time.sleep(0.2)  # still signing: the replay will find it
+                if r.status in (503, 504):
+                    # Still signing, or retried in the background (tsa_unavailable,
+                    # temp_quota): a replay with the same key finds it.
+                    time.sleep(0.2)
                     continue
                 self._unexpected(f"kiosk {p.key}: {r.status} {r.body[:200]!r}")
                 break
@@ -414,8 +416,10 @@ def _artifact_files(d: Daemon) -> dict[str, Path]:
 
 def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
                      cli_sample: int = 2, validate_all: bool = True,
-                     expect_all_succeeded: bool = True) -> Report:
-    """Check every invariant of issue 7 on ``d`` (running, all jobs terminal)."""
+                     expect_all_succeeded: bool = True, trust_extra: list[Any] | None = None,
+                     ) -> Report:
+    """Check every invariant of issue 7 on ``d`` (running, all jobs terminal).
+    ``trust_extra``: more trust anchors (x509 certificates), e.g. a TSA's CA."""
     rep = Report(jobs_acked=len(tally.acked))
     problems = rep.problems
     jobs = {r["job_id"]: r for r in db_rows(d.db, "SELECT * FROM jobs")}
@@ -498,7 +502,8 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
         if art_id not in table:
             problems.append(f"artifact {art_id} has no row in artifacts")
     # Every signed artifact validates independently.
-    _validate(d, files, sorted(signed_artifacts), work, rep, pdfsig_sample, cli_sample, validate_all)
+    _validate(d, files, sorted(signed_artifacts), work, rep, pdfsig_sample, cli_sample, validate_all,
+              trust_extra or [])
     audit = d.cli("audit", "verify", "--config", str(d.config_path), timeout_s=120)
     rep.audit_chain = "intact" if audit.returncode == 0 else "broken"
     if audit.returncode != 0:
@@ -515,7 +520,8 @@ def temp_leftovers(d: Daemon) -> int:
 
 
 def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, rep: Report,
-              pdfsig_sample: int, cli_sample: int, validate_all: bool) -> None:
+              pdfsig_sample: int, cli_sample: int, validate_all: bool,
+              trust_extra: list[Any]) -> None:
     from cryptography import x509
 
     ca_pem = d.dir / "ca.pem"
@@ -526,8 +532,10 @@ def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, 
     for art_id in chosen:
         rep.signatures_checked += 1
         try:
-            statuses = pyhanko_statuses(files[art_id], [ca])
+            statuses = pyhanko_statuses(files[art_id], [ca, *trust_extra])
             good = bool(statuses) and all(s.intact and s.valid and s.trusted for s in statuses)
+            ts = [s.timestamp_validity for s in statuses if s.timestamp_validity is not None]
+            good = good and all(t.intact and t.valid and t.trusted for t in ts)
         except Exception as e:  # noqa: BLE001 - any validator failure is an invalid signature
             good = False
             rep.problems.append(f"pyHanko on {art_id}: {type(e).__name__}: {e}")
@@ -546,3 +554,26 @@ def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, 
         if proc.returncode != 0:
             rep.signatures_invalid += 1
             rep.problems.append(f"casesignd verify {art_id}: {proc.stdout[-300:]}")
+
+
+def leftover_processes(d: Daemon, timeout_s: float = 10.0) -> list[int]:
+    """Processes still running for ``d``'s state directory (the daemon, its forkserver
+    and CPU workers name it on their command line); waits up to ``timeout_s`` for
+    them to go."""
+    mark = str(d.dir).encode()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pids = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                cmdline = (proc / "cmdline").read_bytes()
+                state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if mark in cmdline and state != "Z":
+                pids.append(int(proc.name))
+        if not pids or time.monotonic() > deadline:
+            return pids
+        time.sleep(0.2)

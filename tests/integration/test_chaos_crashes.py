@@ -15,6 +15,7 @@ from tests.helpers_chaos import (
     Tally,
     ThreadedSource,
     check_invariants,
+    leftover_processes,
     make_workload,
     wait_all_terminal,
 )
@@ -52,6 +53,8 @@ def run_chaos(daemon_factory, tmp_path, n_jobs: int, kills: int, seed: int) -> N
         # A graceful stop after the storm leaves the temp directory empty as well.
         assert d.stop() == 0
         assert list((d.dir / "tmp").iterdir()) == []
+        # No process of any killed daemon lives on (CPU workers, their forkserver).
+        assert leftover_processes(d) == []
 
 
 def test_kill9_under_mixed_load_loses_nothing_and_signs_nothing_twice(daemon_factory, tmp_path):
