@@ -6,16 +6,19 @@ Every error, 4xx or 5xx, has the contract's shape and never a stack trace:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import logging
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import audit, jobs
 from .app import SERVICES, Services
@@ -23,6 +26,7 @@ from .errors import (
     BadRequest,
     CasesignError,
     NotFound,
+    RequestTimeout,
     ShuttingDown,
     TooLarge,
     Unauthorized,
@@ -76,6 +80,13 @@ def middlewares(services: Services) -> list[Any]:
                 log_event(log, "http.error", level=logging.WARNING, code=e.code, status=e.status,
                           correlation_id=cid, route=_route(request))
             resp = json_response(error_body(e.code, e.message, cid, e.field), e.status, e.headers)
+        except HttpProcessingError as e:
+            # The body's framing broke while a handler read it (a multipart line longer
+            # than aiohttp reads, a bad chunk): the client's fault, never a 500.
+            status = e.code if 400 <= e.code < 500 else 400
+            code = _HTTP_CODES.get(status, "bad_request")
+            services.metrics.rejection(code)
+            resp = json_response(error_body(code, "the request body is malformed", cid), status)
         except web.HTTPException as e:
             if e.status < 400:
                 raise
@@ -124,15 +135,56 @@ def authenticate(request: web.Request) -> str:
     return found
 
 
+def body_deadline(request: web.Request) -> float:
+    """When the request's body must be in: server.request_timeout_s after its arrival
+    (event-loop time, for asyncio.timeout_at)."""
+    timeout_s = _services(request).config.server.request_timeout_s
+    return asyncio.get_running_loop().time() + timeout_s - (time.time() - request["t0"])
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, at most ``limit`` bytes, within server.request_timeout_s.
+
+    One ``read`` returns only what has arrived so far, so read until the end: a body
+    sent in several segments is still one body.
+    """
+    buf = bytearray()
+    try:
+        async with asyncio.timeout_at(body_deadline(request)):
+            while chunk := await request.content.read(limit + 1 - len(buf)):
+                buf += chunk
+                if len(buf) > limit:
+                    raise TooLarge(f"the body is larger than {limit} bytes")
+    except TimeoutError:
+        raise RequestTimeout("the request body did not arrive in time") from None
+    return bytes(buf)
+
+
+async def timed_chunks(request: web.Request, chunk_bytes: int) -> AsyncIterator[bytes]:
+    """The body in chunks; a pause longer than server.request_timeout_s ends it with 408.
+
+    Object uploads may be large, so the timeout bounds each wait, not the whole body.
+    """
+    timeout_s = _services(request).config.server.request_timeout_s
+    chunks = request.content.iter_chunked(chunk_bytes).__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(timeout_s):
+                chunk = await chunks.__anext__()
+        except StopAsyncIteration:
+            return
+        except TimeoutError:
+            raise RequestTimeout("the request body stalled") from None
+        yield chunk
+
+
 async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
     """The request body as a JSON object, within ``limit`` bytes."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType("the body must be application/json")
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"the body is larger than {limit} bytes")
-    raw = await request.content.read(limit + 1)
-    if len(raw) > limit:
-        raise TooLarge(f"the body is larger than {limit} bytes")
+    raw = await read_body(request, limit)
     try:
         data = msgspec.json.decode(raw)
     except msgspec.DecodeError:
@@ -288,7 +340,7 @@ async def put_object(request: web.Request) -> web.Response:
     limit = s.config.server.max_object_bytes
     result = await s.objects.put(
         tenant, request.match_info["case_id"], request.match_info["sha256"],
-        request.content.iter_chunked(1 << 20), limit, request.content_length)
+        timed_chunks(request, 1 << 20), limit, request.content_length)
     sha = request.match_info["sha256"].lower()
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
                           "object_ref": f"sha256:{sha}", "size": result.size},

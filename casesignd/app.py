@@ -361,7 +361,11 @@ def build_app(cfg: Config) -> web.Application:
     app = web.Application(
         client_max_size=cfg.server.max_json_bytes,
         middlewares=api.middlewares(services),
-        handler_args={"max_field_size": 16384, "max_line_size": 16384},
+        # keepalive_timeout also runs from a connection's start until its request's
+        # headers are in, so a client that sends headers byte by byte (or nothing) is
+        # cut off after server.request_timeout_s; bodies are timed where they are read.
+        handler_args={"max_field_size": 16384, "max_line_size": 16384,
+                      "keepalive_timeout": cfg.server.request_timeout_s},
     )
     app[SERVICES] = services
     app.cleanup_ctx.append(_lifecycle)

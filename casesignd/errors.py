@@ -84,6 +84,14 @@ class Conflict(CasesignError):
     category = PERMANENT_INPUT
 
 
+class RequestTimeout(CasesignError):
+    """The client did not send its request (headers and body) within server.request_timeout_s."""
+
+    code = "request_timeout"
+    status = 408
+    category = PERMANENT_INPUT
+
+
 class TooLarge(CasesignError):
     code = "too_large"
     status = 413

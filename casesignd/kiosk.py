@@ -21,9 +21,10 @@ from typing import Any
 
 import msgspec
 from aiohttp import BodyPartReader, web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from . import jobs
-from .api import _services, authenticate
+from .api import _services, authenticate, body_deadline
 from .audit import canonical
 from .errors import (
     BadRequest,
@@ -31,6 +32,7 @@ from .errors import (
     CasesignError,
     Conflict,
     DeadlineExceeded,
+    RequestTimeout,
     ShuttingDown,
     TooLarge,
     UnsupportedMediaType,
@@ -69,19 +71,23 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
         raise TooLarge(f"the document is larger than {max_document_bytes} bytes")
     manifest_raw = document = None
     try:
-        reader = await request.multipart()
-        while (part := await reader.next()) is not None:
-            if not isinstance(part, BodyPartReader):
-                raise BadRequest("nested multipart is not accepted", code="invalid_multipart")
-            if part.name == "manifest" and manifest_raw is None:
-                manifest_raw = await _read_part(part, _MANIFEST_BYTES, "manifest")
-            elif part.name == "document" and document is None:
-                document = await _read_part(part, max_document_bytes, "document")
-            else:
-                raise ValidationError(f"unexpected part {part.name!r}", code="unknown_field",
-                                      field=str(part.name))
-    except (ValueError, AssertionError) as e:
+        # A body that stalls must not hold a kiosk slot: server.request_timeout_s.
+        async with asyncio.timeout_at(body_deadline(request)):
+            reader = await request.multipart()
+            while (part := await reader.next()) is not None:
+                if not isinstance(part, BodyPartReader):
+                    raise BadRequest("nested multipart is not accepted", code="invalid_multipart")
+                if part.name == "manifest" and manifest_raw is None:
+                    manifest_raw = await _read_part(part, _MANIFEST_BYTES, "manifest")
+                elif part.name == "document" and document is None:
+                    document = await _read_part(part, max_document_bytes, "document")
+                else:
+                    raise ValidationError(f"unexpected part {part.name!r}", code="unknown_field",
+                                          field=str(part.name))
+    except (ValueError, AssertionError, HttpProcessingError) as e:
         raise BadRequest("the multipart body is malformed", code="invalid_multipart") from e
+    except TimeoutError:
+        raise RequestTimeout("the request body did not arrive in time") from None
     if manifest_raw is None:
         raise ValidationError("the manifest part is missing", code="missing_field", field="manifest")
     if document is None:
