@@ -337,6 +337,8 @@ def _p(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/parameters/{name}"}
 
 
+_REQUEST_TIMEOUT = _error("request_timeout: the body did not arrive within "
+                          "server.request_timeout_s (an upload: paused longer than that).")
 _UNAUTHORIZED = _error("unauthorized: no bearer token; invalid_token: an unknown token.")
 _JOB_NOT_FOUND = _error("job_not_found: no such job for this tenant (another tenant's, too).")
 _ARTIFACT_NOT_FOUND = _error("artifact_not_found: no such artifact for this tenant, or the "
@@ -406,6 +408,7 @@ def _paths() -> dict[str, Any]:
                     "200": {"description": "Already there.", "content": _json("StoredObject")},
                     "201": {"description": "Stored.", "content": _json("StoredObject")},
                     "401": _UNAUTHORIZED,
+                    "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over server.max_object_bytes."),
                     "422": _error("digest_mismatch: the body's SHA-256 is not the path's; "
                                   "invalid_field: a bad case_id or sha256."),
@@ -425,6 +428,7 @@ def _paths() -> dict[str, Any]:
                     "202": _job("Accepted: stored durably, queued."),
                     "400": _BAD_REQUEST,
                     "401": _UNAUTHORIZED,
+                    "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over server.max_json_bytes."),
                     "415": _error("unsupported_media_type: the body is not application/json."),
                     "422": _error(f"Refused by validation: {_VALIDATION_CODES}."),
@@ -523,6 +527,7 @@ def _paths() -> dict[str, Any]:
                     "401": _UNAUTHORIZED,
                     "409": _error("in_progress: a request with this Idempotency-Key is still "
                                   "running."),
+                    "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over kiosk.max_document_bytes."),
                     "415": _error("unsupported_media_type: a part is not of its media type."),
                     "422": _error(f"Refused: {_VALIDATION_CODES}, {_DOCUMENT_CODES}."),
