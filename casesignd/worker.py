@@ -188,10 +188,10 @@ class Pool:
                 continue  # the lease may still be valid; the next beat tries again
             self.progress += len(held) - len(lost)
             for lease in lost:
+                # Counted where it was reclaimed; here the attempt only stops.
                 r = self.running.get(lease.job_id)
                 if r is not None and r.job.attempt == lease.attempt:
                     r.lost = True
-                    self.services.metrics.lease_expired()
                     log_event(log, "job.lease_lost", level=logging.WARNING, job_id=lease.job_id,
                               attempt=lease.attempt)
                     r.task.cancel()
@@ -213,8 +213,11 @@ class Pool:
                         self.services.metrics.lease_reclaimed(len(reclaimed))
                         for job in reclaimed:
                             r = self.running.get(job.job_id)
-                            if job.job_id in mine and r is not None:
+                            if job.job_id in mine and r is not None and not r.lost:
+                                # Our own attempt outlived its lease (a stalled heartbeat):
+                                # it stops, and the job runs again under a new lease.
                                 r.lost = True
+                                r.task.cancel()
                             if job.state == "failed":
                                 self._finished(job, "failed")
                         self.wake()
@@ -293,7 +296,10 @@ class Pool:
             if not holder.kiosk:
                 self.inflight_bytes -= job.declared_bytes
                 self.batch_running -= 1
-            self.running.pop(job.job_id, None)
+            # A newer attempt of the same job may already run (this one lost its lease):
+            # only this attempt's own entry goes.
+            if self.running.get(job.job_id) is holder:
+                del self.running[job.job_id]
             self.last_progress = time.monotonic()
             self.progress += 1
             self.wake()

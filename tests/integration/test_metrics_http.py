@@ -279,9 +279,6 @@ def _lease_expires(db_path, job_id: str) -> float | None:
     return row[0] if row else None
 
 
-@pytest.mark.xfail(strict=True, reason="the stale attempt's end removes the new attempt from "
-                   "Pool.running (keyed by job id), so the new attempt's lease is never renewed "
-                   "and every later attempt loses its lease too, until the job fails as lost")
 def test_one_expired_lease_is_counted_once_and_the_job_still_succeeds(daemon_factory):
     d = daemon_factory({"workers": {"concurrency": 2, "lease_s": 4.0, "heartbeat_s": 3.5}})
     job_id = _hang(d, 0, hang_s=8)
