@@ -68,7 +68,7 @@ def _refuse(code: str, field: str | None, message: str) -> ValidationError:
 def _check_fields(obj: dict[Any, Any], allowed: tuple[str, ...], prefix: str) -> None:
     for key in obj:
         if key not in allowed:
-            name = str(key)[:64]
+            name = str(key)[:64] or '""'  # an empty key still names a field
             raise _refuse("unknown_field", f"{prefix}{name}", f"unknown field {name!r}")
 
 

@@ -39,7 +39,7 @@ from .errors import (
     ValidationError,
 )
 from .logs import log_event
-from .signcase import SignCaseKind
+from .signcase import SignCaseKind, field_name
 from .store import Job, NewJob
 
 log = logging.getLogger("casesignd.kiosk")
@@ -105,7 +105,8 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
     """The kiosk manifest as the sign_case job it is (pure)."""
     for key in manifest:
         if key not in _MANIFEST_FIELDS:
-            raise ValidationError(f"unknown field {key!r}", code="unknown_field", field=key)
+            name = field_name(key)
+            raise ValidationError(f"unknown field {name!r}", code="unknown_field", field=name)
     declared = manifest.get("sha256")
     if declared is not None and (not isinstance(declared, str) or declared.lower() != sha256):
         raise ValidationError("the document's SHA-256 differs from the manifest's",

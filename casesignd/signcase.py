@@ -36,11 +36,18 @@ _SIGNER_FIELDS = {"id", "name", "role"}
 ROLES = ("contract", "evidence")
 
 
+def field_name(key: Any) -> str:
+    """An unknown key as a field path segment: bounded, and never empty (``""``), so the
+    error names it even when the key is the empty string."""
+    return str(key)[:64] or '""'
+
+
 def _unknown(d: dict[str, Any], allowed: set[str], prefix: str) -> None:
     for key in d:
         if key not in allowed:
-            raise ValidationError(f"unknown field {key!r}", code="unknown_field",
-                                  field=f"{prefix}{key}")
+            name = field_name(key)
+            raise ValidationError(f"unknown field {name!r}", code="unknown_field",
+                                  field=f"{prefix}{name}")
 
 
 def _text(value: Any, field: str, max_len: int) -> str:

@@ -37,7 +37,7 @@ scalars = st.one_of(
 )
 json_values = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(min_size=1, max_size=12), inner, max_size=4),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
     max_leaves=20,
 )
 sha_hex = st.text(alphabet=HEX, min_size=64, max_size=64)
@@ -175,6 +175,8 @@ def _admit_sign_case(body: Any) -> Any:
 
 @SETTINGS
 @given(json_values)
+@example({"": 1})
+@example({"case_id": "C-1", "x" * 100_000: 1})
 def test_sign_case_arbitrary_json_is_refused_cleanly(value):
     if not isinstance(value, dict):
         value = {"case_id": value}
@@ -200,7 +202,7 @@ def test_sign_case_admission_refuses_cleanly_and_normalizes_to_a_fixed_point(bod
 
 
 @SETTINGS
-@given(st.one_of(kiosk_manifests(), st.dictionaries(st.text(min_size=1, max_size=10), json_values, max_size=5)),
+@given(st.one_of(kiosk_manifests(), st.dictionaries(st.text(max_size=10), json_values, max_size=5)),
        sha_hex, st.integers(min_value=0, max_value=2**31))
 def test_kiosk_manifest_refuses_cleanly_and_matches_the_job_path(manifest, sha, size):
     try:
@@ -230,3 +232,16 @@ def test_invoice_admission_refuses_cleanly_and_normalizes_to_a_fixed_point(body)
     assert invoice_normalize(once, CFG, TODAY) == once
     again = invoice_admit(once, CFG, TODAY)
     assert again.normalized == admission.normalized
+
+
+def test_an_empty_or_huge_unknown_key_is_named_and_bounded():
+    for call in (lambda b: admit_body(b, CFG), lambda b: sign_case_body(b, "a" * 64, 1),
+                 lambda b: invoice_admit(b, CFG, TODAY)):
+        for key, want in (("", '""'), ("k" * 10_000, "k" * 64)):
+            try:
+                call({key: 1})
+            except ValidationError as e:
+                assert (e.code, e.field) == ("unknown_field", want)
+                assert len(e.message) < 200
+            else:
+                raise AssertionError("an unknown key was accepted")
