@@ -397,6 +397,7 @@ async def readyz(request: web.Request) -> web.Response:
     pool = s.pool
     alive = pool is not None and pool.started and all(not t.done() for t in pool._tasks)
     checks["workers"] = {"ok": alive and not s.shutting_down}
+    checks["cpu"] = {"ok": s.cpu_warm}
     if s.scanner is not None and hasattr(s.scanner, "ping"):
         ok = await s.scanner.ping()
         checks["scanner"] = {"ok": bool(ok)}

@@ -112,6 +112,9 @@ class Services:
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None
         self._kiosk_cpu: ProcessPoolExecutor | None = None
+        # Readiness waits for this: the first kiosk request must not pay for starting
+        # the worker processes and importing the PDF stack (seconds on a busy host).
+        self.cpu_warm = False
         self._cms_template: Any = None
 
     # --- tenants ---------------------------------------------------------------------
@@ -148,6 +151,7 @@ class Services:
         with contextlib.suppress(Exception):
             await asyncio.gather(self.run_cpu(_warm, kiosk=True),
                                  *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)))
+        self.cpu_warm = True  # also after a failure: the pools then start on first use
 
     def close_cpu(self) -> None:
         for pool in (self._cpu, self._kiosk_cpu):
