@@ -113,7 +113,8 @@ def read_status(s: socket.socket) -> int | None:
             buf += chunk
     except (ConnectionResetError, TimeoutError):
         pass
-    if not buf.startswith(b"HTTP/1.1 "):
+    # aiohttp answers a request it could not parse as HTTP/1.0.
+    if not buf.startswith((b"HTTP/1.1 ", b"HTTP/1.0 ")):
         return None
     return int(buf[9:12])
 
@@ -250,7 +251,7 @@ def test_huge_headers_get_431_or_400(hostile):
             status = read_status(s)
         finally:
             s.close()
-        assert status in (400, 431, None), status
+        assert status in (400, 431), status
     assert d.request("GET", "/v1/jobs").status == 200
 
 
