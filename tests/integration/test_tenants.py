@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import json
 import os
 import stat
 import subprocess
@@ -256,7 +257,7 @@ def test_no_personal_data_in_logs_or_metrics(daemon, tmp_path):
     failed = d.wait_job(d.submit(missing).json()["job_id"])
     assert failed["state"] == "failed"
     bad = sign_case(case_id, b"x")
-    bad["signers"][0]["name"] = "Quintessa\u0000Marlowe"
+    bad["signers"] = [{**SIGNERS[0], "name": "Quintessa\u0000Marlowe"}]
     assert d.submit(bad).status == 422
     student = "Leopoldine Vasquez-Thornbury"
     inv = {"kind": "render_invoice", "template_version": "invoice-v3", "sign": True,
@@ -266,12 +267,22 @@ def test_no_personal_data_in_logs_or_metrics(daemon, tmp_path):
     r = d.submit(inv)
     assert r.status == 202, r.body
     assert d.wait_job(r.json()["job_id"])["state"] == "ready"
+    # The kiosk path, signing and refusing.
+    doc = reportlab_pdf(tmp_path / "kiosk.pdf", text="kiosk private").read_bytes()
+    for document, status in ((doc, 200), (b"%PDF-1.7 not really", 422)):
+        body = (b"--pb\r\nContent-Disposition: form-data; name=\"manifest\"\r\n\r\n"
+                + json.dumps({"case_id": "KIOSK-PRIVATE-5521", "signers": SIGNERS}).encode()
+                + b"\r\n--pb\r\nContent-Disposition: form-data; name=\"document\"\r\n"
+                b"Content-Type: application/pdf\r\n\r\n" + document + b"\r\n--pb--\r\n")
+        r = d.request("POST", "/v1/sign", raw=body, timeout_s=60,
+                      headers={"Content-Type": "multipart/form-data; boundary=pb"})
+        assert r.status in (status, 504), r.body[:300]
     metrics = d.request("GET", "/metrics", auth=False).body.decode()
     assert d.request("GET", f"/v1/jobs/{job['job_id']}").status == 200
     d.stop()
     logs = d.logs()
     assert "job_id" in logs or job["job_id"] in logs  # the log does speak of jobs
-    for secret in (case_id, "Quintessa", "Marlowe", "Bartholomew", "Oyelaran", student,
+    for secret in (case_id, "KIOSK-PRIVATE-5521", "Quintessa", "Marlowe", "Bartholomew", "Oyelaran", student,
                    "Vasquez", "EDU-PRIV-77"):
         assert secret not in logs, secret
         assert secret not in metrics, secret
