@@ -102,6 +102,27 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
+class _MalformedRequestFilter(logging.Filter):
+    """aiohttp logs a request it cannot parse at error level, with a traceback and the
+    first 100 bytes of the offending line, which may be a header holding a bearer
+    token or a path holding a case ID. The client is at fault: keep a warning that
+    names the error class and status only."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from aiohttp.http_exceptions import HttpProcessingError
+
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "http.malformed_request", (), None, None)
+            record.fields = {"error": type(exc).__name__, "status": exc.code}
+        return True
+
+
+_MALFORMED = _MalformedRequestFilter()
+
+
 class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
     """Marks the handler :func:`configure` owns, so a second call replaces it."""
 
@@ -123,6 +144,9 @@ def configure(level: str, stream: IO[str] | None = None) -> None:
     root.setLevel(LEVELS[level.lower()])
     for name in _QUIET:
         logging.getLogger(name).setLevel(logging.WARNING)
+    server = logging.getLogger("aiohttp.server")
+    if _MALFORMED not in server.filters:
+        server.addFilter(_MALFORMED)
 
 
 def log_event(
