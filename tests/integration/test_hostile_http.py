@@ -301,3 +301,28 @@ def test_many_idle_connections_do_not_block_the_next_request(hostile, tmp_path):
         for s in idle:
             s.close()
     assert d.request("GET", "/healthz", auth=False).status == 200
+
+
+def test_a_json_body_trickled_byte_by_byte_is_cut_off(hostile):
+    d = hostile
+    body = json.dumps({"kind": "test", "tag": "t" * 200}).encode()
+    s = connect(d)
+    try:
+        s.sendall(headers("POST", "/v1/jobs", d, "Content-Type: application/json\r\n"
+                          f"Content-Length: {len(body)}\r\n\r\n"))
+        status = None
+        # Each byte comes well within the timeout; the whole body never does.
+        for i in range(len(body)):
+            try:
+                s.sendall(body[i:i + 1])
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            if select.select([s], [], [], REQUEST_TIMEOUT_S / 8)[0]:
+                break
+        else:
+            pytest.fail("the server waited for a body trickled past server.request_timeout_s")
+        status = read_status(s)
+    finally:
+        s.close()
+    assert status == 408, status
+    assert d.request("GET", "/v1/jobs").json()["jobs"] == []
