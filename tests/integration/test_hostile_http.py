@@ -326,3 +326,24 @@ def test_a_json_body_trickled_byte_by_byte_is_cut_off(hostile):
         s.close()
     assert status == 408, status
     assert d.request("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_an_upload_that_keeps_sending_may_outlast_the_timeout(hostile):
+    """Objects may be large: the timeout bounds each pause of an upload, not its length."""
+    d = hostile
+    pieces = [bytes([i]) * 4096 for i in range(int(3 * REQUEST_TIMEOUT_S / 0.25))]
+    data = b"".join(pieces)
+    sha = hashlib.sha256(data).hexdigest()
+    s = connect(d, timeout_s=30)
+    try:
+        s.sendall(headers("PUT", f"/v1/cases/SLOW-UP/objects/{sha}", d,
+                          "Content-Type: application/octet-stream\r\n"
+                          f"Content-Length: {len(data)}\r\n\r\n"))
+        for piece in pieces[:-1]:
+            s.sendall(piece)
+            if select.select([s], [], [], 0.25)[0]:
+                pytest.fail(f"answered {read_status(s)} before the body was in")
+        s.sendall(pieces[-1])
+        assert read_status(s) == 201
+    finally:
+        s.close()
