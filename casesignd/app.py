@@ -62,27 +62,28 @@ class KeySlots:
             finally:
                 self.in_use["batch"] -= 1
 
-    def kiosk(self) -> Callable[[], None]:
-        """Take a slot now, or raise Busy: the kiosk path never queues behind batch
-        work. Returns the release function (the kiosk job's task calls it when done)."""
+    @contextlib.asynccontextmanager
+    async def kiosk(self, timeout_s: float) -> AsyncIterator[None]:
+        """A slot for one kiosk key operation: a free kiosk slot, else a free batch
+        slot, else the next kiosk slot within ``timeout_s`` (the time left before the
+        deadline), else Busy. The key operation takes about a millisecond, so kiosks
+        share their reserved slots without holding them for the whole request."""
         if self._kiosk is not None and not self._kiosk.locked():
             sem, pool = self._kiosk, "kiosk"
-        elif not self._batch.locked():
+        elif not self._batch.locked() or self._kiosk is None:
             sem, pool = self._batch, "batch"
         else:
-            raise Busy("every signing slot is taken", headers={"Retry-After": "1"})
-        sem._value -= 1  # acquire without awaiting: the check above proved it is free
+            sem, pool = self._kiosk, "kiosk"
+        try:
+            await asyncio.wait_for(sem.acquire(), max(0.0, timeout_s))
+        except TimeoutError:
+            raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
         self.in_use[pool] += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            if not released:
-                released = True
-                self.in_use[pool] -= 1
-                sem.release()
-
-        return release
+        try:
+            yield
+        finally:
+            self.in_use[pool] -= 1
+            sem.release()
 
 
 class Services:

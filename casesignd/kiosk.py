@@ -179,7 +179,6 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
     if s.kiosk_inflight >= cfg.kiosk.max_concurrent:
         raise Busy("too many kiosk requests at once", headers={"Retry-After": "1"})
     s.kiosk_inflight += 1
-    release = None
     try:
         manifest, document = await read_request(request, cfg.kiosk.max_document_bytes)
         sha = hashlib.sha256(document).hexdigest()
@@ -195,8 +194,6 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
             created_at=t0, correlation_id=request["correlation_id"])
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
-        # A slot now or 503: a kiosk never waits behind batch work.
-        release = s.key_slots.kiosk()
         await s.objects.put(tenant, admission.case_id, sha, _once(document), len(document),
                             len(document))
         assert s.pool is not None
@@ -213,9 +210,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
             if claimed is None:
                 raise _job_error(job)
             job = claimed
-        task = s.pool.run_kiosk(job)
-        task.add_done_callback(lambda _t, r=release: r())
-        release = None  # the task owns the slot now
+        task = s.pool.run_kiosk(job, answer_by)
         try:
             done = await asyncio.wait_for(asyncio.shield(task), max(0.0, answer_by - time.time()))
         except TimeoutError:
@@ -233,8 +228,6 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
         return await _answer(s, done, "succeeded", t0)
     finally:
         s.kiosk_inflight -= 1
-        if release is not None:
-            release()
 
 
 async def _once(data: bytes) -> Any:

@@ -47,6 +47,7 @@ class _Running:
     task: asyncio.Task[Job | None]
     lost: bool = False
     kiosk: bool = False  # run by the kiosk path: outside the batch bounds
+    deadline: float | None = None  # the kiosk request's answer-by time (Unix seconds)
     started: float = field(default_factory=time.monotonic)
 
 
@@ -89,8 +90,8 @@ class JobCtx:
 
     def key_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
         if self._running.kiosk:
-            # The kiosk request holds its slot for the whole request.
-            return contextlib.nullcontext()
+            left = (self._running.deadline or time.time()) - time.time()
+            return self.services.key_slots.kiosk(left)
         return self.services.key_slots.batch()
 
     async def check_lease(self) -> None:
@@ -227,8 +228,9 @@ class Pool:
 
     # --- one job -------------------------------------------------------------------
 
-    def _start_job(self, job: Job, kiosk: bool = False) -> asyncio.Task[Job | None]:
-        holder = _Running(job=job, task=None, kiosk=kiosk)  # type: ignore[arg-type]
+    def _start_job(self, job: Job, kiosk: bool = False,
+                   deadline: float | None = None) -> asyncio.Task[Job | None]:
+        holder = _Running(job=job, task=None, kiosk=kiosk, deadline=deadline)  # type: ignore[arg-type]
         if not kiosk:
             self.inflight_bytes += job.declared_bytes
             self.batch_running += 1
@@ -236,10 +238,10 @@ class Pool:
         self.running[job.job_id] = holder
         return holder.task
 
-    def run_kiosk(self, job: Job) -> asyncio.Task[Job | None]:
-        """Run a job the kiosk path claimed, with the kiosk's CPU and key slot. The task
-        records the outcome like any other; it resolves to the final job row."""
-        return self._start_job(job, kiosk=True)
+    def run_kiosk(self, job: Job, deadline: float) -> asyncio.Task[Job | None]:
+        """Run a job the kiosk path claimed, with the kiosk's CPU process and key slots.
+        The task records the outcome like any other; it resolves to the final job row."""
+        return self._start_job(job, kiosk=True, deadline=deadline)
 
     def _max_attempts(self, kind: str) -> int:
         return self.cfg.retry.max_attempts.get(kind, self.cfg.retry.default_max_attempts)

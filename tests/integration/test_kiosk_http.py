@@ -92,8 +92,9 @@ def test_a_slow_signer_gets_504_and_a_replay_returns_the_recorded_signature(daem
     assert [e["type"] for e in d.events(job_id)].count("signed") == 1
 
 
-def test_when_every_slot_is_taken_the_kiosk_answers_busy_at_once(daemon_factory, tmp_path):
+def test_when_the_reserved_capacity_is_taken_the_kiosk_answers_busy_at_once(daemon_factory, tmp_path):
     d = daemon_factory({"signing": {"key_slots": 2}, "kiosk": {"reserved_key_slots": 1,
+                                                               "max_concurrent": 2,
                                                                "deadline_ms": 10000}},
                        env={"CASESIGND_TEST_SIGN_DELAY_MS": "2000"})
     docs = [reportlab_pdf(tmp_path / f"d{i}.pdf", text=f"doc {i}").read_bytes() for i in range(3)]
@@ -112,6 +113,26 @@ def test_when_every_slot_is_taken_the_kiosk_answers_busy_at_once(daemon_factory,
     for t in threads:
         t.join(30)
     assert results == {0: 200, 1: 200}
+
+
+def test_kiosks_share_the_reserved_slot_around_the_key_operation(daemon_factory, tmp_path):
+    # One reserved slot and no free batch slot: concurrent kiosks take turns on the
+    # key (a short wait) instead of being refused.
+    d = daemon_factory({"signing": {"key_slots": 2}, "kiosk": {"reserved_key_slots": 1,
+                                                               "deadline_ms": 20000}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "300"})
+    docs = [reportlab_pdf(tmp_path / f"s{i}.pdf", text=f"share {i}").read_bytes() for i in range(4)]
+    results: dict[int, int] = {}
+
+    def go(i: int) -> None:
+        results[i] = sign(d, docs[i], case_id=f"S-{i}").status
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert results == {0: 200, 1: 200, 2: 200, 3: 200}
 
 
 def test_kill9_during_a_kiosk_request_leaves_no_partial_artifact(daemon_factory, tmp_path):
