@@ -739,8 +739,9 @@ def _write_xref(
     tail.write(b"startxref\n%d\n%%%%EOF\n" % xref_at)
 
 
-def finalize(prepared: Prepared, cms_der: bytes) -> None:
-    """Write ``cms_der`` (hex) into the /Contents placeholder and fsync.
+def finalize(prepared: Prepared, cms_der: bytes, *, sync: bool = True) -> None:
+    """Write ``cms_der`` (hex) into the /Contents placeholder and fsync (unless
+    ``sync`` is False: a working file that is published by a durable copy needs none).
 
     Raises SignatureTooLarge before touching the file if it does not fit.
     """
@@ -754,7 +755,8 @@ def finalize(prepared: Prepared, cms_der: bytes) -> None:
         if os.fstat(fd).st_size != prepared.size:
             raise MalformedPdf("the prepared file changed size before finalizing")
         os.pwrite(fd, hexed, prepared.contents_offset + 1)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 

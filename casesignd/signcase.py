@@ -209,24 +209,39 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
             pades.prepare, src, dst, attachments=attachments, meta=meta))
         template = services.cms_template()
         signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+        timestamped = policy is not None and bool(policy.tsa_url)
         async with ctx.key_slot():
             await ctx.check_lease()
-            try:
-                signature = await asyncio.to_thread(signer.sign, signed_attrs)
-            except SigningError:
-                raise
-            except Exception as e:
-                raise SigningError(f"the signing key failed: {type(e).__name__}") from e
-    token = None
-    if policy is not None and policy.tsa_url:
-        from . import tsa
+            # Without a TSA, the key operation, the CMS and the write into /Contents
+            # are one hop to a thread. The working file is not fsynced: publishing
+            # makes a durable copy of it.
+            signature = await asyncio.to_thread(
+                _sign_and_finalize, signer, template, signed_attrs,
+                None if timestamped else prepared)
+    if not timestamped:
+        return
+    from . import tsa
 
-        async with ctx.phase("timestamp"):
-            token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                            policy.tsa_timeout_s)
+    async with ctx.phase("timestamp"):
+        token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                        policy.tsa_timeout_s)
     async with ctx.phase("sign"):
         der = cms.assemble(template, signed_attrs, signature, token)
-        await asyncio.to_thread(pades.finalize, prepared, der)
+        await asyncio.to_thread(pades.finalize, prepared, der, sync=False)
+
+
+def _sign_and_finalize(signer: Any, template: Any, signed_attrs: bytes,
+                       prepared: pades.Prepared | None) -> bytes:
+    """Sign the attributes; with ``prepared``, also embed the CMS (B-B). Runs in a thread."""
+    try:
+        signature = signer.sign(signed_attrs)
+    except SigningError:
+        raise
+    except Exception as e:
+        raise SigningError(f"the signing key failed: {type(e).__name__}") from e
+    if prepared is not None:
+        pades.finalize(prepared, cms.assemble(template, signed_attrs, signature, None), sync=False)
+    return signature
 
 
 # One lock per signature key being worked on in this process. Jobs of one signature

@@ -172,6 +172,79 @@ def run_worker(engine: str, src: Path, out_dir: Path, p12: Path, n: int) -> dict
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# --- end to end ---------------------------------------------------------------------
+
+
+def end_to_end(jobs: int, concurrency: int, workdir: Path) -> dict[str, float]:
+    """One-page sign_case jobs through a real daemon on loopback: upload once, then
+    submit ``jobs`` jobs naming different signers (each a fresh signature), and measure
+    from the first admission to the last finish, from the jobs' own clocks."""
+    import asyncio
+    import datetime as dt
+    import hashlib
+
+    import aiohttp
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.daemon import Daemon
+
+    d = Daemon(workdir / "daemon", {"logging": {"level": "warning"},
+                                    "workers": {"concurrency": 8, "max_queue_depth": jobs + 10}},
+               env={"CASESIGND_STRICT_LABELS": "0"})
+    d.start()
+    doc = make_pages(workdir / "e2e.pdf", 1).read_bytes()
+    sha = hashlib.sha256(doc).hexdigest()
+    ids: list[str] = []
+
+    async def run() -> list[dict]:
+        headers = {"Authorization": f"Bearer {d.token}"}
+        async with aiohttp.ClientSession(headers=headers) as s:
+            async with s.put(f"{d.url}/v1/cases/E2E-1/objects/{sha}", data=doc) as r:
+                assert r.status in (200, 201), await r.text()
+            queue: asyncio.Queue[int] = asyncio.Queue()
+            for i in range(jobs):
+                queue.put_nowait(i)
+
+            async def submitter() -> None:
+                while not queue.empty():
+                    i = queue.get_nowait()
+                    body = {"kind": "sign_case", "case_id": "E2E-1",
+                            "items": [{"role": "contract", "name": "c.pdf",
+                                       "media_type": "application/pdf",
+                                       "object_ref": f"sha256:{sha}", "sha256": sha,
+                                       "size": len(doc)}],
+                            "signers": [{"id": f"signer-{i}", "name": "Bench", "role": "buyer"}]}
+                    async with s.post(f"{d.url}/v1/jobs", json=body) as r:
+                        ids.append((await r.json())["job_id"])
+
+            await asyncio.gather(*(submitter() for _ in range(concurrency)))
+            out = []
+            for job_id in ids:
+                while True:
+                    async with s.get(f"{d.url}/v1/jobs/{job_id}") as r:
+                        job = await r.json()
+                    if job["state"] in ("ready", "failed"):
+                        out.append(job)
+                        break
+                    await asyncio.sleep(0.05)
+            return out
+
+    try:
+        done = asyncio.run(run())
+    finally:
+        d.stop()
+
+    def ts(text: str) -> float:
+        return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+    start = min(ts(j["created_at"]) for j in done)
+    end = max(ts(j["created_at"]) + j["timings"]["total_ms"] / 1000 for j in done)
+    ready = sum(j["state"] == "ready" for j in done)
+    processing = sorted(j["timings"]["processing_ms"] for j in done)
+    return {"jobs": len(done), "ready": ready, "jobs_per_s": round(ready / (end - start), 1),
+            "processing_p50_ms": round(processing[len(processing) // 2], 2)}
+
+
 # --- main ----------------------------------------------------------------------------
 
 
@@ -181,6 +254,8 @@ def main() -> None:
     ap.add_argument("--no-large", action="store_true", help="skip the large document")
     ap.add_argument("--large-mb", type=int, default=200)
     ap.add_argument("--engines", default="casesignd,pyhanko,endesive")
+    ap.add_argument("--e2e-jobs", type=int, default=1000,
+                    help="one-page sign_case jobs through a real daemon (0: skip)")
     ap.add_argument(
         "--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None,
         help="working directory (default: tmpfs, so the disk of a shared machine adds no noise)",
@@ -257,9 +332,14 @@ def main() -> None:
             "large_at_half_hash_speed": large is not None
             and ours[large].get("speed_vs_hashing", 0) >= 0.5,
         }
+        e2e = end_to_end(args.e2e_jobs, 32, work) if args.e2e_jobs else None
+        if e2e:
+            print(f"daemon end to end: {e2e['ready']} of {e2e['jobs']} one-page sign_case jobs ready, "
+                  f"{e2e['jobs_per_s']} jobs/s (processing p50 {e2e['processing_p50_ms']} ms)")
+            targets["daemon_200_jobs_per_s"] = e2e["jobs_per_s"] >= 200
         print("targets: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in targets.items()))
         print(json.dumps({"hash_mb_per_s": round(hash_mb_s, 1), "results": results,
-                          "speedup": speedups, "targets": targets}))
+                          "speedup": speedups, "end_to_end": e2e, "targets": targets}))
 
 
 if __name__ == "__main__":
