@@ -16,12 +16,20 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance, status_code_conformance
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from tests.daemon import Daemon
 
 MAX_EXAMPLES = 60  # per operation and generation mode: 30-60 s on two cores
-CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance]
+# The three the contract needs (no 5xx, documented status, conforming body), and the
+# documented content type and headers (Retry-After, X-Correlation-Id) as well.
+CHECKS = [not_a_server_error, status_code_conformance, response_schema_conformance,
+          content_type_conformance, response_headers_conformance]
 MODES = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE]
 # The kiosk's document part is a PDF: send whatever bytes are generated as they are.
 schemathesis.serializer.alias("application/pdf", "application/octet-stream")
