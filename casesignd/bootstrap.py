@@ -61,7 +61,7 @@ DESCRIPTIONS: dict[str, str] = {
     "server.listen": "HOST:PORT to listen on (loopback only unless fronted by a proxy).",
     "server.max_json_bytes": "Largest JSON request body, in bytes.",
     "server.max_object_bytes": "Largest object upload (PUT .../objects/{sha256}), in bytes.",
-    "server.request_timeout_s": "Seconds a client may take to send its headers and body.",
+    "server.request_timeout_s": "Seconds a client may take to send its headers and a JSON or kiosk body; for an upload, the longest pause.",
     "store": "The embedded SQLite job store.",
     "store.path": "Database file (jobs, objects index, audit chain).",
     "store.busy_timeout_ms": "How long a write waits for the SQLite lock.",

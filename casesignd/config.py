@@ -24,7 +24,8 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Largest JSON request body; object uploads have their own limit.
     max_json_bytes: int = 1 * MiB
     max_object_bytes: int = 512 * MiB
-    # Seconds a client may take to send its headers and body.
+    # Seconds a client may take to send its headers and a JSON or kiosk body; for an
+    # object upload, the longest pause between two pieces of the body.
     request_timeout_s: float = 60.0
 
 
