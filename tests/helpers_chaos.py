@@ -151,12 +151,11 @@ def make_workload(directory: Path, n_jobs: int, *, seed: int = 7, source: Thread
             items = [{"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
                       **_obj(contract, ref)}]
             uploads = [] if use_remote else [(case, contract)]
-            for j, (name, media, data) in enumerate(
-                    [("photo.png", "image/png", PNG), ("note.txt", "text/plain", note)]):
+            for name, media, data in (("photo.png", "image/png", PNG),
+                                      ("note.txt", "text/plain", note)):
                 if rng.random() < 0.5:
                     items.append({"role": "evidence", "name": name, "media_type": media, **_obj(data)})
                     uploads.append((case, data))
-                del j
             p = Planned("sign_case", f"case-{i}",
                         {"kind": "sign_case", "case_id": case, "items": items, "signers": SIGNERS},
                         uploads)
@@ -266,13 +265,20 @@ class Driver:
                     with self._lock:
                         self.tally.kiosk_sha256[job_id] = hashlib.sha256(r.body).hexdigest()
                     break
-                if r.status in (503, 504):
+                if r.status in (503, 504) and not (job_id and self._failed(job_id)):
                     # Still signing, or retried in the background (tsa_unavailable,
                     # temp_quota): a replay with the same key finds it.
                     time.sleep(0.2)
                     continue
                 self._unexpected(f"kiosk {p.key}: {r.status} {r.body[:200]!r}")
                 break
+
+    def _failed(self, job_id: str) -> bool:
+        try:
+            r = self.d.request("GET", f"/v1/jobs/{job_id}", timeout_s=10)
+        except CLIENT_ERRORS:
+            return False
+        return r.status == 200 and r.json()["state"] in ("failed", "canceled")
 
     def _unexpected(self, what: str) -> None:
         with self._lock:
