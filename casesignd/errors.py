@@ -26,6 +26,9 @@ class CasesignError(Exception):
     status: int = 500
     retryable: bool = False
     category: str = INTERNAL
+    # False for a wait on a shared resource (temp space): the job waits its turn and
+    # the wait does not use up its attempts.
+    counts_as_attempt: bool = True
 
     def __init__(
         self,
@@ -216,6 +219,7 @@ class SourceUnavailable(TransientJobError):
 
 class TempQuota(TransientJobError):
     code = "temp_quota"
+    counts_as_attempt = False
 
 
 class ScannerUnavailable(TransientJobError):

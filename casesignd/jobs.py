@@ -80,6 +80,7 @@ class RetryDecision:
     delay_s: float = 0.0
     category: str = ""
     code: str = ""
+    counts: bool = True  # whether this failure uses up one of the job's attempts
 
 
 def backoff_s(failures: int, base_s: float, cap_s: float, rand: float) -> float:
@@ -103,11 +104,16 @@ def plan_retry(
         code, retryable, category = "internal_error", False, INTERNAL
     if not retryable:
         return RetryDecision(False, category=category, code=code)
+    r = random.random() if rand is None else rand
+    hint = getattr(error, "delay_s", None)
+    if not getattr(error, "counts_as_attempt", True):
+        # Waiting for a shared resource (temp space) is not a failure of the job: it
+        # waits, jittered around the resource's hint, however long that takes.
+        return RetryDecision(True, delay_s=backoff_s(1, hint or base_s, cap_s, r), code=code,
+                             counts=False)
     if failures >= max_attempts:
         return RetryDecision(False, category=RETRIES_EXHAUSTED, code=code)
-    r = random.random() if rand is None else rand
     delay = backoff_s(failures, base_s, cap_s, r)
-    hint = getattr(error, "delay_s", None)
     if hint:
         delay = min(cap_s, max(delay, hint))
     return RetryDecision(True, delay_s=delay, category="", code=code)

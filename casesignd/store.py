@@ -161,7 +161,8 @@ class Store(Protocol):
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
     async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None: ...
-    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None: ...
+    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any],
+                          counts: bool = True) -> Job | None: ...
     async def fail(self, lease: Lease, category: str, code: str, detail: dict[str, Any]) -> Job | None: ...
     async def release(self, lease: Lease) -> Job | None: ...
     async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]: ...
@@ -573,13 +574,17 @@ class SqliteStore:
 
         return await self._write(op)
 
-    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any]) -> Job | None:
-        """running → retry_wait, due after ``delay_s``."""
+    async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any],
+                          counts: bool = True) -> Job | None:
+        """running → retry_wait, due after ``delay_s``. With ``counts`` False (a wait for
+        a shared resource) the attempt does not count against the job's budget."""
         detail = {**detail, "code": code, "delay_s": round(delay_s, 3)}
+        if not counts:
+            detail["waiting"] = True
 
         def op(tx: _Tx) -> Job | None:
             return self._fenced("retry_later", lease, "retry_scheduled", detail, code=code,
-                                next_at=tx.now + delay_s)(tx)
+                                next_at=tx.now + delay_s, count=1 if counts else 0)(tx)
 
         return await self._write(op)
 

@@ -323,7 +323,8 @@ class Pool:
         detail = error_detail(error)
         self.services.metrics.allow("code", decision.code)
         if decision.retry:
-            done = await self.store.retry_later(lease, decision.code, decision.delay_s, detail)
+            done = await self.store.retry_later(lease, decision.code, decision.delay_s, detail,
+                                                counts=decision.counts)
             self.services.metrics.retry(job.kind, decision.code)
             log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
                       delay_ms=round(decision.delay_s * 1000), error=_err(error),

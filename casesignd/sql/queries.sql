@@ -56,7 +56,7 @@ UPDATE jobs SET state = 'succeeded', result = :result, finished_at = :now,
 RETURNING *;
 
 -- name: retry_later
-UPDATE jobs SET state = 'retry_wait', next_attempt_at = :next_at, failures = failures + 1,
+UPDATE jobs SET state = 'retry_wait', next_attempt_at = :next_at, failures = failures + :count,
        error_code = :code, error_category = NULL,
        processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
        lease_owner = NULL, lease_expires = NULL, updated_at = :now

@@ -192,7 +192,9 @@ def test_a_full_temp_volume_makes_jobs_wait_and_a_job_larger_than_it_fails(daemo
         d = daemon_factory({"storage": {"temp_quota_bytes": 2 * mib, "temp_quota_retry_s": 0.3},
                             "sources": [{"name": "remote", "kind": "http",
                                          "base_url": source.base_url}],
-                            "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0}})
+                            # Two attempts: waits for temp space must not use them up.
+                            "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0,
+                                      "max_attempts": {"sign_case": 2}}})
         slow = d.submit(packet("TQ-1", remote(big, "a.pdf"))).json()["job_id"]
         wait_until(lambda: source.inflight > 0, 20, "the slow download did not start")
         local = reportlab_pdf(tmp_path / "b.pdf", pages=400, text="y" * 60).read_bytes()
@@ -206,6 +208,8 @@ def test_a_full_temp_volume_makes_jobs_wait_and_a_job_larger_than_it_fails(daemo
         for job_id in (slow, waiting):
             job = d.wait_job(job_id, timeout_s=60)
             assert job["state"] == "ready", job
+        waits = [e for e in d.events(waiting) if e["type"] == "retry_scheduled"]
+        assert waits and all(e["detail"].get("waiting") for e in waits)
         assert_invariants(d, [slow, waiting], tmp_path, expect_all_succeeded=False)
 
 
