@@ -138,35 +138,39 @@ async def http_admission(rate: float, seconds: float, directory: Path) -> dict[s
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=5000)
-    ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--workers", default="8,32",
+                    help="concurrent consumers claiming and finishing jobs (a comma list)")
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--seconds", type=float, default=6.0)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", str(ROOT))) as tmp:
         base = Path(tmp)
-        (base / "a").mkdir()
         (base / "b").mkdir()
-        ours = asyncio.run(casesignd_engine(args.jobs, args.workers, base / "a"))
+        counts = [int(w) for w in args.workers.split(",")]
+        ours = {}
+        for w in counts:
+            (base / f"a{w}").mkdir()
+            ours[w] = asyncio.run(casesignd_engine(args.jobs, w, base / f"a{w}"))
         huey = huey_sqlite(args.jobs, base / "b")
         adm = asyncio.run(http_admission(args.rate, args.seconds, base))
-    ratio = ours["jobs_per_s"] / huey["jobs_per_s"]
-    print(f"{'queue':<38} {'jobs/s':>10} {'seconds':>9}  notes")
-    print(f"{'casesignd engine (durable, audited)':<38} {ours['jobs_per_s']:>10.0f} "
-          f"{ours['seconds']:>9.2f}  {ours['events']} audit events in {ours['commits']} commits")
-    print(f"{'huey SqliteHuey (enqueue+execute)':<38} {huey['jobs_per_s']:>10.0f} "
-          f"{huey['seconds']:>9.2f}  no audit trail")
-    print(f"casesignd / huey: {ratio:.2f}x")
+    ratio = {w: r["jobs_per_s"] / huey["jobs_per_s"] for w, r in ours.items()}
+    print(f"{'queue':<44} {'jobs/s':>10} {'seconds':>9}  notes")
+    for w, r in ours.items():
+        print(f"{f'casesignd engine, {w} consumers (durable)':<44} {r['jobs_per_s']:>10.0f} "
+              f"{r['seconds']:>9.2f}  {r['events']} audit events in {r['commits']} commits, "
+              f"{ratio[w]:.2f}x huey")
+    print(f"{'huey SqliteHuey (enqueue + execute)':<44} {huey['jobs_per_s']:>10.0f} "
+          f"{huey['seconds']:>9.2f}  synchronous=FULL (SQLite default), no audit trail")
     print()
     print(f"admission over HTTP at {adm['rate_rps']:.0f} req/s, {adm['requests']} requests: "
           f"p50 {adm['p50_ms']:.2f} ms, p99 {adm['p99_ms']:.2f} ms, max {adm['max_ms']:.2f} ms, "
           f"{adm['accepted']} accepted")
     print(json.dumps({
         "jobs": args.jobs,
-        "casesignd_jobs_per_s": round(ours["jobs_per_s"], 1),
+        "casesignd_jobs_per_s": {str(w): round(r["jobs_per_s"], 1) for w, r in ours.items()},
         "huey_jobs_per_s": round(huey["jobs_per_s"], 1),
-        "ratio": round(ratio, 2),
-        "audit_events": ours["events"],
-        "commits": ours["commits"],
+        "ratio": {str(w): round(x, 2) for w, x in ratio.items()},
+        "commits": {str(w): r["commits"] for w, r in ours.items()},
         "admission_rate_rps": adm["rate_rps"],
         "admission_p50_ms": round(adm["p50_ms"], 3),
         "admission_p99_ms": round(adm["p99_ms"], 3),

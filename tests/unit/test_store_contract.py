@@ -210,3 +210,37 @@ async def test_a_second_process_cannot_open_the_store(store, tmp_path):
     with pytest.raises(StoreUnavailable):
         await other.open()
 
+
+
+async def test_the_waiting_count_follows_every_transition(store_and_clock, tmp_path):
+    store, clock = store_and_clock
+
+    def waiting() -> int:
+        conn = sqlite3.connect(tmp_path / "store.db")
+        try:
+            counted = conn.execute(
+                "SELECT count(*) FROM jobs WHERE state IN ('queued', 'retry_wait')").fetchone()[0]
+            kept = conn.execute("SELECT value FROM counters WHERE name = 'waiting'").fetchone()[0]
+        finally:
+            conn.close()
+        assert kept == counted
+        return kept
+
+    a, _ = await admit(store, key="a")
+    b, _ = await admit(store, key="b")
+    assert waiting() == 2
+    ja = await store.claim("w", 1, 1 << 30, ["test"])
+    assert waiting() == 1
+    await store.retry_later(ja.lease, "x", 0.0, {})
+    assert waiting() == 2
+    await store.cancel("t1", b.job_id, "api")
+    assert waiting() == 1
+    await store.promote_due()
+    jb = await store.claim("w", 1, 1 << 30, ["test"])
+    assert waiting() == 0
+    clock.now += 5
+    await store.reclaim_expired(max_lost=5)
+    assert waiting() == 1
+    with pytest.raises(QueueFull):
+        await store.admit(new_job("c"), actor="a", max_queue_depth=1)
+    assert waiting() == 1 and jb
