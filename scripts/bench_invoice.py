@@ -173,7 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--one", type=int, default=400, help="one-line invoices per measurement")
     ap.add_argument("--big", type=int, default=20, help="300-line invoices per measurement")
     ap.add_argument("--procs", type=int, default=2, help="process pool size")
-    ap.add_argument("--url", help="a running daemon, e.g. http://127.0.0.1:8787")
+    ap.add_argument("--url", help="a running daemon, e.g. http://127.0.0.1:8787 "
+                    "(default: start one on loopback for the run)")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end run")
     ap.add_argument("--token", default=os.environ.get("CASESIGND_TOKEN", ""))
     ap.add_argument("--e2e", type=int, default=600, help="jobs for the end-to-end run")
     ap.add_argument("--concurrency", type=int, default=32)
@@ -193,6 +195,20 @@ def main(argv: list[str] | None = None) -> int:
         result["one_http"] = asyncio.run(
             bench_http(args.url.rstrip("/"), args.token, args.e2e, args.concurrency)
         )
+    elif not args.no_e2e:
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        from tests.daemon import Daemon
+
+        with tempfile.TemporaryDirectory(prefix="bench-invoice-daemon-") as tmp:
+            d = Daemon(Path(tmp) / "d", {"workers": {"concurrency": 8},
+                                         "logging": {"level": "warning"}},
+                       env={"CASESIGND_STRICT_LABELS": "0"})
+            d.start()
+            try:
+                result["one_http"] = asyncio.run(
+                    bench_http(d.url, d.token, args.e2e, args.concurrency))
+            finally:
+                d.stop()
 
     rows = [
         ("one-line", "direct (1 core)", f"{result['one_direct']['ms_median']:.2f} ms median, "
