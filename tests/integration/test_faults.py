@@ -232,7 +232,7 @@ def small_tmpfs(path: Path, size: str):
 def fill(path: Path) -> Path:
     """Write zeros into ``path`` until the file system is full."""
     filler = path / "filler"
-    with open(filler, "wb") as f:
+    with open(filler, "ab") as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
@@ -244,7 +244,10 @@ def fill(path: Path) -> Path:
 
 def test_a_full_store_disk_refuses_admissions_and_recovers_with_nothing_lost(
         daemon_factory, tmp_path):
-    with small_tmpfs(tmp_path / "storefs", "8m") as fs:
+    # Large enough that the WAL of a busy run (it may outgrow the 1,000-page
+    # auto-checkpoint while a reader holds a snapshot) cannot fill it before fill().
+    with small_tmpfs(tmp_path / "storefs", "32m") as fs:
+        (fs / "filler").touch()
         d = daemon_factory({"store": {"path": str(fs / "casesignd.db")},
                             "workers": {"lease_s": 3.0, "heartbeat_s": 1.0}})
         before = []
