@@ -160,18 +160,6 @@ def summarize(latencies_s: list[float], counts: dict[str, int], duration_s: floa
     }
 
 
-def multipart_body(manifest: dict[str, Any], document: bytes) -> tuple[bytes, str]:
-    boundary = uuid.uuid4().hex
-    parts = [
-        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
-         json.dumps(manifest).encode()),
-        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
-         b"Content-Type: application/pdf\r\n\r\n", document),
-    ]
-    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
-    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
-
-
 async def kiosk_loop(session: Any, url: str, token: str, document: bytes, tag: str,
                      stop_at: float, record_from: float, lat: list[float],
                      counts: dict[str, int], errors: list[str]) -> None:
@@ -181,7 +169,9 @@ async def kiosk_loop(session: Any, url: str, token: str, document: bytes, tag: s
     n = 0
     while (now := time.monotonic()) < stop_at:
         n += 1
-        body, ctype = multipart_body({"case_id": f"K-{tag}-{n}", "signers": SIGNERS}, document)
+        from tests.daemon import multipart
+
+        body, ctype = multipart({"case_id": f"K-{tag}-{n}", "signers": SIGNERS}, document)
         t = time.perf_counter()
         retry_after_s = 1.0
         try:

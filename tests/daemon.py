@@ -17,6 +17,7 @@ import time
 import tomllib
 import urllib.error
 import urllib.request
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,19 @@ def to_toml(data: dict[str, Any]) -> str:
                 for kk, vv in item.items():
                     lines.append(f"{kk} = {_toml_value(vv)}")
     return "\n".join(lines) + "\n"
+
+
+def multipart(manifest: dict[str, Any], document: bytes) -> tuple[bytes, str]:
+    """A POST /v1/sign body: the manifest part and the document part, and its content type."""
+    boundary = uuid.uuid4().hex
+    parts = [
+        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
+         json.dumps(manifest).encode()),
+        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
+         b"Content-Type: application/pdf\r\n\r\n", document),
+    ]
+    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
+    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -23,13 +23,12 @@ import random
 import sqlite3
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from casesignd.signcase import signature_key
-from tests.daemon import Daemon
+from tests.daemon import Daemon, multipart  # noqa: F401 - multipart re-exported for the tests
 from tests.helpers_http_source import ScriptedServer, Step, Trickle
 from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
@@ -175,19 +174,6 @@ def make_workload(directory: Path, n_jobs: int, *, seed: int = 7, source: Thread
             manifest = {"case_id": f"KIOSK-{i:05d}", "signers": SIGNERS[:1]}
             plan.append(Planned("kiosk", f"kiosk-{i}", manifest, document=doc))
     return plan
-
-
-def multipart(manifest: dict[str, Any], document: bytes) -> tuple[bytes, str]:
-    """A POST /v1/sign body: the manifest part and the document part."""
-    boundary = uuid.uuid4().hex
-    parts = [
-        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
-         json.dumps(manifest).encode()),
-        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
-         b"Content-Type: application/pdf\r\n\r\n", document),
-    ]
-    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
-    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
 
 
 # --- the driver ------------------------------------------------------------------------------

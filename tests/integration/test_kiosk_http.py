@@ -4,31 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import subprocess
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 
+from tests.daemon import multipart
 from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 SIGNERS = [{"id": "kiosk-7", "name": "Front Desk", "role": "clerk"}]
-
-
-def multipart(manifest: dict, document: bytes) -> tuple[bytes, str]:
-    boundary = uuid.uuid4().hex
-    parts = [
-        (b'Content-Disposition: form-data; name="manifest"\r\nContent-Type: application/json\r\n\r\n',
-         json.dumps(manifest).encode()),
-        (b'Content-Disposition: form-data; name="document"; filename="doc.pdf"\r\n'
-         b"Content-Type: application/pdf\r\n\r\n", document),
-    ]
-    body = b"".join(b"--" + boundary.encode() + b"\r\n" + h + d + b"\r\n" for h, d in parts)
-    return body + b"--" + boundary.encode() + b"--\r\n", f"multipart/form-data; boundary={boundary}"
 
 
 def sign(d, document: bytes, case_id: str = "KIOSK-1", key: str | None = None, **manifest):
