@@ -232,7 +232,9 @@ def small_tmpfs(path: Path, size: str):
 def fill(path: Path) -> Path:
     """Write zeros into ``path`` until the file system is full."""
     filler = path / "filler"
-    with open(filler, "ab") as f:
+    # Unbuffered: a buffered file would try to flush its last block again when it is
+    # closed, and raise ENOSPC from the with statement itself.
+    with open(filler, "ab", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
