@@ -33,6 +33,7 @@ import hmac
 import os
 import re
 import secrets
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import msgspec
@@ -138,23 +139,34 @@ class ArtifactStore:
         Blocking (copy, hash, fsync): run via ``asyncio.to_thread``. ``src`` is copied,
         not moved, so it may live on another file system (the temp tmpfs).
         """
+        return self._publish(artifact_id, media_type, lambda tmp: self._copy(src, tmp))[0]
+
+    def publish_bytes(self, parts: Iterable[bytes], artifact_id: str,
+                      media_type: str) -> tuple[Artifact, bool]:
+        """:meth:`publish` for a result held in memory: ``parts`` written in order.
+        Also says whether these bytes are the ones published (False: an earlier
+        publication under the same id is kept). Blocking (write, fsync)."""
+        return self._publish(artifact_id, media_type, lambda tmp: self._write(parts, tmp))
+
+    def _publish(self, artifact_id: str, media_type: str,
+                 write: Callable[[Path], tuple[str, int]]) -> tuple[Artifact, bool]:
         final = self._final_path(artifact_id)
         if final.is_file():
-            return self._describe(final, artifact_id, media_type)
+            return self._describe(final, artifact_id, media_type), False
         self._ensure_dirs(final.parent)
         tmp = final.parent / f".{secrets.token_hex(8)}.tmp"
         try:
-            digest, size = self._copy(src, tmp)
+            digest, size = write(tmp)
             try:
                 os.link(tmp, final)
             except FileExistsError:
                 # Someone published first: theirs is the recorded one.
-                return self._describe(final, artifact_id, media_type)
+                return self._describe(final, artifact_id, media_type), False
             fsync_dir(final.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)
+        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type), True
 
     def _describe(self, path: Path, artifact_id: str, media_type: str) -> Artifact:
         digest, size = hash_file(path)
@@ -166,6 +178,20 @@ class ArtifactStore:
                 with contextlib.suppress(FileExistsError):
                     d.mkdir(mode=0o700, parents=True)
                     fsync_dir(d.parent)
+
+    @staticmethod
+    def _write(parts: Iterable[bytes], dst: Path) -> tuple[str, int]:
+        h = hashlib.sha256()
+        size = 0
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
+            for part in parts:
+                h.update(part)
+                fout.write(part)
+                size += len(part)
+            fout.flush()
+            os.fsync(fout.fileno())
+        return h.hexdigest(), size
 
     @staticmethod
     def _copy(src: Path, dst: Path) -> tuple[str, int]:

@@ -163,10 +163,45 @@ def unique_name(wanted: str, taken: set[str]) -> str:
     raise LimitExceeded(f"too many attachments named {wanted!r}")
 
 
+_PLAIN_NAME = re.compile(r"/[A-Za-z0-9._+-]*")
+
+
 def _ser(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    obj.write_to_stream(buf)
-    return buf.getvalue()
+    """PDF syntax for a pypdf object. Dictionaries, arrays, plain names, integers and
+    references are written here (pypdf escapes every name character by character,
+    most of the time of a one-page preparation); anything else by pypdf."""
+    out: list[bytes] = []
+    _emit(obj, out)
+    return b"".join(out)
+
+
+def _emit(obj: Any, out: list[bytes]) -> None:
+    kind = type(obj)
+    if kind is g.DictionaryObject:
+        out.append(b"<<")
+        for key, value in obj.items():
+            _emit(key, out)
+            out.append(b" ")
+            _emit(value, out)
+            out.append(b"\n")
+        out.append(b">>")
+    elif kind is g.ArrayObject:
+        out.append(b"[")
+        for i, value in enumerate(obj):
+            if i:
+                out.append(b" ")
+            _emit(value, out)
+        out.append(b"]")
+    elif kind is g.NameObject and _PLAIN_NAME.fullmatch(obj):
+        out.append(obj.encode("ascii"))
+    elif kind is g.NumberObject:
+        out.append(b"%d" % obj)
+    elif kind is g.IndirectObject:
+        out.append(b"%d %d R" % (obj.idnum, obj.generation))
+    else:
+        buf = io.BytesIO()
+        obj.write_to_stream(buf)
+        out.append(buf.getvalue())
 
 
 def _text(s: str) -> g.TextStringObject | g.ByteStringObject:
@@ -241,14 +276,14 @@ def _first_page(catalog: g.DictionaryObject) -> tuple[g.IndirectObject, g.Dictio
     raise MalformedPdf("page tree too deep or cyclic")
 
 
-def _read_structure(f: IO[bytes]) -> _Structure:
+def _read_structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure:
     startxref = _last_startxref(f)
     f.seek(startxref)
     head = f.read(32).lstrip()
     if not (head.startswith(b"xref") or _OBJ_HEADER.match(head)):
         # pypdf would repair this, but our /Prev must name a real section (§7.5.6).
         raise MalformedPdf("startxref does not point to a cross-reference section")
-    reader = PdfReader(f, strict=False)
+    reader = reader or PdfReader(f, strict=False)
     if reader.is_encrypted:
         raise EncryptedPdf("the PDF is encrypted")
     trailer = reader.trailer
@@ -558,34 +593,84 @@ def _prepare(
 ) -> Prepared:
     hasher = hashlib.sha256()
     with open(src, "rb") as f:
-        try:
-            s = _read_structure(f)
-        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-            raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
+        s = _structure(f)
         check_docmdp(s.docmdp, len(attachments))
         f.seek(0)
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)
-            w = _Writer(out, copied, hasher)
-            if not s.ends_with_eol:
-                w.write(b"\n")
-            try:
-                tail_base, tail, sig_at = _write_update(s, w, attachments, meta, contents_bytes)
-            except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
-                raise MalformedPdf(f"cannot update the PDF: {type(e).__name__}: {e}") from e
-            at = tail.index(b"/Contents <", sig_at)
-            br_at = tail.index(b"/ByteRange [0 ", sig_at)
-            start = tail_base + at + len(b"/Contents ")
-            end = start + 2 * contents_bytes + 2
-            total = tail_base + len(tail)
-            byte_range = b"/ByteRange [0 %d %d %d]" % (start, end, total - end)
-            width = len(b"/ByteRange [0 ]") + 3 * _BYTE_RANGE_WIDTH + 2
-            tail[br_at : br_at + width] = byte_range.ljust(width)
-            rel_start, rel_end = start - tail_base, end - tail_base
-            hasher.update(memoryview(tail)[:rel_start])
-            hasher.update(memoryview(tail)[rel_end:])
-            out.write(tail)
+            start, total = _append_update(s, _Writer(out, copied, hasher), attachments, meta,
+                                          contents_bytes)
     return Prepared(dst, hasher.digest(), start, contents_bytes, total)
+
+
+@dataclass(frozen=True)
+class PreparedUpdate:
+    """A document prepared in memory: the original bytes, then the update, which is
+    ``head``, the /Contents placeholder's hex digits, ``tail``. The placeholder is not
+    carried (zeros), which keeps the result small to pass between processes."""
+
+    head: bytes
+    tail: bytes
+    digest: bytes
+    contents_bytes: int
+
+    def signed(self, cms_der: bytes) -> bytes:
+        """The update with ``cms_der`` (hex) in its /Contents placeholder (pure)."""
+        hexed = cms_der.hex().encode()
+        if len(hexed) > 2 * self.contents_bytes:
+            raise SignatureTooLarge(
+                f"CMS of {len(cms_der)} bytes exceeds the {self.contents_bytes}-byte placeholder")
+        return b"".join((self.head, hexed.ljust(2 * self.contents_bytes, b"0"), self.tail))
+
+
+def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 16384,
+                  reader: PdfReader | None = None) -> PreparedUpdate:
+    """:func:`prepare` for a document held in memory (the kiosk's, at most a few MiB):
+    no file is written, and only the update is returned — the caller has the rest.
+    ``reader``: one that already read ``data`` (the validation's), so nothing is
+    parsed twice."""
+    hasher = hashlib.sha256()
+    s = _structure(io.BytesIO(data), reader)
+    check_docmdp(s.docmdp, 0)
+    hasher.update(data)
+    out = io.BytesIO()
+    start, _total = _append_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)
+    update = out.getbuffer()
+    at = start + 1 - len(data)  # the first hex digit, within the update
+    return PreparedUpdate(bytes(update[:at]), bytes(update[at + 2 * contents_bytes:]),
+                          hasher.digest(), contents_bytes)
+
+
+def _structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure:
+    try:
+        return _read_structure(f, reader)
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
+
+
+def _append_update(s: _Structure, w: _Writer, attachments: list[Attachment],
+                   meta: SignatureMeta, contents_bytes: int) -> tuple[int, int]:
+    """Append the signing update through ``w`` (whose offset is the original's end);
+    return the /Contents offset and the new total size."""
+    if not s.ends_with_eol:
+        w.write(b"\n")
+    try:
+        tail_base, tail, sig_at = _write_update(s, w, attachments, meta, contents_bytes)
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
+        raise MalformedPdf(f"cannot update the PDF: {type(e).__name__}: {e}") from e
+    at = tail.index(b"/Contents <", sig_at)
+    br_at = tail.index(b"/ByteRange [0 ", sig_at)
+    start = tail_base + at + len(b"/Contents ")
+    end = start + 2 * contents_bytes + 2
+    total = tail_base + len(tail)
+    byte_range = b"/ByteRange [0 %d %d %d]" % (start, end, total - end)
+    width = len(b"/ByteRange [0 ]") + 3 * _BYTE_RANGE_WIDTH + 2
+    tail[br_at : br_at + width] = byte_range.ljust(width)
+    rel_start, rel_end = start - tail_base, end - tail_base
+    w.hasher.update(memoryview(tail)[:rel_start])
+    w.hasher.update(memoryview(tail)[rel_end:])
+    w.out.write(tail)
+    return start, total
 
 
 def _write_update(

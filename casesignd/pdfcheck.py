@@ -36,6 +36,7 @@ the largest single raw stream plus a constant, independent of decoded sizes.
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import re
@@ -546,19 +547,30 @@ def _producer(reader: PdfReader) -> str | None:
         return None
 
 
-def inspect_pdf(path: Path, limits: PdfLimits) -> PdfReport:
-    """Validate the PDF at ``path`` deeply; return what was learned or raise.
+def inspect_pdf(src: Path | bytes, limits: PdfLimits) -> PdfReport:
+    """Validate the PDF at ``src`` (a path, or the document itself) deeply; return what
+    was learned or raise.
 
     Raises MalformedPdf, EncryptedPdf, ActiveContent or LimitExceeded (see the module
     docstring); library details go to the exception's ``detail``.
     """
-    size = os.stat(path).st_size
+    report, reader = inspect_document(src, limits)
+    reader.stream.close()
+    return report
+
+
+def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, PdfReader]:
+    """:func:`inspect_pdf`, and the reader that read ``src``: every object it resolved
+    stays parsed, for whatever reads the document next (the signer's preparation).
+    The reader of a path holds its file open until it is dropped."""
+    size = len(src) if isinstance(src, bytes) else os.stat(src).st_size
     if size == 0:
         raise MalformedPdf("the file is empty")
     if size > limits.max_bytes:
         raise LimitExceeded(f"the PDF is larger than {limits.max_bytes} bytes",
                             detail={"size": size, "max_bytes": limits.max_bytes})
-    with open(path, "rb") as f:
+    f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115 - see above
+    try:
         head = f.read(HEADER_WINDOW_BYTES)
         f.seek(max(0, size - TAIL_BYTES))
         frame = parse_frame(head, f.read(), size)
@@ -575,7 +587,7 @@ def inspect_pdf(path: Path, limits: PdfLimits) -> PdfReport:
             pages = _count_pages(reader, catalog, limits)
             found = _walk(reader, limits)
             version = str(_get(catalog, "/Version", "")).lstrip("/")
-            return PdfReport(
+            report = PdfReport(
                 pages=pages,
                 producer=_producer(reader),
                 pdf_version=max(frame.version, version) if version else frame.version,
@@ -587,3 +599,7 @@ def inspect_pdf(path: Path, limits: PdfLimits) -> PdfReport:
                 docmdp_permission=_docmdp(catalog),
                 warnings=tuple(warnings),
             )
+    except BaseException:
+        f.close()
+        raise
+    return report, reader

@@ -38,8 +38,9 @@ MAX_REPLY_BYTES = 4096
 class Scanner(Protocol):
     """Scans one file; raises on malware or when it cannot tell."""
 
-    async def scan(self, path: Path, name_hint: str) -> None:
-        """Return when ``path`` is clean; ``name_hint`` is for messages and logs only."""
+    async def scan(self, path: Path | bytes, name_hint: str) -> None:
+        """Return when ``path`` (or these bytes) is clean; ``name_hint`` is for messages
+        and logs only."""
         ...
 
     async def ping(self) -> bool:
@@ -50,7 +51,7 @@ class Scanner(Protocol):
 class NoopScanner:
     """Scanning switched off: every file is taken as clean."""
 
-    async def scan(self, path: Path, name_hint: str) -> None:
+    async def scan(self, path: Path | bytes, name_hint: str) -> None:
         return None
 
     async def ping(self) -> bool:
@@ -64,7 +65,7 @@ class Verdict:
     signature: str | None
 
 
-def instream_frames(chunk: bytes) -> bytes:
+def instream_frames(chunk: bytes | memoryview) -> bytes:
     """One INSTREAM chunk: a 4-byte big-endian length, then the bytes (clamd(8));
     an empty chunk is the terminator."""
     return struct.pack(">I", len(chunk)) + chunk
@@ -132,8 +133,8 @@ class ClamdScanner:
                 reply += data
         return reply
 
-    async def scan(self, path: Path, name_hint: str) -> None:
-        """Stream ``path`` to clamd; raise MalwareDetected, ScanLimitExceeded or
+    async def scan(self, path: Path | bytes, name_hint: str) -> None:
+        """Stream ``path`` (or these bytes) to clamd; raise MalwareDetected, ScanLimitExceeded or
         ScannerUnavailable (see the module docstring)."""
         sock = await self._connect()
         try:
@@ -153,12 +154,17 @@ class ClamdScanner:
                 detail={"signature": verdict.signature, "name": name_hint},
             )
 
-    async def _instream(self, sock: socket.socket, path: Path) -> bytes:
+    async def _instream(self, sock: socket.socket, path: Path | bytes) -> bytes:
         try:
             await self._send(sock, b"zINSTREAM\0")
-            async with aiofiles.open(path, "rb") as f:
-                while chunk := await f.read(self.chunk_bytes):
-                    await self._send(sock, instream_frames(chunk))
+            if isinstance(path, bytes):
+                view = memoryview(path)
+                for at in range(0, len(view), self.chunk_bytes):
+                    await self._send(sock, instream_frames(view[at:at + self.chunk_bytes]))
+            else:
+                async with aiofiles.open(path, "rb") as f:
+                    while chunk := await f.read(self.chunk_bytes):
+                        await self._send(sock, instream_frames(chunk))
             await self._send(sock, instream_frames(b""))
         except (ConnectionResetError, BrokenPipeError):
             # clamd stops reading once StreamMaxLength is passed and says why before
