@@ -1,0 +1,99 @@
+"""The kiosk's CPU lane: worker processes called straight from the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from multiprocessing import get_context
+
+import pytest
+
+from casesignd.errors import MalformedPdf
+from casesignd.lane import Lane, WorkerLost
+
+
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def slow_pid(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def refuse(message: str) -> None:
+    raise MalformedPdf(message, detail={"at": 3})
+
+
+def die() -> None:
+    os._exit(3)
+
+
+def sleep_then(value: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return value
+
+
+@pytest.fixture
+def lane():
+    lane = Lane(2, get_context("forkserver"))
+    yield lane
+    lane.close()
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_calls_return_and_use_every_process(lane):
+    async def go():
+        results = await asyncio.gather(*(lane.run(add, i, 1, timeout_s=30) for i in range(20)))
+        pids = await asyncio.gather(*(lane.run(slow_pid, 0.3, timeout_s=30) for _ in range(2)))
+        return results, pids
+
+    results, pids = run(go())
+    assert results == [i + 1 for i in range(20)]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+
+
+def test_an_exception_comes_back_with_its_type_and_detail(lane):
+    async def go():
+        with pytest.raises(MalformedPdf) as e:
+            await lane.run(refuse, "bad xref", timeout_s=30)
+        assert e.value.detail == {"at": 3} and e.value.code == "malformed_pdf"
+        return await lane.run(add, 2, 2, timeout_s=30)
+
+    assert run(go()) == 4
+
+
+def test_a_worker_that_dies_fails_its_call_and_is_replaced(lane):
+    async def go():
+        with pytest.raises(WorkerLost) as e:
+            await lane.run(die, timeout_s=30)
+        assert e.value.retryable
+        return await asyncio.gather(*(lane.run(add, 1, i, timeout_s=30) for i in range(4)))
+
+    assert run(go()) == [1, 2, 3, 4]
+
+
+def test_a_call_past_its_limit_is_stopped_and_its_process_replaced(lane):
+    async def go():
+        with pytest.raises(WorkerLost) as e:
+            await lane.run(sleep_then, 1, 600, timeout_s=0.5)
+        assert e.value.detail == {"reason": "timeout"}
+        return await lane.run(add, 5, 5, timeout_s=30)
+
+    assert run(go()) == 10
+
+
+def test_a_cancelled_call_never_hands_its_answer_to_the_next_one(lane):
+    async def go():
+        task = asyncio.create_task(lane.run(sleep_then, 111, 0.5, timeout_s=30))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await asyncio.gather(*(lane.run(sleep_then, i, 0.6, timeout_s=30) for i in range(2)))
+
+    assert run(go()) == [0, 1]
