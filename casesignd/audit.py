@@ -10,6 +10,7 @@ with write access to the file did anyway.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import sqlite3
 from dataclasses import dataclass
@@ -34,8 +35,10 @@ def canonical(value: Any) -> bytes:
     return _encoder.encode(value)
 
 
+@functools.lru_cache(maxsize=64)
 def rfc3339(ts: float) -> str:
-    """Unix seconds as RFC 3339 UTC with microseconds."""
+    """Unix seconds as RFC 3339 UTC with microseconds. Cached: every event of one
+    commit carries the same time."""
     return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 

@@ -71,6 +71,7 @@ def integer(n: int) -> bytes:
     return tlv(0x02, n.to_bytes(size, "big", signed=True))
 
 
+@functools.lru_cache(maxsize=256)
 def oid(dotted: str) -> bytes:
     """A DER OBJECT IDENTIFIER from its dotted form (X.690 §8.19)."""
     arcs = [int(a) for a in dotted.split(".")]
