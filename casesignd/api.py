@@ -11,7 +11,6 @@ import hashlib
 import hmac
 import logging
 import re
-import secrets
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,7 +34,7 @@ from .errors import (
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
-from .store import Job, NewJob
+from .store import Job, NewJob, random_hex
 
 log = logging.getLogger("casesignd.api")
 
@@ -68,7 +67,7 @@ def middlewares(services: Services) -> list[Any]:
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         request["t0"] = time.time()
         given = request.headers.get("X-Correlation-Id", "")
-        cid = given if _CORRELATION.fullmatch(given) else secrets.token_hex(12)
+        cid = given if _CORRELATION.fullmatch(given) else random_hex(12)
         request["correlation_id"] = cid
         try:
             resp = await handler(request)
@@ -362,16 +361,18 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         tenant = authenticate(request)
         if record is None or record["tenant"] != tenant:
             raise NotFound("no such artifact", code="artifact_not_found")
-    assert s.artifacts is not None
-    path = s.artifacts.open_path(artifact_id)
-    if path is None:
+    source = await s.artifact_source(artifact_id)
+    if source is None:
         raise NotFound("no such artifact", code="artifact_not_found")
-    return web.FileResponse(path, headers={
+    headers = {
         "Content-Type": record["media_type"],
         "Content-Disposition": f'attachment; filename="{artifact_id}.pdf"',
         "X-Artifact-SHA256": record["sha256"],
         "Cache-Control": "private, no-store",
-    })
+    }
+    if isinstance(source, bytes):
+        return web.Response(body=source, headers=headers)
+    return web.FileResponse(source, headers=headers)
 
 
 # --- operations -------------------------------------------------------------------------

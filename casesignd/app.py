@@ -30,6 +30,7 @@ from .artifacts import ArtifactStore
 from .config import Config
 from .errors import Busy, CasesignError, ConfigError
 from .kinds import Artifact, JobKind
+from .lane import Lane
 from .logs import log_event
 from .metrics import Metrics, StateCache
 from .objects import ObjectStore
@@ -109,14 +110,17 @@ class Services:
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
         self.kiosk_inflight = 0
+        # Kiosk signatures under way, some past their answer (see casesignd.kiosk).
+        self.kiosk_flights: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None
-        self._kiosk_cpu: ProcessPoolExecutor | None = None
+        self._kiosk_cpu: Lane | None = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
         self.cpu_warm = False
         self._cms_template: Any = None
+        self._cms_bytes: int | None = None
 
     # --- tenants ---------------------------------------------------------------------
 
@@ -125,39 +129,45 @@ class Services:
 
     # --- CPU pool ----------------------------------------------------------------------
 
-    def _executor(self, kiosk: bool) -> ProcessPoolExecutor:
-        pool = self._kiosk_cpu if kiosk else self._cpu
-        if pool is None:
+    def _executor(self) -> ProcessPoolExecutor:
+        if self._cpu is None:
             # forkserver: the daemon has threads (the store writer), and forking a
             # threaded process is unsafe. Batch processes run at a lower priority so
-            # that the kiosk's own process wins the CPU when both are busy.
-            pool = ProcessPoolExecutor(
-                max_workers=self.config.kiosk.cpu_processes if kiosk else self.config.workers.cpu_processes,
+            # that the kiosk's own processes win the CPU when both are busy.
+            self._cpu = ProcessPoolExecutor(
+                max_workers=self.config.workers.cpu_processes,
                 mp_context=get_context("forkserver"),
-                initializer=_init_worker, initargs=(os.getpid(), not kiosk))
-            if kiosk:
-                self._kiosk_cpu = pool
-            else:
-                self._cpu = pool
-        return pool
+                initializer=_init_worker, initargs=(os.getpid(), True))
+        return self._cpu
+
+    def _lane(self) -> Lane:
+        if self._kiosk_cpu is None:
+            self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, get_context("forkserver"))
+        return self._kiosk_cpu
 
     async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any:
         """Run CPU-heavy work in a separate process: pure-Python PDF parsing does not run
-        in parallel in threads (the GIL), and it must never block the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(self._executor(kiosk), fn, *args)
+        in parallel in threads (the GIL), and it must never block the event loop. The
+        kiosk's work goes to processes of its own, called without helper threads."""
+        if kiosk:
+            return await self._lane().run(fn, *args, timeout_s=self.config.workers.max_run_s)
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
 
     async def warm_cpu(self) -> None:
         """Start the worker processes and import the PDF stack in them, so the first
         kiosk request does not pay for it."""
         with contextlib.suppress(Exception):
-            await asyncio.gather(self.run_cpu(_warm, kiosk=True),
-                                 *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)))
+            # As many calls as processes at once: each process takes one.
+            await asyncio.gather(
+                *(self.run_cpu(_warm, kiosk=True) for _ in range(self.config.kiosk.cpu_processes)),
+                *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)))
         self.cpu_warm = True  # also after a failure: the pools then start on first use
 
     def close_cpu(self) -> None:
-        for pool in (self._cpu, self._kiosk_cpu):
-            if pool is not None:
-                pool.shutdown(wait=True, cancel_futures=True)
+        if self._cpu is not None:
+            self._cpu.shutdown(wait=True, cancel_futures=True)
+        if self._kiosk_cpu is not None:
+            self._kiosk_cpu.close()
         self._cpu = self._kiosk_cpu = None
 
     # --- what jobs call ----------------------------------------------------------------
@@ -173,6 +183,15 @@ class Services:
         async with ctx.phase("publish"):
             return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id, media_type)
 
+    async def artifact_source(self, artifact_id: str) -> bytes | Path | None:
+        """Where an artifact's bytes are: in the store (bytes), a file (its path), or
+        nowhere (None). The store is asked first: a result it holds is the recorded one."""
+        assert self.artifacts is not None
+        data = await self.store.artifact_data(artifact_id)
+        if data is not None:
+            return data
+        return self.artifacts.open_path(artifact_id)
+
     def cms_template(self) -> Any:
         """The signer's CMS template, built once per key (certificates encoded once)."""
         if self._cms_template is None:
@@ -180,6 +199,21 @@ class Services:
 
             self._cms_template = cms.template_for(self.signer.cert, tuple(self.signer.chain))
         return self._cms_template
+
+    def contents_bytes(self, timestamped: bool) -> int:
+        """Room to reserve in /Contents for this key's CMS: its size with the longest
+        signature value any key gives (1 KiB: RSA-8192), or, when a timestamp token
+        of a TSA's own size goes in too, the default 16 KiB. A small reservation keeps
+        a small document small (32 KiB of hex zeros otherwise)."""
+        if timestamped:
+            return 16384
+        if self._cms_bytes is None:
+            from . import cms
+
+            template = self.cms_template()
+            attrs = cms.build_signed_attrs(bytes(32), template)
+            self._cms_bytes = len(cms.assemble(template, attrs, bytes(1024))) + 256
+        return self._cms_bytes
 
     async def sign_pdf(self, ctx: Any, src: Path | str, dst: Path | str, *, reason: str = "") -> None:
         """Sign a document the service made itself (an invoice): same signer, same PAdES
@@ -264,7 +298,7 @@ def _alive(pid: int) -> bool:
 
 
 def _warm() -> None:
-    from . import pades, pdfcheck  # noqa: F401 - imported for their module state
+    from . import pades, pdfcheck, signcase  # noqa: F401 - imported for their module state
 
 
 class _SlowSigner:
@@ -350,6 +384,14 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
         warm.cancel()
     finally:
         s.shutting_down = True
+        if s.kiosk_flights:
+            # A flight past its answer records its outcome; one still under way after
+            # the grace period is cancelled (a job it wrote is reclaimed at restart).
+            _done, left = await asyncio.wait(set(s.kiosk_flights), timeout=cfg.workers.shutdown_grace_s)
+            for task in left:
+                task.cancel()
+            if left:
+                await asyncio.wait(left, timeout=10)
         if s.pool is not None and s.pool.started:
             await s.pool.stop(cfg.workers.shutdown_grace_s)
         if s.fetcher is not None:
@@ -459,6 +501,10 @@ def serve(config_path: str, listen: str | None = None) -> int:
     # documents: private to the service user, whichever library creates the file.
     # Set before the CPU worker processes start, which inherit it.
     os.umask(0o077)
+    # The store's writer and the file threads wake from a commit or an fsync wanting
+    # the GIL while the event loop holds it; by default they wait up to 5 ms for it,
+    # which would put 5 ms on every durable step of a kiosk request.
+    sys.setswitchinterval(0.0005)
     try:
         return asyncio.run(_serve(cfg, config_path, listen))
     except ConfigError as e:

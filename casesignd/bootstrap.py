@@ -137,6 +137,8 @@ DESCRIPTIONS: dict[str, str] = {
     "kiosk.reserved_key_slots": "Key slots kept for the kiosk path (of signing.key_slots).",
     "kiosk.max_concurrent": "Kiosk requests in flight; beyond it, 503 busy.",
     "kiosk.cpu_processes": "Worker processes kept for kiosk requests alone (batch jobs never use them).",
+    "kiosk.inline_artifact_max_bytes": "Signed documents up to this size are kept in the store, "
+    "committed with their record; larger ones are files under state_dir. 0: always files.",
     "workers.max_run_s": "One attempt running longer than this fails retryably (attempt_timeout).",
     "policies.max_decoded_stream_bytes": "Largest decoded size of one PDF stream (decompression bombs).",
     "policies.max_pdf_objects": "Most objects a PDF may have.",

@@ -149,7 +149,10 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reserved_key_slots: int = 1
     max_concurrent: int = 16
     # Worker processes kept for kiosk requests alone (batch jobs never use them).
-    cpu_processes: int = 1
+    cpu_processes: int = 2
+    # Signed documents up to this size are kept in the store, committed with their
+    # record (no file, no fsync of their own); larger ones are files. 0: always files.
+    inline_artifact_max_bytes: int = 1 * MiB
 
 
 class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -14,16 +14,17 @@ background, so whatever it signs is recorded and a replay returns it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import time
 from typing import Any
 
 import msgspec
-from aiohttp import BodyPartReader, web
+from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import jobs
+from . import cms, formdata, jobs, pdfcheck
 from .api import _services, authenticate, body_deadline
 from .audit import canonical
 from .errors import (
@@ -32,15 +33,27 @@ from .errors import (
     CasesignError,
     Conflict,
     DeadlineExceeded,
+    PermanentJobError,
     RequestTimeout,
     ShuttingDown,
+    SigningError,
     TooLarge,
     UnsupportedMediaType,
     ValidationError,
 )
+from .kinds import Artifact, Outcome
 from .logs import log_event
-from .signcase import SignCaseKind, field_name
-from .store import Job, NewJob
+from .signcase import (
+    SignCaseKind,
+    check_and_prepare,
+    field_name,
+    sign_with,
+    signature_key,
+    signing_lock,
+    signing_meta,
+)
+from .store import Flight, Job, NewJob, new_id
+from .worker import error_detail, outcome_result, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -49,45 +62,51 @@ _MANIFEST_BYTES = 64 * 1024
 _KIND = SignCaseKind()
 
 
+# Before the answer is due, the time kept for writing down a job that will not make
+# it (an object and a commit: milliseconds), so that the 504's job is there to read.
+_PERSIST_S = 0.05
+
+
 def deadline_margin_s(deadline_s: float) -> float:
     """How long before the deadline the answer must be on its way (writing it out)."""
     return min(0.1, deadline_s * 0.05)
 
 
-async def _read_part(part: BodyPartReader, limit: int, what: str) -> bytes:
-    buf = bytearray()
-    while chunk := await part.read_chunk(256 * 1024):
-        buf += chunk
-        if len(buf) > limit:
-            raise TooLarge(f"the {what} is larger than {limit} bytes", field=what)
-    return bytes(buf)
-
-
 async def read_request(request: web.Request, max_document_bytes: int) -> tuple[dict[str, Any], bytes]:
     """The manifest (JSON) and the document (bytes) of a multipart/form-data request."""
-    if request.content_type != "multipart/form-data":
+    content_type = request.headers.get("Content-Type", "")
+    if formdata.media_type(content_type) != "multipart/form-data":
         raise UnsupportedMediaType("the body must be multipart/form-data with parts manifest and document")
-    if request.content_length is not None and request.content_length > max_document_bytes + _MANIFEST_BYTES:
+    limit = max_document_bytes + _MANIFEST_BYTES
+    if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"the document is larger than {max_document_bytes} bytes")
-    manifest_raw = document = None
+    delimiter = formdata.boundary(content_type)
+    body = bytearray()
     try:
         # A body that stalls must not hold a kiosk slot: server.request_timeout_s.
         async with asyncio.timeout_at(body_deadline(request)):
-            reader = await request.multipart()
-            while (part := await reader.next()) is not None:
-                if not isinstance(part, BodyPartReader):
-                    raise BadRequest("nested multipart is not accepted", code="invalid_multipart")
-                if part.name == "manifest" and manifest_raw is None:
-                    manifest_raw = await _read_part(part, _MANIFEST_BYTES, "manifest")
-                elif part.name == "document" and document is None:
-                    document = await _read_part(part, max_document_bytes, "document")
-                else:
-                    raise ValidationError(f"unexpected part {part.name!r}", code="unknown_field",
-                                          field=str(part.name))
-    except (ValueError, AssertionError, HttpProcessingError) as e:
-        raise BadRequest("the multipart body is malformed", code="invalid_multipart") from e
+            while chunk := await request.content.read(1 << 20):
+                body += chunk
+                if len(body) > limit:
+                    raise TooLarge(f"the document is larger than {max_document_bytes} bytes")
+    except HttpProcessingError as e:
+        raise BadRequest("the request body is malformed", code="invalid_multipart") from e
     except TimeoutError:
         raise RequestTimeout("the request body did not arrive in time") from None
+    manifest_raw = document = None
+    for name, content in formdata.parse(bytes(body), delimiter):
+        if name == "manifest" and manifest_raw is None:
+            if len(content) > _MANIFEST_BYTES:
+                raise TooLarge(f"the manifest is larger than {_MANIFEST_BYTES} bytes", field="manifest")
+            manifest_raw = bytes(content)
+        elif name == "document" and document is None:
+            if len(content) > max_document_bytes:
+                raise TooLarge(f"the document is larger than {max_document_bytes} bytes",
+                               field="document")
+            document = bytes(content)
+        else:
+            raise ValidationError(f"unexpected part {name[:64]!r}", code="unknown_field",
+                                  field=name[:64] or '""')
     if manifest_raw is None:
         raise ValidationError("the manifest part is missing", code="missing_field", field="manifest")
     if document is None:
@@ -140,19 +159,24 @@ def _job_error(job: Job) -> CasesignError:
                     headers={"Retry-After": "1"})
 
 
-async def _answer(s: Any, job: Job, outcome: str, t0: float) -> web.StreamResponse:
+async def _answer(s: Any, job: Job, outcome: str, t0: float,
+                  signed: bytes | None = None) -> web.StreamResponse:
     result = job.result_dict() or {}
     artifact = result.get("artifact") or {}
-    path = s.artifacts.open_path(artifact.get("artifact_id", "")) if artifact else None
-    if path is None:
-        raise _job_error(job)
-    s.metrics.observe_kiosk(outcome, time.time() - t0)
-    return web.FileResponse(path, headers={
+    headers = {
         "Content-Type": "application/pdf",
         "X-Job-Id": job.job_id,
-        "X-Artifact-SHA256": artifact["sha256"],
+        "X-Artifact-SHA256": artifact.get("sha256", ""),
         "Cache-Control": "private, no-store",
-    })
+    }
+    source = signed if signed is not None or not artifact else (
+        await s.artifact_source(artifact.get("artifact_id", "")))
+    if source is None or not artifact:
+        raise _job_error(job)
+    s.metrics.observe_kiosk(outcome, time.time() - t0)
+    if isinstance(source, bytes):
+        return web.Response(body=source, headers=headers)
+    return web.FileResponse(source, headers=headers)
 
 
 async def post_sign(request: web.Request) -> web.StreamResponse:
@@ -194,40 +218,264 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
             created_at=t0, correlation_id=request["correlation_id"])
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
-        await s.objects.put(tenant, admission.case_id, sha, _once(document), len(document),
-                            len(document))
         assert s.pool is not None
-        job, created = await s.store.admit(new, actor=f"api:{tenant}", max_queue_depth=1 << 62,
-                                           claim_by=s.pool.owner, lease_s=cfg.workers.lease_s)
-        if not created:
-            s.metrics.idempotent_replay("/v1/sign")
-            if job.state == "succeeded":
-                return await _answer(s, job, "replayed", t0)
-            if job.state != "queued":
-                raise _job_error(job)
-            # A batch job for the same signature waits in the queue: run it now.
-            claimed = await s.store.claim_job(job.job_id, s.pool.owner, cfg.workers.lease_s)
-            if claimed is None:
-                raise _job_error(job)
-            job = claimed
-        task = s.pool.run_kiosk(job, answer_by)
+        flight = Flight(new=new, job_id=new_id("job", t0), actor=f"api:{tenant}",
+                        owner=s.pool.owner, lease_s=cfg.workers.lease_s,
+                        admitted_at=time.time(), claimed_at=0.0)
+        sig_key = signature_key(admission.normalized)
+        existing, recorded = s.store.reserve(tenant, new.idem_key, sig_key, flight.token)
+        if existing is not None:
+            return await _replay(s, new, t0, answer_by)
+        run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
+        task = asyncio.create_task(run.fly(), name=f"kiosk-{flight.job_id}")
+        s.kiosk_flights.add(task)
+        task.add_done_callback(_flown(s))
         try:
-            done = await asyncio.wait_for(asyncio.shield(task), max(0.0, answer_by - time.time()))
+            # The last moments before the answer is due go to writing the job down.
+            job, signed = await asyncio.wait_for(
+                asyncio.shield(task), max(0.0, answer_by - _PERSIST_S - time.time()))
         except TimeoutError:
-            log_event(log, "kiosk.deadline_exceeded", level=logging.WARNING, job_id=job.job_id,
+            persisted = run.late()
+            await asyncio.wait([task, persisted], timeout=max(0.0, answer_by - time.time()),
+                               return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and not task.cancelled():
+                job, signed = task.result()  # its own error, if it ended in one
+                return await _answer_flight(s, job, signed, t0)
+            log_event(log, "kiosk.deadline_exceeded", level=logging.WARNING, job_id=flight.job_id,
                       correlation_id=request["correlation_id"])
             raise DeadlineExceeded("the document could not be signed within the deadline; "
                                    "a replay returns it once it is signed",
-                                   headers={"Retry-After": "1", "X-Job-Id": job.job_id}) from None
-        if done is None:
-            raise Conflict("the signing attempt lost its lease", code="in_progress",
-                           headers={"Retry-After": "1"})
-        if done.state != "succeeded":
-            fresh = await s.store.get_job(tenant, done.job_id) or done
-            raise _job_error(fresh)
-        return await _answer(s, done, "succeeded", t0)
+                                   headers={"Retry-After": "1", "X-Job-Id": flight.job_id}) from None
+        return await _answer_flight(s, job, signed, t0)
     finally:
         s.kiosk_inflight -= 1
+
+
+async def _answer_flight(s: Any, job: Job | None, signed: bytes | None,
+                         t0: float) -> web.StreamResponse:
+    if job is None:
+        raise Conflict("the signing attempt lost its lease", code="in_progress",
+                       headers={"Retry-After": "1"})
+    if job.state != "succeeded":
+        raise _job_error(job)
+    return await _answer(s, job, "succeeded", t0, signed)
+
+
+async def _replay(s: Any, new: NewJob, t0: float, answer_by: float) -> web.StreamResponse:
+    """A request whose idempotency key names a job already: the recorded answer, or the
+    queued batch job of the same signature run now."""
+    cfg = s.config
+    job, created = await s.store.admit(new, actor=f"api:{new.tenant}",
+                                       max_queue_depth=1 << 62)
+    assert not created  # the key named a job a moment ago, and jobs are never deleted
+    s.metrics.idempotent_replay("/v1/sign")
+    if job.state == "succeeded":
+        return await _answer(s, job, "replayed", t0)
+    if job.state != "queued":
+        raise _job_error(job)
+    claimed = await s.store.claim_job(job.job_id, s.pool.owner, cfg.workers.lease_s)
+    if claimed is None:
+        raise _job_error(job)
+    task = s.pool.run_kiosk(claimed, answer_by)
+    try:
+        done = await asyncio.wait_for(asyncio.shield(task), max(0.0, answer_by - time.time()))
+    except TimeoutError:
+        raise DeadlineExceeded("the document could not be signed within the deadline; "
+                               "a replay returns it once it is signed",
+                               headers={"Retry-After": "1", "X-Job-Id": job.job_id}) from None
+    if done is None:
+        raise Conflict("the signing attempt lost its lease", code="in_progress",
+                       headers={"Retry-After": "1"})
+    if done.state != "succeeded":
+        raise _job_error(await s.store.get_job(new.tenant, done.job_id) or done)
+    return await _answer(s, done, "succeeded", t0)
+
+
+class _Run:
+    """One kiosk signature, from the reserved key to the one write that records it.
+
+    Nothing is written before the end unless the deadline passes first: then the job
+    is written as running (with its document as an object) so that it outlives a
+    crash, and the work goes on and records its outcome like any attempt."""
+
+    def __init__(self, s: Any, flight: Flight, normalized: dict[str, Any], document: bytes,
+                 sig_key: str, recorded: dict[str, Any] | None, answer_by: float) -> None:
+        self.s = s
+        self.flight = flight
+        self.normalized = normalized
+        self.document = document
+        self.sig_key = sig_key
+        self.recorded = recorded
+        self.answer_by = answer_by
+        self.persisted: asyncio.Task[Any] | None = None
+        self.phases: dict[str, float] = {}
+
+    def late(self) -> asyncio.Task[Any]:
+        """The answer is going out as 504: make the job durable while the work goes on."""
+        if self.persisted is None:
+            self.persisted = asyncio.create_task(self._persist())
+        return self.persisted
+
+    async def _persist(self) -> None:
+        try:
+            await self._put_document()
+            self.flight.claimed_at = self.flight.claimed_at or time.time()
+            await self.s.store.persist_flight(self.flight)
+        except Exception as e:  # noqa: BLE001 - the outcome is still recorded at the end
+            log_event(log, "kiosk.persist_failed", level=logging.WARNING, job_id=self.flight.job_id,
+                      error=f"{type(e).__name__}: {e}")
+
+    async def _put_document(self) -> None:
+        new, doc = self.flight.new, self.document
+        await self.s.objects.put(new.tenant, new.case_id, hashlib.sha256(doc).hexdigest(),
+                                 _once(doc), len(doc), len(doc))
+
+    def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return timed_phase(self.s.metrics, self.phases, _KIND.name, name,
+                           job_id=self.flight.job_id, attempt=1,
+                           correlation_id=self.flight.new.correlation_id)
+
+    async def fly(self) -> tuple[Job | None, bytes | None]:
+        s, flight = self.s, self.flight
+        new = flight.new
+        fields = {"job_id": flight.job_id, "attempt": 1, "kind": _KIND.name,
+                  "correlation_id": new.correlation_id}
+        started = time.perf_counter()
+        signed: bytes | None = None
+        try:
+            async with signing_lock(new.tenant, self.sig_key):
+                flight.claimed_at = time.time()
+                log_event(log, "job.claimed", pool="kiosk", **fields)
+                signed = await self._work()
+                if self.persisted is not None:
+                    await self.persisted
+                job = await s.store.record_flight(flight)
+        except asyncio.CancelledError:
+            s.store.unreserve(new.tenant, new.idem_key, flight.token)
+            raise
+        except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
+            if isinstance(e, Busy) and self.persisted is None:
+                # Refused at once (503): nothing was done, so nothing is recorded.
+                s.store.unreserve(new.tenant, new.idem_key, flight.token)
+                raise
+            job = await self._record_failure(e, fields, started)
+            return job, None
+        if job is not None:
+            s.pool.finished(job, "succeeded")
+            log_event(log, "job.succeeded", duration_ms=round((time.perf_counter() - started) * 1000, 3),
+                      pool="kiosk", **fields)
+        return job, signed
+
+    async def _work(self) -> bytes | None:
+        """Validate, sign, publish; return the signed document (None when an earlier
+        signature of the same key is reused and is answered from the artifact store)."""
+        s, cfg, normalized = self.s, self.s.config, self.normalized
+        recorded = self.recorded
+        if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
+            artifact = Artifact(recorded["artifact_id"], recorded["sha256"], recorded["size"])
+            self.flight.outcome = ("finish", (outcome_result(Outcome(artifact, {"reused": True})),))
+            return None
+        policy = cfg.policy(normalized["policy_version"])
+        if policy is None:
+            raise PermanentJobError("the job's policy is no longer configured", code="unknown_policy")
+        if s.signer is None:
+            raise SigningError("no signing key is configured", code="signing_key_unavailable")
+        meta = signing_meta(normalized, policy, cfg.signing.signer_name)
+        async with self.phase("validate"):
+            prepared = await s.run_cpu(check_and_prepare, self.document,
+                                       pdfcheck.PdfLimits.from_policy(policy), meta,
+                                       s.contents_bytes(bool(policy.tsa_url)), kiosk=True)
+        if s.scanner is not None:
+            async with self.phase("scan"):
+                await s.scanner.scan(self.document, normalized["items"][0]["name"])
+        template = s.cms_template()
+        signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+        async with self.phase("sign"):
+            wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
+            async with s.key_slots.kiosk(wait_s):
+                if getattr(s.signer, "in_memory", False):
+                    signature = sign_with(s.signer, signed_attrs)
+                else:  # a token (PKCS#11) answers over IPC and may stall
+                    signature = await asyncio.to_thread(sign_with, s.signer, signed_attrs)
+            token = None
+            if policy.tsa_url:
+                from . import tsa
+
+                token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                                policy.tsa_timeout_s)
+            update = prepared.signed(cms.assemble(template, signed_attrs, signature, token))
+        assert s.artifacts is not None
+        artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
+        signed = self.document + update
+        async with self.phase("publish"):
+            if (len(signed) <= cfg.kiosk.inline_artifact_max_bytes
+                    and s.artifacts.open_path(artifact_id) is None):
+                # Kept in the store, committed with the record below.
+                published = Artifact(artifact_id, hashlib.sha256(signed).hexdigest(), len(signed))
+                self.flight.inline = signed
+                ours = True
+            else:
+                published, ours = await asyncio.to_thread(
+                    s.artifacts.publish_bytes, (self.document, update), artifact_id,
+                    "application/pdf")
+        record = {"artifact_id": published.artifact_id, "sha256": published.sha256,
+                  "size": published.size}
+        self.flight.signature = (self.sig_key, record, {
+            "signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+            "policy_version": normalized["policy_version"], "timestamped": token is not None})
+        self.flight.outcome = ("finish", (outcome_result(Outcome(published, {"documents": 1})),))
+        # An earlier publication of the same signature key (a crash before its record)
+        # is the one on disk: answer what is on disk.
+        return signed if ours else None
+
+    async def _record_failure(self, error: BaseException, fields: dict[str, Any],
+                              started: float) -> Job | None:
+        s, flight = self.s, self.flight
+        cfg = s.config
+        decision = jobs.plan_retry(
+            1, error, max_attempts=cfg.retry.max_attempts.get(_KIND.name, cfg.retry.default_max_attempts),
+            base_s=cfg.retry.base_delay_s, cap_s=cfg.retry.max_delay_s)
+        s.metrics.allow("code", decision.code)
+        detail = error_detail(error)
+        flight.signature = None
+        if decision.retry:
+            flight.outcome = ("retry", (decision.code, decision.delay_s, detail, decision.counts))
+        else:
+            flight.outcome = ("fail", (decision.category, decision.code, detail))
+        try:
+            # The job outlives this request (a retry, or a replay from the dead letter):
+            # its document is kept like an uploaded object.
+            await self._put_document()
+            if self.persisted is not None:
+                await self.persisted
+            job = await s.store.record_flight(flight)
+        except CasesignError as e:
+            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
+            s.store.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+            raise error from None
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        if decision.retry:
+            s.metrics.retry(_KIND.name, decision.code)
+            log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
+                      duration_ms=duration_ms, pool="kiosk", **fields)
+            s.pool.wake()
+        else:
+            log_event(log, "job.failed", level=logging.WARNING, code=decision.code,
+                      category=decision.category, duration_ms=duration_ms, pool="kiosk",
+                      exc_info=error if decision.category == "internal" else None, **fields)
+            if job is not None:
+                s.pool.finished(job, "failed")
+        return job
+
+
+def _flown(s: Any) -> Any:
+    def done(task: asyncio.Task[Any]) -> None:
+        s.kiosk_flights.discard(task)
+        if not task.cancelled():
+            task.exception()  # answered already, or past its answer: logged where raised
+
+    return done
+
 
 
 async def _once(data: bytes) -> Any:

@@ -184,7 +184,7 @@ def signature_key(normalized: dict[str, Any]) -> str:
 # --- the run -------------------------------------------------------------------------
 
 
-def _meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -> pades.SignatureMeta:
+def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -> pades.SignatureMeta:
     return pades.SignatureMeta(
         signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
         name=signer_name,
@@ -230,15 +230,32 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
         await asyncio.to_thread(pades.finalize, prepared, der, sync=False)
 
 
-def _sign_and_finalize(signer: Any, template: Any, signed_attrs: bytes,
-                       prepared: pades.Prepared | None) -> bytes:
-    """Sign the attributes; with ``prepared``, also embed the CMS (B-B). Runs in a thread."""
+def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
+    """The key operation, any failure of the key as SigningError. Blocking."""
     try:
-        signature = signer.sign(signed_attrs)
+        return signer.sign(signed_attrs)
     except SigningError:
         raise
     except Exception as e:
         raise SigningError(f"the signing key failed: {type(e).__name__}") from e
+
+
+def check_and_prepare(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,
+                      contents_bytes: int) -> pades.PreparedUpdate:
+    """The kiosk's deep validation and preparation of one contract held in memory, in
+    one call to a worker process: the same checks as :meth:`SignCaseKind._validate`."""
+    report, reader = pdfcheck.inspect_document(document, limits)
+    if report.docmdp_permission == 1:
+        raise PermanentJobError(
+            "the document is certified against any change; it cannot be signed",
+            code="certified_no_changes", field="items[0]")
+    return pades.prepare_bytes(document, meta=meta, contents_bytes=contents_bytes, reader=reader)
+
+
+def _sign_and_finalize(signer: Any, template: Any, signed_attrs: bytes,
+                       prepared: pades.Prepared | None) -> bytes:
+    """Sign the attributes; with ``prepared``, also embed the CMS (B-B). Runs in a thread."""
+    signature = sign_with(signer, signed_attrs)
     if prepared is not None:
         pades.finalize(prepared, cms.assemble(template, signed_attrs, signature, None), sync=False)
     return signature
@@ -252,7 +269,7 @@ _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
 
 @contextlib.asynccontextmanager
-async def _signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
+async def signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
     key = (tenant, sig_key)
     lock, users = _SIGNING.get(key, (None, 0))
     lock = lock or asyncio.Lock()
@@ -276,14 +293,14 @@ class SignCaseKind:
 
     async def run(self, ctx: JobContext) -> Outcome:
         sig_key = signature_key(ctx.input)
-        async with _signing_lock(ctx.tenant, sig_key):
+        async with signing_lock(ctx.tenant, sig_key):
             return await self._run(ctx, sig_key)
 
     async def _run(self, ctx: JobContext, sig_key: str) -> Outcome:
         s = ctx.services
         normalized = ctx.input
         recorded = await s.store.get_signature(ctx.tenant, sig_key)
-        if recorded is not None and s.artifacts.open_path(recorded["artifact_id"]) is not None:
+        if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
             # Signed before (a crash after signing, or a replay): never sign twice.
             return Outcome(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
                                              recorded["size"]), detail={"reused": True})
@@ -301,7 +318,7 @@ class SignCaseKind:
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.workdir / "signed.pdf"
         await sign_prepared_pdf(ctx, paths[contract_i], out,
-                                meta=_meta(normalized, policy, ctx.config.signing.signer_name),
+                                meta=signing_meta(normalized, policy, ctx.config.signing.signer_name),
                                 attachments=attachments, policy=policy)
         artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
         # The signed event is written with the record, in one transaction.

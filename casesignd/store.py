@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
@@ -145,6 +145,32 @@ class NewJob:
     correlation_id: str
 
 
+@dataclass
+class Flight:
+    """A kiosk request on its way into the store in one write (``record_flight``)."""
+
+    new: NewJob
+    job_id: str
+    actor: str
+    owner: str
+    lease_s: float
+    admitted_at: float
+    claimed_at: float
+    token: object = field(default_factory=object)
+    # (sig_key, artifact, signed event's detail) when the request signed or reused one
+    signature: tuple[str, dict[str, Any], dict[str, Any] | None] | None = None
+    # ("finish", (result,)), ("retry", (code, delay_s, detail, counts)) or
+    # ("fail", (category, code, detail))
+    outcome: tuple[str, tuple[Any, ...]] = ("finish", ({},))
+    # The result's bytes when they are kept in the store (artifact_data), not as a file
+    inline: bytes | None = None
+
+
+def _in_progress() -> Conflict:
+    return Conflict("the first request with this key is still running", code="in_progress",
+                    headers={"Retry-After": "1"})
+
+
 class IdempotencyKeyReused(CasesignError):
     code = "idempotency_key_reused"
     status = 422
@@ -185,6 +211,12 @@ class Store(Protocol):
 _id_lock = threading.Lock()
 _id_last = [0, 0]
 _id_random = random.Random(secrets.token_bytes(32))
+
+
+def random_hex(n_bytes: int) -> str:
+    """Random hex for ids that must not collide but need not be secret (a correlation
+    id): no system call, unlike ``secrets``."""
+    return f"{_id_random.getrandbits(8 * n_bytes):0{2 * n_bytes}x}"
 
 
 def new_id(prefix: str, now: float) -> str:
@@ -285,6 +317,9 @@ class _Writer:
         # FULL: the WAL is fsynced at every commit, so an acknowledged job is on disk.
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # The checkpointer copies the WAL into the database from its own thread; the
+        # writer checkpoints only if that falls far behind.
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_Checkpointer.WRITER_PAGES}")
         return conn
 
     def _migrate(self, conn: sqlite3.Connection) -> None:
@@ -395,6 +430,44 @@ class _Writer:
         self._deliver(done)
 
 
+class _Checkpointer:
+    """Copies committed WAL frames into the database file, off the writer's thread.
+
+    SQLite's automatic checkpoint runs inside the commit that crosses the threshold,
+    so one commit in a thousand pages would carry the copy and an fsync of the
+    database, and every operation queued behind it would wait. A PASSIVE checkpoint
+    from another connection runs beside the writer and never blocks it; a page that
+    many commits touched is copied once per pass."""
+
+    INTERVAL_S = 0.25
+    WRITER_PAGES = 20000  # the writer's own checkpoint, only if this falls behind
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="casesignd-store-checkpoint",
+                                       daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+        except sqlite3.Error:
+            return  # the writer checkpoints by itself
+        with contextlib.closing(conn):
+            while not self._stop.wait(self.INTERVAL_S):
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
+
 # Below this much free space on the store's file system the store reports itself
 # unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).
 MIN_FREE_BYTES = 256 * 1024
@@ -411,7 +484,13 @@ class SqliteStore:
         self.clock = clock
         self.exclusive = exclusive
         self._writer = _Writer(self.path, busy_timeout_ms, clock)
+        self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
+        self._loop_reader: sqlite3.Connection | None = None
+        # Kiosk requests' idempotency keys (key -> token) and the number of admissions
+        # under way per key; both touched on the event loop only.
+        self._reserved: dict[tuple[str, str], object] = {}
+        self._admitting: dict[tuple[str, str], int] = {}
         self._lock_fd: int | None = None
         self.q = self._writer.statements
 
@@ -431,15 +510,20 @@ class SqliteStore:
                 raise StoreUnavailable(f"another casesignd process is using {self.path}") from None
             self._lock_fd = fd
         await self._writer.start(asyncio.get_running_loop())
+        self._checkpointer.start()
         self._reader = await aiosqlite.connect(self.path)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA query_only = 1")
 
     async def close(self) -> None:
+        if self._loop_reader is not None:
+            self._loop_reader.close()
+            self._loop_reader = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
         if self._writer.thread.is_alive():
+            await asyncio.to_thread(self._checkpointer.stop)
             await asyncio.to_thread(self._writer.stop)
         if self._lock_fd is not None:
             os.close(self._lock_fd)
@@ -475,31 +559,134 @@ class SqliteStore:
         a different request, QueueFull past the queue depth. With ``claim_by`` a new
         job is claimed by that owner in the same transaction (the kiosk path)."""
 
-        def op(tx: _Tx) -> tuple[Job, bool]:
-            row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
-            if row is not None:
-                job = _job(row)
-                if job.fingerprint != new.fingerprint or job.kind != new.kind:
-                    raise IdempotencyKeyReused(
-                        "this idempotency key was used for a different request",
-                        field="Idempotency-Key" if new.idem_key.startswith("key:") else None,
-                    )
-                return job, False
-            depth = tx.conn.execute(tx.q["queue_depth"]).fetchone()[0]
-            if depth >= max_queue_depth:
-                raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
-            job_id = new_id("job", new.created_at)
-            admission_ms = max(0.0, (tx.now - new.created_at) * 1000.0)
-            params = {**new.__dict__, "job_id": job_id, "now": tx.now, "admission_ms": admission_ms}
-            job = _job(tx.one("insert_job", **params))
-            tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
-            if claim_by is not None:
-                job = _job(tx.one("claim_job", job_id=job.job_id, owner=claim_by, now=tx.now,
-                                  lease_s=lease_s))
-                tx.event(job, "claimed", f"worker:{claim_by}", {"series": job.series, "path": "kiosk"})
-            return job, True
+        key = (new.tenant, new.idem_key)
+        if key in self._reserved:
+            raise _in_progress()
+        self._admitting[key] = self._admitting.get(key, 0) + 1
+        try:
+            return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth,
+                                                            claim_by, lease_s))
+        finally:
+            if self._admitting[key] <= 1:
+                del self._admitting[key]
+            else:
+                self._admitting[key] -= 1
+
+    def _admit(self, tx: _Tx, new: NewJob, actor: str, max_queue_depth: int,
+               claim_by: str | None, lease_s: float, job_id: str | None = None,
+               at: float | None = None) -> tuple[Job, bool]:
+        """The admission itself; ``job_id`` and ``at`` (the admission time the job row
+        records) are given by the kiosk path, which writes its job when done."""
+        row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+        if row is not None:
+            job = _job(row)
+            if job.fingerprint != new.fingerprint or job.kind != new.kind:
+                raise IdempotencyKeyReused(
+                    "this idempotency key was used for a different request",
+                    field="Idempotency-Key" if new.idem_key.startswith("key:") else None,
+                )
+            return job, False
+        depth = tx.conn.execute(tx.q["queue_depth"]).fetchone()[0]
+        if depth >= max_queue_depth:
+            raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
+        job_id = job_id or new_id("job", new.created_at)
+        now = tx.now if at is None else at
+        admission_ms = max(0.0, (now - new.created_at) * 1000.0)
+        params = {**new.__dict__, "job_id": job_id, "now": now, "admission_ms": admission_ms}
+        job = _job(tx.one("insert_job", **params))
+        tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
+        if claim_by is not None:
+            job = _job(tx.one("claim_job", job_id=job.job_id, owner=claim_by, now=tx.now,
+                              lease_s=lease_s))
+            tx.event(job, "claimed", f"worker:{claim_by}", {"series": job.series, "path": "kiosk"})
+        return job, True
+
+    # --- the kiosk path: one write per request --------------------------------------
+
+    def reserve(self, tenant: str, idem_key: str, sig_key: str, token: object
+                ) -> tuple[Job | None, dict[str, Any] | None]:
+        """Hold ``idem_key`` for a kiosk request that writes its job only when done.
+
+        Returns (the job the key already names, None), or (None, the signature recorded
+        for ``sig_key`` if any) with the key reserved: until :meth:`record_flight` or
+        :meth:`unreserve`, an admission with the key is answered ``in_progress``.
+
+        Runs on the event loop, which is where every admission starts: an admission
+        of the key either is under way (and counted) or has committed (and its row is
+        read here). The two reads are indexed lookups of microseconds."""
+        key = (tenant, idem_key)
+        if self._reserved.get(key, token) is not token or key in self._admitting:
+            raise _in_progress()
+        rows = self._read_now("find_idem", tenant=tenant, idem_key=idem_key)
+        if rows:
+            return _job(rows[0]), None
+        sig = self._read_now("get_signature", tenant=tenant, sig_key=sig_key)
+        self._reserved[key] = token
+        return None, dict(sig[0]) if sig else None
+
+    def unreserve(self, tenant: str, idem_key: str, token: object) -> None:
+        if self._reserved.get((tenant, idem_key)) is token:
+            del self._reserved[(tenant, idem_key)]
+
+    def _read_now(self, name: str, **params: Any) -> list[Any]:
+        if self._loop_reader is None:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA query_only = 1")
+            self._loop_reader = conn
+        try:
+            return self._loop_reader.execute(self.q[name], params).fetchall()
+        except sqlite3.Error as e:
+            raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
+
+    async def record_flight(self, flight: Flight) -> Job | None:
+        """Write a kiosk request's whole job in one transaction: admitted, claimed, the
+        signature (if any) and its outcome, with the same rows and events as a queued
+        job and the flight's own clocks. A job :meth:`persist_flight` wrote earlier is
+        carried on instead. None when its lease was lost meanwhile."""
+
+        def op(tx: _Tx) -> Job | None:
+            row = tx.one("get_job_any", job_id=flight.job_id)
+            job = _job(row) if row is not None else self._flight_job(tx, flight)
+            if flight.signature is not None:
+                sig_key, artifact, signed = flight.signature
+                if flight.inline is not None:
+                    # With the signature, whatever becomes of this attempt: a recorded
+                    # signature always has its bytes.
+                    tx.conn.execute(tx.q["put_artifact_data"], {
+                        "artifact_id": artifact["artifact_id"], "data": flight.inline})
+                self._record_signature(tx, job, sig_key, artifact, signed)
+            kind, args = flight.outcome
+            return self._outcome_op(kind, job.lease, *args)(tx)
+
+        try:
+            return await self._write(op)
+        finally:
+            # Committed (the row answers from now on) or failed: the key is free.
+            self.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+
+    async def persist_flight(self, flight: Flight) -> Job:
+        """Write a kiosk request's job as running (admitted and claimed) so that it
+        outlives a crash: the request passed its deadline and its work goes on."""
+
+        def op(tx: _Tx) -> Job:
+            row = tx.one("get_job_any", job_id=flight.job_id)
+            return _job(row) if row is not None else self._flight_job(tx, flight)
 
         return await self._write(op)
+
+    def _flight_job(self, tx: _Tx, flight: Flight) -> Job:
+        # The rows keep the flight's clocks; the events are dated when written.
+        job, created = self._admit(tx, flight.new, flight.actor, 1 << 62, None, 0.0,
+                                   job_id=flight.job_id, at=flight.admitted_at)
+        if not created:
+            raise _in_progress()
+        # The lease runs from now: the claim's own time is the flight's.
+        lease_s = flight.lease_s + max(0.0, tx.now - flight.claimed_at)
+        job = _job(tx.one("claim_job", job_id=job.job_id, owner=flight.owner,
+                          now=flight.claimed_at, lease_s=lease_s))
+        tx.event(job, "claimed", f"worker:{flight.owner}", {"series": job.series, "path": "kiosk"})
+        return job
 
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None:
         """Take the lease of the oldest due queued job that fits the byte budget."""
@@ -565,38 +752,49 @@ class SqliteStore:
 
     async def finish(self, lease: Lease, result: dict[str, Any]) -> Job | None:
         """running → succeeded. None when the lease was no longer held."""
-        artifact = result.get("artifact")
-
-        def op(tx: _Tx) -> Job | None:
-            job = self._fenced("finish", lease, "succeeded", {"result": result},
-                               result=audit.canonical(result).decode())(tx)
-            if job is not None and artifact:
-                tx.conn.execute(tx.q["put_artifact"], {
-                    **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
-                    "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
-            return job
-
-        return await self._write(op)
+        return await self._write(self._outcome_op("finish", lease, result))
 
     async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any],
                           counts: bool = True) -> Job | None:
         """running → retry_wait, due after ``delay_s``. With ``counts`` False (a wait for
         a shared resource) the attempt does not count against the job's budget."""
-        detail = {**detail, "code": code, "delay_s": round(delay_s, 3)}
-        if not counts:
-            detail["waiting"] = True
-
-        def op(tx: _Tx) -> Job | None:
-            return self._fenced("retry_later", lease, "retry_scheduled", detail, code=code,
-                                next_at=tx.now + delay_s, count=1 if counts else 0)(tx)
-
-        return await self._write(op)
+        return await self._write(self._outcome_op("retry", lease, code, delay_s, detail, counts))
 
     async def fail(self, lease: Lease, category: str, code: str, detail: dict[str, Any]) -> Job | None:
         """running → failed (the dead letter)."""
-        detail = {**detail, "category": category, "code": code}
-        return await self._write(self._fenced("fail", lease, "failed", detail,
-                                              category=category, code=code))
+        return await self._write(self._outcome_op("fail", lease, category, code, detail))
+
+    def _outcome_op(self, kind: str, lease: Lease, *args: Any) -> Op:
+        """The fenced write that ends an attempt: ``finish`` (result), ``retry`` (code,
+        delay_s, detail, counts) or ``fail`` (category, code, detail)."""
+        if kind == "finish":
+            (result,) = args
+            artifact = result.get("artifact")
+
+            def finish(tx: _Tx) -> Job | None:
+                job = self._fenced("finish", lease, "succeeded", {"result": result},
+                                   result=audit.canonical(result).decode())(tx)
+                if job is not None and artifact:
+                    tx.conn.execute(tx.q["put_artifact"], {
+                        **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
+                        "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
+                return job
+
+            return finish
+        if kind == "retry":
+            code, delay_s, detail, counts = args
+            detail = {**detail, "code": code, "delay_s": round(delay_s, 3)}
+            if not counts:
+                detail["waiting"] = True
+
+            def retry(tx: _Tx) -> Job | None:
+                return self._fenced("retry_later", lease, "retry_scheduled", detail, code=code,
+                                    next_at=tx.now + delay_s, count=1 if counts else 0)(tx)
+
+            return retry
+        category, code, detail = args
+        return self._fenced("fail", lease, "failed", {**detail, "category": category, "code": code},
+                            category=category, code=code)
 
     async def release(self, lease: Lease) -> Job | None:
         """running → queued at shutdown, so that a restart resumes the job at once."""
@@ -680,22 +878,24 @@ class SqliteStore:
         transaction when this call records the signature: a crash between two writes
         would leave a recorded signature that the audit trail never calls signed."""
 
-        def op(tx: _Tx) -> dict[str, Any]:
-            cur = tx.conn.execute(tx.q["put_signature"], {
-                "tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
-                "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
-                "now": tx.now})
-            row = dict(tx.one("get_signature", tenant=job.tenant, sig_key=sig_key))
-            if cur.rowcount:
-                tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
-                         {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
-                          "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
-                if signed is not None:
-                    tx.event(job, "signed", f"worker:{job.lease_owner}",
-                             {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
-            return row
+        return await self._write(lambda tx: self._record_signature(tx, job, sig_key, artifact, signed))
 
-        return await self._write(op)
+    @staticmethod
+    def _record_signature(tx: _Tx, job: Job, sig_key: str, artifact: dict[str, Any],
+                          signed: dict[str, Any] | None) -> dict[str, Any]:
+        cur = tx.conn.execute(tx.q["put_signature"], {
+            "tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
+            "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
+            "now": tx.now})
+        row = dict(tx.one("get_signature", tenant=job.tenant, sig_key=sig_key))
+        if cur.rowcount:
+            tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
+                     {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
+                      "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
+            if signed is not None:
+                tx.event(job, "signed", f"worker:{job.lease_owner}",
+                         {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
+        return row
 
     async def ping(self) -> None:
         """A write round trip: raises StoreUnavailable when the store cannot take writes.
@@ -741,6 +941,11 @@ class SqliteStore:
             ev["detail"] = msgspec.json.decode(ev["detail"])
             out.append(ev)
         return out
+
+    async def artifact_data(self, artifact_id: str) -> bytes | None:
+        """The bytes of an artifact kept in the store (None: it is a file, or unknown)."""
+        rows = await self._rows("get_artifact_data", artifact_id=artifact_id)
+        return bytes(rows[0]["data"]) if rows else None
 
     async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None:
         rows = await self._rows("get_artifact", artifact_id=artifact_id)

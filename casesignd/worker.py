@@ -51,6 +51,20 @@ class _Running:
     started: float = field(default_factory=time.monotonic)
 
 
+@contextlib.asynccontextmanager
+async def timed_phase(metrics: Any, phases: dict[str, float], kind: str, name: str,
+                      **fields: Any) -> AsyncIterator[None]:
+    """Time one phase of an attempt into ``phases``, the metrics and the log."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        took = time.perf_counter() - start
+        phases[name] = phases.get(name, 0.0) + took
+        metrics.observe_phase(kind, name, took)
+        log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
+
+
 class JobCtx:
     """The :class:`casesignd.kinds.JobContext` the pool hands to a running job."""
 
@@ -73,17 +87,10 @@ class JobCtx:
         self._pool = pool
         self._running = running
 
-    @contextlib.asynccontextmanager
-    async def phase(self, name: str) -> AsyncIterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            took = time.perf_counter() - start
-            self.phases[name] = self.phases.get(name, 0.0) + took
-            self.services.metrics.observe_phase(self.kind, name, took)
-            log_event(log, "job.phase", job_id=self.job_id, attempt=self.attempt, phase=name,
-                      duration_ms=round(took * 1000, 3), correlation_id=self.correlation_id)
+    def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return timed_phase(self.services.metrics, self.phases, self.kind, name,
+                           job_id=self.job_id, attempt=self.attempt,
+                           correlation_id=self.correlation_id)
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.services.run_cpu(fn, *args, kiosk=self._running.kiosk)
@@ -220,7 +227,7 @@ class Pool:
                                 r.lost = True
                                 r.task.cancel()
                             if job.state == "failed":
-                                self._finished(job, "failed")
+                                self.finished(job, "failed")
                         self.wake()
                 await self.services.refresh_state()
             except CasesignError as e:
@@ -267,7 +274,7 @@ class Pool:
                     self.services.metrics.stale_result()
                     log_event(log, "job.stale_result", level=logging.WARNING, **fields)
                 else:
-                    self._finished(done, "succeeded")
+                    self.finished(done, "succeeded")
                     log_event(log, "job.succeeded", duration_ms=_ms(started), **fields)
                 return done
             except asyncio.CancelledError:
@@ -336,12 +343,13 @@ class Pool:
                       category=decision.category, error=_err(error), duration_ms=_ms(started),
                       exc_info=error if decision.category == "internal" else None, **fields)
             if done is not None:
-                self._finished(done, "failed")
+                self.finished(done, "failed")
         if done is None:
             self.services.metrics.stale_result()
         return done
 
-    def _finished(self, job: Job, outcome: str) -> None:
+    def finished(self, job: Job, outcome: str) -> None:
+        """Count a job that ended, with its three clocks."""
         m = self.services.metrics
         m.job_finished(job.kind, outcome)
         t = jobs.timings(job, time.time())

@@ -288,8 +288,11 @@ def upload_objects(d: Any, paths: list[Path]) -> list[dict[str, Any]]:
 async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
                             objects: list[dict[str, Any]]) -> dict[str, Any]:
     res: dict[str, Any] = {}
-    res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
-                                   args.duration_s, "ci")
+    if "idle" in args.phases:
+        res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                                       args.duration_s, "ci")
+    if "load" not in args.phases:
+        return res
     stop = asyncio.Event()
     stats: dict[str, int] = {}
     load = asyncio.create_task(casesignd_batch(d.url, d.token, objects, args.batch_inflight,
@@ -309,8 +312,11 @@ async def measure_baseline(args: argparse.Namespace, url: str, document: bytes,
     import aiohttp
 
     res: dict[str, Any] = {}
-    res["idle"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
-                                   args.duration_s, "bi")
+    if "idle" in args.phases:
+        res["idle"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
+                                       args.duration_s, "bi")
+    if "load" not in args.phases:
+        return res
     async with aiohttp.ClientSession() as s:
         q = [("inflight", str(args.batch_inflight))] + [("path", str(p)) for p in paths]
         async with s.post(url + "/batch", params=q) as r:
@@ -366,6 +372,8 @@ def main() -> None:
     ap.add_argument("--batch-inflight", type=int, default=8, help="concurrent batch signatures")
     ap.add_argument("--workers", type=int, default=4, help="casesignd workers.concurrency")
     ap.add_argument("--only", choices=("casesignd", "pyhanko"), default=None)
+    ap.add_argument("--phases", type=lambda v: v.split(","), default=["idle", "load"],
+                    help="which phases to run: idle,load")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--temp-dir", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
                     help="where the daemon's working files go (a tmpfs, as in production)")
@@ -386,7 +394,7 @@ def main() -> None:
         document = reportlab_pdf(tmp / "kiosk.pdf").read_bytes()
         t = time.perf_counter()
         paths = [build_large_pdf(tmp / f"big-{i}.pdf", int(args.batch_mb * 1e6))
-                 for i in range(args.batch_docs)]
+                 for i in range(args.batch_docs if "load" in args.phases else 0)]
         print(f"built {len(paths)} x {args.batch_mb} MB in {time.perf_counter() - t:.1f} s",
               file=sys.stderr)
         # Working files on a tmpfs, as under the systemd unit (a size-capped tmpfs):

@@ -399,11 +399,19 @@ class Report:
         return {k: v for k, v in self.__dict__.items() if k != "problems"}
 
 
-def _artifact_files(d: Daemon) -> dict[str, Path]:
+def _artifact_files(d: Daemon, work: Path) -> dict[str, Path]:
+    """Every artifact's bytes as a file: the artifact store's own, and those the store
+    keeps in its database (written out under ``work`` to be checked the same way; the
+    store's copy is the one served when both exist)."""
     root = d.dir / "artifacts"
-    if not root.is_dir():
-        return {}
-    return {f.name: f for f in root.rglob("*") if f.is_file()}
+    files = {f.name: f for f in root.rglob("*") if f.is_file()} if root.is_dir() else {}
+    inline = work / "inline-artifacts"
+    inline.mkdir(parents=True, exist_ok=True)
+    for row in db_rows(d.db, "SELECT artifact_id, data FROM artifact_data"):
+        path = inline / row["artifact_id"]
+        path.write_bytes(row["data"])
+        files[row["artifact_id"]] = path
+    return files
 
 
 def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
@@ -479,7 +487,7 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
         if named.get(r["artifact_id"]) not in (None, r["sha256"]):
             rep.artifacts_duplicated += 1
             problems.append(f"signature row {sk[1][:12]}… differs from its jobs' artifact")
-    files = _artifact_files(d)
+    files = _artifact_files(d, work)
     table = {r["artifact_id"]: r for r in db_rows(d.db, "SELECT * FROM artifacts")}
     for art_id in set(files) - set(named):
         rep.artifacts_unexplained += 1

@@ -165,3 +165,9 @@ VALUES (:artifact_id, :tenant, :job_id, :sha256, :size, :media_type, :now);
 
 -- name: get_artifact
 SELECT * FROM artifacts WHERE artifact_id = :artifact_id;
+
+-- name: put_artifact_data
+INSERT OR IGNORE INTO artifact_data (artifact_id, data) VALUES (:artifact_id, :data);
+
+-- name: get_artifact_data
+SELECT data FROM artifact_data WHERE artifact_id = :artifact_id;

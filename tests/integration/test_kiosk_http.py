@@ -13,6 +13,7 @@ import pytest
 from cryptography import x509
 
 from tests.daemon import multipart
+from tests.helpers_chaos import db_scalar
 from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 SIGNERS = [{"id": "kiosk-7", "name": "Front Desk", "role": "clerk"}]
@@ -122,10 +123,18 @@ def test_kiosks_share_the_reserved_slot_around_the_key_operation(daemon_factory,
     assert results == {0: 200, 1: 200, 2: 200, 3: 200}
 
 
-def test_kill9_during_a_kiosk_request_leaves_no_partial_artifact(daemon_factory, tmp_path):
+def _artifact_files(d) -> list[Path]:
+    return [f for f in (d.dir / "artifacts").rglob("*") if f.is_file()]
+
+
+def test_kill9_during_a_kiosk_request_leaves_nothing_half_done(daemon_factory, tmp_path):
+    # Within its deadline a kiosk request writes its job once, when it is done: a crash
+    # before that leaves no job, no artifact and no working file, and the kiosk's retry
+    # signs afresh.
     d = daemon_factory({"kiosk": {"deadline_ms": 20000}},
                        env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"})
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+
     def doomed() -> None:
         with contextlib.suppress(OSError):  # the daemon dies under the request
             sign(d, doc, key="crash-1")
@@ -133,24 +142,70 @@ def test_kill9_during_a_kiosk_request_leaves_no_partial_artifact(daemon_factory,
     t = threading.Thread(target=doomed, daemon=True)
     t.start()
     deadline = time.monotonic() + 15
-    while not d.request("GET", "/v1/jobs").json()["jobs"]:
-        assert time.monotonic() < deadline
+    while "casesignd_key_slots_in_use" not in _busy_slots(d):
+        assert time.monotonic() < deadline, "the request never reached the key"
         time.sleep(0.05)
-    job_id = d.request("GET", "/v1/jobs").json()["jobs"][0]["job_id"]
     d.kill9()
     t.join(10)
     d.start()
-    done = d.wait_job(job_id, timeout_s=60)
-    assert done["state"] == "ready"
-    for f in (d.dir / "artifacts").rglob("*"):
-        if f.is_file():
-            assert f.read_bytes().rstrip().endswith(b"%%EOF"), f
+    assert d.request("GET", "/v1/jobs").json()["jobs"] == []
+    assert _artifact_files(d) == []
+    assert db_scalar(d.db, "SELECT count(*) FROM artifact_data") == 0
     replay = sign(d, doc, key="crash-1")
+    assert replay.status == 200, replay.body[:300]
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(replay.body)
+    assert_valid(out, d, tmp_path)
+    assert [e["type"] for e in d.events(replay.headers["X-Job-Id"])].count("signed") == 1
+    assert list((d.dir / "tmp").iterdir()) == []
+
+
+def _busy_slots(d) -> str:
+    """The metric lines of key slots in use, when one is (the kiosk is at its key)."""
+    text = d.request("GET", "/metrics").body.decode()
+    return "\n".join(line for line in text.splitlines()
+                     if line.startswith("casesignd_key_slots_in_use") and not line.endswith(" 0.0"))
+
+
+def test_kill9_after_a_504_the_job_survives_and_a_replay_returns_it(daemon_factory, tmp_path):
+    # Past its deadline the request's job is written down (with its document) before
+    # the 504 goes out: a crash then loses nothing, and the job finishes after restart.
+    d = daemon_factory({"kiosk": {"deadline_ms": 1000}},
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "4000"})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    r = sign(d, doc, key="late-1")
+    assert r.status == 504, r.body[:300]
+    job_id = r.headers["X-Job-Id"]
+    assert d.job(job_id)["state"] == "processing"
+    d.kill9()
+    d.start()
+    done = d.wait_job(job_id, timeout_s=60)
+    assert done["state"] == "ready", done
+    replay = sign(d, doc, key="late-1")
     assert replay.status == 200 and replay.headers["X-Job-Id"] == job_id
     out = tmp_path / "signed.pdf"
     out.write_bytes(replay.body)
     assert_valid(out, d, tmp_path)
-    assert list((d.dir / "tmp").iterdir()) == []
+    assert [e["type"] for e in d.events(job_id)].count("signed") == 1
+    for f in _artifact_files(d):
+        assert f.read_bytes().rstrip().endswith(b"%%EOF"), f
+
+
+@pytest.mark.parametrize("inline_max", [0, 1 << 20])
+def test_the_signed_document_downloads_the_same_from_the_store_or_a_file(daemon_factory, tmp_path,
+                                                                          inline_max):
+    d = daemon_factory({"kiosk": {"inline_artifact_max_bytes": inline_max}})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    r = sign(d, doc, key=f"dl-{inline_max}")
+    assert r.status == 200, r.body[:300]
+    job = d.job(r.headers["X-Job-Id"])
+    link = job["result"]["download_url"]
+    got = d.request("GET", link, auth=False)
+    assert got.status == 200 and got.body == r.body
+    assert got.headers["X-Artifact-SHA256"] == hashlib.sha256(r.body).hexdigest()
+    kept_inline = db_scalar(d.db, "SELECT count(*) FROM artifact_data")
+    assert (kept_inline == 1) == (inline_max > 0)
+    assert (len(_artifact_files(d)) == 1) == (inline_max == 0)
 
 
 @pytest.mark.parametrize("case,status,code,field", [
