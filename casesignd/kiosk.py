@@ -360,11 +360,17 @@ class _Run:
                 raise
             job = await self._record_failure(e, fields, started)
             return job, None
+        self._admitted()
         if job is not None:
             s.pool.finished(job, "succeeded")
             log_event(log, "job.succeeded", duration_ms=round((time.perf_counter() - started) * 1000, 3),
                       pool="kiosk", **fields)
         return job, signed
+
+    def _admitted(self) -> None:
+        """Count the job as admitted (with its admission clock) once it is written."""
+        new = self.flight.new
+        self.s.metrics.job_admitted(new.kind, max(0.0, self.flight.admitted_at - new.created_at))
 
     async def _work(self) -> bytes | None:
         """Validate, sign, publish; return the signed document (None when an earlier
@@ -408,9 +414,10 @@ class _Run:
         artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
         signed = self.document + update
         async with self.phase("publish"):
-            if (len(signed) <= cfg.kiosk.inline_artifact_max_bytes
-                    and s.artifacts.open_path(artifact_id) is None):
-                # Kept in the store, committed with the record below.
+            if len(signed) <= cfg.kiosk.inline_artifact_max_bytes:
+                # Kept in the store, committed with the record below. (A file left
+                # under this id by a crash before its record is never read: the
+                # store is read first.)
                 published = Artifact(artifact_id, hashlib.sha256(signed).hexdigest(), len(signed))
                 self.flight.inline = signed
                 ours = True
@@ -449,6 +456,7 @@ class _Run:
             if self.persisted is not None:
                 await self.persisted
             job = await s.store.record_flight(flight)
+            self._admitted()
         except CasesignError as e:
             log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
             s.store.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)

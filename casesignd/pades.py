@@ -473,35 +473,35 @@ def _put(buf: io.BytesIO, xref: dict[int, tuple[int, int]], base: int, num: int,
     buf.write(b"%d %d obj\n" % (num, gen) + body + b"\nendobj\n")
 
 
+def pdf_text(s: str) -> bytes:
+    """A PDF text string (§7.9.2.2): a literal string when ``s`` is printable ASCII,
+    else UTF-16BE with its byte order mark, in hex (pure)."""
+    if s.isascii() and s.isprintable():
+        return b"(" + s.encode("ascii").replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(
+            b")", b"\\)") + b")"
+    return b"<FEFF" + s.encode("utf-16-be").hex().upper().encode("ascii") + b">"
+
+
 def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
-    entries: dict[str, Any] = {
-        "Type": _name("Sig"),
-        "Filter": _name("Adobe.PPKLite"),
-        "SubFilter": _name("ETSI.CAdES.detached"),
-        "M": _text(pdf_date(meta.signing_time)),
-        "Name": _text(meta.name),
-    }
+    entries = [
+        b"/Type /Sig",
+        b"/Filter /Adobe.PPKLite",
+        b"/SubFilter /ETSI.CAdES.detached",
+        b"/M " + pdf_text(pdf_date(meta.signing_time)),
+        b"/Name " + pdf_text(meta.name),
+    ]
     reason = reason_text(meta)
     if reason:
-        entries["Reason"] = _text(reason)
+        entries.append(b"/Reason " + pdf_text(reason))
     if meta.location:
-        entries["Location"] = _text(meta.location)
-    entries["Prop_Build"] = g.DictionaryObject(
-        {_name("App"): g.DictionaryObject({_name("Name"): _name("casesignd")})}
-    )
-    entries["CasesignCase"] = g.DictionaryObject(
-        {
-            _name("PolicyVersion"): _text(meta.policy_version),
-            _name("CaseId"): _text(meta.case_id),
-            _name("Signers"): g.ArrayObject(
-                g.DictionaryObject(
-                    {_name("Id"): _text(p.id), _name("Name"): _text(p.name), _name("Role"): _text(p.role)}
-                )
-                for p in meta.parties
-            ),
-        }
-    )
-    body = _ser(g.DictionaryObject({_name(k): v for k, v in entries.items()}))
+        entries.append(b"/Location " + pdf_text(meta.location))
+    entries.append(b"/Prop_Build <</App <</Name /casesignd>>>>")
+    signers = b" ".join(
+        b"<</Id " + pdf_text(p.id) + b" /Name " + pdf_text(p.name) + b" /Role " + pdf_text(p.role) + b">>"
+        for p in meta.parties)
+    entries.append(b"/CasesignCase <</PolicyVersion " + pdf_text(meta.policy_version)
+                   + b" /CaseId " + pdf_text(meta.case_id) + b" /Signers [" + signers + b"]>>")
+    body = b"<<" + b"\n".join(entries) + b"\n>>"
     placeholder = b"/ByteRange [0 %s %s %s]" % ((b"0" * _BYTE_RANGE_WIDTH,) * 3)
     contents = b"/Contents <" + b"0" * (2 * contents_bytes) + b">"
     # ByteRange before Contents: the placeholder is patched once offsets are known.

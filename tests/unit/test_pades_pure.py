@@ -160,3 +160,15 @@ def test_docmdp_decision(level: int | None, attachments: int, refused: bool) -> 
             check_docmdp(level, attachments)
     else:
         check_docmdp(level, attachments)
+
+
+@pytest.mark.parametrize("text", ["", "plain", "a (b) c\\d", "Zoë Ünal", "日本語", "tab\there",
+                                  "))((", "emoji 🙂", "back\\slash)"])
+def test_pdf_text_reads_back_as_the_same_string(text: str) -> None:
+    import io
+
+    from pypdf.generic import read_object
+
+    from casesignd.pades import pdf_text
+
+    assert str(read_object(io.BytesIO(pdf_text(text) + b" "), None)) == text
