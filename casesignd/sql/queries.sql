@@ -147,7 +147,8 @@ SELECT seq, hash FROM events ORDER BY seq DESC LIMIT 1;
 SELECT * FROM events WHERE job_id = :job_id AND tenant = :tenant ORDER BY seq;
 
 -- name: state_counts
-SELECT state, count(*) AS n FROM jobs GROUP BY state;
+SELECT substr(name, 7) AS state, value AS n FROM counters
+ WHERE name LIKE 'state:%' AND value > 0;
 
 -- name: oldest_queued
 SELECT min(queued_since) FROM jobs WHERE state = 'queued';

@@ -212,7 +212,7 @@ async def test_a_second_process_cannot_open_the_store(store, tmp_path):
 
 
 
-async def test_the_waiting_count_follows_every_transition(store_and_clock, tmp_path):
+async def test_the_waiting_and_state_counts_follow_every_transition(store_and_clock, tmp_path):
     store, clock = store_and_clock
 
     def waiting() -> int:
@@ -221,26 +221,37 @@ async def test_the_waiting_count_follows_every_transition(store_and_clock, tmp_p
             counted = conn.execute(
                 "SELECT count(*) FROM jobs WHERE state IN ('queued', 'retry_wait')").fetchone()[0]
             kept = conn.execute("SELECT value FROM counters WHERE name = 'waiting'").fetchone()[0]
+            by_state = dict(conn.execute("SELECT state, count(*) FROM jobs GROUP BY state").fetchall())
         finally:
             conn.close()
         assert kept == counted
+        assert by_state == states[0]
         return kept
+
+    states: list[dict[str, int]] = [{}]
+
+    async def check() -> int:
+        states[0] = (await store.stats())["states"]
+        return waiting()
 
     a, _ = await admit(store, key="a")
     b, _ = await admit(store, key="b")
-    assert waiting() == 2
+    assert await check() == 2
     ja = await store.claim("w", 1, 1 << 30, ["test"])
-    assert waiting() == 1
+    assert await check() == 1
     await store.retry_later(ja.lease, "x", 0.0, {})
-    assert waiting() == 2
+    assert await check() == 2
     await store.cancel("t1", b.job_id, "api")
-    assert waiting() == 1
+    assert await check() == 1
     await store.promote_due()
     jb = await store.claim("w", 1, 1 << 30, ["test"])
-    assert waiting() == 0
+    assert await check() == 0
     clock.now += 5
     await store.reclaim_expired(max_lost=5)
-    assert waiting() == 1
+    assert await check() == 1
     with pytest.raises(QueueFull):
         await store.admit(new_job("c"), actor="a", max_queue_depth=1)
-    assert waiting() == 1 and jb
+    assert await check() == 1 and jb
+    jc = await store.claim("w", 1, 1 << 30, ["test"])
+    await store.finish(jc.lease, {})
+    assert await check() == 0
