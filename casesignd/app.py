@@ -504,7 +504,7 @@ def serve(config_path: str, listen: str | None = None) -> int:
     # The store's writer and the file threads wake from a commit or an fsync wanting
     # the GIL while the event loop holds it; by default they wait up to 5 ms for it,
     # which would put 5 ms on every durable step of a kiosk request.
-    sys.setswitchinterval(float(os.environ.get("HACK_SWITCH", "0.0005")))
+    sys.setswitchinterval(0.0005)
     try:
         return asyncio.run(_serve(cfg, config_path, listen))
     except ConfigError as e:
