@@ -2,16 +2,20 @@
 """Benchmark: kiosk latency (``POST /v1/sign``) idle and under a saturating batch load,
 casesignd against a plain pyHanko signing service in the same run.
 
-Eight kiosks (``--kiosks``) run a closed loop: each sends the next one-page signature
-when the previous one answered. Every request is a fresh signature (a unique case ID
+Eight kiosks (``--kiosks``), each on its own keep-alive connection (a lean client: it
+runs on the machine it measures). Every request is a fresh signature (a unique case ID
 per request; no replays), so nothing is served from the signature record. Each
 phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 
-- casesignd idle, then under load: ``--batch-inflight`` concurrent ``sign_case``
+- idle: a closed loop, each kiosk sending the next one-page signature when the previous
+  one answered: the service saturated by kiosks alone.
+- paced: the kiosks together send ``--paced-rps`` requests a second, each at its own
+  fixed turns (at once when a turn has passed): the latency a kiosk sees at that rate.
+- load: the closed loop under a batch load: ``--batch-inflight`` concurrent ``sign_case``
   jobs over ``--batch-docs`` large PDFs of ``--batch-mb`` MB (uploaded once as
   objects; every job names fresh signers so each is a new signature), resubmitted
   as each finishes so the pool stays busy through the whole measurement.
-- baseline idle, then under load: a minimal aiohttp service (the same multipart
+- the same phases against the baseline: a minimal aiohttp service (the same multipart
   contract) that signs with pyHanko's ``PdfSigner`` + ``SimpleSigner`` from the same
   PKCS#12 in one process pool of ``os.cpu_count()`` workers; its batch load is the
   same large PDFs signed in that same pool (no priority separation).
@@ -33,6 +37,7 @@ import hashlib
 import io
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -160,62 +165,112 @@ def summarize(latencies_s: list[float], counts: dict[str, int], duration_s: floa
     }
 
 
-async def kiosk_loop(session: Any, url: str, token: str, document: bytes, tag: str,
+class Kiosk:
+    """One kiosk's HTTP/1.1 keep-alive connection. A load generator on the machine it
+    measures must cost little: this one writes prepared bytes and reads the answer by
+    its Content-Length (about a tenth of the CPU of aiohttp's client per request)."""
+
+    def __init__(self, url: str, token: str, document: bytes) -> None:
+        self.host, _, port = url.removeprefix("http://").partition(":")
+        self.port = int(port)
+        self.token = token
+        self.boundary = uuid.uuid4().hex.encode()
+        self.document_part = (b"--" + self.boundary + b'\r\nContent-Disposition: form-data; '
+                              b'name="document"; filename="doc.pdf"\r\nContent-Type: '
+                              b"application/pdf\r\n\r\n" + document + b"\r\n--" + self.boundary
+                              + b"--\r\n")
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+    async def sign(self, manifest: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
+        body = (b"--" + self.boundary + b'\r\nContent-Disposition: form-data; name="manifest"'
+                b"\r\nContent-Type: application/json\r\n\r\n" + json.dumps(manifest).encode()
+                + b"\r\n" + self.document_part)
+        head = (f"POST /v1/sign HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
+                f"Authorization: Bearer {self.token}\r\n"
+                f"Content-Type: multipart/form-data; boundary={self.boundary.decode()}\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        assert self.reader is not None
+        self.writer.write(head + body)
+        status_line = await self.reader.readuntil(b"\r\n")
+        headers: dict[str, str] = {}
+        while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
+            name, _, value = line.decode("latin-1").partition(":")
+            headers[name.strip().lower()] = value.strip()
+        payload = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+        return int(status_line.split()[1]), headers, payload
+
+
+async def kiosk_loop(url: str, token: str, document: bytes, tag: str,
                      stop_at: float, record_from: float, lat: list[float],
-                     counts: dict[str, int], errors: list[str]) -> None:
-    """One kiosk: the next request when the previous one answered, until ``stop_at``."""
-    import aiohttp
-
+                     counts: dict[str, int], errors: list[str], interval_s: float = 0.0) -> None:
+    """One kiosk: the next request when the previous one answered (or, paced, at its
+    next turn every ``interval_s``, at once if that passed), until ``stop_at``."""
+    kiosk = Kiosk(url, token, document)
     n = 0
-    while (now := time.monotonic()) < stop_at:
-        n += 1
-        from tests.daemon import multipart
-
-        body, ctype = multipart({"case_id": f"K-{tag}-{n}", "signers": SIGNERS}, document)
-        t = time.perf_counter()
-        retry_after_s = 1.0
-        try:
-            async with session.post(url + "/v1/sign", data=body, headers={
-                    "Content-Type": ctype, "Authorization": f"Bearer {token}"},
-                    timeout=aiohttp.ClientTimeout(total=30)) as r:
-                payload = await r.read()
-                status = r.status
-                retry_after_s = min(1.0, float(r.headers.get("Retry-After", "1")))
-        except (aiohttp.ClientError, TimeoutError) as e:
-            status, payload = -1, repr(e).encode()
-        took = time.perf_counter() - t
-        if now < record_from:
-            continue
-        if took > LATE_S:
-            counts["late"] = counts.get("late", 0) + 1
-        if status == 200:
-            counts["ok"] = counts.get("ok", 0) + 1
-            lat.append(took)
-        elif status == 503:
-            counts["busy"] = counts.get("busy", 0) + 1
-            # A kiosk honours Retry-After (at most 1 s here) instead of spinning.
-            await asyncio.sleep(retry_after_s)
-        elif status == 504:
-            counts["deadline"] = counts.get("deadline", 0) + 1
-        else:
-            counts["error"] = counts.get("error", 0) + 1
-            if len(errors) < 5:
-                errors.append(f"{status} {payload[:200]!r}")
+    rng = random.Random(tag)
+    next_at = time.monotonic() + rng.uniform(0, interval_s)
+    try:
+        while (now := time.monotonic()) < stop_at:
+            if interval_s:
+                if next_at > now:
+                    await asyncio.sleep(next_at - now)
+                    now = time.monotonic()
+                next_at += interval_s
+            n += 1
+            t = time.perf_counter()
+            retry_after_s = 1.0
+            try:
+                status, headers, payload = await asyncio.wait_for(
+                    kiosk.sign({"case_id": f"K-{tag}-{n}", "signers": SIGNERS}), 30)
+                retry_after_s = min(1.0, float(headers.get("retry-after", "1")))
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
+                status, payload = -1, repr(e).encode()
+                await kiosk.close()
+            took = time.perf_counter() - t
+            if now < record_from:
+                continue
+            if took > LATE_S:
+                counts["late"] = counts.get("late", 0) + 1
+            if status == 200:
+                counts["ok"] = counts.get("ok", 0) + 1
+                lat.append(took)
+            elif status == 503:
+                counts["busy"] = counts.get("busy", 0) + 1
+                # A kiosk honours Retry-After (at most 1 s here) instead of spinning.
+                await asyncio.sleep(retry_after_s)
+            elif status == 504:
+                counts["deadline"] = counts.get("deadline", 0) + 1
+            else:
+                counts["error"] = counts.get("error", 0) + 1
+                if len(errors) < 5:
+                    errors.append(f"{status} {payload[:200]!r}")
+    finally:
+        await kiosk.close()
 
 
 async def run_kiosks(url: str, token: str, document: bytes, kiosks: int, warmup_s: float,
-                     duration_s: float, tag: str) -> dict[str, Any]:
-    import aiohttp
-
+                     duration_s: float, tag: str, rps: float = 0.0) -> dict[str, Any]:
+    """``kiosks`` closed loops, or with ``rps`` that many requests a second between them."""
     lat: list[float] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
     start = time.monotonic()
-    connector = aiohttp.TCPConnector(limit=kiosks)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(kiosk_loop(session, url, token, document, f"{tag}-{i}",
-                                          start + warmup_s + duration_s, start + warmup_s, lat,
-                                          counts, errors) for i in range(kiosks)))
+    interval_s = kiosks / rps if rps else 0.0
+    await asyncio.gather(*(kiosk_loop(url, token, document, f"{tag}-{i}",
+                                      start + warmup_s + duration_s, start + warmup_s, lat,
+                                      counts, errors, interval_s) for i in range(kiosks)))
     out = summarize(lat, counts, duration_s)
     if errors:
         out["error_samples"] = errors
@@ -291,6 +346,9 @@ async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
     if "idle" in args.phases:
         res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
                                        args.duration_s, "ci")
+    if "paced" in args.phases:
+        res["paced"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                                        args.duration_s, "cp", args.paced_rps)
     if "load" not in args.phases:
         return res
     stop = asyncio.Event()
@@ -315,6 +373,9 @@ async def measure_baseline(args: argparse.Namespace, url: str, document: bytes,
     if "idle" in args.phases:
         res["idle"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
                                        args.duration_s, "bi")
+    if "paced" in args.phases:
+        res["paced"] = await run_kiosks(url, "-", document, args.kiosks, args.warmup_s,
+                                        args.duration_s, "bp", args.paced_rps)
     if "load" not in args.phases:
         return res
     async with aiohttp.ClientSession() as s:
@@ -349,12 +410,12 @@ def start_baseline(port: int, p12: Path, password: bytes, log: Path) -> subproce
 def table(results: dict[str, Any]) -> str:
     cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
             "deadline_504", "other_errors"]
-    lines = [f"{'service':<10} {'phase':<5} " + " ".join(f"{c:>12}" for c in cols)]
+    lines = [f"{'service':<10} {'phase':<6} " + " ".join(f"{c:>12}" for c in cols)]
     for svc in ("casesignd", "pyhanko"):
-        for phase in ("idle", "load"):
+        for phase in ("idle", "paced", "load"):
             r = results.get(svc, {}).get(phase)
             if r:
-                lines.append(f"{svc:<10} {phase:<5} " + " ".join(f"{str(r[c]):>12}" for c in cols))
+                lines.append(f"{svc:<10} {phase:<6} " + " ".join(f"{str(r[c]):>12}" for c in cols))
     return "\n".join(lines)
 
 
@@ -372,8 +433,10 @@ def main() -> None:
     ap.add_argument("--batch-inflight", type=int, default=8, help="concurrent batch signatures")
     ap.add_argument("--workers", type=int, default=4, help="casesignd workers.concurrency")
     ap.add_argument("--only", choices=("casesignd", "pyhanko"), default=None)
-    ap.add_argument("--phases", type=lambda v: v.split(","), default=["idle", "load"],
-                    help="which phases to run: idle,load")
+    ap.add_argument("--phases", type=lambda v: v.split(","), default=["idle", "paced", "load"],
+                    help="which phases to run: idle,paced,load")
+    ap.add_argument("--paced-rps", type=float, default=100.0,
+                    help="the paced phase: requests a second from all kiosks together")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--temp-dir", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
                     help="where the daemon's working files go (a tmpfs, as in production)")
