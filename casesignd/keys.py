@@ -41,10 +41,6 @@ class KeySigner(Protocol):
 class LocalSigner:
     """A private key held in memory (from PKCS#12)."""
 
-    # The key operation is a fraction of a millisecond of CPU and never waits: it may
-    # run on the event loop (a hop to a thread costs more).
-    in_memory = True
-
     def __init__(
         self,
         key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey,

@@ -223,7 +223,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
                         owner=s.pool.owner, lease_s=cfg.workers.lease_s,
                         admitted_at=time.time(), claimed_at=0.0)
         sig_key = signature_key(admission.normalized)
-        existing, recorded = s.store.reserve(tenant, new.idem_key, sig_key, flight.token)
+        existing, recorded = await s.store.reserve(tenant, new.idem_key, sig_key, flight.token)
         if existing is not None:
             return await _replay(s, new, t0, answer_by)
         run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
@@ -399,10 +399,7 @@ class _Run:
         async with self.phase("sign"):
             wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
             async with s.key_slots.kiosk(wait_s):
-                if getattr(s.signer, "in_memory", False):
-                    signature = sign_with(s.signer, signed_attrs)
-                else:  # a token (PKCS#11) answers over IPC and may stall
-                    signature = await asyncio.to_thread(sign_with, s.signer, signed_attrs)
+                signature = await asyncio.to_thread(sign_with, s.signer, signed_attrs)
             token = None
             if policy.tsa_url:
                 from . import tsa

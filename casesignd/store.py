@@ -204,6 +204,13 @@ class Store(Protocol):
     async def list_jobs(self, tenant: str, states: list[str] | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]: ...
     async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]: ...
     async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None: ...
+    async def artifact_data(self, artifact_id: str) -> bytes | None: ...
+    # The kiosk path: a request's job written once, when done (see Flight).
+    async def reserve(self, tenant: str, idem_key: str, sig_key: str,
+                      token: object) -> tuple[Job | None, dict[str, Any] | None]: ...
+    def unreserve(self, tenant: str, idem_key: str, token: object) -> None: ...
+    async def record_flight(self, flight: Flight) -> Job | None: ...
+    async def persist_flight(self, flight: Flight) -> Job: ...
     async def stats(self) -> dict[str, Any]: ...
     async def ping(self) -> None: ...
 
@@ -486,7 +493,6 @@ class SqliteStore:
         self._writer = _Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
-        self._loop_reader: sqlite3.Connection | None = None
         # Kiosk requests' idempotency keys (key -> token) and the number of admissions
         # under way per key; both touched on the event loop only.
         self._reserved: dict[tuple[str, str], object] = {}
@@ -516,9 +522,6 @@ class SqliteStore:
         await self._reader.execute("PRAGMA query_only = 1")
 
     async def close(self) -> None:
-        if self._loop_reader is not None:
-            self._loop_reader.close()
-            self._loop_reader = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -603,41 +606,39 @@ class SqliteStore:
 
     # --- the kiosk path: one write per request --------------------------------------
 
-    def reserve(self, tenant: str, idem_key: str, sig_key: str, token: object
-                ) -> tuple[Job | None, dict[str, Any] | None]:
+    async def reserve(self, tenant: str, idem_key: str, sig_key: str, token: object
+                      ) -> tuple[Job | None, dict[str, Any] | None]:
         """Hold ``idem_key`` for a kiosk request that writes its job only when done.
 
         Returns (the job the key already names, None), or (None, the signature recorded
-        for ``sig_key`` if any) with the key reserved: until :meth:`record_flight` or
+        for ``sig_key`` if any) with the key held: until :meth:`record_flight` or
         :meth:`unreserve`, an admission with the key is answered ``in_progress``.
 
-        Runs on the event loop, which is where every admission starts: an admission
-        of the key either is under way (and counted) or has committed (and its row is
-        read here). The two reads are indexed lookups of microseconds."""
+        The key is held before the store is read, on the event loop, where every
+        admission starts: an admission of the key is then under way (counted, so this
+        is ``in_progress``), or committed (its row is read here), or later (and meets
+        the hold)."""
         key = (tenant, idem_key)
         if self._reserved.get(key, token) is not token or key in self._admitting:
             raise _in_progress()
-        rows = self._read_now("find_idem", tenant=tenant, idem_key=idem_key)
-        if rows:
-            return _job(rows[0]), None
-        sig = self._read_now("get_signature", tenant=tenant, sig_key=sig_key)
         self._reserved[key] = token
-        return None, dict(sig[0]) if sig else None
+        try:
+            found = (await self._rows("kiosk_lookup", tenant=tenant, idem_key=idem_key,
+                                      sig_key=sig_key))[0]
+            if found["job_id"] is not None:
+                self.unreserve(tenant, idem_key, token)
+                rows = await self._rows("get_job_any", job_id=found["job_id"])
+                return _job(rows[0]), None
+        except BaseException:
+            self.unreserve(tenant, idem_key, token)
+            raise
+        if found["artifact_id"] is None:
+            return None, None
+        return None, {k: found[k] for k in ("artifact_id", "sha256", "size")}
 
     def unreserve(self, tenant: str, idem_key: str, token: object) -> None:
         if self._reserved.get((tenant, idem_key)) is token:
             del self._reserved[(tenant, idem_key)]
-
-    def _read_now(self, name: str, **params: Any) -> list[Any]:
-        if self._loop_reader is None:
-            conn = sqlite3.connect(self.path, isolation_level=None)
-            conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA query_only = 1")
-            self._loop_reader = conn
-        try:
-            return self._loop_reader.execute(self.q[name], params).fetchall()
-        except sqlite3.Error as e:
-            raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
 
     async def record_flight(self, flight: Flight) -> Job | None:
         """Write a kiosk request's whole job in one transaction: admitted, claimed, the

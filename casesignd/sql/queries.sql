@@ -153,6 +153,13 @@ SELECT substr(name, 7) AS state, value AS n FROM counters
 -- name: oldest_queued
 SELECT min(queued_since) FROM jobs WHERE state = 'queued';
 
+-- name: kiosk_lookup
+-- One read for a kiosk request: the job its idempotency key names, if any, and the
+-- signature recorded for its signature key, if any.
+SELECT (SELECT job_id FROM jobs WHERE tenant = :tenant AND idem_key = :idem_key) AS job_id,
+       s.artifact_id, s.sha256, s.size
+  FROM (SELECT 1) LEFT JOIN signatures AS s ON s.tenant = :tenant AND s.sig_key = :sig_key;
+
 -- name: get_signature
 SELECT * FROM signatures WHERE tenant = :tenant AND sig_key = :sig_key;
 

@@ -10,7 +10,7 @@ import pytest
 
 from casesignd import audit, jobs
 from casesignd.errors import Conflict, NotFound, QueueFull
-from casesignd.store import IdempotencyKeyReused, NewJob, SqliteStore
+from casesignd.store import Flight, IdempotencyKeyReused, NewJob, SqliteStore, new_id
 
 
 class Clock:
@@ -255,3 +255,64 @@ async def test_the_waiting_and_state_counts_follow_every_transition(store_and_cl
     jc = await store.claim("w", 1, 1 << 30, ["test"])
     await store.finish(jc.lease, {})
     assert await check() == 0
+
+
+def flight(store_clock: Clock, key: str = "kiosk-1", **kw) -> Flight:
+    now = store_clock.now
+    return Flight(new=new_job(key), job_id=new_id("job", now), actor="api:t1", owner="w",
+                  lease_s=30.0, admitted_at=now, claimed_at=now, **kw)
+
+
+async def test_a_flight_is_written_whole_in_one_commit(store_and_clock):
+    store, clock = store_and_clock
+    f = flight(clock)
+    assert await store.reserve("t1", f.new.idem_key, "sig-1", f.token) == (None, None)
+    # Held: an admission of the same key, or a second kiosk request, is in progress.
+    with pytest.raises(Conflict) as e:
+        await store.admit(f.new, actor="api:t1", max_queue_depth=100)
+    assert e.value.code == "in_progress"
+    with pytest.raises(Conflict):
+        await store.reserve("t1", f.new.idem_key, "sig-1", object())
+    assert await store.get_job("t1", f.job_id) is None
+    art = {"artifact_id": "art_" + "1" * 32, "sha256": "ab" * 32, "size": 3}
+    f.signature = ("sig-1", art, {"signers": []})
+    f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
+    f.inline = b"pdf"
+    done = await store.record_flight(f)
+    assert done is not None and done.state == "succeeded" and done.job_id == f.job_id
+    assert [e["type"] for e in await store.events("t1", f.job_id)] == [
+        "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+    assert await store.artifact_data(art["artifact_id"]) == b"pdf"
+    assert (await store.get_signature("t1", "sig-1"))["artifact_id"] == art["artifact_id"]
+    # Released: the key now names the job, for a kiosk replay and an admission alike.
+    existing, _ = await store.reserve("t1", f.new.idem_key, "sig-1", object())
+    assert existing is not None and existing.job_id == f.job_id
+    job, created = await store.admit(f.new, actor="api:t1", max_queue_depth=100)
+    assert not created and job.job_id == f.job_id
+    # Another key of the same signature finds the recorded one.
+    g = flight(clock, key="kiosk-2")
+    assert (await store.reserve("t1", g.new.idem_key, "sig-1", g.token))[1]["sha256"] == "ab" * 32
+    store.unreserve("t1", g.new.idem_key, g.token)
+    assert (await store.admit(g.new, actor="api:t1", max_queue_depth=100))[1] is True
+
+
+async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(store_and_clock):
+    store, clock = store_and_clock
+    f = flight(clock)
+    await store.reserve("t1", f.new.idem_key, "sig-2", f.token)
+    running = await store.persist_flight(f)
+    assert running.state == "running" and running.lease_owner == "w"
+    assert (await store.get_job("t1", f.job_id)).state == "running"
+    f.outcome = ("fail", ("permanent_input", "malformed_pdf", {}))
+    done = await store.record_flight(f)
+    assert done.state == "failed" and done.error_code == "malformed_pdf"
+    assert [e["type"] for e in await store.events("t1", f.job_id)] == [
+        "admitted", "claimed", "failed"]
+
+
+async def test_an_unreserved_key_is_free_again(store_and_clock):
+    store, clock = store_and_clock
+    f = flight(clock)
+    await store.reserve("t1", f.new.idem_key, "sig-3", f.token)
+    store.unreserve("t1", f.new.idem_key, f.token)
+    assert (await admit(store, key="kiosk-1"))[1] is True
