@@ -65,6 +65,7 @@ class Lane:
         self._init = (initializer, initargs)
         self._idle: asyncio.Queue[_Worker] | None = None
         self._all: set[_Worker] = set()
+        self._closed = False
 
     def _spawn(self) -> _Worker:
         worker = _Worker(self._ctx, *self._init)
@@ -72,6 +73,8 @@ class Lane:
         return worker
 
     def _queue(self) -> asyncio.Queue[_Worker]:
+        if self._closed:
+            raise WorkerLost("the daemon is stopping", detail={"reason": "closed"})
         if self._idle is None:
             self._idle = asyncio.Queue()
             for _ in range(self.size):
@@ -98,13 +101,15 @@ class Lane:
                 # next call): replaced either way.
                 self._all.discard(worker)
                 worker.kill()
-                idle.put_nowait(self._spawn())
+                if not self._closed:  # no new process while the daemon stops
+                    idle.put_nowait(self._spawn())
         tag, value = result
         if tag == "error":
             raise value
         return value
 
     def close(self) -> None:
+        self._closed = True
         for worker in list(self._all):
             worker.kill()
         self._all.clear()

@@ -97,3 +97,16 @@ def test_a_cancelled_call_never_hands_its_answer_to_the_next_one(lane):
         return await asyncio.gather(*(lane.run(sleep_then, i, 0.6, timeout_s=30) for i in range(2)))
 
     assert run(go()) == [0, 1]
+
+
+def test_a_closed_lane_refuses_calls_and_starts_no_process():
+    lane = Lane(1, get_context("forkserver"))
+
+    async def go():
+        assert await lane.run(add, 1, 1, timeout_s=30) == 2
+        lane.close()
+        with pytest.raises(WorkerLost):
+            await lane.run(add, 1, 1, timeout_s=30)
+
+    run(go())
+    assert lane._all == set()
