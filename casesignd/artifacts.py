@@ -181,6 +181,7 @@ class ArtifactStore:
 
     @staticmethod
     def _write(parts: Iterable[bytes], dst: Path) -> tuple[str, int]:
+        """Write ``parts`` to a new file ``dst``, hashing them; fsynced (blocking)."""
         h = hashlib.sha256()
         size = 0
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -189,26 +190,17 @@ class ArtifactStore:
                 h.update(part)
                 fout.write(part)
                 size += len(part)
-            fout.flush()
-            os.fsync(fout.fileno())
-        return h.hexdigest(), size
-
-    @staticmethod
-    def _copy(src: Path, dst: Path) -> tuple[str, int]:
-        h = hashlib.sha256()
-        size = 0
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with open(src, "rb") as fin, os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
-            while chunk := fin.read(_COPY_CHUNK_BYTES):
-                h.update(chunk)
-                fout.write(chunk)
-                size += len(chunk)
-                if size % _SYNC_EVERY_BYTES < len(chunk):
+                if size % _SYNC_EVERY_BYTES < len(part):
                     fout.flush()
                     os.fdatasync(fout.fileno())
             fout.flush()
             os.fsync(fout.fileno())
         return h.hexdigest(), size
+
+    @classmethod
+    def _copy(cls, src: Path, dst: Path) -> tuple[str, int]:
+        with open(src, "rb") as fin:
+            return cls._write(iter(lambda: fin.read(_COPY_CHUNK_BYTES), b""), dst)
 
     # --- links (pure) -----------------------------------------------------------------
 

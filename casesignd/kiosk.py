@@ -161,18 +161,18 @@ def _job_error(job: Job) -> CasesignError:
 
 async def _answer(s: Any, job: Job, outcome: str, t0: float,
                   signed: bytes | None = None) -> web.StreamResponse:
-    result = job.result_dict() or {}
-    artifact = result.get("artifact") or {}
+    artifact = (job.result_dict() or {}).get("artifact")
+    source = None
+    if artifact:
+        source = signed if signed is not None else await s.artifact_source(artifact["artifact_id"])
+    if source is None:
+        raise _job_error(job)
     headers = {
         "Content-Type": "application/pdf",
         "X-Job-Id": job.job_id,
-        "X-Artifact-SHA256": artifact.get("sha256", ""),
+        "X-Artifact-SHA256": artifact["sha256"],
         "Cache-Control": "private, no-store",
     }
-    source = signed if signed is not None or not artifact else (
-        await s.artifact_source(artifact.get("artifact_id", "")))
-    if source is None or not artifact:
-        raise _job_error(job)
     s.metrics.observe_kiosk(outcome, time.time() - t0)
     if isinstance(source, bytes):
         return web.Response(body=source, headers=headers)
@@ -243,12 +243,16 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
                 return await _answer_flight(s, job, signed, t0)
             log_event(log, "kiosk.deadline_exceeded", level=logging.WARNING, job_id=flight.job_id,
                       correlation_id=request["correlation_id"])
-            raise DeadlineExceeded("the document could not be signed within the deadline; "
-                                   "a replay returns it once it is signed",
-                                   headers={"Retry-After": "1", "X-Job-Id": flight.job_id}) from None
+            raise _too_late(flight.job_id) from None
         return await _answer_flight(s, job, signed, t0)
     finally:
         s.kiosk_inflight -= 1
+
+
+def _too_late(job_id: str) -> DeadlineExceeded:
+    return DeadlineExceeded("the document could not be signed within the deadline; "
+                            "a replay returns it once it is signed",
+                            headers={"Retry-After": "1", "X-Job-Id": job_id})
 
 
 async def _answer_flight(s: Any, job: Job | None, signed: bytes | None,
@@ -280,15 +284,10 @@ async def _replay(s: Any, new: NewJob, t0: float, answer_by: float) -> web.Strea
     try:
         done = await asyncio.wait_for(asyncio.shield(task), max(0.0, answer_by - time.time()))
     except TimeoutError:
-        raise DeadlineExceeded("the document could not be signed within the deadline; "
-                               "a replay returns it once it is signed",
-                               headers={"Retry-After": "1", "X-Job-Id": job.job_id}) from None
-    if done is None:
-        raise Conflict("the signing attempt lost its lease", code="in_progress",
-                       headers={"Retry-After": "1"})
-    if done.state != "succeeded":
-        raise _job_error(await s.store.get_job(new.tenant, done.job_id) or done)
-    return await _answer(s, done, "succeeded", t0)
+        raise _too_late(job.job_id) from None
+    if done is not None and done.state != "succeeded":
+        done = await s.store.get_job(new.tenant, done.job_id) or done
+    return await _answer_flight(s, done, None, t0)
 
 
 class _Run:
@@ -454,8 +453,9 @@ class _Run:
                 await self.persisted
             job = await s.store.record_flight(flight)
             self._admitted()
-        except CasesignError as e:
-            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
+        except Exception as e:  # noqa: BLE001 - whatever failed, the key must not stay held
+            code = e.code if isinstance(e, CasesignError) else "internal_error"
+            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code, **fields)
             s.store.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
             raise error from None
         duration_ms = round((time.perf_counter() - started) * 1000, 3)

@@ -182,8 +182,7 @@ class Store(Protocol):
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
-                    claim_by: str | None = None, lease_s: float = 30.0) -> tuple[Job, bool]: ...
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]: ...
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
@@ -552,23 +551,19 @@ class SqliteStore:
 
     # --- writes ----------------------------------------------------------------------
 
-    async def admit(
-        self, new: NewJob, *, actor: str, max_queue_depth: int, claim_by: str | None = None,
-        lease_s: float = 30.0,
-    ) -> tuple[Job, bool]:
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
-        a different request, QueueFull past the queue depth. With ``claim_by`` a new
-        job is claimed by that owner in the same transaction (the kiosk path)."""
+        a different request, QueueFull past the queue depth, Conflict ``in_progress``
+        while a kiosk request holds the key."""
 
         key = (new.tenant, new.idem_key)
         if key in self._reserved:
             raise _in_progress()
         self._admitting[key] = self._admitting.get(key, 0) + 1
         try:
-            return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth,
-                                                            claim_by, lease_s))
+            return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth))
         finally:
             if self._admitting[key] <= 1:
                 del self._admitting[key]
@@ -576,8 +571,7 @@ class SqliteStore:
                 self._admitting[key] -= 1
 
     def _admit(self, tx: _Tx, new: NewJob, actor: str, max_queue_depth: int,
-               claim_by: str | None, lease_s: float, job_id: str | None = None,
-               at: float | None = None) -> tuple[Job, bool]:
+               job_id: str | None = None, at: float | None = None) -> tuple[Job, bool]:
         """The admission itself; ``job_id`` and ``at`` (the admission time the job row
         records) are given by the kiosk path, which writes its job when done."""
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
@@ -598,10 +592,6 @@ class SqliteStore:
         params = {**new.__dict__, "job_id": job_id, "now": now, "admission_ms": admission_ms}
         job = _job(tx.one("insert_job", **params))
         tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
-        if claim_by is not None:
-            job = _job(tx.one("claim_job", job_id=job.job_id, owner=claim_by, now=tx.now,
-                              lease_s=lease_s))
-            tx.event(job, "claimed", f"worker:{claim_by}", {"series": job.series, "path": "kiosk"})
         return job, True
 
     # --- the kiosk path: one write per request --------------------------------------
@@ -678,7 +668,7 @@ class SqliteStore:
 
     def _flight_job(self, tx: _Tx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
-        job, created = self._admit(tx, flight.new, flight.actor, 1 << 62, None, 0.0,
+        job, created = self._admit(tx, flight.new, flight.actor, 1 << 62,
                                    job_id=flight.job_id, at=flight.admitted_at)
         if not created:
             raise _in_progress()

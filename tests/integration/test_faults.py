@@ -26,16 +26,9 @@ from tests.helpers_chaos import (
 )
 from tests.helpers_clamd import CLAMD, start_clamd
 from tests.helpers_http_source import Body, Hang, Status, Trickle
+from tests.helpers_ops import upload
 from tests.helpers_pki import pki, pyhanko_statuses, reportlab_pdf  # noqa: F401 - fixture
 from tests.helpers_tsa import LocalTsa
-
-
-def upload(d, case_id: str, data: bytes) -> dict:
-    sha = hashlib.sha256(data).hexdigest()
-    r = d.request("PUT", f"/v1/cases/{case_id}/objects/{sha}", raw=data,
-                  headers={"Content-Type": "application/octet-stream"})
-    assert r.status in (200, 201), r.body
-    return {"sha256": sha, "size": len(data), "object_ref": f"sha256:{sha}"}
 
 
 def packet(case_id: str, contract: dict) -> dict:

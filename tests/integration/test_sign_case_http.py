@@ -12,19 +12,12 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from cryptography import x509
 
+from tests.helpers_ops import upload
 from tests.helpers_pki import embedded_files, nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
        b"\x90wS\xde\x00\x00\x00\x0cIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00"
        b"\x00IEND\xaeB`\x82")
-
-
-def upload(d, case_id: str, data: bytes) -> dict:
-    sha = hashlib.sha256(data).hexdigest()
-    r = d.request("PUT", f"/v1/cases/{case_id}/objects/{sha}", raw=data,
-                  headers={"Content-Type": "application/octet-stream"})
-    assert r.status in (200, 201), r.body
-    return {"sha256": sha, "size": len(data), "object_ref": f"sha256:{sha}"}
 
 
 def manifest(case_id: str, contract: dict, evidence: list[tuple[str, str, dict]]) -> dict:
