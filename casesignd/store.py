@@ -164,6 +164,8 @@ class Flight:
     outcome: tuple[str, tuple[Any, ...]] = ("finish", ({},))
     # The result's bytes when they are kept in the store (artifact_data), not as a file
     inline: bytes | None = None
+    # Written as running by persist_flight (the request passed its deadline)
+    persisted: bool = False
 
 
 def _in_progress() -> Conflict:
@@ -248,6 +250,9 @@ class _Tx:
         self.q = q
         self.chain = chain  # [seq, hash], shared with the writer
         self.now = now
+        # Chained here, inserted together by flush() when the operation ends: each
+        # statement hands the GIL back and forth with the event loop.
+        self.events: list[dict[str, Any]] = []
 
     def one(self, name: str, **params: Any) -> sqlite3.Row | None:
         return self.conn.execute(self.q[name], params).fetchone()
@@ -276,8 +281,14 @@ class _Tx:
             "prev_hash": self.chain[1],
         }
         ev["hash"] = audit.event_hash(ev)
-        self.conn.execute(self.q["insert_event"], ev)
+        self.events.append(ev)
         self.chain[0], self.chain[1] = seq, ev["hash"]
+
+    def flush(self) -> None:
+        """Insert the operation's events (no statement of an operation reads them)."""
+        if self.events:
+            self.conn.executemany(self.q["insert_event"], self.events)
+            self.events.clear()
 
 
 Op = Callable[[_Tx], Any]
@@ -407,7 +418,9 @@ class _Writer:
             failure: BaseException | None = None
             for i, (op, _fut, _loop) in enumerate(pending):
                 try:
-                    results.append(op(_Tx(conn, self.statements, self.chain, now)))
+                    tx = _Tx(conn, self.statements, self.chain, now)
+                    results.append(op(tx))
+                    tx.flush()
                 except BaseException as e:  # noqa: BLE001 - each op's failure is its own
                     failed, failure = i, e
                     break
@@ -570,10 +583,8 @@ class SqliteStore:
             else:
                 self._admitting[key] -= 1
 
-    def _admit(self, tx: _Tx, new: NewJob, actor: str, max_queue_depth: int,
-               job_id: str | None = None, at: float | None = None) -> tuple[Job, bool]:
-        """The admission itself; ``job_id`` and ``at`` (the admission time the job row
-        records) are given by the kiosk path, which writes its job when done."""
+    def _admit(self, tx: _Tx, new: NewJob, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+        """The admission itself."""
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
         if row is not None:
             job = _job(row)
@@ -586,13 +597,21 @@ class SqliteStore:
         depth = tx.conn.execute(tx.q["queue_depth"]).fetchone()[0]
         if depth >= max_queue_depth:
             raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
-        job_id = job_id or new_id("job", new.created_at)
-        now = tx.now if at is None else at
+        return self._insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
+
+    @staticmethod
+    def _insert_job(tx: _Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
+        """The job row, admitted at ``now`` (the kiosk path gives its own clock)."""
         admission_ms = max(0.0, (now - new.created_at) * 1000.0)
         params = {**new.__dict__, "job_id": job_id, "now": now, "admission_ms": admission_ms}
-        job = _job(tx.one("insert_job", **params))
+        try:
+            job = _job(tx.one("insert_job", **params))
+        except sqlite3.IntegrityError:
+            # Only a kiosk flight inserts without a lookup; its key is held, so another
+            # row with the key is an admission under way.
+            raise _in_progress() from None
         tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
-        return job, True
+        return job
 
     # --- the kiosk path: one write per request --------------------------------------
 
@@ -637,7 +656,7 @@ class SqliteStore:
         carried on instead. None when its lease was lost meanwhile."""
 
         def op(tx: _Tx) -> Job | None:
-            row = tx.one("get_job_any", job_id=flight.job_id)
+            row = tx.one("get_job_any", job_id=flight.job_id) if flight.persisted else None
             job = _job(row) if row is not None else self._flight_job(tx, flight)
             if flight.signature is not None:
                 sig_key, artifact, signed = flight.signature
@@ -664,14 +683,14 @@ class SqliteStore:
             row = tx.one("get_job_any", job_id=flight.job_id)
             return _job(row) if row is not None else self._flight_job(tx, flight)
 
-        return await self._write(op)
+        job = await self._write(op)
+        flight.persisted = True
+        return job
 
     def _flight_job(self, tx: _Tx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
-        job, created = self._admit(tx, flight.new, flight.actor, 1 << 62,
-                                   job_id=flight.job_id, at=flight.admitted_at)
-        if not created:
-            raise _in_progress()
+        # The flight holds its key (reserve), so no job row names it: no lookup.
+        job = self._insert_job(tx, flight.new, flight.actor, flight.job_id, flight.admitted_at)
         # The lease runs from now: the claim's own time is the flight's.
         lease_s = flight.lease_s + max(0.0, tx.now - flight.claimed_at)
         job = _job(tx.one("claim_job", job_id=job.job_id, owner=flight.owner,
@@ -874,18 +893,19 @@ class SqliteStore:
     @staticmethod
     def _record_signature(tx: _Tx, job: Job, sig_key: str, artifact: dict[str, Any],
                           signed: dict[str, Any] | None) -> dict[str, Any]:
-        cur = tx.conn.execute(tx.q["put_signature"], {
-            "tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
-            "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
-            "now": tx.now})
-        row = dict(tx.one("get_signature", tenant=job.tenant, sig_key=sig_key))
-        if cur.rowcount:
-            tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
-                     {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
-                      "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
-            if signed is not None:
-                tx.event(job, "signed", f"worker:{job.lease_owner}",
-                         {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
+        params = {"tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
+                  "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
+                  "now": tx.now}
+        inserted = tx.conn.execute(tx.q["put_signature"], params).rowcount
+        if not inserted:  # recorded before: that record stands
+            return dict(tx.one("get_signature", tenant=job.tenant, sig_key=sig_key))
+        row = {k: v for k, v in params.items() if k != "now"} | {"created_at": tx.now}
+        tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
+                 {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
+                  "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
+        if signed is not None:
+            tx.event(job, "signed", f"worker:{job.lease_owner}",
+                     {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
         return row
 
     async def ping(self) -> None:
