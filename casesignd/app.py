@@ -116,6 +116,7 @@ class Services:
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: ProcessPoolExecutor | None = None
         self._kiosk_cpu: Lane | None = None
+        self._lane_key: Any = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
         self.cpu_warm = False
@@ -142,8 +143,25 @@ class Services:
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
-            self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, get_context("forkserver"))
+            from .signcase import init_kiosk_lane
+
+            template = self.cms_template() if self.signer is not None else None
+            self._lane_key = self.process_key()
+            self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, get_context("forkserver"),
+                                   initializer=init_kiosk_lane, initargs=(template, self._lane_key))
         return self._kiosk_cpu
+
+    @property
+    def kiosk_signs_in_lane(self) -> bool:
+        """Whether the kiosk's worker processes hold the signing key."""
+        self._lane()
+        return self._lane_key is not None
+
+    def process_key(self) -> Any:
+        """The signing key for the kiosk's worker processes, or None when it cannot leave
+        this process (a PKCS#11 token's key: signed here, in a thread)."""
+        for_process = getattr(self.signer, "for_process", None)
+        return for_process() if for_process is not None else None
 
     async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any:
         """Run CPU-heavy work in a separate process: pure-Python PDF parsing does not run
@@ -307,13 +325,23 @@ class _SlowSigner:
     def __init__(self, inner: Any, delay_s: float) -> None:
         self._inner = inner
         self._delay_s = delay_s
-        self.cert = inner.cert
-        self.chain = inner.chain
+        self.cert = getattr(inner, "cert", None)
+        self.chain = getattr(inner, "chain", [])
         self.algorithm = getattr(inner, "algorithm", "rsa")
+
+    def __getstate__(self) -> tuple[Any, float]:
+        return self._inner, self._delay_s
+
+    def __setstate__(self, state: tuple[Any, float]) -> None:
+        self.__init__(*state)  # type: ignore[misc]
 
     def sign(self, data: bytes) -> bytes:
         time.sleep(self._delay_s)
         return self._inner.sign(data)
+
+    def for_process(self) -> Any:
+        for_process = getattr(self._inner, "for_process", None)
+        return _SlowSigner(for_process(), self._delay_s) if for_process is not None else None
 
 
 def _load_signer(cfg: Config) -> Any:

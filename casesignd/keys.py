@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.serialization import pkcs12
@@ -55,12 +55,42 @@ class LocalSigner:
             raise SigningError("the private key does not match the certificate")
 
     def sign(self, data: bytes) -> bytes:
-        try:
-            if isinstance(self._key, rsa.RSAPrivateKey):
-                return self._key.sign(data, padding.PKCS1v15(), hashes.SHA256())
-            return self._key.sign(data, ec.ECDSA(hashes.SHA256()))
-        except Exception as e:  # a key operation failing is never an input problem
-            raise SigningError(f"signing failed: {e}") from e
+        return _sign(self._key, data)
+
+    def for_process(self) -> ProcessKey:
+        """The key to sign with in a worker process of this daemon."""
+        return ProcessKey(self._key)
+
+
+def _sign(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey, data: bytes) -> bytes:
+    try:
+        if isinstance(key, rsa.RSAPrivateKey):
+            return key.sign(data, padding.PKCS1v15(), hashes.SHA256())
+        return key.sign(data, ec.ECDSA(hashes.SHA256()))
+    except Exception as e:  # a key operation failing is never an input problem
+        raise SigningError(f"signing failed: {e}") from e
+
+
+class ProcessKey:
+    """A key held in memory, handed to a worker process of the daemon when the process
+    starts (through its pipe, never a file), which then signs on its own: the kiosk's
+    processes sign without a round trip to the event loop's threads. Pickles as
+    PKCS#8 DER; each process parses it once."""
+
+    def __init__(self, key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> None:
+        self._key = key
+
+    def sign(self, data: bytes) -> bytes:
+        return _sign(self._key, data)
+
+    def __getstate__(self) -> bytes:
+        return self._key.private_bytes(serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption())
+
+    def __setstate__(self, der: bytes) -> None:
+        key = serialization.load_der_private_key(der, password=None)
+        assert isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey)
+        self._key = key
 
 
 def check_private_file(path: Path, key: str) -> None:

@@ -6,9 +6,10 @@ validation, the same audit events, the same artifact store and the same signatur
 key, so a caller can move between the paths without a second compliance model. It
 does not wait in the queue: it takes a signing slot reserved for kiosks (or a free
 batch one) at once, or answers 503 ``busy``; it runs in its own CPU process, which
-batch work never uses. The deadline counts from the request's arrival; when it
-passes, the daemon answers 504 ``deadline_exceeded`` and lets the job finish in the
-background, so whatever it signs is recorded and a replay returns it.
+batch work never uses and which signs too when the key is one in memory. The
+deadline counts from the request's arrival; when it passes, the daemon answers 504
+``deadline_exceeded`` and lets the job finish in the background, so whatever it
+signs is recorded and a replay returns it.
 """
 
 from __future__ import annotations
@@ -44,8 +45,9 @@ from .errors import (
 from .kinds import Artifact, Outcome
 from .logs import log_event
 from .signcase import (
+    KioskWork,
     SignCaseKind,
-    check_and_prepare,
+    check_prepare_sign,
     field_name,
     sign_with,
     signature_key,
@@ -53,7 +55,7 @@ from .signcase import (
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
-from .worker import error_detail, outcome_result, timed_phase
+from .worker import error_detail, outcome_result, record_phase, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -330,9 +332,14 @@ class _Run:
                                  _once(doc), len(doc), len(doc))
 
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return timed_phase(self.s.metrics, self.phases, _KIND.name, name,
-                           job_id=self.flight.job_id, attempt=1,
-                           correlation_id=self.flight.new.correlation_id)
+        return timed_phase(self.s.metrics, self.phases, _KIND.name, name, **self._phase_fields())
+
+    def record_phase(self, name: str, took: float) -> None:
+        record_phase(self.s.metrics, self.phases, _KIND.name, name, took, **self._phase_fields())
+
+    def _phase_fields(self) -> dict[str, Any]:
+        return {"job_id": self.flight.job_id, "attempt": 1,
+                "correlation_id": self.flight.new.correlation_id}
 
     async def fly(self) -> tuple[Job | None, bytes | None]:
         s, flight = self.s, self.flight
@@ -386,26 +393,37 @@ class _Run:
         if s.signer is None:
             raise SigningError("no signing key is configured", code="signing_key_unavailable")
         meta = signing_meta(normalized, policy, cfg.signing.signer_name)
-        async with self.phase("validate"):
-            prepared = await s.run_cpu(check_and_prepare, self.document,
-                                       pdfcheck.PdfLimits.from_policy(policy), meta,
-                                       s.contents_bytes(bool(policy.tsa_url)), kiosk=True)
         if s.scanner is not None:
+            # First: the worker process signs as soon as the document passes its checks.
             async with self.phase("scan"):
                 await s.scanner.scan(self.document, normalized["items"][0]["name"])
-        template = s.cms_template()
-        signed_attrs = cms.build_signed_attrs(prepared.digest, template)
-        async with self.phase("sign"):
-            wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
+        wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
+        args = (check_prepare_sign, self.document, pdfcheck.PdfLimits.from_policy(policy), meta,
+                s.contents_bytes(bool(policy.tsa_url)))
+        start = time.perf_counter()
+        if s.kiosk_signs_in_lane:
+            # The process holds the key: its call is the key's use, under a key slot.
             async with s.key_slots.kiosk(wait_s):
-                signature = await asyncio.to_thread(sign_with, s.signer, signed_attrs)
-            token = None
-            if policy.tsa_url:
-                from . import tsa
+                work: KioskWork = await s.run_cpu(*args, kiosk=True)
+            signature, sign_s = work.signature, work.sign_s
+            self.record_phase("validate", time.perf_counter() - start - sign_s)
+        else:
+            work = await s.run_cpu(*args, kiosk=True)
+            self.record_phase("validate", time.perf_counter() - start)
+            start = time.perf_counter()
+            async with s.key_slots.kiosk(wait_s):
+                signature = await asyncio.to_thread(sign_with, s.signer, work.signed_attrs)
+            sign_s = time.perf_counter() - start
+        assert signature is not None
+        start = time.perf_counter()
+        token = None
+        if policy.tsa_url:
+            from . import tsa
 
-                token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                                policy.tsa_timeout_s)
-            update = prepared.signed(cms.assemble(template, signed_attrs, signature, token))
+            token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                            policy.tsa_timeout_s)
+        update = work.prepared.signed(cms.assemble(s.cms_template(), work.signed_attrs, signature, token))
+        self.record_phase("sign", time.perf_counter() - start + sign_s)
         assert s.artifacts is not None
         artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
         signed = self.document + update

@@ -16,8 +16,10 @@ import contextlib
 import datetime as dt
 import functools
 import re
+import time
 import unicodedata
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -238,6 +240,42 @@ def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
         raise
     except Exception as e:
         raise SigningError(f"the signing key failed: {type(e).__name__}") from e
+
+
+# In each of the kiosk's worker processes: the signer template, and the key when it
+# can sign there (a key in memory; a token's key signs on the event loop's side).
+_LANE: dict[str, Any] = {}
+
+
+def init_kiosk_lane(template: cms.SignerInfoTemplate | None, key: Any) -> None:
+    """The kiosk's worker process initializer."""
+    _LANE.update(template=template, key=key)
+
+
+@dataclass(frozen=True)
+class KioskWork:
+    """What the kiosk's worker process hands back: the update to fill in, the signed
+    attributes, their signature (None when the key is not in the process) and the
+    time of each part."""
+
+    prepared: pades.PreparedUpdate
+    signed_attrs: bytes
+    signature: bytes | None
+    validate_s: float
+    sign_s: float
+
+
+def check_prepare_sign(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,
+                       contents_bytes: int) -> KioskWork:
+    """One kiosk document in one call to its worker process: the deep validation, the
+    preparation, then (once the document has passed, and only then) the signature."""
+    start = time.perf_counter()
+    prepared = check_and_prepare(document, limits, meta, contents_bytes)
+    signed_attrs = cms.build_signed_attrs(prepared.digest, _LANE["template"])
+    checked = time.perf_counter()
+    key = _LANE["key"]
+    signature = sign_with(key, signed_attrs) if key is not None else None
+    return KioskWork(prepared, signed_attrs, signature, checked - start, time.perf_counter() - checked)
 
 
 def check_and_prepare(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,

@@ -59,10 +59,16 @@ async def timed_phase(metrics: Any, phases: dict[str, float], kind: str, name: s
     try:
         yield
     finally:
-        took = time.perf_counter() - start
-        phases[name] = phases.get(name, 0.0) + took
-        metrics.observe_phase(kind, name, took)
-        log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
+        record_phase(metrics, phases, kind, name, time.perf_counter() - start, **fields)
+
+
+def record_phase(metrics: Any, phases: dict[str, float], kind: str, name: str, took: float,
+                 **fields: Any) -> None:
+    """One phase of an attempt that took ``took`` seconds: into ``phases``, the metrics
+    and the log."""
+    phases[name] = phases.get(name, 0.0) + took
+    metrics.observe_phase(kind, name, took)
+    log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
 
 
 class JobCtx:

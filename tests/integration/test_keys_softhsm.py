@@ -77,3 +77,27 @@ def test_load_signer_refuses_a_readable_pin_file(softhsm: SoftHsm, tmp_path: Pat
     with pytest.raises(ConfigError) as info:
         load_signer(_config(tmp_path, softhsm, 0o644))
     assert info.value.key == "signing.pkcs11.pin_file"
+
+
+def test_a_daemon_with_a_token_key_answers_kiosk_requests(
+    softhsm: SoftHsm, pki: Pki, nssdir: Path | None, daemon_factory, tmp_path: Path
+) -> None:
+    # A token's key cannot be handed to the kiosk's worker processes: the daemon signs
+    # with it in a thread, under the same validation and the same audit events.
+    from tests.helpers_pki import reportlab_pdf
+    from tests.integration.test_kiosk_http import sign
+
+    d = daemon_factory({"signing": {"pkcs11": {
+        "module": softhsm.module, "token_label": softhsm.token_label,
+        "key_label": softhsm.labels["rsa"], "pin_file": "token.pin"}}}, start=False)
+    pin = d.dir / "token.pin"
+    pin.write_text(softhsm.pin + "\n")
+    pin.chmod(0o600)
+    d.start()
+    r = sign(d, reportlab_pdf(tmp_path / "doc.pdf").read_bytes(), key="token-1")
+    assert r.status == 200, r.body[:300]
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(r.body)
+    assert_validates(out, pki, nssdir)
+    assert [e["type"] for e in d.events(r.headers["X-Job-Id"])] == [
+        "admitted", "claimed", "signature_recorded", "signed", "succeeded"]

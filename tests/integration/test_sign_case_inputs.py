@@ -52,3 +52,18 @@ def test_a_directory_source_cannot_be_left(daemon_factory, tmp_path):
     # A symlink out of the root is refused when the worker opens it.
     job = d.wait_job(d.submit(manifest("DIR-3", _dir_item("cases/escape.pdf", contract), [])).json()["job_id"])
     assert job["state"] == "failed" and job["error"]["code"] == "path_outside_source", job
+
+
+@needs_clamd
+def test_the_kiosk_scans_before_its_key_is_used(daemon_factory, tmp_path, clamd_socket):  # noqa: F811
+    from tests.integration.test_kiosk_http import sign
+
+    d = daemon_factory({"scanner": {"kind": "clamd", "socket": clamd_socket, "timeout_s": 30.0}})
+    r = sign(d, eicar_bytes(), case_id="MAL-K1", key="mal-k1")
+    assert r.status == 422 and r.json()["error"]["code"] == "malware_detected", r.body[:300]
+    jobs = d.request("GET", "/v1/jobs?state=failed").json()["jobs"]
+    assert [j["error"]["code"] for j in jobs] == ["malware_detected"]
+    types = [e["type"] for e in d.events(jobs[0]["job_id"])]
+    assert "signed" not in types and "signature_recorded" not in types, types
+    ok = sign(d, reportlab_pdf(tmp_path / "c.pdf").read_bytes(), case_id="MAL-K1", key="ok-k1")
+    assert ok.status == 200, ok.body[:300]

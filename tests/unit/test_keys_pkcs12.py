@@ -86,3 +86,32 @@ def test_credentials_directory_is_preferred(ca: devpki.Identity, tmp_path: Path,
     signer = load_signer(cfg)
     assert signer.cert == ident.cert
     assert hashlib.sha256(signer.sign(b"x")).digest()  # usable
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ec"])
+def test_a_key_in_memory_signs_the_same_in_a_worker_process(
+    ca: devpki.Identity, kind: str, tmp_path: Path
+) -> None:
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    ident = devpki.issue(ca, f"unit {kind}", kind)
+    signer = load_signer(_write(tmp_path, ident))
+    with ProcessPoolExecutor(1, mp_context=get_context("forkserver")) as pool:
+        sig = pool.submit(_sign_there, signer.for_process(), b"data").result(timeout=60)
+    _verify(ident, sig, b"data")
+    # Only this daemon's processes receive it: it pickles as the key itself.
+    assert pickle.loads(pickle.dumps(signer.for_process())).sign(b"x")
+
+
+def _sign_there(key, data: bytes) -> bytes:
+    return key.sign(data)
+
+
+def _verify(ident: devpki.Identity, sig: bytes, data: bytes) -> None:
+    key = ident.cert.public_key()
+    if isinstance(key, ec.EllipticCurvePublicKey):
+        key.verify(sig, data, ec.ECDSA(hashes.SHA256()))
+    else:
+        key.verify(sig, data, padding.PKCS1v15(), hashes.SHA256())
