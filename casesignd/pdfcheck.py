@@ -70,6 +70,12 @@ HEADER_WINDOW_BYTES = 1024
 XREF_ENTRY_BYTES = 20
 # Library warnings kept in a report.
 MAX_WARNINGS = 20
+# Objects the checks leave parsed for whatever reads the document next (the signer's
+# preparation, the metadata), so that a document of ordinary size is parsed once.
+# Past these, each object is forgotten once visited: memory does not grow with the
+# object count or with raw stream bytes.
+KEEP_PARSED_OBJECTS = 4096
+KEEP_PARSED_STREAM_BYTES = 16 * MiB  # raw stream data of the objects kept, in all
 
 # --- the active-content rules (table-driven; a hit raises ActiveContent) ------------
 
@@ -384,7 +390,28 @@ def _get(d: dict[str, Any], key: str, default: Any = None) -> Any:
     return _resolve(dict.get(d, key, default))
 
 
-def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits) -> int:
+class _Parsed:
+    """Which objects stay in pypdf's cache (see KEEP_PARSED_OBJECTS)."""
+
+    def __init__(self, reader: PdfReader) -> None:
+        self.reader = reader
+        self.kept: set[tuple[int, int]] = set()
+        self.stream_bytes = 0
+
+    def visited(self, ref: tuple[int, int], obj: Any) -> None:
+        """``obj`` (object number, generation ``ref``) was read and checked."""
+        if ref in self.kept:
+            return
+        size = len(obj._data) if isinstance(obj, StreamObject) else 0
+        if len(self.kept) < KEEP_PARSED_OBJECTS and self.stream_bytes + size <= KEEP_PARSED_STREAM_BYTES:
+            self.kept.add(ref)
+            self.stream_bytes += size
+        else:
+            self.reader.resolved_objects.pop((ref[1], ref[0]), None)
+
+
+def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits,
+                 parsed: _Parsed) -> int:
     """Walk the page tree (§7.7.3) iteratively: no cycles, no /Parent loops, bounded depth."""
     if "/Pages" not in catalog:
         raise MalformedPdf("the document catalog has no page tree")
@@ -412,8 +439,8 @@ def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits
         else:
             pages += 1
             if isinstance(ref, IndirectObject):
-                # Leaves are many; the walk reads them again, one at a time.
-                reader.resolved_objects.pop((ref.generation, ref.idnum), None)
+                # Leaves are many: past the budget, the walk reads them again.
+                parsed.visited((ref.idnum, ref.generation), node)
             if pages > limits.max_pages:
                 raise LimitExceeded(f"the PDF has more than {limits.max_pages} pages",
                                     detail={"max_pages": limits.max_pages})
@@ -447,7 +474,7 @@ class _Findings:
     has_signatures: bool = False
 
 
-def _walk(reader: PdfReader, limits: PdfLimits) -> _Findings:
+def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed) -> _Findings:
     """Visit every object reachable from the trailer, iteratively, each at most twice
     (once plain, once in an automatic-action context)."""
     found = _Findings()
@@ -476,9 +503,8 @@ def _walk(reader: PdfReader, limits: PdfLimits) -> _Findings:
             raise MalformedPdf("the PDF nests objects too deeply",
                                detail={"max_depth": limits.max_depth})
         if ref is not None:
-            # Each object is visited once (twice at most): let pypdf's cache forget it,
-            # so memory does not grow with the object count or with raw stream bytes.
-            reader.resolved_objects.pop((ref[1], ref[0]), None)
+            # Each object is visited once (twice at most).
+            parsed.visited(ref, obj)
         if isinstance(obj, DictionaryObject):
             _check_dict(obj, via, auto, limits, found)
             for key, value in dict.items(obj):
@@ -584,8 +610,9 @@ def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, P
             catalog = _get(reader.trailer, "/Root")
             if not isinstance(catalog, DictionaryObject):
                 raise MalformedPdf("the PDF has no document catalog")
-            pages = _count_pages(reader, catalog, limits)
-            found = _walk(reader, limits)
+            parsed = _Parsed(reader)
+            pages = _count_pages(reader, catalog, limits, parsed)
+            found = _walk(reader, limits, parsed)
             version = str(_get(catalog, "/Version", "")).lstrip("/")
             report = PdfReport(
                 pages=pages,
