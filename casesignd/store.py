@@ -192,6 +192,13 @@ class Store(Protocol):
     async def retry_later(self, lease: Lease, code: str, delay_s: float, detail: dict[str, Any],
                           counts: bool = True) -> Job | None: ...
     async def fail(self, lease: Lease, category: str, code: str, detail: dict[str, Any]) -> Job | None: ...
+    @staticmethod
+    def _put_artifact(tx: _Tx, job: Job, artifact: dict[str, Any] | None) -> None:
+        if artifact:
+            tx.conn.execute(tx.q["put_artifact"], {
+                **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
+                "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
+
     async def release(self, lease: Lease) -> Job | None: ...
     async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]: ...
     async def promote_due(self) -> list[Job]: ...
@@ -656,17 +663,12 @@ class SqliteStore:
         carried on instead. None when its lease was lost meanwhile."""
 
         def op(tx: _Tx) -> Job | None:
+            kind, args = flight.outcome
+            if kind == "finish" and not flight.persisted:
+                return self._flight_succeeded(tx, flight, *args)
             row = tx.one("get_job_any", job_id=flight.job_id) if flight.persisted else None
             job = _job(row) if row is not None else self._flight_job(tx, flight)
-            if flight.signature is not None:
-                sig_key, artifact, signed = flight.signature
-                if flight.inline is not None:
-                    # With the signature, whatever becomes of this attempt: a recorded
-                    # signature always has its bytes.
-                    tx.conn.execute(tx.q["put_artifact_data"], {
-                        "artifact_id": artifact["artifact_id"], "data": flight.inline})
-                self._record_signature(tx, job, sig_key, artifact, signed)
-            kind, args = flight.outcome
+            self._flight_signature(tx, flight, job)
             return self._outcome_op(kind, job.lease, *args)(tx)
 
         try:
@@ -686,6 +688,38 @@ class SqliteStore:
         job = await self._write(op)
         flight.persisted = True
         return job
+
+    def _flight_succeeded(self, tx: _Tx, flight: Flight, result: dict[str, Any]) -> Job:
+        """The common case at once: the row that an admission, a claim and a finish
+        leave (insert_job, claim_job, finish), in one statement, and their events."""
+        new = flight.new
+        try:
+            job = _job(tx.one(
+                "insert_flight_succeeded", **new.__dict__, job_id=flight.job_id,
+                admitted_at=flight.admitted_at, claimed_at=flight.claimed_at, now=tx.now,
+                admission_ms=max(0.0, (flight.admitted_at - new.created_at) * 1000.0),
+                result=audit.canonical(result).decode()))
+        except sqlite3.IntegrityError:
+            raise _in_progress() from None  # see _insert_job
+        worker = f"worker:{flight.owner}"
+        tx.event(job, "admitted", flight.actor,
+                 {"kind": job.kind, "declared_bytes": job.declared_bytes}, attempt=0)
+        tx.event(job, "claimed", worker, {"series": job.series, "path": "kiosk"})
+        self._flight_signature(tx, flight, msgspec.structs.replace(job, lease_owner=flight.owner))
+        tx.event(job, "succeeded", worker, {"result": result})
+        self._put_artifact(tx, job, result.get("artifact"))
+        return job
+
+    def _flight_signature(self, tx: _Tx, flight: Flight, job: Job) -> None:
+        if flight.signature is None:
+            return
+        sig_key, artifact, signed = flight.signature
+        if flight.inline is not None:
+            # With the signature, whatever becomes of this attempt: a recorded
+            # signature always has its bytes.
+            tx.conn.execute(tx.q["put_artifact_data"], {
+                "artifact_id": artifact["artifact_id"], "data": flight.inline})
+        self._record_signature(tx, job, sig_key, artifact, signed)
 
     def _flight_job(self, tx: _Tx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
@@ -784,10 +818,8 @@ class SqliteStore:
             def finish(tx: _Tx) -> Job | None:
                 job = self._fenced("finish", lease, "succeeded", {"result": result},
                                    result=audit.canonical(result).decode())(tx)
-                if job is not None and artifact:
-                    tx.conn.execute(tx.q["put_artifact"], {
-                        **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
-                        "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
+                if job is not None:
+                    self._put_artifact(tx, job, artifact)
                 return job
 
             return finish
@@ -805,6 +837,13 @@ class SqliteStore:
         category, code, detail = args
         return self._fenced("fail", lease, "failed", {**detail, "category": category, "code": code},
                             category=category, code=code)
+
+    @staticmethod
+    def _put_artifact(tx: _Tx, job: Job, artifact: dict[str, Any] | None) -> None:
+        if artifact:
+            tx.conn.execute(tx.q["put_artifact"], {
+                **{k: artifact[k] for k in ("artifact_id", "sha256", "size", "media_type")},
+                "tenant": job.tenant, "job_id": job.job_id, "now": tx.now})
 
     async def release(self, lease: Lease) -> Job | None:
         """running → queued at shutdown, so that a restart resumes the job at once."""

@@ -30,6 +30,20 @@ UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
                   ORDER BY next_attempt_at, job_id LIMIT 1)
 RETURNING *;
 
+-- A kiosk request that signed, written when done: the row that insert_job, claim_job
+-- and finish leave, in one statement (the flight's clocks; :now is the finish).
+-- name: insert_flight_succeeded
+INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
+                  version, declared_bytes, state, attempt, created_at, admitted_at,
+                  admission_ms, claimed_at, first_claimed_at, finished_at, next_attempt_at,
+                  queue_wait_ms, processing_ms, result, correlation_id, updated_at)
+VALUES (:job_id, :tenant, :kind, :case_id, :idem_key, :fingerprint, :input, :input_digest,
+        :version, :declared_bytes, 'succeeded', 1, :created_at, :admitted_at,
+        :admission_ms, :claimed_at, :claimed_at, :now, :admitted_at,
+        max(0, (:claimed_at - :admitted_at) * 1000.0), max(0, (:now - :claimed_at) * 1000.0),
+        :result, :correlation_id, :now)
+RETURNING *;
+
 -- The kiosk path takes a job it just admitted (or finds queued) without queueing it.
 -- name: claim_job
 UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import time
 
@@ -316,3 +317,34 @@ async def test_an_unreserved_key_is_free_again(store_and_clock):
     await store.reserve("t1", f.new.idem_key, "sig-3", f.token)
     store.unreserve("t1", f.new.idem_key, f.token)
     assert (await admit(store, key="kiosk-1"))[1] is True
+
+
+async def test_a_signed_flight_leaves_the_rows_and_events_of_an_admission_claim_and_finish(
+        store_and_clock):
+    # A flight written at once (one request, nothing persisted before) and one written
+    # as running first (past its deadline) end in the same row and the same events.
+    store, clock = store_and_clock
+    written = {}
+    for path in ("at once", "running first"):
+        f = flight(clock, key=f"kiosk-{path}")
+        f.new = dataclasses.replace(f.new, created_at=f.admitted_at - 0.002)
+        f.claimed_at = f.admitted_at + 0.004
+        art = {"artifact_id": "art_" + "1" * 32, "sha256": "ab" * 32, "size": 3}
+        f.signature = (f"sig-{path}", art, {"signers": [["k", "clerk"]]})
+        f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
+        f.inline = b"pdf"
+        await store.reserve("t1", f.new.idem_key, f"sig-{path}", f.token)
+        clock.now += 0.01
+        if path == "running first":
+            await store.persist_flight(f)
+        done = await store.record_flight(f)
+        row = {k: getattr(done, k) for k in done.__struct_fields__ if k not in ("job_id", "idem_key")}
+        events = [{k: e[k] for k in ("type", "actor", "attempt", "at", "policy_version",
+                                     "input_digest", "case_id")}
+                  | {"detail": {k: v for k, v in e["detail"].items() if k != "sig_key"}}
+                  for e in await store.events("t1", f.job_id)]
+        written[path] = (row, events)
+        clock.now -= 0.01
+    assert written["at once"] == written["running first"]
+    states = (await store.stats())["states"]
+    assert {k: v for k, v in states.items() if v} == {"succeeded": 2}
