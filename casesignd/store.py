@@ -512,6 +512,7 @@ class SqliteStore:
         self._writer = _Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
+        self._point_reader: sqlite3.Connection | None = None
         # Kiosk requests' idempotency keys (key -> token) and the number of admissions
         # under way per key; both touched on the event loop only.
         self._reserved: dict[tuple[str, str], object] = {}
@@ -539,11 +540,15 @@ class SqliteStore:
         self._reader = await aiosqlite.connect(self.path)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA query_only = 1")
+        self._point_reader = await asyncio.to_thread(self._connect_point_reader)
 
     async def close(self) -> None:
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
+        if self._point_reader is not None:
+            self._point_reader.close()
+            self._point_reader = None
         if self._writer.thread.is_alive():
             await asyncio.to_thread(self._checkpointer.stop)
             await asyncio.to_thread(self._writer.stop)
@@ -564,6 +569,27 @@ class SqliteStore:
             return list(await self._reader.execute_fetchall(self.q[name], params))
         except sqlite3.Error as e:
             raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
+
+    def _connect_point_reader(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA query_only = 1")
+        conn.execute("PRAGMA busy_timeout = 0")  # never waits: see _point_read
+        return conn
+
+    async def _point_read(self, name: str, **params: Any) -> sqlite3.Row | None:
+        """One row by an index, read on the event loop: a lookup of a few pages takes
+        tens of microseconds, less than handing it to the reader's thread and back
+        while the loop and the writer want the GIL. WAL readers do not wait for the
+        writer; if SQLite still answers busy (a recovery under way) or fails, the
+        reader's thread takes the read (and reports what fails there)."""
+        assert self._point_reader is not None
+        try:
+            # Stepped to the end, so that no read transaction stays open (see _rows).
+            rows = self._point_reader.execute(self.q[name], params).fetchall()
+        except sqlite3.Error:
+            rows = await self._rows(name, **params)
+        return rows[0] if rows else None
 
     @property
     def commit_batches(self) -> int:
@@ -639,8 +665,8 @@ class SqliteStore:
             raise _in_progress()
         self._reserved[key] = token
         try:
-            found = (await self._rows("kiosk_lookup", tenant=tenant, idem_key=idem_key,
-                                      sig_key=sig_key))[0]
+            found = await self._point_read("kiosk_lookup", tenant=tenant, idem_key=idem_key,
+                                           sig_key=sig_key)
             if found["job_id"] is not None:
                 self.unreserve(tenant, idem_key, token)
                 rows = await self._rows("get_job_any", job_id=found["job_id"])
