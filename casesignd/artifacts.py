@@ -100,7 +100,7 @@ class ArtifactStore:
         be confirmed from the ID without the link secret.
         """
         msg = msgspec.json.encode([tenant, signature_key])
-        return "art_" + hmac.new(self._id_key, msg, hashlib.sha256).hexdigest()[:32]
+        return "art_" + hmac.digest(self._id_key, msg, "sha256").hex()[:32]
 
     def _final_path(self, artifact_id: str) -> Path:
         if not ARTIFACT_ID_PATTERN.match(artifact_id or ""):

@@ -271,6 +271,10 @@ class Metrics:
         if strict is None:
             strict = os.environ.get("CASESIGND_STRICT_LABELS") == "1"
         self.guard = LabelGuard(strict)
+        # (metric, label values) -> its child, for values the guard let through as
+        # they are: a kiosk request observes a dozen series, and labels() takes a lock
+        # and builds a key each time.
+        self._children: dict[tuple[int, tuple[Any, ...]], Any] = {}
         # The *_created series double the series count and no alert or dashboard uses
         # them; the switch is process-wide, and every registry here is ours.
         disable_created_metrics()
@@ -375,32 +379,41 @@ class Metrics:
     def allow(self, domain: str, *values: str) -> None:
         """Allow more label values at startup, e.g. ``allow("template_version", "invoice-v4")``."""
         self.guard.allow(domain, *values)
+        self._children.clear()
 
     def _l(self, domain: str, value: Any) -> str:
         return self.guard.check(domain, value)
+
+    def _child(self, metric: Any, domains: tuple[str, ...], *values: Any) -> Any:
+        """``metric.labels(*values)`` with each value checked in its domain (in the
+        metric's label order)."""
+        key = (id(metric), values)
+        child = self._children.get(key)
+        if child is None:
+            checked = tuple(self._l(d, v) for d, v in zip(domains, values, strict=True))
+            child = metric.labels(*checked)
+            if checked == tuple(str(v) for v in values):  # refused values are not kept
+                self._children[key] = child
+        return child
 
     # --- the engine's verbs -----------------------------------------------------------
 
     def job_admitted(self, kind: str, admission_s: float) -> None:
         """A job was stored durably and acknowledged after ``admission_s``."""
-        k = self._l("kind", kind)
-        self.jobs_admitted.labels(kind=k).inc()
-        self.admission_seconds.labels(kind=k).observe(admission_s)
+        self._child(self.jobs_admitted, ("kind",), kind).inc()
+        self._child(self.admission_seconds, ("kind",), kind).observe(admission_s)
 
     def observe_clocks(
         self, kind: str, queue_wait_s: float, processing_s: float, total_s: float
     ) -> None:
         """The contract's timings of a job that reached a final state."""
-        k = self._l("kind", kind)
-        self.queue_wait_seconds.labels(kind=k).observe(queue_wait_s)
-        self.processing_seconds.labels(kind=k).observe(processing_s)
-        self.job_total_seconds.labels(kind=k).observe(total_s)
+        self._child(self.queue_wait_seconds, ("kind",), kind).observe(queue_wait_s)
+        self._child(self.processing_seconds, ("kind",), kind).observe(processing_s)
+        self._child(self.job_total_seconds, ("kind",), kind).observe(total_s)
 
     def observe_phase(self, kind: str, phase: str, seconds: float) -> None:
         """One phase (fetch, validate, scan, sign, timestamp, render, publish) of an attempt."""
-        self.phase_seconds.labels(
-            kind=self._l("kind", kind), phase=self._l("phase", phase)
-        ).observe(seconds)
+        self._child(self.phase_seconds, ("kind", "phase"), kind, phase).observe(seconds)
 
     def observe_invoice_render(self, template_version: str, items: int, seconds: float) -> None:
         """One invoice rendered from ``items`` line items."""
@@ -411,21 +424,16 @@ class Metrics:
 
     def observe_http(self, method: str, route: str, status: int, seconds: float) -> None:
         """One HTTP request; ``route`` is the route template, never the raw path."""
-        self.http_request_seconds.labels(
-            method=self._l("method", method),
-            route=self._l("route", route),
-            status=self._l("status", status),
-        ).observe(seconds)
+        self._child(self.http_request_seconds, ("method", "route", "status"),
+                    method, route, status).observe(seconds)
 
     def observe_kiosk(self, outcome: str, seconds: float) -> None:
         """One synchronous ``/v1/sign`` request and how it ended."""
-        self.kiosk_seconds.labels(outcome=self._l("kiosk_outcome", outcome)).observe(seconds)
+        self._child(self.kiosk_seconds, ("kiosk_outcome",), outcome).observe(seconds)
 
     def job_finished(self, kind: str, outcome: str) -> None:
         """A job reached ``succeeded``, ``failed`` or ``canceled``."""
-        self.jobs_finished.labels(
-            kind=self._l("kind", kind), outcome=self._l("outcome", outcome)
-        ).inc()
+        self._child(self.jobs_finished, ("kind", "outcome"), kind, outcome).inc()
 
     def retry(self, kind: str, reason: str) -> None:
         """An attempt failed retryably; ``reason`` is the error code."""
