@@ -45,10 +45,19 @@ class _Worker:
         child.close()
         parent.setblocking(False)
         self.sock = parent
+        self.channel: _Channel | None = None
+
+    async def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        if self.channel is None:
+            _, self.channel = await asyncio.get_running_loop().connect_accepted_socket(
+                _Channel, self.sock)
+        payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
+        return pickle.loads(await self.channel.exchange(payload))
 
     def kill(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.close()
+        if self.channel is None or not self.channel.close():
+            with contextlib.suppress(OSError):
+                self.sock.close()
         with contextlib.suppress(OSError, ValueError):
             self.proc.kill()
             self.proc.join(timeout=5)
@@ -88,7 +97,7 @@ class Lane:
         ok = False
         try:
             async with asyncio.timeout(timeout_s):
-                result = await _call(worker.sock, fn, args)
+                result = await worker.call(fn, args)
             ok = True
         except TimeoutError:
             raise WorkerLost(f"the worker ran past {timeout_s:g} s and was stopped",
@@ -116,25 +125,63 @@ class Lane:
         self._idle = None
 
 
-async def _call(sock: socket.socket, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    loop = asyncio.get_running_loop()
-    payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-    await loop.sock_sendall(sock, _HEADER.pack(len(payload)) + payload)
-    head = await _read_exact(loop, sock, _HEADER.size)
-    return pickle.loads(await _read_exact(loop, sock, _HEADER.unpack(head)[0]))
+class _Channel(asyncio.Protocol):
+    """The event loop's end of a worker's socket: registered for reading once, for the
+    process's life, rather than once per read."""
 
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.lost = False
 
-async def _read_exact(loop: asyncio.AbstractEventLoop, sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
-        k = await loop.sock_recv_into(sock, view[got:])
-        if not k:
-            raise WorkerLost("the worker process ended during the call",
-                             detail={"reason": "exited"})
-        got += k
-    return bytes(buf)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.loop = asyncio.get_running_loop()
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if len(self.buf) < _HEADER.size:
+            return
+        end = _HEADER.size + _HEADER.unpack_from(self.buf)[0]
+        if len(self.buf) >= end and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(bytes(self.buf[_HEADER.size:end]))
+            del self.buf[:end]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_exception(WorkerLost("the worker process ended during the call",
+                                                 detail={"reason": "exited"}))
+
+    async def exchange(self, payload: bytes) -> bytes:
+        """Send one frame and wait for the one that answers it."""
+        if self.lost or self.transport is None:
+            raise WorkerLost("the worker process has ended", detail={"reason": "exited"})
+        self.waiter = asyncio.get_running_loop().create_future()
+        self.transport.write(_HEADER.pack(len(payload)) + payload)
+        return await self.waiter
+
+    def close(self) -> bool:
+        """Close from any thread (the daemon closes the lane from one as it stops).
+        False when the socket is left to the caller to close: the loop is gone."""
+        if self.transport is None:
+            return False
+        self.lost = True
+        try:
+            here = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            here = False
+        if here:
+            self.transport.abort()
+            return True
+        if self.loop.is_closed():
+            return False
+        # The socket stays open until the loop has unregistered it: its number must
+        # not be reused while the loop still watches it.
+        self.loop.call_soon_threadsafe(self.transport.abort)
+        return True
 
 
 # --- in the worker process ----------------------------------------------------------
