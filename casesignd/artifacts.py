@@ -88,7 +88,9 @@ class ArtifactStore:
         if len(link_secret) < 16:
             raise ValueError("the link secret must be at least 16 bytes")
         self.root = Path(root)
-        self._id_key = _subkey(link_secret, b"artifact-id")
+        # Copied per id: keyed once, and a short HMAC then runs without releasing the
+        # GIL (a one-shot HMAC releases it, and the event loop waits to get it back).
+        self._id_hmac = hmac.new(_subkey(link_secret, b"artifact-id"), digestmod=hashlib.sha256)
         self._link_key = _subkey(link_secret, b"artifact-link")
 
     # --- names ------------------------------------------------------------------------
@@ -100,7 +102,9 @@ class ArtifactStore:
         be confirmed from the ID without the link secret.
         """
         msg = msgspec.json.encode([tenant, signature_key])
-        return "art_" + hmac.digest(self._id_key, msg, "sha256").hex()[:32]
+        mac = self._id_hmac.copy()
+        mac.update(msg)
+        return "art_" + mac.hexdigest()[:32]
 
     def _final_path(self, artifact_id: str) -> Path:
         if not ARTIFACT_ID_PATTERN.match(artifact_id or ""):
