@@ -399,7 +399,7 @@ class _Run:
                 await s.scanner.scan(self.document, normalized["items"][0]["name"])
         wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
         args = (check_prepare_sign, self.document, pdfcheck.PdfLimits.from_policy(policy), meta,
-                s.contents_bytes(bool(policy.tsa_url)))
+                s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
         start = time.perf_counter()
         if s.kiosk_signs_in_lane:
             # The process holds the key: its call is the key's use, under a key slot.
@@ -417,12 +417,15 @@ class _Run:
         assert signature is not None
         start = time.perf_counter()
         token = None
-        if policy.tsa_url:
-            from . import tsa
+        update, sha256 = work.update, work.sha256
+        if update is None:
+            if policy.tsa_url:
+                from . import tsa
 
-            token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                            policy.tsa_timeout_s)
-        update = work.prepared.signed(cms.assemble(s.cms_template(), work.signed_attrs, signature, token))
+                token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url,
+                                                signature, policy.tsa_timeout_s)
+            update = work.prepared.signed(
+                cms.assemble(s.cms_template(), work.signed_attrs, signature, token))
         self.record_phase("sign", time.perf_counter() - start + sign_s)
         assert s.artifacts is not None
         artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
@@ -432,7 +435,8 @@ class _Run:
                 # Kept in the store, committed with the record below. (A file left
                 # under this id by a crash before its record is never read: the
                 # store is read first.)
-                published = Artifact(artifact_id, hashlib.sha256(signed).hexdigest(), len(signed))
+                published = Artifact(artifact_id, sha256 or hashlib.sha256(signed).hexdigest(),
+                                     len(signed))
                 self.flight.inline = signed
                 ours = True
             else:

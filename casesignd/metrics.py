@@ -378,8 +378,9 @@ class Metrics:
 
     def allow(self, domain: str, *values: str) -> None:
         """Allow more label values at startup, e.g. ``allow("template_version", "invoice-v4")``."""
+        # Kept children stay right: only values the guard let through are kept, and
+        # allowing more never refuses one.
         self.guard.allow(domain, *values)
-        self._children.clear()
 
     def _l(self, domain: str, value: Any) -> str:
         return self.guard.check(domain, value)

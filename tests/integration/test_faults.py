@@ -140,6 +140,25 @@ def test_a_tsa_that_is_down_delays_the_signature_and_never_drops_the_timestamp(
         assert_invariants(d, [job_id], tmp_path, trust_extra=[pki.ca.cert])
 
 
+def test_a_kiosk_signature_under_a_tsa_policy_is_timestamped(daemon_factory, tmp_path, pki):  # noqa: F811
+    from tests.integration.test_kiosk_http import sign
+
+    with LocalTsa(pki.tsa) as tsa:
+        d = daemon_factory({"policies": [{"version": "contract-v1", "tsa_url": tsa.url,
+                                          "tsa_timeout_s": 2.0}]})
+        r = sign(d, reportlab_pdf(tmp_path / "c.pdf").read_bytes(), case_id="TSA-K1")
+        assert r.status == 200, r.body[:300]
+        signed = [e["detail"] for e in d.events(r.headers["X-Job-Id"]) if e["type"] == "signed"]
+        assert len(signed) == 1 and signed[0]["timestamped"] is True
+        out = tmp_path / "signed.pdf"
+        out.write_bytes(r.body)
+        ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+        (status,) = pyhanko_statuses(out, [ca, pki.ca.cert])
+        assert status.intact and status.valid and status.trusted
+        ts = status.timestamp_validity
+        assert ts is not None and ts.intact and ts.valid and ts.trusted
+
+
 # --- the malware scanner --------------------------------------------------------------------
 
 
