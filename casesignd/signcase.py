@@ -256,14 +256,13 @@ def init_kiosk_lane(template: cms.SignerInfoTemplate | None, key: Any) -> None:
 @dataclass(frozen=True)
 class KioskWork:
     """What the kiosk's worker process hands back: the update to fill in, the signed
-    attributes, their signature (None when the key is not in the process), the time
-    of each part, and, when it could finish the document, the update with the CMS in
-    place and the SHA-256 of the signed document."""
+    attributes, their signature (None when the key is not in the process) and its
+    time, and, when it could finish the document, the update with the CMS in place
+    and the SHA-256 of the signed document."""
 
     prepared: pades.PreparedUpdate
     signed_attrs: bytes
     signature: bytes | None
-    validate_s: float
     sign_s: float
     update: bytes | None = None
     sha256: str | None = None
@@ -274,21 +273,20 @@ def check_prepare_sign(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.
     """One kiosk document in one call to its worker process: the deep validation, the
     preparation, then (once the document has passed, and only then) the signature;
     with ``finish`` (no timestamp to wait for), the signed update as well."""
-    start = time.perf_counter()
     prepared = check_and_prepare(document, limits, meta, contents_bytes)
     template = _LANE["template"]
     signed_attrs = cms.build_signed_attrs(prepared.digest, template)
     checked = time.perf_counter()
     key = _LANE["key"]
     if key is None:
-        return KioskWork(prepared, signed_attrs, None, checked - start, 0.0)
+        return KioskWork(prepared, signed_attrs, None, 0.0)
     signature = sign_with(key, signed_attrs)
     update = sha256 = None
     if finish:
         update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
         sha256 = hashlib.sha256(document + update).hexdigest()
-    return KioskWork(prepared, signed_attrs, signature, checked - start,
-                     time.perf_counter() - checked, update, sha256)
+    return KioskWork(prepared, signed_attrs, signature, time.perf_counter() - checked,
+                     update, sha256)
 
 
 def check_and_prepare(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,

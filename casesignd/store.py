@@ -12,7 +12,8 @@ again in a fresh transaction, so it leaves nothing behind. While one commit is
 syncing, the next batch gathers, so durability (``synchronous=FULL`` in WAL mode:
 the WAL is fsynced at every commit, so an acknowledged job survives power loss)
 costs one fsync per batch rather than per job. Reads use a separate aiosqlite
-connection; WAL lets them run beside the writer.
+connection; WAL lets them run beside the writer. The kiosk's idempotency lookup, one
+indexed read, runs on the event loop itself (see :meth:`SqliteStore._point_read`).
 """
 
 from __future__ import annotations
