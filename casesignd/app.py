@@ -67,18 +67,22 @@ class KeySlots:
     async def kiosk(self, timeout_s: float) -> AsyncIterator[None]:
         """A slot for one kiosk key operation: a free kiosk slot, else a free batch
         slot, else the next kiosk slot within ``timeout_s`` (the time left before the
-        deadline), else Busy. The key operation takes about a millisecond, so kiosks
-        share their reserved slots without holding them for the whole request."""
+        deadline), else Busy. The key operation is short (a worker process holding the
+        key checks a document and signs it in about two milliseconds), so kiosks share
+        their reserved slots without holding them for the whole request."""
         if self._kiosk is not None and not self._kiosk.locked():
             sem, pool = self._kiosk, "kiosk"
         elif not self._batch.locked() or self._kiosk is None:
             sem, pool = self._batch, "batch"
         else:
             sem, pool = self._kiosk, "kiosk"
-        try:
-            await asyncio.wait_for(sem.acquire(), max(0.0, timeout_s))
-        except TimeoutError:
-            raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
+        if sem.locked():
+            try:
+                await asyncio.wait_for(sem.acquire(), max(0.0, timeout_s))
+            except TimeoutError:
+                raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
+        else:
+            await sem.acquire()  # free: returns at once, without a task for wait_for
         self.in_use[pool] += 1
         try:
             yield
