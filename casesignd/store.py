@@ -165,7 +165,9 @@ class Flight:
     outcome: tuple[str, tuple[Any, ...]] = ("finish", ({},))
     # The result's bytes when they are kept in the store (artifact_data), not as a file
     inline: bytes | None = None
-    # Written as running by persist_flight (the request passed its deadline)
+    # persist_flight was asked to write it as running (the request passed its
+    # deadline): from then on its record looks for that row, in whatever order the
+    # writer takes the two
     persisted: bool = False
 
 
@@ -712,9 +714,8 @@ class SqliteStore:
             row = tx.one("get_job_any", job_id=flight.job_id)
             return _job(row) if row is not None else self._flight_job(tx, flight)
 
-        job = await self._write(op)
-        flight.persisted = True
-        return job
+        flight.persisted = True  # before the write: see Flight.persisted
+        return await self._write(op)
 
     def _flight_succeeded(self, tx: _Tx, flight: Flight, result: dict[str, Any]) -> Job:
         """The common case at once: the row that an admission, a claim and a finish

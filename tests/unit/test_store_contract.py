@@ -348,3 +348,27 @@ async def test_a_signed_flight_leaves_the_rows_and_events_of_an_admission_claim_
     assert written["at once"] == written["running first"]
     states = (await store.stats())["states"]
     assert {k: v for k, v in states.items() if v} == {"succeeded": 2}
+
+
+@pytest.mark.parametrize("first", ["record", "persist"])
+async def test_a_flight_persisted_as_it_is_recorded_is_written_once(store_and_clock, first):
+    # The deadline can pass while the record is on its way: both writes may land in
+    # one batch, in either order, and the job is written once, finished.
+    store, clock = store_and_clock
+    f = flight(clock)
+    art = {"artifact_id": "art_" + "2" * 32, "sha256": "cd" * 32, "size": 3}
+    f.signature = ("sig-race", art, {"signers": []})
+    f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
+    await store.reserve("t1", f.new.idem_key, "sig-race", f.token)
+    if first == "record":
+        record = asyncio.ensure_future(store.record_flight(f))
+        persist = asyncio.ensure_future(store.persist_flight(f))
+    else:
+        persist = asyncio.ensure_future(store.persist_flight(f))
+        record = asyncio.ensure_future(store.record_flight(f))
+    done = await record
+    await persist
+    assert done is not None and done.state == "succeeded"
+    assert (await store.get_job("t1", f.job_id)).state == "succeeded"
+    assert [e["type"] for e in await store.events("t1", f.job_id)] == [
+        "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
