@@ -153,10 +153,10 @@ def configure(level: str, stream: IO[str] | None = None) -> None:
     for h in list(root.handlers):
         if isinstance(h, _Handler):
             root.removeHandler(h)
-    # The lines name no thread, process or source line: the records need not look
-    # them up (the source line costs a walk up the stack per line).
-    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
-    logging._srcfile = None  # the logging HOWTO's "Optimization" switch
+    # No line names its source file and line: records need not walk up the stack for
+    # them (the logging HOWTO's "Optimization" switch). Records keep their thread:
+    # pdfcheck sorts pypdf's warnings by it.
+    logging._srcfile = None
     handler = _Handler(stream if stream is not None else sys.stdout)
     handler.setFormatter(JsonFormatter())
     root.addHandler(handler)

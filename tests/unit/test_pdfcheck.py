@@ -296,6 +296,17 @@ def test_damaged_object_offsets_are_repaired_and_noted(tmp_path: Path) -> None:
     assert any("wrong pointing object" in w for w in report.warnings)
 
 
+def test_warnings_are_collected_under_the_daemons_logging(tmp_path: Path) -> None:
+    # The daemon's logging configuration must leave records what pdfcheck sorts
+    # pypdf's warnings by (their thread).
+    import io
+
+    from casesignd import logs
+
+    logs.configure("info", io.StringIO())
+    test_damaged_object_offsets_are_repaired_and_noted(tmp_path)
+
+
 def test_limits_from_policy() -> None:
     policy = Policy(version="v1", max_pages=7, max_document_bytes=1000,
                     forbid_active_content=False, max_decoded_stream_bytes=2000,
