@@ -12,8 +12,7 @@ again in a fresh transaction, so it leaves nothing behind. While one commit is
 syncing, the next batch gathers, so durability (``synchronous=FULL`` in WAL mode:
 the WAL is fsynced at every commit, so an acknowledged job survives power loss)
 costs one fsync per batch rather than per job. Reads use a separate aiosqlite
-connection; WAL lets them run beside the writer. The kiosk's idempotency lookup, one
-indexed read, runs on the event loop itself (see :meth:`SqliteStore._point_read`).
+connection; WAL lets them run beside the writer.
 """
 
 from __future__ import annotations
@@ -515,7 +514,6 @@ class SqliteStore:
         self._writer = _Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = _Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
-        self._point_reader: sqlite3.Connection | None = None
         # Kiosk requests' idempotency keys (key -> token) and the number of admissions
         # under way per key; both touched on the event loop only.
         self._reserved: dict[tuple[str, str], object] = {}
@@ -543,15 +541,11 @@ class SqliteStore:
         self._reader = await aiosqlite.connect(self.path)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA query_only = 1")
-        self._point_reader = await asyncio.to_thread(self._connect_point_reader)
 
     async def close(self) -> None:
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
-        if self._point_reader is not None:
-            self._point_reader.close()
-            self._point_reader = None
         if self._writer.thread.is_alive():
             await asyncio.to_thread(self._checkpointer.stop)
             await asyncio.to_thread(self._writer.stop)
@@ -572,27 +566,6 @@ class SqliteStore:
             return list(await self._reader.execute_fetchall(self.q[name], params))
         except sqlite3.Error as e:
             raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
-
-    def _connect_point_reader(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        conn.row_factory = sqlite3.Row
-        conn.execute("PRAGMA query_only = 1")
-        conn.execute("PRAGMA busy_timeout = 0")  # never waits: see _point_read
-        return conn
-
-    async def _point_read(self, name: str, **params: Any) -> sqlite3.Row | None:
-        """One row by an index, read on the event loop: a lookup of a few pages takes
-        tens of microseconds, less than handing it to the reader's thread and back
-        while the loop and the writer want the GIL. WAL readers do not wait for the
-        writer; if SQLite still answers busy (a recovery under way) or fails, the
-        reader's thread takes the read (and reports what fails there)."""
-        assert self._point_reader is not None
-        try:
-            # Stepped to the end, so that no read transaction stays open (see _rows).
-            rows = self._point_reader.execute(self.q[name], params).fetchall()
-        except sqlite3.Error:
-            rows = await self._rows(name, **params)
-        return rows[0] if rows else None
 
     @property
     def commit_batches(self) -> int:
@@ -668,8 +641,8 @@ class SqliteStore:
             raise _in_progress()
         self._reserved[key] = token
         try:
-            found = await self._point_read("kiosk_lookup", tenant=tenant, idem_key=idem_key,
-                                           sig_key=sig_key)
+            found = (await self._rows("kiosk_lookup", tenant=tenant, idem_key=idem_key,
+                                      sig_key=sig_key))[0]
             if found["job_id"] is not None:
                 self.unreserve(tenant, idem_key, token)
                 rows = await self._rows("get_job_any", job_id=found["job_id"])
