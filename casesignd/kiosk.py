@@ -69,6 +69,17 @@ _KIND = SignCaseKind()
 _PERSIST_S = 0.05
 
 
+# Hashing this much on the event loop takes about as long as handing it to a thread
+# (0.2 ms at 1.4 GB/s); a larger document is hashed in one, off the loop.
+_HASH_ON_LOOP_MAX_BYTES = 256 * 1024
+
+
+async def document_sha256(data: bytes) -> str:
+    if len(data) <= _HASH_ON_LOOP_MAX_BYTES:
+        return hashlib.sha256(data).hexdigest()
+    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+
+
 def deadline_margin_s(deadline_s: float) -> float:
     """How long before the deadline the answer must be on its way (writing it out)."""
     return min(0.1, deadline_s * 0.05)
@@ -207,7 +218,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
     s.kiosk_inflight += 1
     try:
         manifest, document = await read_request(request, cfg.kiosk.max_document_bytes)
-        sha = hashlib.sha256(document).hexdigest()
+        sha = await document_sha256(document)
         body = sign_case_body(manifest, sha, len(document))
         admission = _KIND.admit(body, cfg)
         normalized = canonical(admission.normalized)
@@ -328,7 +339,7 @@ class _Run:
 
     async def _put_document(self) -> None:
         new, doc = self.flight.new, self.document
-        await self.s.objects.put(new.tenant, new.case_id, hashlib.sha256(doc).hexdigest(),
+        await self.s.objects.put(new.tenant, new.case_id, await document_sha256(doc),
                                  _once(doc), len(doc), len(doc))
 
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
@@ -435,8 +446,7 @@ class _Run:
                 # Kept in the store, committed with the record below. (A file left
                 # under this id by a crash before its record is never read: the
                 # store is read first.)
-                published = Artifact(artifact_id, sha256 or hashlib.sha256(signed).hexdigest(),
-                                     len(signed))
+                published = Artifact(artifact_id, sha256 or await document_sha256(signed), len(signed))
                 self.flight.inline = signed
                 ours = True
             else:
