@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -370,6 +371,11 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         "X-Artifact-SHA256": record["sha256"],
         "Cache-Control": "private, no-store",
     }
+    return artifact_response(source, headers)
+
+
+def artifact_response(source: bytes | Path, headers: dict[str, str]) -> web.StreamResponse:
+    """An artifact's bytes as kept in the store, or its file."""
     if isinstance(source, bytes):
         return web.Response(body=source, headers=headers)
     return web.FileResponse(source, headers=headers)

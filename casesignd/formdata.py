@@ -61,7 +61,7 @@ def _part_name(headers: bytes) -> str:
     raise _malformed("a part has no Content-Disposition name")
 
 
-def parse(body: bytes, delimiter: bytes) -> list[tuple[str, memoryview]]:
+def parse(body: bytes | bytearray, delimiter: bytes) -> list[tuple[str, memoryview]]:
     """The (name, content) of each part, in order (pure). ``delimiter`` is the boundary."""
     dash = b"--" + delimiter
     if body.startswith(dash):
@@ -93,7 +93,7 @@ def parse(body: bytes, delimiter: bytes) -> list[tuple[str, memoryview]]:
         at = nxt + 2
 
 
-def _next_delimiter(body: bytes, dash: bytes, start: int) -> int:
+def _next_delimiter(body: bytes | bytearray, dash: bytes, start: int) -> int:
     """Where the CRLF before the next delimiter is: ``--boundary`` then ``--``, or
     then blanks and a line end. The same bytes followed by anything else are content
     (RFC 2046 §5.1.1)."""

@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import cms, formdata, jobs, pdfcheck
-from .api import _services, authenticate, body_deadline
+from .api import _services, artifact_response, authenticate, body_deadline
 from .audit import canonical
 from .errors import (
     BadRequest,
@@ -107,7 +107,7 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
     except TimeoutError:
         raise RequestTimeout("the request body did not arrive in time") from None
     manifest_raw = document = None
-    for name, content in formdata.parse(bytes(body), delimiter):
+    for name, content in formdata.parse(body, delimiter):
         if name == "manifest" and manifest_raw is None:
             if len(content) > _MANIFEST_BYTES:
                 raise TooLarge(f"the manifest is larger than {_MANIFEST_BYTES} bytes", field="manifest")
@@ -187,9 +187,7 @@ async def _answer(s: Any, job: Job, outcome: str, t0: float,
         "Cache-Control": "private, no-store",
     }
     s.metrics.observe_kiosk(outcome, time.time() - t0)
-    if isinstance(source, bytes):
-        return web.Response(body=source, headers=headers)
-    return web.FileResponse(source, headers=headers)
+    return artifact_response(source, headers)
 
 
 async def post_sign(request: web.Request) -> web.StreamResponse:
@@ -338,8 +336,9 @@ class _Run:
                       error=f"{type(e).__name__}: {e}")
 
     async def _put_document(self) -> None:
+        # The digest is the manifest's, checked again as the object is written.
         new, doc = self.flight.new, self.document
-        await self.s.objects.put(new.tenant, new.case_id, await document_sha256(doc),
+        await self.s.objects.put(new.tenant, new.case_id, self.normalized["items"][0]["sha256"],
                                  _once(doc), len(doc), len(doc))
 
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
@@ -512,7 +511,6 @@ def _flown(s: Any) -> Any:
             task.exception()  # answered already, or past its answer: logged where raised
 
     return done
-
 
 
 async def _once(data: bytes) -> Any:

@@ -284,7 +284,9 @@ def check_prepare_sign(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.
     update = sha256 = None
     if finish:
         update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
-        sha256 = hashlib.sha256(document + update).hexdigest()
+        digest = hashlib.sha256(document)
+        digest.update(update)
+        sha256 = digest.hexdigest()
     return KioskWork(prepared, signed_attrs, signature, time.perf_counter() - checked,
                      update, sha256)
 

@@ -58,14 +58,20 @@ def test_kiosk_signs_within_the_deadline_with_the_same_audit_trail(daemon, tmp_p
     assert other.status == 422 and other.json()["error"]["code"] == "idempotency_key_reused"
 
 
-def test_a_slow_signer_gets_504_and_a_replay_returns_the_recorded_signature(daemon_factory, tmp_path):
+def _answered_504(daemon_factory, tmp_path, delay_ms: int, key: str):
+    """A daemon whose signer takes ``delay_ms``, past its 1 s deadline, and a kiosk
+    request it answered 504: (the daemon, the document, the 504's job id)."""
     d = daemon_factory({"kiosk": {"deadline_ms": 1000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "1500"})
+                       env={"CASESIGND_TEST_SIGN_DELAY_MS": str(delay_ms)})
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
-    r = sign(d, doc, key="slow-1")
+    r = sign(d, doc, key=key)
     assert r.status == 504, r.body[:300]
     assert r.json()["error"]["code"] == "deadline_exceeded"
-    job_id = r.headers["X-Job-Id"]
+    return d, doc, r.headers["X-Job-Id"]
+
+
+def test_a_slow_signer_gets_504_and_a_replay_returns_the_recorded_signature(daemon_factory, tmp_path):
+    d, doc, job_id = _answered_504(daemon_factory, tmp_path, 1500, "slow-1")
     # In flight: the replay says so instead of signing again.
     inflight = sign(d, doc, key="slow-1")
     assert inflight.status in (409, 200)
@@ -170,12 +176,7 @@ def _busy_slots(d) -> str:
 def test_kill9_after_a_504_the_job_survives_and_a_replay_returns_it(daemon_factory, tmp_path):
     # Past its deadline the request's job is written down (with its document) before
     # the 504 goes out: a crash then loses nothing, and the job finishes after restart.
-    d = daemon_factory({"kiosk": {"deadline_ms": 1000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "4000"})
-    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
-    r = sign(d, doc, key="late-1")
-    assert r.status == 504, r.body[:300]
-    job_id = r.headers["X-Job-Id"]
+    d, doc, job_id = _answered_504(daemon_factory, tmp_path, 4000, "late-1")
     assert d.job(job_id)["state"] == "processing"
     d.kill9()
     d.start()
