@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import pickle
 import socket
@@ -191,22 +192,41 @@ def _serve(sock: socket.socket, initializer: Callable[..., None] | None,
            initargs: tuple[Any, ...]) -> None:
     if initializer is not None:
         initializer(*initargs)
+    # The collector runs between calls, never during one: a collection that scans the
+    # process's whole heap in the middle of a call (tens of milliseconds for a parser's
+    # objects) would land on one caller's latency. What the process keeps from start-up
+    # and from its first call (modules, the key, lazily built tables) is frozen out of
+    # the collector's sight, so a collection costs about what the call left behind.
+    gc.disable()
+    _settle()
     with sock:
+        _answer(sock)
+        _settle()
         while True:
-            try:
-                head = _recv_exact(sock, _HEADER.size)
-                fn, args = pickle.loads(_recv_exact(sock, _HEADER.unpack(head)[0]))
-            except EOFError:
-                os._exit(0)  # the daemon is gone
-            try:
-                out: tuple[str, Any] = ("ok", fn(*args))
-            except Exception as e:  # noqa: BLE001 - handed back to the caller
-                out = ("error", e)
-            try:
-                data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as e:  # noqa: BLE001 - an unpicklable result or exception
-                data = pickle.dumps(("error", RuntimeError(f"{type(e).__name__}: {e}")))
-            sock.sendall(_HEADER.pack(len(data)) + data)
+            _answer(sock)
+            gc.collect()
+
+
+def _settle() -> None:
+    gc.collect()
+    gc.freeze()
+
+
+def _answer(sock: socket.socket) -> None:
+    try:
+        head = _recv_exact(sock, _HEADER.size)
+        fn, args = pickle.loads(_recv_exact(sock, _HEADER.unpack(head)[0]))
+    except EOFError:
+        os._exit(0)  # the daemon is gone
+    try:
+        out: tuple[str, Any] = ("ok", fn(*args))
+    except Exception as e:  # noqa: BLE001 - handed back to the caller
+        out = ("error", e)
+    try:
+        data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as e:  # noqa: BLE001 - an unpicklable result or exception
+        data = pickle.dumps(("error", RuntimeError(f"{type(e).__name__}: {e}")))
+    sock.sendall(_HEADER.pack(len(data)) + data)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import time
+import weakref
 from multiprocessing import get_context
 
 import pytest
@@ -28,6 +30,25 @@ def refuse(message: str) -> None:
 
 def die() -> None:
     os._exit(3)
+
+
+_LEFT: list[weakref.ref[object]] = []
+
+
+class _Node:
+    pass
+
+
+def leave_cycles(n: int) -> tuple[bool, int]:
+    """Leaves ``n`` reference cycles as garbage; says whether the collector runs on its
+    own in the process and how many of the last call's cycles are still alive."""
+    alive = sum(ref() is not None for ref in _LEFT)
+    _LEFT.clear()
+    for _ in range(n):
+        node = _Node()
+        node.self = node  # type: ignore[attr-defined]
+        _LEFT.append(weakref.ref(node))
+    return gc.isenabled(), alive
 
 
 def sleep_then(value: int, seconds: float) -> int:
@@ -110,3 +131,18 @@ def test_a_closed_lane_refuses_calls_and_starts_no_process():
 
     run(go())
     assert lane._all == set()
+
+
+def test_garbage_is_collected_between_calls_not_during_them():
+    lane = Lane(1, get_context("forkserver"))
+
+    async def go():
+        return [await lane.run(leave_cycles, 5000, timeout_s=30) for _ in range(3)]
+
+    try:
+        answers = run(go())
+    finally:
+        lane.close()
+    # 5,000 cycles would set off a collection mid-call (the threshold is 700
+    # allocations); none runs, yet each call finds the last call's cycles gone.
+    assert answers == [(False, 0)] * 3
