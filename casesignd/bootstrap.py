@@ -43,7 +43,7 @@ from typing import Any
 import msgspec
 
 from . import config as cfgmod
-from .errors import CasesignError, Conflict
+from .errors import CasesignError, ConfigError, Conflict
 
 TOKEN_PREFIX = "csd_"
 DEFAULT_TENANT = "default"
@@ -386,14 +386,20 @@ def _write_new(path: Path, data: bytes, mode: int) -> None:
         os.fsync(f.fileno())
 
 
-def init_dir(dir: Path, *, listen: str = "127.0.0.1:8787") -> InitResult:
-    """Write a working local setup into ``dir`` (created 0700 if missing).
+KEY_TYPES = ("ec", "rsa")
+
+
+def init_dir(dir: Path, *, listen: str = "127.0.0.1:8787", key_type: str = "ec") -> InitResult:
+    """Write a working local setup into ``dir`` (created 0700 if missing). The
+    development CA and signing key are ECDSA P-256 (``key_type`` ``ec``: a signature
+    costs a few hundredths of a millisecond) or RSA-2048 (``rsa``: several times that,
+    the largest single cost of a one-page kiosk signature).
 
     Raises :class:`casesignd.errors.Conflict` (code ``already_exists``) when
     ``config.toml`` or any other file it would write is already there, leaving
-    everything as it was; :class:`casesignd.errors.ConfigError` for a bad ``listen``;
-    :class:`casesignd.errors.CasesignError` (code ``init_failed``) when a write fails,
-    after removing what this call had written.
+    everything as it was; :class:`casesignd.errors.ConfigError` for a bad ``listen`` or
+    ``key_type``; :class:`casesignd.errors.CasesignError` (code ``init_failed``) when a
+    write fails, after removing what this call had written.
     """
     from . import devpki  # cryptography is slow to import; only init needs it here
 
@@ -415,8 +421,10 @@ def init_dir(dir: Path, *, listen: str = "127.0.0.1:8787") -> InitResult:
     cfg = local_config(listen, hash_token(token))
     cfgmod.loads(render_config(cfg))  # a bad listen fails here, before anything is written
     url = client_url(listen)
-    ca = devpki.make_ca()
-    signer = devpki.issue(ca, "casesignd development signer")
+    if key_type not in KEY_TYPES:
+        raise ConfigError("key_type", f"must be one of {', '.join(KEY_TYPES)}")
+    ca = devpki.make_ca(kind=key_type)
+    signer = devpki.issue(ca, "casesignd development signer", kind=key_type)
     password = secrets.token_urlsafe(32).encode("ascii")
 
     created: list[Path] = []

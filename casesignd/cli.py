@@ -124,7 +124,7 @@ def _client(args: argparse.Namespace) -> Client:
 def cmd_init(args: argparse.Namespace) -> int:
     from .bootstrap import init_dir
 
-    result = init_dir(Path(args.dir), listen=args.listen)
+    result = init_dir(Path(args.dir), listen=args.listen, key_type=args.key_type)
     _out(f"wrote a local setup in {result.dir}/")
     for path in result.created:
         _out(f"  {path.name}")
@@ -343,6 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"directory to write (default {DEFAULT_INIT_DIR})")
     c.add_argument("--listen", default="127.0.0.1:8787", metavar="HOST:PORT",
                    help="address the daemon will listen on (default 127.0.0.1:8787)")
+    c.add_argument("--key-type", choices=("ec", "rsa"), default="ec",
+                   help="development signing key: ec (ECDSA P-256, the default) or rsa (RSA-2048)")
 
     c = command("serve", cmd_serve, "run the daemon")
     c.add_argument("--config", metavar="PATH",

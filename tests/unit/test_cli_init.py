@@ -16,6 +16,7 @@ import pytest
 
 from casesignd import bootstrap, cli, config
 from casesignd.client import parse_env_file
+from casesignd.errors import ConfigError
 
 SECRETS = ("signing.p12", "signing.pass", "link.secret", "client.env", "config.toml")
 
@@ -73,22 +74,43 @@ def test_token_hash_matches_client_env(setup_dir: Path) -> None:
             assert token.encode() not in p.read_bytes(), p.name
 
 
-def test_signing_key_chains_to_the_ca_and_the_ca_key_is_not_kept(setup_dir: Path) -> None:
-    from cryptography import x509
-    from cryptography.hazmat.primitives.asymmetric import padding
+def _signing_identity(setup_dir: Path):
     from cryptography.hazmat.primitives.serialization import pkcs12
 
-    ca = x509.load_pem_x509_certificate((setup_dir / "ca.pem").read_bytes())
     password = (setup_dir / "signing.pass").read_bytes()
-    key, cert, extra = pkcs12.load_key_and_certificates(
-        (setup_dir / "signing.p12").read_bytes(), password)
+    return pkcs12.load_key_and_certificates((setup_dir / "signing.p12").read_bytes(), password)
+
+
+def test_signing_key_chains_to_the_ca_and_the_ca_key_is_not_kept(setup_dir: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    ca = x509.load_pem_x509_certificate((setup_dir / "ca.pem").read_bytes())
+    key, cert, extra = _signing_identity(setup_dir)
     assert key is not None and cert is not None
-    assert cert.issuer == ca.subject
-    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
-                           cert.signature_hash_algorithm)
+    # ECDSA P-256 unless asked otherwise: the cheapest signature a kiosk can get.
+    assert isinstance(key, ec.EllipticCurvePrivateKey) and key.curve.name == "secp256r1"
+    assert isinstance(ca.public_key(), ec.EllipticCurvePublicKey)
+    cert.verify_directly_issued_by(ca)
     assert [c.subject for c in extra] == [ca.subject]
     assert b"PRIVATE KEY" not in (setup_dir / "ca.pem").read_bytes()
     assert not list(setup_dir.glob("*.key"))
+
+
+def test_init_makes_an_rsa_key_when_asked(tmp_path: Path) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    assert cli.main(["init", "--dir", str(tmp_path / "s"), "--key-type", "rsa"]) == 0
+    key, cert, _ = _signing_identity(tmp_path / "s")
+    assert isinstance(key, rsa.RSAPrivateKey) and key.key_size == 2048
+    cert.verify_directly_issued_by(x509.load_pem_x509_certificate((tmp_path / "s" / "ca.pem").read_bytes()))
+
+
+def test_init_refuses_an_unknown_key_type(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError):
+        bootstrap.init_dir(tmp_path / "s", key_type="dsa")
+    assert not (tmp_path / "s").exists()
 
 
 def test_every_setting_is_written_and_commented(setup_dir: Path) -> None:
