@@ -23,6 +23,10 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
 
+Both services sign with the key ``casesignd init`` makes (``--key-type``): ECDSA P-256
+by default, as init does; ``--key-type rsa`` measures RSA-2048, whose signature is
+the largest single cost of a one-page kiosk signature.
+
     .venv/bin/python scripts/bench_kiosk.py [--duration-s 30] [--batch-mb 40] ...
 
 Loopback only; the daemon runs as ``tests.daemon.Daemon`` in a temporary directory,
@@ -412,7 +416,9 @@ def start_baseline(port: int, p12: Path, password: bytes, log: Path) -> subproce
 def table(results: dict[str, Any]) -> str:
     cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
             "deadline_504", "other_errors"]
-    lines = [f"{'service':<10} {'phase':<6} " + " ".join(f"{c:>12}" for c in cols)]
+    key = results.get("config", {}).get("key_type", "?")
+    lines = [f"signing key: {key} (both services); latencies in ms",
+             f"{'service':<10} {'phase':<6} " + " ".join(f"{c:>12}" for c in cols)]
     for svc in ("casesignd", "pyhanko"):
         for phase in ("idle", "paced", "load"):
             r = results.get(svc, {}).get(phase)
@@ -434,6 +440,9 @@ def main() -> None:
     ap.add_argument("--batch-docs", type=int, default=2, help="distinct large PDFs")
     ap.add_argument("--batch-inflight", type=int, default=8, help="concurrent batch signatures")
     ap.add_argument("--workers", type=int, default=4, help="casesignd workers.concurrency")
+    ap.add_argument("--key-type", choices=("ec", "rsa"), default="ec",
+                    help="the signing key `casesignd init` makes, used by both services: "
+                         "ec (P-256, init's default) or rsa (RSA-2048)")
     ap.add_argument("--only", choices=("casesignd", "pyhanko"), default=None)
     ap.add_argument("--phases", type=lambda v: v.split(","), default=["idle", "paced", "load"],
                     help="which phases to run: idle,paced,load")
@@ -469,7 +478,7 @@ def main() -> None:
         d = Daemon(tmp / "daemon", {
             "workers": {"concurrency": args.workers},
             "storage": {"temp_dir": str(shm)},
-        }, env={"CASESIGND_STRICT_LABELS": "0"})
+        }, env={"CASESIGND_STRICT_LABELS": "0"}, init_args=["--key-type", args.key_type])
         d.env.pop("CASESIGND_TEST_KIND", None)
         if args.only in (None, "casesignd"):
             d.start()

@@ -97,7 +97,7 @@ class Daemon:
     """One daemon's state directory and, while running, its process."""
 
     def __init__(self, state: Path, overrides: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, init_args: list[str] | None = None) -> None:
         self.dir = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -105,7 +105,8 @@ class Daemon:
         self.env = {**os.environ, "CASESIGND_TEST_KIND": "1", "PYTHONUNBUFFERED": "1",
                     "CASESIGND_STRICT_LABELS": "1", **(env or {})}
         self.env.pop("NOTIFY_SOCKET", None)
-        subprocess.run([sys.executable, "-m", "casesignd", "init", "--dir", str(state)],
+        subprocess.run([sys.executable, "-m", "casesignd", "init", "--dir", str(state),
+                        *(init_args or [])],
                        check=True, capture_output=True, env=self.env, timeout=60)
         self.config_path = state / "config.toml"
         base = tomllib.loads(self.config_path.read_text())
