@@ -42,7 +42,7 @@ from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
-from . import cms
+from . import cms, pdfparse
 
 if TYPE_CHECKING:
     from .keys import KeySigner
@@ -283,7 +283,7 @@ def _read_structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure
     if not (head.startswith(b"xref") or _OBJ_HEADER.match(head)):
         # pypdf would repair this, but our /Prev must name a real section (§7.5.6).
         raise MalformedPdf("startxref does not point to a cross-reference section")
-    reader = reader or PdfReader(f, strict=False)
+    reader = reader or pdfparse.reader(f)
     if reader.is_encrypted:
         raise EncryptedPdf("the PDF is encrypted")
     trailer = reader.trailer

@@ -54,6 +54,7 @@ from pypdf.errors import FileNotDecryptedError, LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
+from . import pdfparse
 from .config import Policy
 from .errors import ActiveContent, CasesignError, EncryptedPdf, LimitExceeded, MalformedPdf
 from .media import EXECUTABLE_TYPES, sniff_bytes
@@ -604,7 +605,7 @@ def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, P
         xref_stream = classify_xref(f.read(64), size - frame.startxref)
         f.seek(0)
         with _translated(limits) as warnings:
-            reader = PdfReader(f, strict=False)
+            reader = pdfparse.reader(f)
             if "/Encrypt" in reader.trailer:
                 raise EncryptedPdf("the PDF is encrypted")
             catalog = _get(reader.trailer, "/Root")

@@ -1,0 +1,255 @@
+"""A faster reader of PDF objects for pypdf, with pypdf's own results.
+
+pypdf reads an object a byte at a time through its stream (``read(1)``, ``seek(-1)``
+for every token). :func:`read_object` reads a window of bytes once and tokenizes it
+with one regular expression, for the common case only: names of up to 127 ASCII
+bytes without ``#`` escapes, numbers, references, literal strings without nested
+parentheses or octal escapes, hexadecimal strings, booleans, null, comments inside
+arrays and dictionaries, and streams with a direct ``/Length`` followed by
+``endstream``. Anything else (a leading comment, a duplicate key, an odd keyword, a
+limit reached, a damaged stream) puts the stream back where it was and hands the
+whole object to pypdf, whose recovery and warnings are then exactly its own. Each object it does read is the one pypdf would
+build: the same classes, values and stream position afterwards (the tests compare
+the two over whole documents and mutated objects).
+
+:func:`reader` builds a pypdf reader that uses it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pypdf import PdfReader, _reader
+from pypdf._configuration import get_configuration
+from pypdf.generic import (
+    ArrayObject,
+    BooleanObject,
+    DictionaryObject,
+    FloatObject,
+    IndirectObject,
+    NameObject,
+    NullObject,
+    NumberObject,
+    StreamObject,
+    _data_structures,
+    create_string_object,
+)
+
+_pypdf_read_object = _data_structures.read_object
+
+# pypdf's whitespace between tokens (dictionaries and the stream keyword use this set;
+# arrays also skip \x0b, which here sends the object to pypdf).
+_WS = rb"[\x00\t\n\x0c\r ]*"
+# pypdf reads a number or a reference from the 20 bytes at its first digit: a
+# reference is IndirectPattern ("\s", a letter may not follow the R), a number the
+# run of [+,-.0-9] (its NumberPattern's range). Both are checked against that peek.
+_TOKEN = re.compile(
+    _WS + rb"""(?:
+      (?P<name>/[^\s()<>\[\]{}/%\#]*)(?=[\s()<>\[\]{}/%])
+    | (?P<ref>([0-9]+)\s+([0-9]+)\s+R)(?=[^a-zA-Z])
+    | (?P<int>[+-]?[0-9]+)(?=[^+,\-.0-9])
+    | (?P<real>[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+))(?=[^+,\-.0-9])
+    | (?P<dict><<)
+    | (?P<dend>>>)
+    | (?P<array>\[)
+    | (?P<aend>\])
+    | (?P<str>\((?P<text>(?:[^()\\]|\\[nrtbf()/\\ %<>\[\]\#_&$])*)\))
+    | (?P<hex><(?P<digits>[0-9A-Fa-f\x00\t\n\x0c\r ]*)>)
+    | (?P<true>true)
+    | (?P<false>false)
+    | (?P<null>null)
+    | (?P<comment>%[^\r\n]*[\r\n])
+    )""",
+    re.VERBOSE,
+)
+_SPACE = re.compile(_WS)
+_EOL = re.compile(rb" *(?:\r\n|\n|\r)")
+_ENDSTREAM = re.compile(rb"[\x00\t\n\x0c\r ]*endstream")
+_HEX_WS = re.compile(rb"[\x00\t\n\x0c\r ]")
+# The escapes pypdf maps to one byte (an octal or a line break sends the string to
+# pypdf).
+_ESCAPES = {b"n": b"\n", b"r": b"\r", b"t": b"\t", b"b": b"\b", b"f": b"\f",
+            **{bytes([c]): bytes([c]) for c in b"()/\\ %<>[]#_&$"}}
+_ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
+
+# What pypdf's read_object dispatches on (it reads no whitespace first).
+_STARTS = frozenset(bytes([c]) for c in b"/<[(tfn+-.0123456789")
+_WINDOW = 4096
+_MAX_WINDOW = 1 << 22
+_MAX_DEPTH = 64
+# Longer names go to pypdf, whose limit on them (about 4 KiB) depends on how it reads
+# in chunks; PDF's own implementation limit is 127 bytes.
+_NAME_LIMIT = 127
+_PEEK = 20
+_MAX_COMMENTS = 1000  # pypdf's limit on comments in a row where a value belongs
+
+
+def _unescape(m: re.Match[bytes]) -> bytes:
+    return _ESCAPES[m.group(1)]
+
+
+class _Fallback(Exception):
+    """Not the common case: pypdf reads the object."""
+
+
+class _NeedMore(_Fallback):
+    """The object runs past the window."""
+
+
+def read_object(stream: Any, pdf: Any, forced_encoding: Any = None, *,
+                parsing_budget: Any = None) -> Any:
+    """pypdf's ``read_object``, faster for the common case (see the module's doc)."""
+    if parsing_budget is None:
+        start = stream.tell()
+        size = _WINDOW
+        while True:
+            window = stream.read(size)
+            if window[:1] not in _STARTS:
+                break  # pypdf skips a comment here, or raises
+            try:
+                obj, end = _parse(window, pdf, forced_encoding, len(window) < size)
+                if type(obj) is DictionaryObject:
+                    return _stream_after(obj, end, window, len(window) < size, stream, start)
+                stream.seek(start + end)
+                return obj
+            except _NeedMore:
+                if len(window) < size or size >= _MAX_WINDOW:
+                    break
+                size *= 16
+                stream.seek(start)
+            except _Fallback:
+                break
+        stream.seek(start)
+    return _pypdf_read_object(stream, pdf, forced_encoding, parsing_budget=parsing_budget)
+
+
+def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]:
+    """One object from the start of ``buf``, and where it ends. One loop with a stack
+    of open arrays and dictionaries: a token costs one match and a few operations."""
+    config = get_configuration()
+    max_array = config.array_maximum_element_count
+    max_dict = config.dictionary_maximum_element_count
+    match = _TOKEN.match
+    size = len(buf)
+    stack: list[tuple[Any, Any]] = []
+    container: Any = None  # the open array (list) or dictionary (dict), if any
+    key: Any = None  # in a dictionary: the key waiting for its value
+    pos = 0
+    comments = 0
+    while True:
+        m = match(buf, pos)
+        if m is None:
+            # Close to the window's edge a token may be cut by it (a long string);
+            # further in, this is not the common case.
+            raise _NeedMore if not at_eof and size - pos < 1024 else _Fallback
+        at = m.start(m.lastindex)
+        pos = m.end()
+        if pos + 1 >= size and not at_eof:
+            raise _NeedMore  # the token, or what follows it, may be cut
+        kind = m.lastgroup
+        if kind == "comment":
+            comments += 1
+            if comments > _MAX_COMMENTS:
+                raise _Fallback
+            continue
+        comments = 0
+        if kind == "name":
+            raw = m.group(kind)
+            if len(raw) - 1 > _NAME_LIMIT or not raw.isascii():
+                raise _Fallback
+            value: Any = NameObject(raw.decode("ascii"))
+        elif kind == "ref":
+            if pos - at >= _PEEK:
+                raise _Fallback  # past pypdf's peek: a number there
+            value = IndirectObject(int(m.group(3)), int(m.group(4)), pdf)
+        elif kind == "int" or kind == "real":
+            if pos - at >= _PEEK:
+                raise _Fallback
+            num = m.group(kind)
+            value = NumberObject(num) if kind == "int" else FloatObject(num)
+        elif kind == "dict" or kind == "array":
+            if key is None and type(container) is dict:
+                raise _Fallback  # a dictionary's key must be a name
+            if len(stack) >= _MAX_DEPTH:
+                raise _Fallback
+            stack.append((container, key))
+            container, key = ({} if kind == "dict" else ArrayObject()), None
+            continue
+        elif kind == "dend":
+            if type(container) is not dict or key is not None:
+                raise _Fallback  # pypdf ends a dictionary at any ">" and reads on
+            value = DictionaryObject()
+            value.update(container)
+            container, key = stack.pop()
+        elif kind == "aend":
+            if type(container) is dict or container is None:
+                raise _Fallback
+            value = container
+            container, key = stack.pop()
+        elif kind == "str":
+            text = m.group("text")
+            if b"\\" in text:
+                text = _ESCAPE.sub(_unescape, text)
+            value = create_string_object(text, encoding)
+        elif kind == "hex":
+            digits = _HEX_WS.sub(b"", m.group("digits"))
+            if len(digits) % 2:
+                digits += b"0"
+            value = create_string_object(bytes.fromhex(digits.decode("ascii")), encoding)
+        elif kind == "true" or kind == "false":
+            value = BooleanObject(kind == "true")
+        else:
+            value = NullObject()
+        if container is None:
+            return value, pos
+        if type(container) is dict:
+            if key is None:
+                if kind != "name" or value in container or len(container) >= max_dict:
+                    raise _Fallback  # pypdf warns on a duplicate key and keeps the first
+                key = value
+            else:
+                container[key] = value
+                key = None
+        else:
+            if len(container) >= max_array:
+                raise _Fallback
+            container.append(value)
+
+
+def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, stream: Any,
+                  start: int) -> Any:
+    """A dictionary, or the stream it begins: its data read as pypdf reads it."""
+    at = _SPACE.match(buf, end).end()
+    if len(buf) - at < 64 and not at_eof:
+        raise _NeedMore  # the keyword and its end of line may be cut by the window
+    if not buf.startswith(b"stream", at):
+        stream.seek(start + end)
+        return obj
+    m = _EOL.match(buf, at + 6)
+    if m is None:
+        raise _Fallback  # pypdf refuses "stream" without an end of line
+    length = dict.get(obj, "/Length")  # as written: a reference goes to pypdf
+    if type(length) is not NumberObject or not 0 <= length <= get_configuration().maximum_declared_stream_length:
+        raise _Fallback
+    stream.seek(start + m.end())
+    data = stream.read(length)
+    tail = stream.read(32)
+    e = _ENDSTREAM.match(tail)
+    if len(data) < length or e is None:
+        raise _Fallback
+    stream.seek(start + m.end() + length + e.end())
+    fields = dict(dict.items(obj))
+    fields["__streamdata__"] = data
+    return StreamObject.initialize_from_dictionary(fields)
+
+
+def install() -> None:
+    """Make pypdf's reader read objects with :func:`read_object` (idempotent)."""
+    _reader.read_object = read_object
+
+
+def reader(f: Any) -> PdfReader:
+    """A non-strict pypdf reader of ``f`` that reads objects with :func:`read_object`."""
+    install()
+    return PdfReader(f, strict=False)
