@@ -55,7 +55,7 @@ from .signcase import (
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
-from .worker import error_detail, outcome_result, record_phase, timed_phase
+from .worker import error_detail, outcome_result, phases_ms, record_phase, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -341,15 +341,13 @@ class _Run:
         await self.s.objects.put(new.tenant, new.case_id, self.normalized["items"][0]["sha256"],
                                  _once(doc), len(doc), len(doc))
 
+    # A kiosk request lasts milliseconds: its phases go on its outcome's line
+    # (``phases_ms``), not on a line each.
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return timed_phase(self.s.metrics, self.phases, _KIND.name, name, **self._phase_fields())
+        return timed_phase(self.s.metrics, self.phases, _KIND.name, name, log_line=False)
 
     def record_phase(self, name: str, took: float) -> None:
-        record_phase(self.s.metrics, self.phases, _KIND.name, name, took, **self._phase_fields())
-
-    def _phase_fields(self) -> dict[str, Any]:
-        return {"job_id": self.flight.job_id, "attempt": 1,
-                "correlation_id": self.flight.new.correlation_id}
+        record_phase(self.s.metrics, self.phases, _KIND.name, name, took, log_line=False)
 
     async def fly(self) -> tuple[Job | None, bytes | None]:
         s, flight = self.s, self.flight
@@ -380,7 +378,7 @@ class _Run:
         if job is not None:
             s.pool.finished(job, "succeeded")
             log_event(log, "job.succeeded", duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                      pool="kiosk", **fields)
+                      phases_ms=phases_ms(self.phases), pool="kiosk", **fields)
         return job, signed
 
     def _admitted(self) -> None:
@@ -493,11 +491,13 @@ class _Run:
         if decision.retry:
             s.metrics.retry(_KIND.name, decision.code)
             log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
-                      duration_ms=duration_ms, pool="kiosk", **fields)
+                      duration_ms=duration_ms, phases_ms=phases_ms(self.phases), pool="kiosk",
+                      **fields)
             s.pool.wake()
         else:
             log_event(log, "job.failed", level=logging.WARNING, code=decision.code,
-                      category=decision.category, duration_ms=duration_ms, pool="kiosk",
+                      category=decision.category, duration_ms=duration_ms,
+                      phases_ms=phases_ms(self.phases), pool="kiosk",
                       exc_info=error if decision.category == "internal" else None, **fields)
             if job is not None:
                 s.pool.finished(job, "failed")

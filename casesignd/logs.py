@@ -31,7 +31,7 @@ ALLOWED_FIELDS = frozenset({
     "job_id", "attempt", "correlation_id", "kind", "phase", "duration_ms", "state",
     "code", "category", "tenant_hash", "error", "route", "status", "method",
     "reason", "delay_ms", "bytes", "count", "version", "listen", "signal",
-    "policy_version", "template_version", "source", "pool", "workers",
+    "policy_version", "template_version", "source", "pool", "workers", "phases_ms",
 })  # fmt: skip
 
 LEVELS = {
@@ -63,6 +63,9 @@ def clean_fields(fields: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
             continue
         if isinstance(value, BaseException):
             value = error_text(value)
+        elif isinstance(value, dict) and all(
+                isinstance(k, str) and isinstance(v, int | float) for k, v in value.items()):
+            pass  # timings by name (phases_ms)
         elif not isinstance(value, str | int | float | bool | type(None)):
             value = str(value)
         kept[key] = value

@@ -53,22 +53,29 @@ class _Running:
 
 @contextlib.asynccontextmanager
 async def timed_phase(metrics: Any, phases: dict[str, float], kind: str, name: str,
-                      **fields: Any) -> AsyncIterator[None]:
+                      *, log_line: bool = True, **fields: Any) -> AsyncIterator[None]:
     """Time one phase of an attempt into ``phases``, the metrics and the log."""
     start = time.perf_counter()
     try:
         yield
     finally:
-        record_phase(metrics, phases, kind, name, time.perf_counter() - start, **fields)
+        record_phase(metrics, phases, kind, name, time.perf_counter() - start,
+                     log_line=log_line, **fields)
 
 
 def record_phase(metrics: Any, phases: dict[str, float], kind: str, name: str, took: float,
-                 **fields: Any) -> None:
+                 *, log_line: bool = True, **fields: Any) -> None:
     """One phase of an attempt that took ``took`` seconds: into ``phases``, the metrics
-    and the log."""
+    and (unless ``log_line`` is false) a ``job.phase`` line."""
     phases[name] = phases.get(name, 0.0) + took
     metrics.observe_phase(kind, name, took)
-    log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
+    if log_line:
+        log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
+
+
+def phases_ms(phases: dict[str, float]) -> dict[str, float]:
+    """An attempt's phase times for its outcome's log line, in milliseconds."""
+    return {name: round(took * 1000, 3) for name, took in phases.items()}
 
 
 class JobCtx:

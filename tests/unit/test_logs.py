@@ -47,6 +47,15 @@ def test_one_object_per_line_with_the_standard_keys(stream: io.StringIO) -> None
     assert second["msg"] == "job.claimed" and second["state"] == "processing"
 
 
+def test_timings_by_name_stay_an_object_anything_else_a_string(stream: io.StringIO) -> None:
+    log = logging.getLogger("casesignd.kiosk")
+    log_event(log, "job.succeeded", phases_ms={"validate": 1.25, "sign": 0.5})
+    log_event(log, "job.succeeded", phases_ms={"validate": "Avery Chen"})
+    first, second = lines(stream)
+    assert first["phases_ms"] == {"validate": 1.25, "sign": 0.5}
+    assert isinstance(second["phases_ms"], str)
+
+
 def test_personal_fields_are_dropped_by_the_helper_and_by_extra(stream: io.StringIO) -> None:
     log = logging.getLogger("casesignd.invoice")
     log_event(
