@@ -412,6 +412,7 @@ class _Run:
         if s.kiosk_signs_in_lane:
             # The process holds the key: its call is the key's use, under a key slot.
             async with s.key_slots.kiosk(wait_s):
+                start = time.perf_counter()  # a wait for the slot is no phase's time
                 work: KioskWork = await s.run_cpu(*args, kiosk=True)
             signature, sign_s = work.signature, work.sign_s
             self.record_phase("validate", time.perf_counter() - start - sign_s)
