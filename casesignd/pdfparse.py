@@ -8,9 +8,10 @@ parentheses or octal escapes, hexadecimal strings, booleans, null, comments insi
 arrays and dictionaries, and streams with a direct ``/Length`` followed by
 ``endstream``. Anything else (a leading comment, a duplicate key, an odd keyword, a
 limit reached, a damaged stream) puts the stream back where it was and hands the
-whole object to pypdf, whose recovery and warnings are then exactly its own. Each object it does read is the one pypdf would
-build: the same classes, values and stream position afterwards (the tests compare
-the two over whole documents and mutated objects).
+whole object to pypdf, whose recovery and warnings are then exactly its own. Each
+object it does read is the one pypdf would build: the same classes, values and
+stream position afterwards (the tests compare the two over whole documents and
+mutated objects).
 
 :func:`reader` builds a pypdf reader that uses it.
 """
@@ -230,7 +231,8 @@ def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, str
     if m is None:
         raise _Fallback  # pypdf refuses "stream" without an end of line
     length = dict.get(obj, "/Length")  # as written: a reference goes to pypdf
-    if type(length) is not NumberObject or not 0 <= length <= get_configuration().maximum_declared_stream_length:
+    limit = get_configuration().maximum_declared_stream_length
+    if type(length) is not NumberObject or not 0 <= length <= limit:
         raise _Fallback
     stream.seek(start + m.end())
     data = stream.read(length)
