@@ -408,7 +408,6 @@ class _Run:
         wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
         args = (check_prepare_sign, self.document, pdfcheck.PdfLimits.from_policy(policy), meta,
                 s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
-        start = time.perf_counter()
         if s.kiosk_signs_in_lane:
             # The process holds the key: its call is the key's use, under a key slot.
             async with s.key_slots.kiosk(wait_s):
@@ -417,6 +416,7 @@ class _Run:
             signature, sign_s = work.signature, work.sign_s
             self.record_phase("validate", time.perf_counter() - start - sign_s)
         else:
+            start = time.perf_counter()
             work = await s.run_cpu(*args, kiosk=True)
             self.record_phase("validate", time.perf_counter() - start)
             start = time.perf_counter()

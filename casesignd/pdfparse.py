@@ -144,7 +144,6 @@ def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]
             # Close to the window's edge a token may be cut by it (a long string);
             # further in, this is not the common case.
             raise _NeedMore if not at_eof and size - pos < 1024 else _Fallback
-        at = m.start(m.lastindex)
         pos = m.end()
         if pos + 1 >= size and not at_eof:
             raise _NeedMore  # the token, or what follows it, may be cut
@@ -161,11 +160,11 @@ def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]
                 raise _Fallback
             value: Any = NameObject(raw.decode("ascii"))
         elif kind == "ref":
-            if pos - at >= _PEEK:
+            if pos - m.start(kind) >= _PEEK:
                 raise _Fallback  # past pypdf's peek: a number there
             value = IndirectObject(int(m.group(3)), int(m.group(4)), pdf)
         elif kind == "int" or kind == "real":
-            if pos - at >= _PEEK:
+            if pos - m.start(kind) >= _PEEK:
                 raise _Fallback
             num = m.group(kind)
             value = NumberObject(num) if kind == "int" else FloatObject(num)
