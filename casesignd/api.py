@@ -20,7 +20,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import audit, jobs
+from . import audit, httpsafe, jobs
 from .app import SERVICES, Services
 from .errors import (
     BadRequest,
@@ -367,15 +367,24 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         raise NotFound("no such artifact", code="artifact_not_found")
     headers = {
         "Content-Type": record["media_type"],
-        "Content-Disposition": f'attachment; filename="{artifact_id}.pdf"',
         "X-Artifact-SHA256": record["sha256"],
         "Cache-Control": "private, no-store",
     }
-    return artifact_response(source, headers)
+    return artifact_response(source, headers, filename=artifact_id)
 
 
-def artifact_response(source: bytes | Path, headers: dict[str, str]) -> web.StreamResponse:
-    """An artifact's bytes as kept in the store, or its file."""
+def artifact_response(source: bytes | Path, headers: dict[str, str],
+                      filename: str | None = None) -> web.StreamResponse:
+    """An artifact's bytes as kept in the store, or its file.
+
+    Every download is safe to open: ``nosniff`` (a browser never runs it as something
+    else than its Content-Type) and an ``attachment`` disposition (saved, never shown
+    inline) under a name built from ``filename`` by
+    :func:`casesignd.httpsafe.download_filename` (``signed`` when none is given)."""
+    headers = {**headers, "X-Content-Type-Options": "nosniff"}
+    media_type = headers.get("Content-Type", "application/pdf")
+    headers["Content-Disposition"] = httpsafe.content_disposition(
+        httpsafe.download_filename(filename or "signed", media_type))
     if isinstance(source, bytes):
         return web.Response(body=source, headers=headers)
     return web.FileResponse(source, headers=headers)

@@ -115,6 +115,9 @@ class Services:
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
         self.kiosk_inflight = 0
+        # The same, by tenant (kiosk.max_concurrent_per_tenant); a tenant with none
+        # in flight has no entry.
+        self.kiosk_inflight_by_tenant: dict[str, int] = {}
         # Kiosk signatures under way, some past their answer (see casesignd.kiosk).
         self.kiosk_flights: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
@@ -148,12 +151,12 @@ class Services:
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
-            from .signcase import init_kiosk_lane
+            from .pipeline import init_signing_process
 
             template = self.cms_template() if self.signer is not None else None
             self._lane_key = self.process_key()
             self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, get_context("forkserver"),
-                                   initializer=init_kiosk_lane, initargs=(template, self._lane_key))
+                                   initializer=init_signing_process, initargs=(template, self._lane_key))
         return self._kiosk_cpu
 
     @property

@@ -136,11 +136,21 @@ DESCRIPTIONS: dict[str, str] = {
     "kiosk.max_document_bytes": "Largest kiosk document, in bytes.",
     "kiosk.reserved_key_slots": "Key slots kept for the kiosk path (of signing.key_slots).",
     "kiosk.max_concurrent": "Kiosk requests in flight; beyond it, 503 busy.",
+    "kiosk.max_concurrent_per_tenant": "Kiosk requests one tenant may have in flight; beyond "
+    "it, 503 busy for that tenant (0: half of max_concurrent).",
+    "kiosk.max_decoded_bytes": "Decoded bytes of all streams of one kiosk document; a "
+    "document's checks also stop after the deadline's worth of CPU time.",
     "kiosk.cpu_processes": "Worker processes kept for kiosk requests alone (batch jobs never use them).",
     "kiosk.inline_artifact_max_bytes": "Signed documents up to this size are kept in the store, "
     "committed with their record; larger ones are files under state_dir. 0: always files.",
     "workers.max_run_s": "One attempt running longer than this fails retryably (attempt_timeout).",
     "policies.max_decoded_stream_bytes": "Largest decoded size of one PDF stream (decompression bombs).",
+    "policies.max_decoded_document_bytes": "Largest decoded size of all streams of one PDF together.",
+    "policies.max_check_cpu_s": "CPU seconds the checks of one PDF may take.",
+    "policies.normalize": "Rewrite a PDF whose readers could disagree before signing it: "
+    "never, when_needed or always.",
+    "policies.allowed_actions": "PDF action types a document may hold; any other is active "
+    "content (Named: page navigation only).",
     "policies.max_pdf_objects": "Most objects a PDF may have.",
     "policies.max_pdf_depth": "Deepest nesting of PDF objects and of the page tree.",
     "invoice": "The render_invoice job kind.",

@@ -18,6 +18,13 @@ from .errors import ConfigError
 
 MiB = 1024 * 1024
 
+NORMALIZE_MODES = ("never", "when_needed", "always")
+# Actions a policy may allow (PDF 32000-1 §12.6.4.1, Table 198). JavaScript, Launch,
+# ImportData and RichMediaExecute run code or read local files and are never allowed.
+ALLOWABLE_ACTIONS = ("GoTo", "Named", "URI", "GoToR", "GoToE", "GoTo3DView", "Thread",
+                     "Hide", "SetOCGState", "Rendition", "Trans", "SubmitForm", "ResetForm",
+                     "Sound", "Movie")
+
 
 class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     listen: str = "127.0.0.1:8787"
@@ -105,6 +112,19 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_decoded_stream_bytes: int = 256 * MiB
     max_pdf_objects: int = 1_000_000
     max_pdf_depth: int = 64
+    # Decoded bytes of all streams of one document together, and CPU seconds one
+    # document's checks may take: a document past either is refused limit_exceeded.
+    max_decoded_document_bytes: int = 1024 * MiB
+    max_check_cpu_s: float = 20.0
+    # A document whose readers could disagree (a parser differential, damage a reader
+    # repairs) and that carries no signature yet is rewritten into one unambiguous
+    # PDF before it is signed: "when_needed"; "always" rewrites every unsigned
+    # document; "never" refuses them (ambiguous_pdf / malformed_pdf).
+    normalize: str = "when_needed"
+    # Actions a document may hold (PDF 32000-1 §12.6.4), by their /S type; every
+    # other action anywhere is active content. "Named" covers the page-navigation
+    # names only (NextPage, PrevPage, FirstPage, LastPage).
+    allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
     # An RFC 3161 TSA: when set, signatures are PAdES B-T.
     tsa_url: str = ""
     tsa_timeout_s: float = 10.0
@@ -148,11 +168,23 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_document_bytes: int = 10 * MiB
     reserved_key_slots: int = 1
     max_concurrent: int = 16
+    # Kiosk requests in flight from one tenant (its share of max_concurrent); beyond
+    # it that tenant gets 503 busy while the others are served. 0: half of
+    # max_concurrent, at least 1.
+    max_concurrent_per_tenant: int = 0
     # Worker processes kept for kiosk requests alone (batch jobs never use them).
     cpu_processes: int = 2
     # Signed documents up to this size are kept in the store, committed with their
     # record (no file, no fsync of their own); larger ones are files. 0: always files.
     inline_artifact_max_bytes: int = 1 * MiB
+    # A kiosk document's checks stop at the deadline's worth of CPU time, and all its
+    # streams together at this many decoded bytes (less than a policy's, if lower):
+    # a decompression bomb is refused (limit_exceeded) before it can hold a process.
+    max_decoded_bytes: int = 256 * MiB
+
+    def tenant_share(self) -> int:
+        """Kiosk requests one tenant may have in flight at once."""
+        return self.max_concurrent_per_tenant or max(1, self.max_concurrent // 2)
 
 
 class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -244,10 +276,21 @@ def _check(cfg: Config) -> None:
         raise ConfigError("workers.heartbeat_s", "must be shorter than workers.lease_s")
     if cfg.kiosk.reserved_key_slots >= cfg.signing.key_slots + 1:
         raise ConfigError("kiosk.reserved_key_slots", "must leave a key slot for batch jobs")
+    if cfg.kiosk.max_concurrent_per_tenant < 0:
+        raise ConfigError("kiosk.max_concurrent_per_tenant",
+                          f"must be 0 (half of kiosk.max_concurrent) or positive, "
+                          f"got {cfg.kiosk.max_concurrent_per_tenant}")
     seen: set[str] = set()
     for i, p in enumerate(cfg.policies):
         if not _POLICY.match(p.version):
             raise ConfigError(f"policies[{i}].version", f"invalid version {p.version!r}")
+        if p.normalize not in NORMALIZE_MODES:
+            raise ConfigError(f"policies[{i}].normalize",
+                              f"expected one of {', '.join(NORMALIZE_MODES)}, got {p.normalize!r}")
+        for a in p.allowed_actions:
+            if a not in ALLOWABLE_ACTIONS:
+                raise ConfigError(f"policies[{i}].allowed_actions",
+                                  f"{a!r} cannot be allowed; choose from {', '.join(ALLOWABLE_ACTIONS)}")
         if p.version in seen:
             raise ConfigError(f"policies[{i}].version", f"duplicate version {p.version!r}")
         seen.add(p.version)

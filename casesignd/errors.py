@@ -168,6 +168,14 @@ class MalformedPdf(PermanentJobError):
     code = "malformed_pdf"
 
 
+class AmbiguousPdf(PermanentJobError):
+    """Readers would show the document differently (a parser differential), and it
+    cannot be rewritten into one unambiguous document: it carries a signature, the
+    policy's ``normalize`` is ``never``, or the readers disagree on what it shows."""
+
+    code = "ambiguous_pdf"
+
+
 class EncryptedPdf(PermanentJobError):
     code = "encrypted_pdf"
 

@@ -42,14 +42,13 @@ from .errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from .httpsafe import content_disposition, download_filename
 from .kinds import Artifact, Outcome
 from .logs import log_event
+from .pipeline import SignedWork, sign_document, sign_with
 from .signcase import (
-    KioskWork,
     SignCaseKind,
-    check_prepare_sign,
     field_name,
-    sign_with,
     signature_key,
     signing_lock,
     signing_meta,
@@ -213,7 +212,28 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
     header = jobs.check_idempotency_key(request.headers.get("Idempotency-Key"))
     if s.kiosk_inflight >= cfg.kiosk.max_concurrent:
         raise Busy("too many kiosk requests at once", headers={"Retry-After": "1"})
+    # One tenant's share (kiosk.max_concurrent_per_tenant): its slow or hostile
+    # documents (decompression bombs) never take every kiosk slot from the others.
+    by_tenant = s.kiosk_inflight_by_tenant
+    if by_tenant.get(tenant, 0) >= cfg.kiosk.tenant_share():
+        raise Busy("too many kiosk requests at once from this tenant",
+                   headers={"Retry-After": "1"})
     s.kiosk_inflight += 1
+    by_tenant[tenant] = by_tenant.get(tenant, 0) + 1
+
+    def named(resp: web.StreamResponse) -> web.StreamResponse:
+        # Saved as the case's signed document: an artifact id means nothing at a kiosk.
+        resp.headers["Content-Disposition"] = content_disposition(
+            download_filename(f"{new.case_id}-signed", "application/pdf"))
+        return resp
+
+    def release(_: Any = None) -> None:
+        if by_tenant[tenant] > 1:
+            by_tenant[tenant] -= 1
+        else:
+            del by_tenant[tenant]  # no entry for a tenant with nothing in flight
+
+    task: asyncio.Task[Any] | None = None
     try:
         manifest, document = await read_request(request, cfg.kiosk.max_document_bytes)
         sha = await document_sha256(document)
@@ -236,7 +256,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
         sig_key = signature_key(admission.normalized)
         existing, recorded = await s.store.reserve(tenant, new.idem_key, sig_key, flight.token)
         if existing is not None:
-            return await _replay(s, new, t0, answer_by)
+            return named(await _replay(s, new, t0, answer_by))
         run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
         task = asyncio.create_task(run.fly(), name=f"kiosk-{flight.job_id}")
         s.kiosk_flights.add(task)
@@ -251,13 +271,20 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
                                return_when=asyncio.FIRST_COMPLETED)
             if task.done() and not task.cancelled():
                 job, signed = task.result()  # its own error, if it ended in one
-                return await _answer_flight(s, job, signed, t0)
+                return named(await _answer_flight(s, job, signed, t0))
             log_event(log, "kiosk.deadline_exceeded", level=logging.WARNING, job_id=flight.job_id,
                       correlation_id=request["correlation_id"])
             raise _too_late(flight.job_id) from None
-        return await _answer_flight(s, job, signed, t0)
+        return named(await _answer_flight(s, job, signed, t0))
     finally:
         s.kiosk_inflight -= 1
+        if task is not None and not task.done():
+            # Answered 504, its check goes on in a kiosk process: it keeps its place in
+            # its tenant's share until it ends, or a tenant whose bombs outlast the
+            # deadline would fill every kiosk process with them.
+            task.add_done_callback(release)
+        else:
+            release()
 
 
 def _too_late(job_id: str) -> DeadlineExceeded:
@@ -406,13 +433,15 @@ class _Run:
             async with self.phase("scan"):
                 await s.scanner.scan(self.document, normalized["items"][0]["name"])
         wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
-        args = (check_prepare_sign, self.document, pdfcheck.PdfLimits.from_policy(policy), meta,
+        limits = pdfcheck.PdfLimits.from_policy(policy).bounded(
+            cpu_s=cfg.kiosk.deadline_ms / 1000, decoded_bytes=cfg.kiosk.max_decoded_bytes)
+        args = (sign_document, self.document, limits, meta,
                 s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
         if s.kiosk_signs_in_lane:
             # The process holds the key: its call is the key's use, under a key slot.
             async with s.key_slots.kiosk(wait_s):
                 start = time.perf_counter()  # a wait for the slot is no phase's time
-                work: KioskWork = await s.run_cpu(*args, kiosk=True)
+                work: SignedWork = await s.run_cpu(*args, kiosk=True)
             signature, sign_s = work.signature, work.sign_s
             self.record_phase("validate", time.perf_counter() - start - sign_s)
         else:
@@ -438,7 +467,10 @@ class _Run:
         self.record_phase("sign", time.perf_counter() - start + sign_s)
         assert s.artifacts is not None
         artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
-        signed = self.document + update
+        # The update goes after the document the checks passed: the one received, or
+        # its clean rewrite.
+        base = work.base if work.base is not None else self.document
+        signed = base + update
         async with self.phase("publish"):
             if len(signed) <= cfg.kiosk.inline_artifact_max_bytes:
                 # Kept in the store, committed with the record below. (A file left
@@ -449,13 +481,14 @@ class _Run:
                 ours = True
             else:
                 published, ours = await asyncio.to_thread(
-                    s.artifacts.publish_bytes, (self.document, update), artifact_id,
+                    s.artifacts.publish_bytes, (base, update), artifact_id,
                     "application/pdf")
         record = {"artifact_id": published.artifact_id, "sha256": published.sha256,
                   "size": published.size}
         self.flight.signature = (self.sig_key, record, {
             "signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-            "policy_version": normalized["policy_version"], "timestamped": token is not None})
+            "policy_version": normalized["policy_version"], "timestamped": token is not None,
+            **work.checked.audit_detail()})
         self.flight.outcome = ("finish", (outcome_result(Outcome(published, {"documents": 1})),))
         # An earlier publication of the same signature key (a crash before its record)
         # is the one on disk: answer what is on disk.

@@ -183,8 +183,8 @@ def _schemas() -> dict[str, Any]:
             {
                 "category": {"enum": CATEGORIES},
                 "code": {"type": "string", "pattern": ERROR_CODE_PATTERN,
-                         "description": "e.g. malformed_pdf, encrypted_pdf, active_content, "
-                         "certified_pdf, malware_detected, digest_mismatch, size_mismatch, "
+                         "description": "e.g. malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, "
+                         "certified_pdf, certified_no_changes, malware_detected, digest_mismatch, size_mismatch, "
                          "media_type_mismatch, object_not_found, path_outside_source, "
                          "source_unavailable, signing_failed, tsa_unavailable."},
                 "correlation_id": {"type": "string"},
@@ -353,7 +353,7 @@ _VALIDATION_CODES = (
     "unsupported_currency, unknown_template, media_type_not_allowed, limit_exceeded, "
     "invalid_idempotency_key, idempotency_key_reused"
 )
-_DOCUMENT_CODES = "malformed_pdf, encrypted_pdf, active_content, malware_detected"
+_DOCUMENT_CODES = "malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, malware_detected"
 
 
 # --- paths ----------------------------------------------------------------------------

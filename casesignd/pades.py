@@ -36,16 +36,13 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
-from . import cms, pdfparse
-
-if TYPE_CHECKING:
-    from .keys import KeySigner
+from . import pdfparse
 from .errors import (
     CertifiedPdf,
     EncryptedPdf,
@@ -55,6 +52,7 @@ from .errors import (
     SignatureTooLarge,
     SizeMismatch,
 )
+from .pdfcheck import docmdp_permission
 
 CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
@@ -112,6 +110,8 @@ class SignOutcome:
     size: int
     cms_bytes: int
     timestamped: bool
+    # What the checks decided (a casesignd.pipeline.Checked).
+    checked: Any = None
 
 
 # --- pure helpers ----------------------------------------------------------------
@@ -310,23 +310,8 @@ def _read_structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure
         page=page,
         trailer=trailer,
         ends_with_eol=last in (b"\n", b"\r"),
-        docmdp=_docmdp_level(catalog),
+        docmdp=docmdp_permission(catalog),
     )
-
-
-def _docmdp_level(catalog: g.DictionaryObject) -> int | None:
-    """The /P of a certification signature's DocMDP transform (§12.8.2.2), default 2."""
-    perms = _get(catalog, "/Perms")
-    sig = _get(perms, "/DocMDP") if isinstance(perms, g.DictionaryObject) else None
-    if not isinstance(sig, g.DictionaryObject):
-        return None
-    for ref in _get(sig, "/Reference", []) or []:
-        ref = ref.get_object()
-        if isinstance(ref, g.DictionaryObject) and _get(ref, "/TransformMethod") == "/DocMDP":
-            params = _get(ref, "/TransformParams")
-            if isinstance(params, g.DictionaryObject):
-                return int(_get(params, "/P", 2))
-    return 2
 
 
 def check_docmdp(level: int | None, attachments: int) -> None:
@@ -335,7 +320,8 @@ def check_docmdp(level: int | None, attachments: int) -> None:
     P=1 allows no change; P=2 and P=3 allow a new signature but not embedded files.
     """
     if level == 1:
-        raise CertifiedPdf("the PDF is certified with no changes allowed (DocMDP P=1)")
+        raise CertifiedPdf("the document is certified against any change; it cannot be signed",
+                           code="certified_no_changes", field="items[0]")
     if level is not None and attachments:
         raise CertifiedPdf(f"the PDF is certified (DocMDP P={level}): files cannot be embedded")
 
@@ -574,26 +560,29 @@ def prepare(
     attachments: list[Attachment],
     meta: SignatureMeta,
     contents_bytes: int = 16384,
+    reader: PdfReader | None = None,
 ) -> Prepared:
     """Copy ``src`` to ``dst`` and append the signing update; see the module docstring.
+    ``reader``: one that already read ``src`` (the checks'), so nothing is parsed twice.
 
     Raises MalformedPdf / EncryptedPdf / PermanentJobError for inputs that cannot be
     signed. Memory stays bounded by the chunk size whatever the file sizes.
     """
     src, dst = Path(src), Path(dst)
     try:
-        return _prepare(src, dst, attachments, meta, contents_bytes)
+        return _prepare(src, dst, attachments, meta, contents_bytes, reader)
     except BaseException:
         dst.unlink(missing_ok=True)  # never leave a half-written PDF behind
         raise
 
 
 def _prepare(
-    src: Path, dst: Path, attachments: list[Attachment], meta: SignatureMeta, contents_bytes: int
+    src: Path, dst: Path, attachments: list[Attachment], meta: SignatureMeta, contents_bytes: int,
+    reader: PdfReader | None,
 ) -> Prepared:
     hasher = hashlib.sha256()
     with open(src, "rb") as f:
-        s = _structure(f)
+        s = _structure(f, reader)
         check_docmdp(s.docmdp, len(attachments))
         f.seek(0)
         with open(dst, "wb") as out:
@@ -844,28 +833,3 @@ def finalize(prepared: Prepared, cms_der: bytes, *, sync: bool = True) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def sign_file(
-    src: Path,
-    dst: Path,
-    signer: KeySigner,
-    *,
-    attachments: Iterable[Attachment] = (),
-    meta: SignatureMeta,
-    timestamp: Callable[[bytes], bytes] | None = None,
-    contents_bytes: int = 16384,
-) -> SignOutcome:
-    """prepare → signed attributes → ``signer.sign`` → (timestamp) → assemble → finalize.
-
-    ``signer`` is a :class:`casesignd.keys.KeySigner`; ``timestamp`` maps the
-    signature value to an RFC 3161 TimeStampToken (PAdES B-T).
-    """
-    prepared = prepare(src, dst, attachments=list(attachments), meta=meta, contents_bytes=contents_bytes)
-    template = cms.template_for(signer.cert, tuple(signer.chain))
-    signed_attrs = cms.build_signed_attrs(prepared.digest, template)
-    signature = signer.sign(signed_attrs)
-    token = timestamp(signature) if timestamp is not None else None
-    der = cms.assemble(template, signed_attrs, signature, token)
-    finalize(prepared, der)
-    return SignOutcome(prepared.path, prepared.size, len(der), token is not None)

@@ -1,50 +1,56 @@
 """Deep validation of a PDF before the service's signing key is ever used on it.
 
-:func:`inspect_pdf` runs in a worker process: a top-level function whose argument
-and result (:class:`PdfLimits`, :class:`PdfReport`) pickle, and whose memory stays
-bounded whatever the input. It refuses, with one of the stable error codes:
+:func:`inspect_document` runs in a worker process: a top-level function whose
+arguments and results (:class:`PdfLimits`, :class:`PdfReport`) pickle, and whose
+memory stays bounded whatever the input. It refuses, with one of the stable codes:
 
 * ``malformed_pdf`` (:class:`~casesignd.errors.MalformedPdf`): not a PDF, empty,
-  truncated (no ``%%EOF``/``startxref``), a ``startxref`` that does not point at a
-  cross-reference section, an xref table claiming more entries than the file holds,
   page-tree cycles or ``/Parent`` loops, objects nested deeper than ``max_depth``,
-  no pages, and anything else the parser cannot make sense of;
-* ``encrypted_pdf`` (:class:`~casesignd.errors.EncryptedPdf`): any ``/Encrypt``;
-* ``active_content`` (:class:`~casesignd.errors.ActiveContent`): the rules in
-  :data:`ACTIVE_KEYS`, :data:`ACTIVE_ACTIONS`, :data:`ACTIVE_SUBTYPES`,
-  :data:`EXECUTABLE_EXTENSIONS` and embedded files whose content sniffs as an
-  executable (:data:`casesignd.media.EXECUTABLE_TYPES`);
+  no pages, and anything else no repair makes sense of;
+* ``encrypted_pdf`` (:class:`~casesignd.errors.EncryptedPdf`): any security handler;
+* ``active_content`` (:class:`~casesignd.errors.ActiveContent`): the allow-list of
+  :mod:`casesignd.pdfrules`, applied to every reachable object, and to embedded PDFs
+  in turn;
 * ``limit_exceeded`` (:class:`~casesignd.errors.LimitExceeded`): file size, page
-  count, object count, and any stream (or image) whose decoded size would pass
-  ``max_decoded_stream_bytes``.
+  count, object count, any stream (or image) whose decoded size would pass
+  ``max_decoded_stream_bytes``, all streams together past ``max_decoded_bytes``,
+  and checks that take more than ``max_check_cpu_s`` of CPU time.
 
-Tolerance: pypdf reads with ``strict=False``, so small damage it can repair (object
-offsets slightly wrong, a missing end marker in a stream) is accepted and listed in
-:attr:`PdfReport.warnings`; damage that would leave a signed result broken (no
-``%%EOF``, a ``startxref`` that misses its section) is refused. Only objects reachable
-from the trailer are examined: unreachable objects are never rendered or run.
-Streams under other filters than Flate are decoded by pypdf with its output capped at
-the same budget; image codecs are not decoded, their size comes from the image
-dictionary (:func:`image_bytes`).
+What it does not refuse it reports: :attr:`PdfReport.findings` lists every reason
+readers may repair the document (damage: a frame that is not whole, pypdf's repair
+warnings) or read it differently (ambiguity: duplicate keys, an xref entry that names
+another object, an object defined again, data around the PDF, a page tree whose
+counts disagree). :func:`casesignd.pipeline.check` decides: sign as is, rewrite, or
+refuse (``ambiguous_pdf`` / ``malformed_pdf``). :func:`inspect_pdf` is the strict
+form: any finding is a refusal.
 
-Memory: pypdf reads from the open file object (given a path it would read the whole
-file into memory). Objects are walked iteratively; one raw stream is held at a time
-and dropped from pypdf's cache once checked; Flate data is inflated in windows of
-:data:`INFLATE_WINDOW_BYTES` and counted, never kept. Peak memory is therefore about
-the largest single raw stream plus a constant, independent of decoded sizes.
+Only objects reachable from the trailer are examined: unreachable objects are never
+rendered or run (and a reader that reaches others is a finding). Streams under other
+filters than Flate are decoded by pypdf with its output capped at the same budget;
+image codecs are not decoded, their size comes from the image dictionary
+(:func:`image_bytes`).
+
+Memory: pypdf reads from the open file object; the frame and definition scans read
+an mmap of it. Objects are walked iteratively; one raw stream is held at a time and
+dropped from pypdf's cache once checked; Flate data is inflated in windows of
+:data:`INFLATE_WINDOW_BYTES` and counted, never kept (embedded PDFs and archives,
+which are looked into, are held decoded, within the decoded budget).
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import io
 import logging
+import mmap
 import os
-import re
 import threading
+import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,21 +60,33 @@ from pypdf.errors import FileNotDecryptedError, LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
-from . import pdfparse
+from . import pdfparse, pdfrules
 from .config import Policy
-from .errors import ActiveContent, CasesignError, EncryptedPdf, LimitExceeded, MalformedPdf
-from .media import EXECUTABLE_TYPES, sniff_bytes
+from .errors import (
+    ActiveContent,
+    AmbiguousPdf,
+    CasesignError,
+    EncryptedPdf,
+    LimitExceeded,
+    MalformedPdf,
+)
+from .pdfframe import (
+    AMBIGUITY,
+    DAMAGE,
+    Finding,
+    definition_findings,
+    object_definitions,
+    read_frame,
+)
 
 MiB = 1024 * 1024
 
 # Zlib output is produced at most this much at a time (zlib max_length).
 INFLATE_WINDOW_BYTES = 1 << 16
-# Bytes at the end of the file searched for startxref and %%EOF (PDF 32000-1 §7.5.5).
-TAIL_BYTES = 2048
-# Readers accept the header within the first 1024 bytes (PDF 32000-1 Annex H).
-HEADER_WINDOW_BYTES = 1024
-# An xref table entry is exactly 20 bytes (PDF 32000-1 §7.5.4).
-XREF_ENTRY_BYTES = 20
+# How deep embedded PDFs are looked into (a PDF in a PDF in a PDF ...).
+MAX_EMBEDDED_DEPTH = 3
+# The CPU clock is read once per this many objects walked.
+CPU_CHECK_EVERY = 64
 # Library warnings kept in a report.
 MAX_WARNINGS = 20
 # Objects the checks leave parsed for whatever reads the document next (the signer's
@@ -77,40 +95,6 @@ MAX_WARNINGS = 20
 # object count or with raw stream bytes.
 KEEP_PARSED_OBJECTS = 4096
 KEEP_PARSED_STREAM_BYTES = 16 * MiB  # raw stream data of the objects kept, in all
-
-# --- the active-content rules (table-driven; a hit raises ActiveContent) ------------
-
-# A dictionary key whose mere presence means scripts or executable payloads.
-ACTIVE_KEYS: dict[str, str] = {
-    "/JS": "JavaScript (/JS, PDF 32000-1 §12.6.4.16)",
-    "/JavaScript": "a document-level JavaScript name tree (§7.7.4)",
-    "/XFA": "an XFA form, which carries its own scripts (§12.7.8)",
-    "/RichMediaContent": "rich media content (Flash/3D, ISO 32000-2 §13.7)",
-}
-
-ANYWHERE = "anywhere"
-AUTOMATIC = "automatic"  # only when triggered without the user: /OpenAction or /AA (§12.6.3)
-
-# Action types (/S, PDF 32000-1 §12.6.4) and where they are refused.
-ACTIVE_ACTIONS: dict[str, tuple[str, str]] = {
-    "/JavaScript": (ANYWHERE, "a JavaScript action"),
-    "/Launch": (ANYWHERE, "a Launch action (runs an application, §12.6.4.5)"),
-    "/ImportData": (ANYWHERE, "an ImportData action (loads form data from a file)"),
-    "/RichMediaExecute": (ANYWHERE, "a RichMediaExecute action"),
-    "/SubmitForm": (AUTOMATIC, "a SubmitForm action run on open or on an event"),
-    "/ResetForm": (AUTOMATIC, "a ResetForm action run on open or on an event"),
-}
-
-# Annotation subtypes that embed players of active media.
-ACTIVE_SUBTYPES: dict[str, str] = {
-    "/RichMedia": "a RichMedia annotation",
-}
-
-# Embedded file names that a viewer hands to the operating system to run.
-EXECUTABLE_EXTENSIONS: frozenset[str] = frozenset({
-    ".exe", ".dll", ".scr", ".com", ".pif", ".msi", ".bat", ".cmd", ".ps1", ".vbs",
-    ".vbe", ".js", ".jse", ".wsf", ".hta", ".jar", ".sh", ".app", ".apk", ".lnk", ".cpl",
-})
 
 # --- stream filters (PDF 32000-1 §7.4) --------------------------------------------
 
@@ -131,7 +115,8 @@ COLOR_COMPONENTS = {"/DeviceGray": 1, "/G": 1, "/DeviceRGB": 3, "/RGB": 3,
 
 @dataclass(frozen=True)
 class PdfLimits:
-    """What a PDF may cost; built from a policy by :meth:`from_policy`."""
+    """What a PDF may cost and hold, and whether it may be rewritten; built from a
+    policy by :meth:`from_policy`."""
 
     max_pages: int = 5000
     max_bytes: int = 256 * MiB
@@ -140,6 +125,14 @@ class PdfLimits:
     max_objects: int = 1_000_000
     # Nesting of direct objects (arrays in dictionaries in arrays ...), and of the page tree.
     max_depth: int = 64
+    # All streams of one document together, embedded PDFs included.
+    max_decoded_bytes: int = 1024 * MiB
+    # CPU time of one document's checks (the thread's clock, so a busy machine does
+    # not count against the document).
+    max_check_cpu_s: float = 20.0
+    allowed_actions: frozenset[str] = pdfrules.DEFAULT_ALLOWED_ACTIONS
+    # "never" | "when_needed" | "always": see casesignd.pipeline.
+    normalize: str = "when_needed"
 
     @classmethod
     def from_policy(cls, policy: Policy) -> PdfLimits:
@@ -151,7 +144,16 @@ class PdfLimits:
             max_decoded_stream_bytes=policy.max_decoded_stream_bytes,
             max_objects=policy.max_pdf_objects,
             max_depth=policy.max_pdf_depth,
+            max_decoded_bytes=policy.max_decoded_document_bytes,
+            max_check_cpu_s=policy.max_check_cpu_s,
+            allowed_actions=frozenset("/" + a for a in policy.allowed_actions),
+            normalize=policy.normalize,
         )
+
+    def bounded(self, *, cpu_s: float, decoded_bytes: int) -> PdfLimits:
+        """These limits with the CPU time and decoded bytes capped (the kiosk's)."""
+        return dataclasses.replace(self, max_check_cpu_s=min(self.max_check_cpu_s, cpu_s),
+                                   max_decoded_bytes=min(self.max_decoded_bytes, decoded_bytes))
 
 
 @dataclass(frozen=True)
@@ -171,15 +173,21 @@ class PdfReport:
     docmdp_permission: int | None = None
     # Repairs the parser made silently (pypdf warnings), for the operator's log.
     warnings: tuple[str, ...] = ()
+    # Why readers may repair this document or read it differently (empty: they agree).
+    findings: tuple[Finding, ...] = ()
 
+    @property
+    def damaged(self) -> bool:
+        return any(f.kind == DAMAGE for f in self.findings)
 
-@dataclass(frozen=True)
-class Frame:
-    """The file's outer frame: header version and the last ``startxref`` offset."""
-
-    version: str
-    header_offset: int
-    startxref: int
+    def refusal(self) -> CasesignError:
+        """The error that refuses this document as it is, for its findings."""
+        reasons = [f.reason for f in self.findings]
+        if all(f.kind == DAMAGE for f in self.findings):
+            return MalformedPdf("the PDF is damaged: " + "; ".join(reasons[:3]),
+                                detail={"findings": reasons})
+        return AmbiguousPdf("readers could show this PDF differently: " + "; ".join(reasons[:3]),
+                            detail={"findings": reasons})
 
 
 class _TooBig(Exception):
@@ -187,70 +195,7 @@ class _TooBig(Exception):
         self.produced = produced
 
 
-# --- pure structural checks ----------------------------------------------------------
-
-_HEADER = re.compile(rb"%PDF-(\d\.\d)")
-_STARTXREF = re.compile(rb"startxref\s+(\d+)\s+%%EOF")
-_XREF_TABLE = re.compile(rb"\s*xref\s+(\d+)\s+(\d+)")
-_XREF_STREAM = re.compile(rb"\s*\d+\s+\d+\s+obj\b")
-
-
-def parse_frame(head: bytes, tail: bytes, size: int) -> Frame:
-    """Check the header (§7.5.2) and trailer frame (§7.5.5) from the file's ends."""
-    m = _HEADER.search(head[:HEADER_WINDOW_BYTES])
-    if not m:
-        raise MalformedPdf("not a PDF: no %PDF- header in the first 1024 bytes")
-    if b"%%EOF" not in tail:
-        raise MalformedPdf("the file is truncated: no %%EOF marker at its end")
-    found = list(_STARTXREF.finditer(tail))
-    if not found:
-        raise MalformedPdf("the file is truncated or damaged: no startxref before %%EOF")
-    offset = int(found[-1].group(1))
-    if offset >= size:
-        raise MalformedPdf("startxref points past the end of the file",
-                           detail={"startxref": offset, "size": size})
-    return Frame(m.group(1).decode(), m.start(), offset)
-
-
-def classify_xref(at: bytes, remaining: int) -> bool:
-    """Whether the section at ``startxref`` is an xref stream (True) or table (False).
-
-    ``at`` are the bytes at the offset, ``remaining`` the file bytes from there on.
-    """
-    m = _XREF_TABLE.match(at)
-    if m:
-        count = int(m.group(2))
-        if count * XREF_ENTRY_BYTES > remaining:
-            raise MalformedPdf(
-                "the cross-reference table claims more entries than the file holds",
-                detail={"claimed_entries": count, "bytes_left": remaining})
-        return False
-    if _XREF_STREAM.match(at):
-        return True
-    raise MalformedPdf("startxref does not point at a cross-reference section",
-                       detail={"found": at[:24].decode("latin-1")})
-
-
-def active_reason(d: dict[str, Any], auto: bool) -> str | None:
-    """The rule a dictionary breaks, if any. ``auto``: reached via /OpenAction or /AA.
-
-    ``d`` maps PDF names to already-resolved values (strings for names).
-    """
-    for key, reason in ACTIVE_KEYS.items():
-        if key in d:
-            return reason
-    rule = ACTIVE_ACTIONS.get(str(_get(d, "/S", "")))
-    if rule and (rule[0] == ANYWHERE or auto):
-        return rule[1]
-    subtype = ACTIVE_SUBTYPES.get(str(_get(d, "/Subtype", "")))
-    if subtype:
-        return subtype
-    if "/EF" in d:
-        for key in ("/UF", "/F"):
-            name = str(_get(d, key) or "").lower()
-            if os.path.splitext(name)[1] in EXECUTABLE_EXTENSIONS:
-                return f"an embedded file named {name!r}"
-    return None
+# --- pure helpers -------------------------------------------------------------------
 
 
 def image_bytes(d: dict[str, Any]) -> int | None:
@@ -269,7 +214,35 @@ def image_bytes(d: dict[str, Any]) -> int | None:
 # --- bounded decoding ------------------------------------------------------------------
 
 
-def _inflate(chunks: Iterator[bytes], budget: int) -> Iterator[bytes]:
+class _Budget:
+    """What one document (with the PDFs embedded in it) may still spend: decoded
+    bytes, and CPU time on this thread's clock."""
+
+    def __init__(self, limits: PdfLimits) -> None:
+        self.limits = limits
+        self.decoded_left = limits.max_decoded_bytes
+        self.cpu_until = time.thread_time() + limits.max_check_cpu_s
+
+    def tick(self) -> None:
+        if time.thread_time() > self.cpu_until:
+            raise LimitExceeded(
+                f"checking the PDF takes more than {self.limits.max_check_cpu_s:g} s of CPU time",
+                detail={"max_check_cpu_s": self.limits.max_check_cpu_s})
+
+    def stream_limit(self) -> int:
+        return min(self.limits.max_decoded_stream_bytes, self.decoded_left)
+
+    def spend(self, decoded: int) -> None:
+        self.decoded_left -= decoded
+        if self.decoded_left < 0:
+            raise LimitExceeded(
+                "the PDF's streams decompress to more than the allowed size in all "
+                "(a decompression bomb?)",
+                detail={"max_decoded_bytes": self.limits.max_decoded_bytes})
+
+
+def _inflate(chunks: Iterator[bytes], budget: int,
+             tick: Callable[[], None] | None = None) -> Iterator[bytes]:
     """Inflate a chunk stream in windows; raise _TooBig past ``budget`` output bytes."""
     d = zlib.decompressobj()
     produced = 0
@@ -282,6 +255,8 @@ def _inflate(chunks: Iterator[bytes], budget: int) -> Iterator[bytes]:
                 produced += len(out)
                 if produced > budget:
                     raise _TooBig(produced)
+                if tick is not None and not produced % (INFLATE_WINDOW_BYTES * 64):
+                    tick()
                 yield out
             if d.eof:
                 return
@@ -295,33 +270,42 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[i:i + INFLATE_WINDOW_BYTES])
 
 
-def measure_decoded(raw: bytes, filters: list[str], budget: int,
-                    head_bytes: int = 4096) -> tuple[int, bytes]:
-    """Decoded size and first bytes of a stream, never holding more than one window of
-    Flate output; raises :class:`LimitExceeded` when the size passes ``budget``."""
+def _decoded(raw: bytes, filters: list[str], budget: int,
+             tick: Callable[[], None] | None) -> Iterator[bytes]:
     stream: Iterator[bytes] = _chunks(raw)
+    for name in filters:
+        if name in FLATE:
+            stream = _inflate(stream, budget, tick)
+        elif name in BOUNDED_DECODERS:
+            data = b"".join(stream)
+            with apply_configuration(lzw_maximum_output_length=budget,
+                                     run_length_maximum_output_length=budget):
+                out = BOUNDED_DECODERS[name].decode(data)
+            if len(out) > budget:
+                raise _TooBig(len(out))
+            stream = iter([out])
+        else:  # image codecs, /Crypt, unknown: the chain ends here
+            break
+    return stream
+
+
+def measure_decoded(raw: bytes, filters: list[str], budget: int, head_bytes: int = 4096, *,
+                    keep: bool = False, tick: Callable[[], None] | None = None
+                    ) -> tuple[int, bytes]:
+    """Decoded size and first ``head_bytes`` of a stream (with ``keep``, all of it),
+    otherwise never holding more than one window of Flate output; raises
+    :class:`LimitExceeded` when the size passes ``budget``."""
     try:
-        for name in filters:
-            if name in FLATE:
-                stream = _inflate(stream, budget)
-            elif name in BOUNDED_DECODERS:
-                data = b"".join(stream)
-                with apply_configuration(lzw_maximum_output_length=budget,
-                                         run_length_maximum_output_length=budget):
-                    out = BOUNDED_DECODERS[name].decode(data)
-                if len(out) > budget:
-                    raise _TooBig(len(out))
-                stream = iter([out])
-            else:  # image codecs, /Crypt, unknown: the chain ends here
-                break
-        total, head = 0, b""
-        for chunk in stream:
+        total, head, kept = 0, b"", []
+        for chunk in _decoded(raw, filters, budget, tick):
             total += len(chunk)
             if total > budget:
                 raise _TooBig(total)
-            if len(head) < head_bytes:
+            if keep:
+                kept.append(chunk)
+            elif len(head) < head_bytes:
                 head += chunk[: head_bytes - len(head)]
-        return total, head
+        return total, (b"".join(kept) if keep else head)
     except _TooBig as e:
         raise LimitExceeded(
             "a stream decompresses to more than the allowed size (a decompression bomb?)",
@@ -349,12 +333,26 @@ class _Collect(logging.Handler):
 
 logging.getLogger("pypdf").addHandler(_Collect(logging.WARNING))
 
+# pypdf warnings that say it repaired the file's structure (damage); any other
+# warning (a duplicate key, an odd token) is an ambiguity.
+_DAMAGE_WORDS = ("xref", "startxref", "repaired", "rebuild", "eof", "found", "invalid", "error",
+                 "trailer", "incorrect", "previous", "not zero-indexed", "endstream",
+                 "object stream")
+
+
+def warning_finding(message: str) -> Finding:
+    """A pypdf warning as a finding (pure)."""
+    low = message.lower()
+    kind = DAMAGE if any(w in low for w in _DAMAGE_WORDS) else AMBIGUITY
+    return Finding(kind, f"the parser had to guess: {message[:160]}")
+
 
 @contextmanager
 def _translated(limits: PdfLimits) -> Iterator[list[str]]:
     """Run pypdf with our limits and turn whatever it raises into our errors."""
     thread = threading.get_ident()
     warnings: list[str] = []
+    outer = _INSPECTING.get(thread)
     _INSPECTING[thread] = warnings
     try:
         with apply_configuration(maximum_declared_stream_length=limits.max_bytes):
@@ -375,7 +373,10 @@ def _translated(limits: PdfLimits) -> Iterator[list[str]]:
                            detail={"library": f"{type(e).__name__}: {e}"[:500],
                                    "warnings": list(warnings)}) from None
     finally:
-        del _INSPECTING[thread]
+        if outer is None:
+            del _INSPECTING[thread]
+        else:
+            _INSPECTING[thread] = outer
 
 
 def _key(obj: Any) -> tuple[int, int] | None:
@@ -411,15 +412,26 @@ class _Parsed:
             self.reader.resolved_objects.pop((ref[1], ref[0]), None)
 
 
-def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits,
-                 parsed: _Parsed) -> int:
-    """Walk the page tree (§7.7.3) iteratively: no cycles, no /Parent loops, bounded depth."""
+@dataclass
+class _Findings:
+    objects: int = 0
+    has_signatures: bool = False
+    used: set[tuple[int, int]] = field(default_factory=set)
+    found: list[Finding] = field(default_factory=list)
+
+
+def _count_pages(catalog: DictionaryObject, limits: PdfLimits, parsed: _Parsed,
+                 out: _Findings) -> int:
+    """Walk the page tree (§7.7.3) iteratively: no cycles, no /Parent loops, bounded
+    depth; a /Count that disagrees with the leaves, or a node that is both a page and
+    a tree node, is an ambiguity (readers count pages differently)."""
     if "/Pages" not in catalog:
         raise MalformedPdf("the document catalog has no page tree")
     stack = [(catalog.raw_get("/Pages"), 0)]
     seen: set[Any] = set()
     parents_ok: set[Any] = set()
     pages = 0
+    declared = _get(_resolve(catalog.raw_get("/Pages")) or {}, "/Count")
     while stack:
         ref, depth = stack.pop()
         key = _key(ref) or id(ref)
@@ -432,12 +444,16 @@ def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits
         if not isinstance(node, DictionaryObject):
             raise MalformedPdf("a page tree node is not a dictionary")
         _check_parent_chain(ref, parents_ok, limits)
-        if _get(node, "/Type") == "/Pages" or ("/Kids" in node and _get(node, "/Type") != "/Page"):
+        kind = _get(node, "/Type")
+        if kind == "/Pages" or ("/Kids" in node and kind != "/Page"):
             kids = _get(node, "/Kids")
             if not isinstance(kids, ArrayObject):
                 raise MalformedPdf("a page tree node has no /Kids array")
             stack.extend((kid, depth + 1) for kid in reversed(kids))
         else:
+            if "/Kids" in node or kind != "/Page":
+                out.found.append(Finding(AMBIGUITY, "a page tree node is typed "
+                                                    f"{str(kind)[:32]!r} but is used as a page"))
             pages += 1
             if isinstance(ref, IndirectObject):
                 # Leaves are many: past the budget, the walk reads them again.
@@ -447,6 +463,9 @@ def _count_pages(reader: PdfReader, catalog: DictionaryObject, limits: PdfLimits
                                     detail={"max_pages": limits.max_pages})
     if pages == 0:
         raise MalformedPdf("the PDF has no pages")
+    if not isinstance(declared, int) or declared != pages:
+        out.found.append(Finding(AMBIGUITY, f"the page tree says {str(declared)[:16]} pages "
+                                            f"but holds {pages}"))
     return pages
 
 
@@ -469,37 +488,38 @@ def _check_parent_chain(ref: Any, ok: set[Any], limits: PdfLimits) -> None:
     ok.update(chain)
 
 
-@dataclass
-class _Findings:
-    objects: int = 0
-    has_signatures: bool = False
+# Keys whose value is an action (§12.6.2), and those whose arrays list actions.
+_ACTION_SLOTS = frozenset({"/A", "/OpenAction", "/PA", "/Next"})
 
 
-def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed) -> _Findings:
+def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: _Budget,
+          depth_embedded: int, out: _Findings) -> None:
     """Visit every object reachable from the trailer, iteratively, each at most twice
-    (once plain, once in an automatic-action context)."""
-    found = _Findings()
-    counted: set[tuple[int, int]] = set()
+    (once plain, once where an action goes)."""
     visited: set[tuple[int, int, bool]] = set()
     trailer = reader.trailer
-    # (object, direct nesting depth, key it was found under, automatic context)
+    # (object, direct nesting depth, key it was found under, in an action slot)
     stack: list[tuple[Any, int, str, bool]] = [
         (trailer.raw_get(k), 0, k, False) for k in ("/Root", "/Info") if k in trailer
     ]
+    steps = 0
     while stack:
-        obj, depth, via, auto = stack.pop()
+        obj, depth, via, slot = stack.pop()
         ref = _key(obj)
         if ref is not None:
-            if (*ref, auto) in visited:
+            if (*ref, slot) in visited:
                 continue
-            visited.add((*ref, auto))
-            if ref not in counted:
-                counted.add(ref)
-                if len(counted) > limits.max_objects:
+            visited.add((*ref, slot))
+            if ref not in out.used:
+                out.used.add(ref)
+                if len(out.used) > limits.max_objects:
                     raise LimitExceeded(f"the PDF has more than {limits.max_objects} objects",
                                         detail={"max_objects": limits.max_objects})
             obj = obj.get_object()
             depth = 0
+        steps += 1
+        if not steps % CPU_CHECK_EVERY:
+            budget.tick()
         if depth > limits.max_depth:
             raise MalformedPdf("the PDF nests objects too deeply",
                                detail={"max_depth": limits.max_depth})
@@ -507,24 +527,34 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed) -> _Findings:
             # Each object is visited once (twice at most).
             parsed.visited(ref, obj)
         if isinstance(obj, DictionaryObject):
-            _check_dict(obj, via, auto, limits, found)
+            _check_dict(obj, via, slot, limits, budget, depth_embedded, out)
             for key, value in dict.items(obj):
-                child_auto = key in ("/OpenAction", "/AA") or via == "/AA" or (
-                    auto and key == "/Next")
+                child_slot = key in _ACTION_SLOTS or via == "/AA"
                 child_via = "/EF" if via == "/EF" else key
-                stack.append((value, depth + 1, child_via, child_auto))
+                stack.append((value, depth + 1, child_via, child_slot))
         elif isinstance(obj, ArrayObject):
-            stack.extend((item, depth + 1, via, auto) for item in list.__iter__(obj))
-    found.objects = len(counted)
-    return found
+            # A /Next array lists actions; other arrays (a destination) do not.
+            item_slot = slot and via == "/Next"
+            stack.extend((item, depth + 1, via, item_slot) for item in list.__iter__(obj))
+    out.objects = len(out.used)
 
 
-def _check_dict(d: DictionaryObject, via: str, auto: bool, limits: PdfLimits,
-                found: _Findings) -> None:
+def _plain(d: DictionaryObject) -> dict[str, Any]:
+    """The entries the rules read, resolved (names and strings as str)."""
+    return {k: _get(d, k) for k in ("/S", "/N", "/Type", "/Subtype", "/F", "/UF")
+            if k in d} | {k: True for k in pdfrules.ACTIVE_KEYS if k in d} | (
+                {"/EF": True} if "/EF" in d else {})
+
+
+def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
+                budget: _Budget, depth_embedded: int, out: _Findings) -> None:
     if _get(d, "/Type") == "/Sig" or "/ByteRange" in d:
-        found.has_signatures = True
+        out.has_signatures = True
     if limits.forbid_active_content:
-        reason = active_reason(d, auto)
+        plain = _plain(d)
+        reason = pdfrules.dict_reason(plain)
+        if reason is None and pdfrules.is_action(plain, slot):
+            reason = pdfrules.action_reason(plain, limits.allowed_actions)
         if reason:
             raise ActiveContent(f"the PDF contains active content: {reason}",
                                 detail={"rule": reason})
@@ -536,23 +566,57 @@ def _check_dict(d: DictionaryObject, via: str, auto: bool, limits: PdfLimits,
             raise LimitExceeded("an image decodes to more than the allowed size",
                                 detail={"image_bytes": size,
                                         "limit": limits.max_decoded_stream_bytes})
+        if size is not None:
+            # A reader decodes an image up to the size its dictionary gives (§8.9.5)
+            # and no further: that size is what it costs, whatever its data inflates to.
+            budget.spend(size)
+            return
     filters = _get(d, "/Filter")
     names = [str(_resolve(f)) for f in filters] if isinstance(filters, ArrayObject) else (
         [str(filters)] if filters is not None else [])
     embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
     try:
-        _, head = measure_decoded(d._data, names, limits.max_decoded_stream_bytes)
+        total, head = measure_decoded(d._data, names, budget.stream_limit(),
+                                      pdfrules.HEAD_BYTES, tick=budget.tick)
     except zlib.error:
         return  # damaged Flate data: viewers show what decodes; it is not a bomb
+    budget.spend(total)
     if embedded and limits.forbid_active_content:
-        kind = sniff_bytes(head)
-        if kind in EXECUTABLE_TYPES:
-            raise ActiveContent(f"the PDF embeds an executable file ({kind})",
-                                detail={"rule": "embedded executable", "sniffed": kind})
+        _check_embedded(d._data, names, head, limits, budget, depth_embedded)
 
 
-def _docmdp(catalog: DictionaryObject) -> int | None:
-    """/P of a DocMDP certification signature (§12.8.2.2), if the catalog has one."""
+def _check_embedded(raw: bytes, names: list[str], head: bytes, limits: PdfLimits,
+                    budget: _Budget, depth_embedded: int) -> None:
+    """An embedded file by its content: executables, disk images, macros; an embedded
+    PDF is inspected in turn, with what is left of the budget."""
+    whole = None
+    if pdfrules.needs_whole(head):
+        whole = measure_decoded(raw, names, budget.stream_limit(), keep=True,
+                                tick=budget.tick)[1]
+    reason = pdfrules.risky_content(head, whole)
+    if reason:
+        raise ActiveContent(f"the PDF contains active content: {reason}",
+                            detail={"rule": reason})
+    if whole is not None and b"%PDF-" in whole[:1024]:
+        if depth_embedded >= MAX_EMBEDDED_DEPTH:
+            raise ActiveContent("the PDF embeds PDFs too deeply to be checked",
+                                detail={"rule": "embedded PDF depth"})
+        try:
+            report, reader = _inspect(whole, limits, budget, depth_embedded + 1)
+            reader.stream.close()
+        except ActiveContent as e:
+            raise ActiveContent(f"an embedded PDF contains active content: {e.detail.get('rule')}",
+                                detail=e.detail) from None
+        except EncryptedPdf:
+            raise ActiveContent("the PDF embeds an encrypted PDF, which cannot be checked",
+                                detail={"rule": "encrypted embedded PDF"}) from None
+        except MalformedPdf:
+            pass  # no reader makes sense of it: nothing in it runs
+
+
+def docmdp_permission(catalog: DictionaryObject) -> int | None:
+    """/P of a DocMDP certification signature (§12.8.2.2), if the catalog has one;
+    2 when the transform gives none (Table 254's default)."""
     perms = _get(catalog, "/Perms")
     sig = _get(perms, "/DocMDP") if isinstance(perms, DictionaryObject) else None
     if not isinstance(sig, DictionaryObject):
@@ -563,7 +627,7 @@ def _docmdp(catalog: DictionaryObject) -> int | None:
             params = _get(ref, "/TransformParams")
             p = _get(params, "/P", 2) if isinstance(params, DictionaryObject) else 2
             return int(p)
-    return None
+    return 2
 
 
 def _producer(reader: PdfReader) -> str | None:
@@ -575,21 +639,26 @@ def _producer(reader: PdfReader) -> str | None:
 
 
 def inspect_pdf(src: Path | bytes, limits: PdfLimits) -> PdfReport:
-    """Validate the PDF at ``src`` (a path, or the document itself) deeply; return what
-    was learned or raise.
-
-    Raises MalformedPdf, EncryptedPdf, ActiveContent or LimitExceeded (see the module
-    docstring); library details go to the exception's ``detail``.
-    """
+    """Validate the PDF at ``src`` (a path, or the document itself) deeply and
+    strictly: a document readers would repair or read differently is refused too
+    (:meth:`PdfReport.refusal`). Returns what was learned or raises."""
     report, reader = inspect_document(src, limits)
     reader.stream.close()
+    if report.findings:
+        raise report.refusal()
     return report
 
 
 def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, PdfReader]:
-    """:func:`inspect_pdf`, and the reader that read ``src``: every object it resolved
-    stays parsed, for whatever reads the document next (the signer's preparation).
-    The reader of a path holds its file open until it is dropped."""
+    """Check ``src`` (a path, or the document itself) and return the report with its
+    findings, and the reader that read it: every object it resolved stays parsed, for
+    whatever reads the document next (the signer's preparation). The reader of a
+    path holds its file open until it is dropped."""
+    return _inspect(src, limits, _Budget(limits), 0)
+
+
+def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
+             depth_embedded: int) -> tuple[PdfReport, PdfReader]:
     size = len(src) if isinstance(src, bytes) else os.stat(src).st_size
     if size == 0:
         raise MalformedPdf("the file is empty")
@@ -598,36 +667,61 @@ def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, P
                             detail={"size": size, "max_bytes": limits.max_bytes})
     f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115 - see above
     try:
-        head = f.read(HEADER_WINDOW_BYTES)
-        f.seek(max(0, size - TAIL_BYTES))
-        frame = parse_frame(head, f.read(), size)
-        f.seek(frame.startxref)
-        xref_stream = classify_xref(f.read(64), size - frame.startxref)
-        f.seek(0)
-        with _translated(limits) as warnings:
-            reader = pdfparse.reader(f)
-            if "/Encrypt" in reader.trailer:
-                raise EncryptedPdf("the PDF is encrypted")
-            catalog = _get(reader.trailer, "/Root")
-            if not isinstance(catalog, DictionaryObject):
-                raise MalformedPdf("the PDF has no document catalog")
-            parsed = _Parsed(reader)
-            pages = _count_pages(reader, catalog, limits, parsed)
-            found = _walk(reader, limits, parsed)
-            version = str(_get(catalog, "/Version", "")).lstrip("/")
-            report = PdfReport(
-                pages=pages,
-                producer=_producer(reader),
-                pdf_version=max(frame.version, version) if version else frame.version,
-                has_signatures=found.has_signatures,
-                has_xref_stream=xref_stream,
-                encrypted=False,
-                size=size,
-                objects=found.objects,
-                docmdp_permission=_docmdp(catalog),
-                warnings=tuple(warnings),
-            )
+        with _mapped(f, src) as buf:
+            frame = read_frame(buf, size)
+            with _translated(limits) as warnings:
+                try:
+                    reader = pdfparse.reader(f)
+                except LimitReachedError as e:
+                    if any(x.kind == DAMAGE for x in frame.findings):
+                        # A damaged frame that makes the parser give up (an xref
+                        # claiming millions of entries) is damage, not a large file.
+                        raise MalformedPdf("the PDF is damaged and cannot be read",
+                                           detail={"library": str(e)[:300]}) from None
+                    raise
+                if "/Encrypt" in reader.trailer:
+                    raise EncryptedPdf("the PDF is encrypted")
+                catalog = _get(reader.trailer, "/Root")
+                if not isinstance(catalog, DictionaryObject):
+                    raise MalformedPdf("the PDF has no document catalog")
+                parsed = _Parsed(reader)
+                found = _Findings()
+                pages = _count_pages(catalog, limits, parsed, found)
+                _walk(reader, limits, parsed, budget, depth_embedded, found)
+                budget.tick()
+                found.found.extend(definition_findings(
+                    buf, object_definitions(buf, size), reader.xref, reader.xref_objStm, found.used))
+                version = str(_get(catalog, "/Version", "")).lstrip("/")
+                report = PdfReport(
+                    pages=pages,
+                    producer=_producer(reader),
+                    pdf_version=max(frame.version, version) if version else frame.version,
+                    has_signatures=found.has_signatures,
+                    has_xref_stream=frame.xref_stream,
+                    encrypted=False,
+                    size=size,
+                    objects=found.objects,
+                    docmdp_permission=docmdp_permission(catalog),
+                    warnings=tuple(warnings),
+                    findings=_dedup([*frame.findings, *found.found,
+                                     *(warning_finding(w) for w in warnings)]),
+                )
     except BaseException:
         f.close()
         raise
     return report, reader
+
+
+def _dedup(found: list[Finding]) -> tuple[Finding, ...]:
+    return tuple(dict.fromkeys(found))[:MAX_WARNINGS]
+
+
+@contextlib.contextmanager
+def _mapped(f: Any, src: Path | bytes) -> Iterator[Any]:
+    """The whole file as a buffer the scans read without copying it: the bytes
+    themselves, or a read-only mmap of the file."""
+    if isinstance(src, bytes):
+        yield src
+        return
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        yield m

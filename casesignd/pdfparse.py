@@ -18,6 +18,7 @@ mutated objects).
 
 from __future__ import annotations
 
+import mmap
 import re
 from typing import Any
 
@@ -234,7 +235,14 @@ def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, str
     if type(length) is not NumberObject or not 0 <= length <= limit:
         raise _Fallback
     stream.seek(start + m.end())
-    data = stream.read(length)
+    view = _file_view(stream) if length > LAZY_STREAM_BYTES else None
+    if view is not None:
+        # A large stream of a file is a view of its pages, read only where it is read:
+        # a 200 MB image is never in memory whole (its checks need its dictionary).
+        data = view[start + m.end():start + m.end() + length]
+        stream.seek(start + m.end() + length)
+    else:
+        data = stream.read(length)
     tail = stream.read(32)
     e = _ENDSTREAM.match(tail)
     if len(data) < length or e is None:
@@ -243,6 +251,27 @@ def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, str
     fields = dict(dict.items(obj))
     fields["__streamdata__"] = data
     return StreamObject.initialize_from_dictionary(fields)
+
+
+# Streams larger than this, in a file, are read lazily (see _stream_after).
+LAZY_STREAM_BYTES = 4 * 1024 * 1024
+
+
+def _file_view(stream: Any) -> memoryview | None:
+    """A read-only view of the whole file behind ``stream`` (kept on it), or None for
+    a stream that is no file."""
+    view = getattr(stream, "_casesignd_view", None)
+    if view is None:
+        try:
+            fd = stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+        try:
+            view = memoryview(mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
+        except (OSError, ValueError):
+            return None
+        stream._casesignd_view = view
+    return view
 
 
 def install() -> None:

@@ -15,18 +15,15 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
-import hashlib
 import re
-import time
 import unicodedata
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import audit, cms, media, pades, pdfcheck
+from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline
 from .config import Config, Policy
-from .errors import PermanentJobError, SigningError, ValidationError
+from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, Artifact, JobContext, Outcome
 from .sources import parse_ref
@@ -125,6 +122,10 @@ def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any
     if "/" in name or "\\" in name or name in (".", ".."):
         raise ValidationError("name must be a file name, not a path", code="invalid_field",
                               field=at + "name")
+    if role == "evidence" and pdfrules.risky_file_name(name):
+        # Embedded under this name, a viewer would hand it to the system to run.
+        raise ActiveContent(f"an evidence file named {name[:100]!r} would run when opened",
+                            field=at + "name")
     media_type = item.get("media_type")
     if not isinstance(media_type, str):
         raise ValidationError("media_type must be a string", code="invalid_field",
@@ -200,19 +201,23 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -
 
 
 async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
-                            attachments: list[pades.Attachment], policy: Policy | None) -> None:
-    """Prepare (CPU pool), sign (a key slot), timestamp (B-T when the policy names a TSA),
-    finalize. Shared by sign_case, the kiosk path and signed invoices."""
+                            attachments: list[pades.Attachment], policy: Policy | None
+                            ) -> pipeline.Checked:
+    """The signing pipeline for a file (:mod:`casesignd.pipeline`): check, normalise
+    and prepare in one CPU call, sign under a key slot, timestamp (B-T when the policy
+    names a TSA), finalize. Shared by sign_case and signed invoices."""
     services = ctx.services
     signer = services.signer
     if signer is None:
         raise SigningError("no signing key is configured", code="signing_key_unavailable")
+    limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
+    timestamped = policy is not None and bool(policy.tsa_url)
     async with ctx.phase("sign"):
-        prepared = await ctx.cpu(functools.partial(
-            pades.prepare, src, dst, attachments=attachments, meta=meta))
+        checked, prepared = await ctx.cpu(functools.partial(
+            pipeline.prepare_file, src, dst, limits=limits, attachments=attachments, meta=meta,
+            contents_bytes=services.contents_bytes(timestamped)))
         template = services.cms_template()
         signed_attrs = cms.build_signed_attrs(prepared.digest, template)
-        timestamped = policy is not None and bool(policy.tsa_url)
         async with ctx.key_slot():
             await ctx.check_lease()
             # Without a TSA, the key operation, the CMS and the write into /Contents
@@ -222,7 +227,7 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
                 _sign_and_finalize, signer, template, signed_attrs,
                 None if timestamped else prepared)
     if not timestamped:
-        return
+        return checked
     from . import tsa
 
     async with ctx.phase("timestamp"):
@@ -231,82 +236,13 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     async with ctx.phase("sign"):
         der = cms.assemble(template, signed_attrs, signature, token)
         await asyncio.to_thread(pades.finalize, prepared, der, sync=False)
-
-
-def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
-    """The key operation, any failure of the key as SigningError. Blocking."""
-    try:
-        return signer.sign(signed_attrs)
-    except SigningError:
-        raise
-    except Exception as e:
-        raise SigningError(f"the signing key failed: {type(e).__name__}") from e
-
-
-# In each of the kiosk's worker processes: the signer template, and the key when it
-# can sign there (a key in memory; a token's key signs on the event loop's side).
-_LANE: dict[str, Any] = {}
-
-
-def init_kiosk_lane(template: cms.SignerInfoTemplate | None, key: Any) -> None:
-    """The kiosk's worker process initializer."""
-    _LANE.update(template=template, key=key)
-
-
-@dataclass(frozen=True)
-class KioskWork:
-    """What the kiosk's worker process hands back: the update to fill in, the signed
-    attributes, their signature (None when the key is not in the process) and its
-    time, and, when it could finish the document, the update with the CMS in place
-    and the SHA-256 of the signed document."""
-
-    prepared: pades.PreparedUpdate
-    signed_attrs: bytes
-    signature: bytes | None
-    sign_s: float
-    update: bytes | None = None
-    sha256: str | None = None
-
-
-def check_prepare_sign(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,
-                       contents_bytes: int, finish: bool) -> KioskWork:
-    """One kiosk document in one call to its worker process: the deep validation, the
-    preparation, then (once the document has passed, and only then) the signature;
-    with ``finish`` (no timestamp to wait for), the signed update as well."""
-    prepared = check_and_prepare(document, limits, meta, contents_bytes)
-    template = _LANE["template"]
-    signed_attrs = cms.build_signed_attrs(prepared.digest, template)
-    checked = time.perf_counter()
-    key = _LANE["key"]
-    if key is None:
-        return KioskWork(prepared, signed_attrs, None, 0.0)
-    signature = sign_with(key, signed_attrs)
-    update = sha256 = None
-    if finish:
-        update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
-        digest = hashlib.sha256(document)
-        digest.update(update)
-        sha256 = digest.hexdigest()
-    return KioskWork(prepared, signed_attrs, signature, time.perf_counter() - checked,
-                     update, sha256)
-
-
-def check_and_prepare(document: bytes, limits: pdfcheck.PdfLimits, meta: pades.SignatureMeta,
-                      contents_bytes: int) -> pades.PreparedUpdate:
-    """The kiosk's deep validation and preparation of one contract held in memory, in
-    one call to a worker process: the same checks as :meth:`SignCaseKind._validate`."""
-    report, reader = pdfcheck.inspect_document(document, limits)
-    if report.docmdp_permission == 1:
-        raise PermanentJobError(
-            "the document is certified against any change; it cannot be signed",
-            code="certified_no_changes", field="items[0]")
-    return pades.prepare_bytes(document, meta=meta, contents_bytes=contents_bytes, reader=reader)
+    return checked
 
 
 def _sign_and_finalize(signer: Any, template: Any, signed_attrs: bytes,
                        prepared: pades.Prepared | None) -> bytes:
     """Sign the attributes; with ``prepared``, also embed the CMS (B-B). Runs in a thread."""
-    signature = sign_with(signer, signed_attrs)
+    signature = pipeline.sign_with(signer, signed_attrs)
     if prepared is not None:
         pades.finalize(prepared, cms.assemble(template, signed_attrs, signature, None), sync=False)
     return signature
@@ -368,7 +304,7 @@ class SignCaseKind:
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.workdir / "signed.pdf"
-        await sign_prepared_pdf(ctx, paths[contract_i], out,
+        checked = await sign_prepared_pdf(ctx, paths[contract_i], out,
                                 meta=signing_meta(normalized, policy, ctx.config.signing.signer_name),
                                 attachments=attachments, policy=policy)
         artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
@@ -378,7 +314,7 @@ class SignCaseKind:
                                "size": artifact.size},
             signed={"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
                     "policy_version": normalized["policy_version"],
-                    "timestamped": bool(policy.tsa_url)})
+                    "timestamped": bool(policy.tsa_url), **checked.audit_detail()})
         return Outcome(artifact=Artifact(record["artifact_id"], record["sha256"], record["size"]),
                        detail={"documents": len(normalized["items"])})
 
@@ -401,14 +337,11 @@ class SignCaseKind:
                 if it["role"] == "evidence":
                     await asyncio.to_thread(media.check_evidence, it["media_type"], path,
                                             policy.evidence_media_types, f"items[{i}].media_type")
-                if it["media_type"] == "application/pdf":
-                    report = await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
-                    if it["role"] == "contract" and report.docmdp_permission == 1:
-                        # A certification signature with P=1 (PDF 32000-1 §12.8.2.2)
-                        # forbids any change: our signature would invalidate it.
-                        raise PermanentJobError(
-                            "the document is certified against any change; it cannot be signed",
-                            code="certified_no_changes", field=f"items[{i}]")
+                if it["role"] == "evidence" and it["media_type"] == "application/pdf":
+                    # Evidence is embedded as it was received (its digest is declared):
+                    # it is never rewritten, so it must be unambiguous as it is. The
+                    # contract is checked by the signing pipeline.
+                    await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
 
     async def _scan(self, ctx: JobContext, normalized: dict[str, Any], paths: list[Path]) -> None:
         scanner = ctx.services.scanner

@@ -19,6 +19,12 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
   contract) that signs with pyHanko's ``PdfSigner`` + ``SimpleSigner`` from the same
   PKCS#12 in one process pool of ``os.cpu_count()`` workers; its batch load is the
   same large PDFs signed in that same pool (no priority separation).
+- hostile (``--hostile``; casesignd only): the closed loop while a second tenant keeps
+  ``--hostile-inflight`` decompression bombs in flight (one-page PDFs of as many Flate
+  streams of zeros as fit in ``kiosk.max_document_bytes``, each inflating to just under
+  the policy's ``max_decoded_stream_bytes``), sending the next as each is answered
+  (after ``--hostile-busy-wait-s`` when it was 503). The bombs' answers are counted by
+  status and code.
 
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
@@ -283,6 +289,57 @@ async def run_kiosks(url: str, token: str, document: bytes, kiosks: int, warmup_
     return out
 
 
+async def hostile_loop(url: str, token: str, bomb: bytes, tag: str, stop: asyncio.Event,
+                       answers: dict[str, int], busy_wait_s: float) -> None:
+    """One hostile connection: a bomb in flight, the next as soon as it is answered."""
+    kiosk = Kiosk(url, token, bomb)
+    n = 0
+    try:
+        while not stop.is_set():
+            n += 1
+            try:
+                status, _, payload = await asyncio.wait_for(
+                    kiosk.sign({"case_id": f"BOMB-{tag}-{n}", "signers": SIGNERS}), 120)
+                try:
+                    code = json.loads(payload)["error"]["code"]
+                except (ValueError, KeyError, TypeError):
+                    code = "pdf" if payload.startswith(b"%PDF") else "?"
+                key = f"{status} {code}"
+            except (OSError, asyncio.IncompleteReadError, TimeoutError, ValueError) as e:
+                key = f"no answer {type(e).__name__}"
+                status = -1
+                await kiosk.close()
+            answers[key] = answers.get(key, 0) + 1
+            if status == 503:
+                await asyncio.sleep(busy_wait_s)
+    finally:
+        await kiosk.close()
+
+
+async def run_hostile(args: argparse.Namespace, d: Any, document: bytes) -> dict[str, Any]:
+    """The closed loop of legitimate kiosks while another tenant sends bombs."""
+    stop = asyncio.Event()
+    answers: dict[str, int] = {}
+    bombs = [asyncio.create_task(hostile_loop(d.url, args.hostile_token, args.bomb, f"h{i}",
+                                              stop, answers, args.hostile_busy_wait_s))
+             for i in range(args.hostile_inflight)]
+    try:
+        res = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                               args.duration_s, "ch")
+    finally:
+        stop.set()
+        # The bombs in flight are answered within the deadline (504 at worst).
+        _, late = await asyncio.wait(bombs, timeout=60)
+        for t in late:
+            t.cancel()
+    res["bombs"] = dict(sorted(answers.items()))
+    res["bombs_unanswered_at_end"] = len(late)
+    res["bomb"] = {"bytes": len(args.bomb), "streams": args.bomb_streams,
+                   "stream_decoded_bytes": args.bomb_stream_bytes,
+                   "inflight": args.hostile_inflight}
+    return res
+
+
 # --- casesignd batch load -----------------------------------------------------------------
 
 
@@ -355,19 +412,21 @@ async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
     if "paced" in args.phases:
         res["paced"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
                                         args.duration_s, "cp", args.paced_rps)
-    if "load" not in args.phases:
-        return res
-    stop = asyncio.Event()
-    stats: dict[str, int] = {}
-    load = asyncio.create_task(casesignd_batch(d.url, d.token, objects, args.batch_inflight,
-                                               stop, stats))
-    await asyncio.sleep(args.ramp_s)  # let the pool fill before measuring
-    res["load"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
-                                   args.duration_s, "cl")
-    stop.set()
-    with contextlib.suppress(Exception):
-        await asyncio.wait_for(load, 120)
-    res["load"]["batch_jobs"] = stats
+    if "load" in args.phases:
+        stop = asyncio.Event()
+        stats: dict[str, int] = {}
+        load = asyncio.create_task(casesignd_batch(d.url, d.token, objects, args.batch_inflight,
+                                                   stop, stats))
+        await asyncio.sleep(args.ramp_s)  # let the pool fill before measuring
+        res["load"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
+                                       args.duration_s, "cl")
+        stop.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(load, 120)
+        res["load"]["batch_jobs"] = stats
+    if "hostile" in args.phases:
+        # Last: a bomb's check may go on past its 504 and would weigh on a later phase.
+        res["hostile"] = await run_hostile(args, d, document)
     return res
 
 
@@ -413,17 +472,43 @@ def start_baseline(port: int, p12: Path, password: bytes, log: Path) -> subproce
     raise RuntimeError("the baseline service did not start")
 
 
+def add_hostile_tenant(args: argparse.Namespace, d: Any) -> None:
+    """A second tenant in the daemon's configuration (before it starts), and its bomb,
+    sized by the daemon's own limits."""
+    from tests.daemon import to_toml
+    from tests.helpers_bombs import many_stream_bomb
+
+    args.hostile_token = f"csd_bench-hostile-{uuid.uuid4().hex}"
+    d.config["tenants"].append({"name": "bench-hostile",
+                                "token_sha256": hashlib.sha256(args.hostile_token.encode()).hexdigest()})
+    d.config_path.write_text(to_toml(d.config))
+    policy = next(p for p in d.config["policies"] if p["version"] == d.config["default_policy"])
+    args.bomb_stream_bytes = policy["max_decoded_stream_bytes"] - 4096
+    t = time.perf_counter()
+    args.bomb, args.bomb_streams = many_stream_bomb(d.config["kiosk"]["max_document_bytes"],
+                                                    policy["max_decoded_stream_bytes"])
+    print(f"built a bomb of {len(args.bomb)} bytes ({args.bomb_streams} streams of "
+          f"{args.bomb_stream_bytes} decoded) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
+
+
 def table(results: dict[str, Any]) -> str:
     cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
             "deadline_504", "other_errors"]
     key = results.get("config", {}).get("key_type", "?")
     lines = [f"signing key: {key} (both services); latencies in ms",
-             f"{'service':<10} {'phase':<6} " + " ".join(f"{c:>12}" for c in cols)]
+             f"{'service':<10} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)]
     for svc in ("casesignd", "pyhanko"):
-        for phase in ("idle", "paced", "load"):
+        for phase in ("idle", "paced", "load", "hostile"):
             r = results.get(svc, {}).get(phase)
             if r:
-                lines.append(f"{svc:<10} {phase:<6} " + " ".join(f"{str(r[c]):>12}" for c in cols))
+                lines.append(f"{svc:<10} {phase:<7} " + " ".join(f"{str(r[c]):>12}" for c in cols))
+    hostile = results.get("casesignd", {}).get("hostile")
+    if hostile:
+        bomb = hostile["bomb"]
+        lines.append(f"hostile: {bomb['inflight']} bombs in flight from a second tenant, each "
+                     f"{bomb['bytes']} bytes of {bomb['streams']} streams x "
+                     f"{bomb['stream_decoded_bytes']} decoded; their answers: "
+                     + (", ".join(f"{k}: {v}" for k, v in hostile["bombs"].items()) or "none"))
     return "\n".join(lines)
 
 
@@ -445,7 +530,17 @@ def main() -> None:
                          "ec (P-256, init's default) or rsa (RSA-2048)")
     ap.add_argument("--only", choices=("casesignd", "pyhanko"), default=None)
     ap.add_argument("--phases", type=lambda v: v.split(","), default=["idle", "paced", "load"],
-                    help="which phases to run: idle,paced,load")
+                    help="which phases to run: idle,paced,load,hostile")
+    ap.add_argument("--hostile", action="store_true",
+                    help="also run the hostile phase: bombs from a second tenant beside the "
+                         "kiosks (casesignd only)")
+    ap.add_argument("--hostile-inflight", type=int, default=4,
+                    help="the hostile phase: decompression bombs kept in flight")
+    ap.add_argument("--hostile-busy-wait-s", type=float, default=0.1,
+                    help="the hostile phase: the bomb sender's pause after a 503")
+    ap.add_argument("--kiosk-share", type=int, default=0,
+                    help="casesignd kiosk.max_concurrent_per_tenant (0: its default, half "
+                         "of kiosk.max_concurrent)")
     ap.add_argument("--paced-rps", type=float, default=100.0,
                     help="the paced phase: requests a second from all kiosks together")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -453,6 +548,8 @@ def main() -> None:
                     help="where the daemon's working files go (a tmpfs, as in production)")
     ap.add_argument("--keep", action="store_true", help="keep the daemon's directory")
     args = ap.parse_args()
+    if args.hostile and "hostile" not in args.phases:
+        args.phases.append("hostile")
 
     from tests.daemon import Daemon, free_port
     from tests.helpers_corpus import build_large_pdf
@@ -478,8 +575,11 @@ def main() -> None:
         d = Daemon(tmp / "daemon", {
             "workers": {"concurrency": args.workers},
             "storage": {"temp_dir": str(shm)},
+            "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
         }, env={"CASESIGND_STRICT_LABELS": "0"}, init_args=["--key-type", args.key_type])
         d.env.pop("CASESIGND_TEST_KIND", None)
+        if "hostile" in args.phases:
+            add_hostile_tenant(args, d)
         if args.only in (None, "casesignd"):
             d.start()
             objects = upload_objects(d, paths)

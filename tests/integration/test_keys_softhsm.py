@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import config, devpki, pades
+from casesignd import config, devpki, pipeline
 from casesignd.errors import ConfigError, SigningError
 from casesignd.keys import KeySigner, Pkcs11Signer, load_signer
 from tests.helpers_pki import Pki, SoftHsm, pki, sample_meta, softhsm
@@ -26,7 +26,7 @@ def test_token_key_signs_valid_pdfs(
     assert signer.algorithm == kind
     assert signer.cert == getattr(pki, kind).cert  # read from the token
     out = tmp_path / "signed.pdf"
-    pades.sign_file(samples["reportlab"], out, signer, meta=sample_meta())
+    pipeline.sign_file(samples["reportlab"], out, signer, meta=sample_meta())
     assert_validates(out, pki, nssdir)
 
 
@@ -69,7 +69,7 @@ def test_load_signer_uses_the_configured_token(
     signer = load_signer(_config(tmp_path, softhsm, 0o600))
     assert isinstance(signer, Pkcs11Signer) and signer.cert == pki.ec.cert
     out = tmp_path / "signed.pdf"
-    pades.sign_file(samples["xref_stream"], out, signer, meta=sample_meta())
+    pipeline.sign_file(samples["xref_stream"], out, signer, meta=sample_meta())
     assert_validates(out, pki, nssdir)
 
 

@@ -16,14 +16,16 @@ from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pypdf import PdfReader
 
-from casesignd import cms, devpki, pades, tsa
+from casesignd import cms, devpki, pades, pipeline, tsa
 from casesignd.errors import (
+    AmbiguousPdf,
     CertifiedPdf,
     EncryptedPdf,
     MalformedPdf,
     SignatureTooLarge,
     TsaUnavailable,
 )
+from casesignd.pdfcheck import PdfLimits
 from casesignd.verify import verify_pdf
 from tests.helpers_pki import (
     PASSWORD,
@@ -86,7 +88,7 @@ def test_b_b_validates(
     if producer not in samples:
         pytest.skip(f"{producer} unavailable on this machine")
     out = tmp_path / "signed.pdf"
-    pades.sign_file(samples[producer], out, pki.signer(kind), meta=sample_meta())
+    pipeline.sign_file(samples[producer], out, pki.signer(kind), meta=sample_meta())
     assert_validates(out, pki, nssdir)
 
 
@@ -97,7 +99,7 @@ def test_b_t_validates(
     tsa_server: LocalTsa, tmp_path: Path,
 ) -> None:
     out = tmp_path / "signed.pdf"
-    outcome = pades.sign_file(
+    outcome = pipeline.sign_file(
         samples[producer], out, pki.signer(kind), meta=sample_meta(),
         timestamp=lambda sig: tsa.timestamp_blocking(tsa_server.url, sig, 10),
     )
@@ -109,7 +111,7 @@ def test_update_keeps_the_xref_kind(samples: dict[str, Path], pki: Pki, tmp_path
     # A hybrid file's last section is a table (with /XRefStm): the update is a table too.
     for producer, want_stream in (("classic", False), ("xref_stream", True), ("hybrid", False)):
         out = tmp_path / f"{producer}.pdf"
-        pades.sign_file(samples[producer], out, pki.signer("ec"), meta=sample_meta())
+        pipeline.sign_file(samples[producer], out, pki.signer("ec"), meta=sample_meta())
         data = out.read_bytes()
         startxref = int(data.rsplit(b"startxref", 1)[1].split()[0])
         section = data[startxref : startxref + 40]
@@ -124,7 +126,7 @@ def test_attachments_embedded_with_checksums(samples: dict[str, Path], pki: Pki,
     note = tmp_path / "note.txt"
     note.write_bytes("evidence — ünïcode\n".encode())
     out = tmp_path / "signed.pdf"
-    pades.sign_file(
+    pipeline.sign_file(
         samples["reportlab"], out, pki.signer("rsa"), meta=sample_meta(),
         attachments=[
             pades.Attachment(photo, "photo-1.jpg", "image/jpeg", "evidence"),
@@ -150,7 +152,7 @@ def test_attachments_embedded_with_checksums(samples: dict[str, Path], pki: Pki,
 def test_signature_records_case_policy_and_signers(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
     out = tmp_path / "signed.pdf"
     meta = sample_meta()
-    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta)
+    pipeline.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta)
     with open(out, "rb") as f:
         field = PdfReader(f).trailer["/Root"]["/AcroForm"]["/Fields"][0].get_object()
         sig = field["/V"].get_object()
@@ -169,9 +171,9 @@ def test_signing_twice_keeps_the_first_signature(
     att = tmp_path / "a.txt"
     att.write_bytes(b"first evidence")
     once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
-    pades.sign_file(samples["xref_stream"], once, pki.signer("ec"), meta=sample_meta(),
+    pipeline.sign_file(samples["xref_stream"], once, pki.signer("ec"), meta=sample_meta(),
                     attachments=[pades.Attachment(att, "a.txt", "text/plain")])
-    pades.sign_file(once, twice, pki.signer("rsa"), meta=sample_meta())
+    pipeline.sign_file(once, twice, pki.signer("rsa"), meta=sample_meta())
     assert_validates(twice, pki, nssdir)
     first = pyhanko_statuses(twice, [pki.ca.cert])[0]
     # Adding a signature field is an allowed change (§12.8.2.2, P=2 level).
@@ -186,9 +188,9 @@ def test_attachments_merge_with_an_existing_name_tree(samples: dict[str, Path], 
     a.write_bytes(b"one")
     b.write_bytes(b"two")
     once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
-    pades.sign_file(samples["classic"], once, pki.signer("ec"), meta=sample_meta(),
+    pipeline.sign_file(samples["classic"], once, pki.signer("ec"), meta=sample_meta(),
                     attachments=[pades.Attachment(a, "e.txt", "text/plain")])
-    pades.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
+    pipeline.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
                     attachments=[pades.Attachment(b, "e.txt", "text/plain")])
     assert embedded_files(twice) == {"e.txt": b"one", "e (2).txt": b"two"}
     statuses = pyhanko_statuses(twice, [pki.ca.cert])
@@ -220,8 +222,14 @@ def test_good_corpus_signs_and_validates(
     att = tmp_path / "evidence.txt"
     att.write_bytes(b"evidence\n" * 50)
     out = tmp_path / "signed.pdf"
-    pades.sign_file(good_corpus[name], out, pki.signer("ec"), meta=sample_meta(),
-                    attachments=[pades.Attachment(att, "evidence.txt", "text/plain")])
+    # hyperref's links are URI actions: a policy that allows them signs the file.
+    allowed = frozenset({"/GoTo", "/Named", "/URI"}) if "hyperref" in name else None
+    limits = PdfLimits(allowed_actions=allowed) if allowed else PdfLimits()
+    outcome = pipeline.sign_file(good_corpus[name], out, pki.signer("ec"), meta=sample_meta(),
+                                 attachments=[pades.Attachment(att, "evidence.txt", "text/plain")],
+                                 limits=limits)
+    # Real producers' files are signed as they are: nothing in them needs a rewrite.
+    assert not outcome.checked.normalized, outcome.checked.reasons
     statuses = pyhanko_statuses(out, [pki.ca.cert])
     last = statuses[-1]
     assert last.intact and last.valid and last.trusted, last.pretty_print_details()
@@ -239,9 +247,8 @@ def test_good_corpus_signs_and_validates(
 def test_placeholder_too_small_fails_cleanly(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
     out = tmp_path / "signed.pdf"
     with pytest.raises(SignatureTooLarge):
-        pades.sign_file(samples["reportlab"], out, pki.signer("rsa"), meta=sample_meta(), contents_bytes=256)
-    data = out.read_bytes()
-    assert b"/Contents <" + b"0" * 512 + b">" in data  # untouched, never half-written
+        pipeline.sign_file(samples["reportlab"], out, pki.signer("rsa"), meta=sample_meta(), contents_bytes=256)
+    assert not out.exists()  # never half-written: nothing is left
 
 
 def test_encrypted_and_garbage_inputs_are_refused(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
@@ -249,22 +256,28 @@ def test_encrypted_and_garbage_inputs_are_refused(samples: dict[str, Path], pki:
     subprocess.run(["qpdf", "--encrypt", "u", "o", "256", "--", str(samples["reportlab"]), str(enc)],
                    check=True, timeout=60)
     with pytest.raises(EncryptedPdf):
-        pades.sign_file(enc, tmp_path / "o1.pdf", pki.signer("rsa"), meta=sample_meta())
+        pipeline.sign_file(enc, tmp_path / "o1.pdf", pki.signer("rsa"), meta=sample_meta())
     junk = tmp_path / "junk.pdf"
     junk.write_bytes(b"%PDF-1.7\nnot really\n")
     with pytest.raises(MalformedPdf):
-        pades.sign_file(junk, tmp_path / "o2.pdf", pki.signer("rsa"), meta=sample_meta())
-    # A startxref that misses its section: an update's /Prev would be wrong too.
+        pipeline.sign_file(junk, tmp_path / "o2.pdf", pki.signer("rsa"), meta=sample_meta())
+    assert not list(tmp_path.glob("o*.pdf"))  # nothing half-written is left
+    # Junk before the header shifts every offset: signed only after a clean rewrite.
     shifted = tmp_path / "shifted.pdf"
     shifted.write_bytes(b"%junk before the header\n" + samples["classic"].read_bytes())
-    with pytest.raises(MalformedPdf, match="startxref"):
-        pades.sign_file(shifted, tmp_path / "o3.pdf", pki.signer("rsa"), meta=sample_meta())
-    assert not list(tmp_path.glob("o*.pdf"))  # nothing half-written is left
+    with pytest.raises(AmbiguousPdf):
+        pipeline.sign_file(shifted, tmp_path / "o3.pdf", pki.signer("rsa"), meta=sample_meta(),
+                           limits=PdfLimits(normalize="never"))
+    outcome = pipeline.sign_file(shifted, tmp_path / "o3.pdf", pki.signer("rsa"), meta=sample_meta())
+    assert outcome.checked.normalized and outcome.checked.received_sha256 != outcome.checked.source_sha256
+    assert (tmp_path / "o3.pdf").read_bytes().startswith(b"%PDF-")
+    last = pyhanko_statuses(tmp_path / "o3.pdf", [pki.ca.cert])[-1]
+    assert last.intact and last.valid
 
 
 def test_verify_detects_tampering_and_appending(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
     out = tmp_path / "signed.pdf"
-    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta())
+    pipeline.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta())
     data = bytearray(out.read_bytes())
     flipped = tmp_path / "flipped.pdf"
     data[200] ^= 0x01
@@ -334,7 +347,7 @@ def test_concurrent_signing_shares_one_key(samples: dict[str, Path], pki: Pki, t
 
     def work(i: int) -> None:
         try:
-            pades.sign_file(samples["reportlab"], tmp_path / f"s{i}.pdf", signer, meta=sample_meta())
+            pipeline.sign_file(samples["reportlab"], tmp_path / f"s{i}.pdf", signer, meta=sample_meta())
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -356,8 +369,8 @@ def test_attachments_after_an_earlier_signature_are_a_visible_modification(
     att = tmp_path / "late.txt"
     att.write_bytes(b"late evidence")
     once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
-    pades.sign_file(samples["reportlab"], once, pki.signer("ec"), meta=sample_meta())
-    pades.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
+    pipeline.sign_file(samples["reportlab"], once, pki.signer("ec"), meta=sample_meta())
+    pipeline.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
                     attachments=[pades.Attachment(att, "late.txt", "text/plain")])
     first, second = pyhanko_statuses(twice, [pki.ca.cert])
     assert first.intact and first.valid and first.trusted
@@ -381,15 +394,15 @@ def _certify(src: Path, dst: Path, pki: Pki, perm: str) -> Path:
 def test_certified_inputs_follow_their_docmdp(samples: dict[str, Path], pki: Pki, nssdir: Path | None, tmp_path: Path) -> None:
     locked = _certify(samples["reportlab"], tmp_path / "p1.pdf", pki, "NO_CHANGES")
     with pytest.raises(CertifiedPdf):
-        pades.sign_file(locked, tmp_path / "o1.pdf", pki.signer("ec"), meta=sample_meta())
+        pipeline.sign_file(locked, tmp_path / "o1.pdf", pki.signer("ec"), meta=sample_meta())
     fillable = _certify(samples["reportlab"], tmp_path / "p2.pdf", pki, "FILL_FORMS")
     att = tmp_path / "a.txt"
     att.write_bytes(b"x")
     with pytest.raises(CertifiedPdf):
-        pades.sign_file(fillable, tmp_path / "o2.pdf", pki.signer("ec"), meta=sample_meta(),
+        pipeline.sign_file(fillable, tmp_path / "o2.pdf", pki.signer("ec"), meta=sample_meta(),
                         attachments=[pades.Attachment(att, "a.txt", "text/plain")])
     out = tmp_path / "o3.pdf"
-    pades.sign_file(fillable, out, pki.signer("ec"), meta=sample_meta())
+    pipeline.sign_file(fillable, out, pki.signer("ec"), meta=sample_meta())
     assert_validates(out, pki, nssdir)
     assert pyhanko_statuses(out, [pki.ca.cert])[0].docmdp_ok
 
@@ -399,7 +412,7 @@ def test_verify_refuses_a_timestamp_from_a_non_tsa_certificate(
 ) -> None:
     out = tmp_path / "signed.pdf"
     with LocalTsa(pki.rsa) as impostor:  # a document-signing certificate, no timeStamping EKU
-        pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta(),
+        pipeline.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=sample_meta(),
                         timestamp=lambda sig: tsa.timestamp_blocking(impostor.url, sig, 10))
     report = verify_pdf(out, [pki.ca.cert])[0]
     assert not report.timestamped and not report.valid
@@ -413,7 +426,7 @@ def test_unicode_names_and_empty_attachments(samples: dict[str, Path], pki: Pki,
     out = tmp_path / "signed.pdf"
     meta = sample_meta(reason="Vertrag über Äpfel", location="Zürich",
                        parties=(pades.Party("b-1", "Jürgen «J» Müller", "buyer"),))
-    pades.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta, attachments=[
+    pipeline.sign_file(samples["reportlab"], out, pki.signer("ec"), meta=meta, attachments=[
         pades.Attachment(photo, "фото (1).jpg", "image/jpeg"),
         pades.Attachment(empty, "empty.txt", "text/plain"),
     ])

@@ -19,13 +19,13 @@ MB = 1000 * 1000
 _CHILD = """
 import json, resource, sys
 from pathlib import Path
-from casesignd import pades
+from casesignd import pades, pipeline
 from casesignd.keys import load_pkcs12
 from tests.helpers_pki import PASSWORD, sample_meta
 src, dst, p12, att = map(Path, sys.argv[1:5])
 signer = load_pkcs12(p12, PASSWORD)
 attachments = [pades.Attachment(att, "evidence.bin", "application/octet-stream")]
-pades.sign_file(src, dst, signer, meta=sample_meta(), attachments=attachments)
+pipeline.sign_file(src, dst, signer, meta=sample_meta(), attachments=attachments)
 # VmHWM belongs to this process image; ru_maxrss can carry the parent's peak over
 # fork+exec (Linux keeps it in the signal struct), which pytest's size would skew.
 hwm = [int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")]

@@ -11,17 +11,24 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from casesignd import pdfrules
 from casesignd.config import Policy
 from casesignd.errors import CasesignError, LimitExceeded, MalformedPdf
 from casesignd.pdfcheck import (
     PdfLimits,
     PdfReport,
-    active_reason,
-    classify_xref,
     image_bytes,
+    inspect_document,
     inspect_pdf,
     measure_decoded,
-    parse_frame,
+)
+from casesignd.pdfframe import (
+    AMBIGUITY,
+    DAMAGE,
+    classify_xref,
+    definition_findings,
+    object_definitions,
+    read_frame,
 )
 from tests.helpers_corpus import _one_page, assemble, stream
 
@@ -30,79 +37,168 @@ from tests.helpers_corpus import _one_page, assemble, stream
 GOOD = _one_page()
 
 
-def test_parse_frame_of_a_good_file() -> None:
-    frame = parse_frame(GOOD[:1024], GOOD[-2048:], len(GOOD))
-    assert frame.version == "1.7"
+def _reasons(frame) -> list[tuple[str, str]]:
+    return [(f.kind, f.reason) for f in frame.findings]
+
+
+def test_read_frame_of_a_good_file() -> None:
+    frame = read_frame(GOOD, len(GOOD))
+    assert frame.version == "1.7" and frame.findings == ()
     assert GOOD[frame.startxref:].startswith(b"xref")
 
 
-@pytest.mark.parametrize(("head", "tail", "size", "message"), [
-    (b"%!PS-Adobe-3.0", b"startxref\n10\n%%EOF\n", 100, "no %PDF- header"),
-    (b"x" * 1100 + b"%PDF-1.4", b"startxref\n10\n%%EOF\n", 2000, "no %PDF- header"),
-    (b"%PDF-1.4", b"startxref\n10\n", 100, "no %%EOF"),
-    (b"%PDF-1.4", b"trailer <<>>\n%%EOF\n", 100, "no startxref"),
-    (b"%PDF-1.4", b"startxref\n500\n%%EOF\n", 100, "past the end"),
+def test_read_frame_without_a_header_is_not_a_pdf() -> None:
+    for data in (b"%!PS-Adobe-3.0\nstartxref\n10\n%%EOF\n", b"x" * 1100 + b"%PDF-1.4"):
+        with pytest.raises(MalformedPdf, match="no %PDF- header"):
+            read_frame(data, len(data))
+
+
+@pytest.mark.parametrize(("data", "kind", "message"), [
+    (GOOD.replace(b"%%EOF", b""), DAMAGE, "no %%EOF"),
+    (GOOD.replace(b"startxref", b"startxrex"), DAMAGE, "no startxref"),
+    (GOOD[:GOOD.rindex(b"startxref")] + b"startxref\n99999\n%%EOF\n", DAMAGE, "outside the file"),
+    (GOOD[:GOOD.rindex(b"startxref")] + b"startxref\n17\n%%EOF\n", DAMAGE, "does not point"),
+    (b"<html><body>hi</body></html>\n" + GOOD, AMBIGUITY, "before the %PDF- header"),
+    (GOOD + b"PK\x05\x06" + bytes(18), AMBIGUITY, "after the last %%EOF"),
+    (GOOD + b"x" * 5000, AMBIGUITY, "after the last %%EOF"),
 ])
-def test_parse_frame_refuses(head: bytes, tail: bytes, size: int, message: str) -> None:
-    with pytest.raises(MalformedPdf, match=message):
-        parse_frame(head, tail, size)
+def test_read_frame_findings(data: bytes, kind: str, message: str) -> None:
+    found = _reasons(read_frame(data, len(data)))
+    assert any(k == kind and message in r for k, r in found), found
 
 
-def test_parse_frame_accepts_leading_junk_and_takes_the_last_startxref() -> None:
+def test_read_frame_allows_padding_after_eof_and_takes_the_last_startxref() -> None:
+    assert read_frame(GOOD + b"\r\n\x00\x00 \n", len(GOOD) + 6).findings == ()
     tail = b"startxref\n10\n%%EOF\n...update...\nstartxref\n90\n%%EOF\r\n"
-    frame = parse_frame(b"\r\n" * 10 + b"%PDF-1.6\n", tail, 100)
-    assert (frame.version, frame.header_offset, frame.startxref) == ("1.6", 20, 90)
+    data = b"%PDF-1.6\n" + b" " * 81 + b"xref\n0 1\n" + b" " * 20 + tail
+    frame = read_frame(data, len(data))
+    assert (frame.version, frame.startxref) == ("1.6", 90)
 
 
-@pytest.mark.parametrize(("at", "remaining", "is_stream"), [
-    (b"xref\n0 6\n0000000000 65535 f\r\n", 1000, False),
-    (b"\r\nxref\n0 1\n", 100, False),
-    (b"12 0 obj\n<< /Type /XRef", 1000, True),
-    (b"\n12 0 obj<</Type/XRef", 1000, True),
+@pytest.mark.parametrize(("at", "remaining", "kind"), [
+    (b"xref\n0 6\n0000000000 65535 f\r\n", 1000, "table"),
+    (b"\r\nxref\n0 1\n", 100, "table"),
+    (b"12 0 obj\n<< /Type /XRef", 1000, "stream"),
+    (b"\n12 0 obj<</Type/XRef", 1000, "stream"),
+    (b"Xref\n0 6\n", 1000, None),
+    (b"endobj\nxref", 1000, None),
+    (b"xref\n0 9000000\n", 300, "claims_too_many"),
 ])
-def test_classify_xref(at: bytes, remaining: int, is_stream: bool) -> None:
-    assert classify_xref(at, remaining) is is_stream
+def test_classify_xref(at: bytes, remaining: int, kind: str | None) -> None:
+    assert classify_xref(at, remaining) == kind
 
 
-@pytest.mark.parametrize(("at", "remaining", "message"), [
-    (b"Xref\n0 6\n", 1000, "does not point"),
-    (b"endobj\nxref", 1000, "does not point"),
-    (b"xref\n0 9000000\n", 300, "more entries than the file holds"),
+def test_definition_findings() -> None:
+    # Object 3 is defined twice; the xref names the first definition.
+    data = b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n3 0 obj\n(a)\nendobj\n3 0 obj\n(b)\nendobj\n"
+    defs = object_definitions(data)
+    first, second = (off for off, _ in defs[3])
+    assert definition_findings(data, defs, {0: {3: second}}, {}, {(3, 0)}) == []
+    later = definition_findings(data, defs, {0: {3: first}}, {}, {(3, 0)})
+    assert [f.kind for f in later] == [AMBIGUITY] and "defined again" in later[0].reason
+    other = definition_findings(data, defs, {0: {3: defs[1][0][0]}}, {}, {(3, 0)})
+    assert "points at object 1" in other[0].reason
+    nowhere = definition_findings(data, defs, {0: {3: 2}}, {}, {(3, 0)})
+    assert nowhere[0].kind == DAMAGE
+
+
+# --- the active-content rules --------------------------------------------------------
+
+ALLOWED = pdfrules.DEFAULT_ALLOWED_ACTIONS
+
+
+@pytest.mark.parametrize(("d", "hit"), [
+    ({"/S": "/JavaScript", "/JS": "app.alert(1)"}, "JavaScript"),
+    ({"/S": "/Launch", "/F": "cmd.exe"}, "Launch"),
+    ({"/S": "/ImportData", "/F": "data.fdf"}, "ImportData"),
+    ({"/S": "/SubmitForm", "/F": "https://example.org"}, "SubmitForm"),
+    ({"/S": "/ResetForm"}, "ResetForm"),
+    ({"/S": "/URI", "/URI": "https://example.org"}, "URI"),
+    ({"/S": "/GoToR", "/F": "\\\\evil\\share\\x.pdf"}, "GoToR"),
+    ({"/S": "/GoToE"}, "GoToE"),
+    ({"/S": "/Hide", "/T": "x"}, "Hide"),
+    ({"/S": "/SetOCGState"}, "SetOCGState"),
+    ({"/S": "/Rendition"}, "Rendition"),
+    ({"/S": "/Frobnicate"}, "unknown action"),
+    ({"/S": "/Named", "/N": "/Print"}, "named action"),
+    ({"/S": "/Named", "/N": "/NextPage"}, None),
+    ({"/S": "/GoTo", "/D": []}, None),
 ])
-def test_classify_xref_refuses(at: bytes, remaining: int, message: str) -> None:
-    with pytest.raises(MalformedPdf, match=message):
-        classify_xref(at, remaining)
-
-
-# --- the active-content table --------------------------------------------------------
-
-
-@pytest.mark.parametrize(("d", "auto", "hit"), [
-    ({"/S": "/JavaScript", "/JS": "app.alert(1)"}, False, "JavaScript"),
-    ({"/JS": "app.alert(1)"}, False, "JavaScript"),
-    ({"/JavaScript": {"/Names": []}}, False, "name tree"),
-    ({"/S": "/Launch", "/F": "cmd.exe"}, False, "Launch"),
-    ({"/S": "/ImportData", "/F": "data.fdf"}, False, "ImportData"),
-    ({"/S": "/SubmitForm", "/F": "https://example.org"}, False, None),
-    ({"/S": "/SubmitForm", "/F": "https://example.org"}, True, "SubmitForm"),
-    ({"/S": "/ResetForm"}, False, None),
-    ({"/S": "/ResetForm"}, True, "ResetForm"),
-    ({"/S": "/URI", "/URI": "https://example.org"}, True, None),
-    ({"/S": "/GoTo", "/D": []}, True, None),
-    ({"/Subtype": "/RichMedia"}, False, "RichMedia"),
-    ({"/Subtype": "/Link"}, False, None),
-    ({"/XFA": []}, False, "XFA"),
-    ({"/Type": "/Filespec", "/F": "tool.EXE", "/EF": {}}, False, "tool.exe"),
-    ({"/Type": "/Filespec", "/UF": "run.ps1", "/F": "x", "/EF": {}}, False, "run.ps1"),
-    ({"/Type": "/Filespec", "/F": "photo.jpg", "/EF": {}}, False, None),
-    ({"/Type": "/Filespec", "/F": "setup.exe"}, False, None),  # a reference, not embedded
-])
-def test_active_reason(d: dict, auto: bool, hit: str | None) -> None:
-    reason = active_reason(d, auto)
+def test_action_reason(d: dict, hit: str | None) -> None:
+    reason = pdfrules.action_reason(d, ALLOWED)
     if hit is None:
         assert reason is None
     else:
         assert reason is not None and hit in reason
+
+
+def test_a_policy_may_allow_links_but_never_scripts() -> None:
+    allowed = ALLOWED | {"/URI", "/JavaScript", "/Launch"}
+    assert pdfrules.action_reason({"/S": "/URI"}, allowed) is None
+    assert pdfrules.action_reason({"/S": "/JavaScript"}, allowed)
+    assert pdfrules.action_reason({"/S": "/Launch"}, allowed)
+
+
+@pytest.mark.parametrize(("d", "slot", "action"), [
+    ({"/S": "/URI"}, False, True),
+    ({"/S": "/Frobnicate"}, True, True),
+    ({"/S": "/Frobnicate"}, False, False),
+    ({"/Type": "/Action", "/S": "/Frobnicate"}, False, True),
+    ({"/Type": "/StructElem", "/S": "/P"}, False, False),
+    ({"/Type": "/Group", "/S": "/Transparency"}, False, False),
+    ({"/D": []}, True, False),
+])
+def test_is_action(d: dict, slot: bool, action: bool) -> None:
+    assert pdfrules.is_action(d, slot) is action
+
+
+@pytest.mark.parametrize(("d", "hit"), [
+    ({"/JS": "app.alert(1)"}, "JavaScript"),
+    ({"/JavaScript": True}, "name tree"),
+    ({"/OnInstantiate": True}, "3D"),
+    ({"/Subtype": "/RichMedia"}, "RichMedia"),
+    ({"/Subtype": "/3D"}, "3D"),
+    ({"/Subtype": "/Link"}, None),
+    ({"/XFA": True}, "XFA"),
+    ({"/Type": "/Filespec", "/F": "tool.EXE", "/EF": True}, "tool.EXE"),
+    ({"/Type": "/Filespec", "/UF": "run.ps1", "/F": "x", "/EF": True}, "run.ps1"),
+    ({"/Type": "/Filespec", "/F": "photo.jpg", "/EF": True}, None),
+    ({"/Type": "/Filespec", "/F": "setup.exe"}, None),  # a reference, not embedded
+])
+def test_dict_reason(d: dict, hit: str | None) -> None:
+    reason = pdfrules.dict_reason(d)
+    if hit is None:
+        assert reason is None
+    else:
+        assert reason is not None and hit in reason
+
+
+@pytest.mark.parametrize(("name", "risky"), [
+    ("x.exe", True), ("x.exe.", True), ("x.exe ", True), ("x.exe. . ", True),
+    ("REPORT.DOCM", True), ("disk.ISO", True), ("app.HTA", True), ("run.js", True),
+    ("a/b\\c.scr", True), ("notes.txt:evil.exe", False), ("notes.exe:x", True),
+    ("photo.jpg", False), ("contract.pdf", False), ("README", False), ("exe", False),
+])
+def test_risky_file_name(name: str, risky: bool) -> None:
+    assert pdfrules.risky_file_name(name) is risky
+
+
+def test_risky_content() -> None:
+    import io
+    import zipfile
+
+    assert "executable" in pdfrules.risky_content(b"MZ\x90\x00")
+    assert "executable" in pdfrules.risky_content(b"\x7fELF\x02")
+    iso = bytes(0x8001) + b"CD001" + bytes(10)
+    assert "disk image" in pdfrules.risky_content(iso)
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("word/document.xml", "x")
+        z.writestr("word/vbaProject.bin", "x")
+    assert "macros" in pdfrules.risky_content(buf.getvalue()[:64], buf.getvalue())
+    ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(100) + "_VBA_PROJECT".encode("utf-16-le")
+    assert "macros" in pdfrules.risky_content(ole[:64], ole)
+    assert pdfrules.risky_content(b"\x89PNG\r\n\x1a\n") is None
 
 
 @pytest.mark.parametrize(("d", "size"), [
@@ -190,17 +286,20 @@ def test_a_plain_page_passes(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(report)) == report
 
 
-def test_submit_button_passes_but_submit_on_open_does_not(tmp_path: Path) -> None:
+def test_submit_is_refused_wherever_it_is_unless_the_policy_allows_it(tmp_path: Path) -> None:
     submit = b"<< /S /SubmitForm /F << /FS /URL /F (https://example.org/) >> >>"
     link = b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /A 6 0 R >>"
     as_link = _one_page(page_extra=b"/Annots [7 0 R] ", more=[submit, link])
-    assert _check(tmp_path, as_link).pages == 1
-    on_open = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[submit])
-    assert _code(tmp_path, on_open) == "active_content"
-    # A chained (/Next) action of an automatic one is automatic too.
+    assert _code(tmp_path, as_link) == "active_content"
+    allowing = PdfLimits(allowed_actions=pdfrules.DEFAULT_ALLOWED_ACTIONS | {"/SubmitForm"})
+    assert _check(tmp_path, as_link, allowing).pages == 1
+    # A chained (/Next) action is checked like the first one.
     chained = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[
-        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>", submit])
+        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>", b"<< /S /Frobnicate >>"])
     assert _code(tmp_path, chained) == "active_content"
+    # A destination array is no action: the page it names is not judged as one.
+    goto = _one_page(catalog_extra=b"/OpenAction [3 0 R /Fit] ")
+    assert _check(tmp_path, goto).pages == 1
 
 
 def test_javascript_name_tree(tmp_path: Path) -> None:
@@ -284,16 +383,19 @@ def test_signatures_and_docmdp_are_reported(tmp_path: Path) -> None:
 
 
 def test_damaged_object_offsets_are_repaired_and_noted(tmp_path: Path) -> None:
-    # Every xref offset is off by one: pypdf finds the objects and says so.
+    # Every xref offset is off by one: pypdf finds the objects and says so, and the
+    # document is damaged (refused as it is, rewritten by the pipeline).
     data = bytearray(GOOD)
     at = GOOD.index(b"0000000000 65535 f")
     for i in range(1, 6):
         entry = at + 20 * i
         offset = int(data[entry:entry + 10]) + 1
         data[entry:entry + 10] = b"%010d" % offset
-    report = _check(tmp_path, bytes(data))
-    assert report.pages == 1
+    report, reader = inspect_document(bytes(data), PdfLimits())
+    reader.stream.close()
+    assert report.pages == 1 and report.damaged
     assert any("wrong pointing object" in w for w in report.warnings)
+    assert _code(tmp_path, bytes(data)) == "malformed_pdf"
 
 
 def test_warnings_are_collected_under_the_daemons_logging(tmp_path: Path) -> None:
@@ -312,6 +414,11 @@ def test_limits_from_policy() -> None:
                     forbid_active_content=False, max_decoded_stream_bytes=2000,
                     max_pdf_objects=30, max_pdf_depth=5)
     assert PdfLimits.from_policy(policy) == PdfLimits(7, 1000, False, 2000, 30, 5)
+    strict = Policy(version="v2", normalize="never", allowed_actions=["GoTo", "URI"],
+                    max_decoded_document_bytes=5000, max_check_cpu_s=1.5)
+    limits = PdfLimits.from_policy(strict)
+    assert (limits.normalize, limits.allowed_actions, limits.max_decoded_bytes,
+            limits.max_check_cpu_s) == ("never", frozenset({"/GoTo", "/URI"}), 5000, 1.5)
     limits = PdfLimits.from_policy(Policy(version="v1"))
     assert pickle.loads(pickle.dumps(limits)) == limits
 
@@ -323,7 +430,7 @@ _RICH = _one_page(
     page_extra=b"/Annots [8 0 R] ",
     more=[b"<< /Type /Filespec /F (a.txt) /EF << /F 7 0 R >> >>",
           stream(zlib.compress(b"attachment " * 50), b"/Type /EmbeddedFile /Filter /FlateDecode "),
-          b"<< /Type /Annot /Subtype /Link /Rect [0 0 9 9] /A << /S /URI /URI (https://x/) >> >>"])
+          b"<< /Type /Annot /Subtype /Link /Rect [0 0 9 9] /A << /S /GoTo /D [3 0 R /Fit] >> >>"])
 
 
 @settings(max_examples=300, deadline=None,
@@ -341,4 +448,4 @@ def test_damaged_bytes_raise_only_our_errors(
     try:
         _check(tmp_path, bytes(data))
     except CasesignError as e:
-        assert e.code in {"malformed_pdf", "encrypted_pdf", "active_content", "limit_exceeded"}
+        assert e.code in {"malformed_pdf", "ambiguous_pdf", "encrypted_pdf", "active_content", "limit_exceeded"}

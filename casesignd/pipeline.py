@@ -1,0 +1,317 @@
+"""The one signing pipeline: read → decide → normalise → prepare → sign → finish.
+
+Every signature the service makes — a batch ``sign_case``, a kiosk request, a signed
+invoice, a replay, and :func:`sign_file` for a caller with a file — takes a document
+through the same steps, so what the key signs is decided in one place:
+
+1. **read** (:func:`casesignd.pdfcheck.inspect_document`): deep checks that refuse
+   active content, bombs and encryption, and findings where readers may disagree;
+2. **decide** (:func:`decide`, pure): sign as is, rewrite, or refuse. A document with
+   findings, or any unsigned one when the policy's ``normalize`` is ``always``, is
+   rewritten unless it already carries a signature (a rewrite would break it) or the
+   policy says ``never``; then it is refused ``ambiguous_pdf`` (``malformed_pdf`` when
+   the findings are damage);
+3. **normalise** (:func:`casesignd.normalize.rewrite`): one clean rewrite by qpdf,
+   checked again in full; it must have no findings, and where pypdf could read the
+   original too, both readings must show the same pages
+   (:func:`casesignd.normalize.page_digests`) — otherwise the readers disagree on what
+   the document shows and it is refused ``ambiguous_pdf``;
+4. **prepare** (:mod:`casesignd.pades`), reusing the parse of step 1 or 3, with the
+   one DocMDP rule (:func:`casesignd.pades.check_docmdp`);
+5. **sign** (:func:`sign_with`) under a key slot, and **finish**: the CMS into the
+   placeholder.
+
+Steps 1–4 run in one call to a worker process (:func:`prepare_file` for a file,
+:func:`prepare_document` for a kiosk's document in memory, :func:`sign_document` when
+that process also holds the key). :class:`Checked` says what happened, for the audit
+trail: the digest received, the digest of what was signed, and why it was rewritten.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pypdf import PdfReader
+
+from . import cms, normalize, pades
+from .errors import AmbiguousPdf, CasesignError, MalformedPdf, SigningError
+from .pdfcheck import PdfLimits, PdfReport, inspect_document
+from .pdfframe import DAMAGE, Finding
+
+SIGN_AS_IS = "as_is"
+REWRITE = "rewrite"
+REFUSE = "refuse"
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What the checks decided about one document."""
+
+    received_sha256: str
+    # The document the signature update is appended to: the received one, or its rewrite.
+    source_sha256: str
+    normalized: bool
+    reasons: tuple[str, ...]
+    pages: int
+
+    def audit_detail(self) -> dict[str, Any]:
+        """For the ``signed`` audit event: digests and structural reasons, no content."""
+        detail: dict[str, Any] = {"received_sha256": self.received_sha256,
+                                  "normalized": self.normalized}
+        if self.normalized:
+            detail.update(source_sha256=self.source_sha256, normalize_reasons=list(self.reasons))
+        return detail
+
+
+def decide(report: PdfReport | None, normalize_mode: str) -> str:
+    """:data:`SIGN_AS_IS`, :data:`REWRITE` or :data:`REFUSE` for a document that was
+    read (``report``) or that pypdf could not read at all (None). Pure."""
+    if report is not None and report.has_signatures:
+        return REFUSE if report.findings else SIGN_AS_IS
+    if normalize_mode == "never":
+        return REFUSE if report is None or report.findings else SIGN_AS_IS
+    if report is None or report.findings or normalize_mode == "always":
+        return REWRITE
+    return SIGN_AS_IS
+
+
+def _sha256(src: Path | bytes) -> str:
+    if isinstance(src, bytes):
+        return hashlib.sha256(src).hexdigest()
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _looks_signed(src: Path | bytes) -> bool:
+    """For a document no reader parsed: does it carry a signature dictionary? Then it
+    is never rewritten (the rewrite would break the signature)."""
+    if isinstance(src, bytes):
+        return b"/ByteRange" in src
+    with open(src, "rb") as f:
+        tail = b""
+        while chunk := f.read(1 << 20):
+            if b"/ByteRange" in tail + chunk:
+                return True
+            tail = chunk[-16:]
+    return False
+
+
+def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
+          ) -> tuple[Checked, Path | bytes, PdfReader]:
+    """Steps 1–3: the document to sign (``src`` or its rewrite, written to
+    ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
+    reader that read it. Raises the refusal."""
+    received = _sha256(src)
+    report: PdfReport | None
+    reader: PdfReader | None
+    try:
+        report, reader = inspect_document(src, limits)
+    except MalformedPdf:
+        if limits.normalize == "never" or _looks_signed(src):
+            raise
+        report = reader = None
+    verdict = decide(report, limits.normalize)
+    if verdict == SIGN_AS_IS:
+        assert report is not None and reader is not None
+        return Checked(received, received, False, (), report.pages), src, reader
+    if verdict == REFUSE:
+        _close(reader)
+        if report is None:
+            raise MalformedPdf("the PDF is damaged and cannot be read")
+        raise report.refusal()
+    reasons = tuple(f.reason for f in report.findings) if report is not None else (
+        "no reader could parse it as it is",)
+    try:
+        target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
+        rewritten, _warnings = normalize.rewrite(src, target)
+        try:
+            report2, reader2 = inspect_document(rewritten, limits)
+            if report2.findings:
+                _close(reader2)
+                raise MalformedPdf("the PDF could not be rewritten into an unambiguous one",
+                                   detail={"findings": [f.reason for f in report2.findings]})
+            if reader is not None and not _same_pages(reader, reader2, limits):
+                _close(reader2)
+                damaged = any(f.kind == DAMAGE for f in report.findings) if report else True
+                cls = MalformedPdf if damaged and not _ambiguous(report) else AmbiguousPdf
+                raise cls("readers reconstruct this PDF differently: what it shows depends "
+                          "on the reader", detail={"findings": list(reasons)})
+        except BaseException:
+            if isinstance(rewritten, Path):
+                rewritten.unlink(missing_ok=True)
+            raise
+    finally:
+        _close(reader)
+    if limits.normalize == "always" and report is not None and not report.findings:
+        reasons = ("the policy rewrites every document",)
+    return Checked(received, _sha256(rewritten), True, reasons, report2.pages), rewritten, reader2
+
+
+def _ambiguous(report: PdfReport | None) -> bool:
+    return report is not None and any(f.kind != DAMAGE for f in report.findings)
+
+
+def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits) -> bool:
+    try:
+        return normalize.page_digests(a, limits.max_objects) == \
+            normalize.page_digests(b, limits.max_objects)
+    except CasesignError:
+        raise
+    except Exception:  # noqa: BLE001 - a reading pypdf cannot walk shows nothing reliable
+        return False
+
+
+def _close(reader: PdfReader | None) -> None:
+    if reader is not None:
+        reader.stream.close()
+
+
+def check_file(src: Path, limits: PdfLimits, workdir: Path) -> Checked:
+    """Steps 1–3 alone, for a file (the rewrite, if any, is removed again)."""
+    checked, source, reader = check(src, limits, workdir / f"{src.name}.normalized")
+    _close(reader)
+    if isinstance(source, Path) and source != src:
+        source.unlink(missing_ok=True)
+    return checked
+
+
+def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
+                 attachments: list[pades.Attachment], meta: pades.SignatureMeta,
+                 contents_bytes: int) -> tuple[Checked, pades.Prepared]:
+    """Steps 1–4 for a file, in one call (a worker process): ``dst`` receives the
+    document to sign with its signing update; nothing else is left behind."""
+    checked, source, reader = check(src, limits, dst.with_name(dst.name + ".normalized"))
+    try:
+        assert isinstance(source, Path)
+        prepared = pades.prepare(source, dst, attachments=attachments, meta=meta,
+                                 contents_bytes=contents_bytes, reader=reader)
+    finally:
+        _close(reader)
+        if source != src:
+            Path(source).unlink(missing_ok=True)
+    return checked, prepared
+
+
+def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.SignatureMeta,
+                     contents_bytes: int) -> tuple[Checked, bytes, pades.PreparedUpdate]:
+    """Steps 1–4 for a document in memory: what was decided, the document the update
+    goes after (``document`` itself or its rewrite), and the update."""
+    checked, source, reader = check(document, limits)
+    assert isinstance(source, bytes)
+    try:
+        return checked, source, pades.prepare_bytes(source, meta=meta,
+                                                    contents_bytes=contents_bytes, reader=reader)
+    finally:
+        _close(reader)
+
+
+def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
+    """The key operation, any failure of the key as SigningError. Blocking."""
+    try:
+        return signer.sign(signed_attrs)
+    except SigningError:
+        raise
+    except Exception as e:
+        raise SigningError(f"the signing key failed: {type(e).__name__}") from e
+
+
+# --- a worker process that holds the key (the kiosk's) -----------------------------
+
+# In each such process: the signer template, and the key when it can sign there (a
+# key in memory; a token's key signs on the event loop's side).
+_PROCESS: dict[str, Any] = {}
+
+
+def init_signing_process(template: cms.SignerInfoTemplate | None, key: Any) -> None:
+    """The initializer of a worker process that signs."""
+    _PROCESS.update(template=template, key=key)
+
+
+@dataclass(frozen=True)
+class SignedWork:
+    """What a signing worker process hands back: the decision, the document the update
+    goes after (None: the one it was given), the update to fill in, the signed
+    attributes, their signature (None when the key is not in the process) and its
+    time, and, when it could finish the document, the update with the CMS in place
+    and the SHA-256 of the signed document."""
+
+    checked: Checked
+    base: bytes | None
+    prepared: pades.PreparedUpdate
+    signed_attrs: bytes
+    signature: bytes | None
+    sign_s: float
+    update: bytes | None = None
+    sha256: str | None = None
+
+
+def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
+                  contents_bytes: int, finish: bool) -> SignedWork:
+    """Steps 1–5 for one document in one call to a signing worker process: the key is
+    used only once the document has passed; with ``finish`` (no timestamp to wait
+    for), the signed update is made too."""
+    checked, base, prepared = prepare_document(document, limits=limits, meta=meta,
+                                               contents_bytes=contents_bytes)
+    template = _PROCESS["template"]
+    signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+    rewritten = base if base is not document else None
+    key = _PROCESS["key"]
+    if key is None:
+        return SignedWork(checked, rewritten, prepared, signed_attrs, None, 0.0)
+    started = time.perf_counter()
+    signature = sign_with(key, signed_attrs)
+    update = sha256 = None
+    if finish:
+        update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
+        digest = hashlib.sha256(base)
+        digest.update(update)
+        sha256 = digest.hexdigest()
+    return SignedWork(checked, rewritten, prepared, signed_attrs, signature,
+                      time.perf_counter() - started, update, sha256)
+
+
+# --- the whole pipeline in one thread, for callers with a file ---------------------
+
+
+def sign_file(
+    src: Path,
+    dst: Path,
+    signer: Any,
+    *,
+    meta: pades.SignatureMeta,
+    attachments: Iterable[pades.Attachment] = (),
+    timestamp: Callable[[bytes], bytes] | None = None,
+    contents_bytes: int = 16384,
+    limits: PdfLimits | None = None,
+) -> pades.SignOutcome:
+    """Every step for ``src``, signed into ``dst`` by ``signer`` (a
+    :class:`casesignd.keys.KeySigner`); ``timestamp`` maps the signature value to an
+    RFC 3161 TimeStampToken (PAdES B-T). Nothing is left at ``dst`` on a refusal."""
+    src, dst = Path(src), Path(dst)
+    checked, prepared = prepare_file(src, dst, limits=limits or PdfLimits(),
+                                     attachments=list(attachments), meta=meta,
+                                     contents_bytes=contents_bytes)
+    try:
+        template = cms.template_for(signer.cert, tuple(signer.chain))
+        signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+        signature = sign_with(signer, signed_attrs)
+        token = timestamp(signature) if timestamp is not None else None
+        der = cms.assemble(template, signed_attrs, signature, token)
+        pades.finalize(prepared, der)
+    except BaseException:
+        dst.unlink(missing_ok=True)
+        raise
+    return pades.SignOutcome(prepared.path, prepared.size, len(der), token is not None, checked)
+
+
+__all__ = ["Checked", "Finding", "SignedWork", "check", "check_file", "decide",
+           "init_signing_process", "prepare_document", "prepare_file", "sign_document",
+           "sign_file", "sign_with"]

@@ -1,0 +1,59 @@
+"""The pipeline's decision, as a pure function, and what it records."""
+
+from __future__ import annotations
+
+import pytest
+
+from casesignd.pdfcheck import PdfReport
+from casesignd.pdfframe import AMBIGUITY, DAMAGE, Finding
+from casesignd.pipeline import REFUSE, REWRITE, SIGN_AS_IS, Checked, decide
+
+CLEAN = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=False,
+                  has_xref_stream=False)
+AMBIGUOUS = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=False,
+                      has_xref_stream=False, findings=(Finding(AMBIGUITY, "duplicate key"),))
+DAMAGED = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=False,
+                    has_xref_stream=False, findings=(Finding(DAMAGE, "no %%EOF"),))
+SIGNED = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=True,
+                   has_xref_stream=False)
+SIGNED_DAMAGED = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=True,
+                           has_xref_stream=False, findings=(Finding(DAMAGE, "no %%EOF"),))
+
+
+@pytest.mark.parametrize(("report", "mode", "verdict"), [
+    (CLEAN, "never", SIGN_AS_IS),
+    (CLEAN, "when_needed", SIGN_AS_IS),
+    (CLEAN, "always", REWRITE),
+    (AMBIGUOUS, "never", REFUSE),
+    (AMBIGUOUS, "when_needed", REWRITE),
+    (AMBIGUOUS, "always", REWRITE),
+    (DAMAGED, "never", REFUSE),
+    (DAMAGED, "when_needed", REWRITE),
+    (None, "never", REFUSE),  # no reader could parse it
+    (None, "when_needed", REWRITE),
+    # A signed document is never rewritten, whatever the policy says.
+    (SIGNED, "always", SIGN_AS_IS),
+    (SIGNED, "when_needed", SIGN_AS_IS),
+    (SIGNED_DAMAGED, "when_needed", REFUSE),
+    (SIGNED_DAMAGED, "always", REFUSE),
+])
+def test_decide(report, mode, verdict) -> None:
+    assert decide(report, mode) == verdict
+
+
+def test_refusal_codes_follow_the_findings() -> None:
+    assert AMBIGUOUS.refusal().code == "ambiguous_pdf"
+    assert DAMAGED.refusal().code == "malformed_pdf"
+    both = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=False,
+                     has_xref_stream=False,
+                     findings=(Finding(DAMAGE, "xref"), Finding(AMBIGUITY, "before header")))
+    assert both.refusal().code == "ambiguous_pdf"
+
+
+def test_audit_detail_holds_digests_and_reasons_only() -> None:
+    plain = Checked("a" * 64, "a" * 64, False, (), 1)
+    assert plain.audit_detail() == {"received_sha256": "a" * 64, "normalized": False}
+    rewritten = Checked("a" * 64, "b" * 64, True, ("no %%EOF",), 1)
+    assert rewritten.audit_detail() == {"received_sha256": "a" * 64, "normalized": True,
+                                        "source_sha256": "b" * 64,
+                                        "normalize_reasons": ["no %%EOF"]}
