@@ -169,8 +169,8 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reserved_key_slots: int = 1
     max_concurrent: int = 16
     # Kiosk requests in flight from one tenant (its share of max_concurrent); beyond
-    # it that tenant gets 503 busy while the others are served. 0: half of
-    # max_concurrent, at least 1.
+    # it that tenant gets 503 busy while the others are served. 0: all of
+    # max_concurrent with one tenant, half of it (at least 1) with several.
     max_concurrent_per_tenant: int = 0
     # Worker processes kept for kiosk requests alone (batch jobs never use them).
     cpu_processes: int = 2
@@ -182,9 +182,13 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # a decompression bomb is refused (limit_exceeded) before it can hold a process.
     max_decoded_bytes: int = 256 * MiB
 
-    def tenant_share(self) -> int:
-        """Kiosk requests one tenant may have in flight at once."""
-        return self.max_concurrent_per_tenant or max(1, self.max_concurrent // 2)
+    def tenant_share(self, tenants: int) -> int:
+        """Kiosk requests one tenant may have in flight at once, with ``tenants``
+        configured: the setting, or else all of them for a daemon of one tenant and
+        half of them (at least 1) when tenants share it."""
+        if self.max_concurrent_per_tenant:
+            return self.max_concurrent_per_tenant
+        return self.max_concurrent if tenants <= 1 else max(1, self.max_concurrent // 2)
 
 
 class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -215,7 +215,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
     # One tenant's share (kiosk.max_concurrent_per_tenant): its slow or hostile
     # documents (decompression bombs) never take every kiosk slot from the others.
     by_tenant = s.kiosk_inflight_by_tenant
-    if by_tenant.get(tenant, 0) >= cfg.kiosk.tenant_share():
+    if by_tenant.get(tenant, 0) >= cfg.kiosk.tenant_share(len(cfg.tenants)):
         raise Busy("too many kiosk requests at once from this tenant",
                    headers={"Retry-After": "1"})
     s.kiosk_inflight += 1

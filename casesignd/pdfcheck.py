@@ -39,11 +39,9 @@ which are looked into, are held decoded, within the decoded budget).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import io
 import logging
-import mmap
 import os
 import threading
 import time
@@ -74,6 +72,7 @@ from .pdfframe import (
     AMBIGUITY,
     DAMAGE,
     Finding,
+    Source,
     definition_findings,
     object_definitions,
     read_frame,
@@ -333,17 +332,16 @@ class _Collect(logging.Handler):
 
 logging.getLogger("pypdf").addHandler(_Collect(logging.WARNING))
 
-# pypdf warnings that say it repaired the file's structure (damage); any other
-# warning (a duplicate key, an odd token) is an ambiguity.
-_DAMAGE_WORDS = ("xref", "startxref", "repaired", "rebuild", "eof", "found", "invalid", "error",
-                 "trailer", "incorrect", "previous", "not zero-indexed", "endstream",
-                 "object stream")
+# pypdf warnings are repairs (damage), except those that say two readings of the
+# same bytes are possible: a key defined twice (pypdf keeps the first, qpdf and poppler
+# the last), an object read twice with different results.
+_AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate")
 
 
 def warning_finding(message: str) -> Finding:
     """A pypdf warning as a finding (pure)."""
     low = message.lower()
-    kind = DAMAGE if any(w in low for w in _DAMAGE_WORDS) else AMBIGUITY
+    kind = AMBIGUITY if any(w in low for w in _AMBIGUITY_WORDS) else DAMAGE
     return Finding(kind, f"the parser had to guess: {message[:160]}")
 
 
@@ -667,45 +665,45 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
                             detail={"size": size, "max_bytes": limits.max_bytes})
     f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115 - see above
     try:
-        with _mapped(f, src) as buf:
-            frame = read_frame(buf, size)
-            with _translated(limits) as warnings:
-                try:
-                    reader = pdfparse.reader(f)
-                except LimitReachedError as e:
-                    if any(x.kind == DAMAGE for x in frame.findings):
-                        # A damaged frame that makes the parser give up (an xref
-                        # claiming millions of entries) is damage, not a large file.
-                        raise MalformedPdf("the PDF is damaged and cannot be read",
-                                           detail={"library": str(e)[:300]}) from None
-                    raise
-                if "/Encrypt" in reader.trailer:
-                    raise EncryptedPdf("the PDF is encrypted")
-                catalog = _get(reader.trailer, "/Root")
-                if not isinstance(catalog, DictionaryObject):
-                    raise MalformedPdf("the PDF has no document catalog")
-                parsed = _Parsed(reader)
-                found = _Findings()
-                pages = _count_pages(catalog, limits, parsed, found)
-                _walk(reader, limits, parsed, budget, depth_embedded, found)
-                budget.tick()
-                found.found.extend(definition_findings(
-                    buf, object_definitions(buf, size), reader.xref, reader.xref_objStm, found.used))
-                version = str(_get(catalog, "/Version", "")).lstrip("/")
-                report = PdfReport(
-                    pages=pages,
-                    producer=_producer(reader),
-                    pdf_version=max(frame.version, version) if version else frame.version,
-                    has_signatures=found.has_signatures,
-                    has_xref_stream=frame.xref_stream,
-                    encrypted=False,
-                    size=size,
-                    objects=found.objects,
-                    docmdp_permission=docmdp_permission(catalog),
-                    warnings=tuple(warnings),
-                    findings=_dedup([*frame.findings, *found.found,
-                                     *(warning_finding(w) for w in warnings)]),
-                )
+        buf = Source(src) if isinstance(src, bytes) else Source(fd=f.fileno(), size=size)
+        frame = read_frame(buf)
+        with _translated(limits) as warnings:
+            try:
+                reader = pdfparse.reader(f)
+            except LimitReachedError as e:
+                if any(x.kind == DAMAGE for x in frame.findings):
+                    # A damaged frame that makes the parser give up (an xref
+                    # claiming millions of entries) is damage, not a large file.
+                    raise MalformedPdf("the PDF is damaged and cannot be read",
+                                       detail={"library": str(e)[:300]}) from None
+                raise
+            if "/Encrypt" in reader.trailer:
+                raise EncryptedPdf("the PDF is encrypted")
+            catalog = _get(reader.trailer, "/Root")
+            if not isinstance(catalog, DictionaryObject):
+                raise MalformedPdf("the PDF has no document catalog")
+            parsed = _Parsed(reader)
+            found = _Findings()
+            pages = _count_pages(catalog, limits, parsed, found)
+            _walk(reader, limits, parsed, budget, depth_embedded, found)
+            budget.tick()
+            found.found.extend(definition_findings(
+                buf, object_definitions(buf), reader.xref, reader.xref_objStm, found.used))
+            version = str(_get(catalog, "/Version", "")).lstrip("/")
+            report = PdfReport(
+                pages=pages,
+                producer=_producer(reader),
+                pdf_version=max(frame.version, version) if version else frame.version,
+                has_signatures=found.has_signatures,
+                has_xref_stream=frame.xref_stream,
+                encrypted=False,
+                size=size,
+                objects=found.objects,
+                docmdp_permission=docmdp_permission(catalog),
+                warnings=tuple(warnings),
+                findings=_dedup([*frame.findings, *found.found,
+                                 *(warning_finding(w) for w in warnings)]),
+            )
     except BaseException:
         f.close()
         raise
@@ -714,14 +712,3 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
 
 def _dedup(found: list[Finding]) -> tuple[Finding, ...]:
     return tuple(dict.fromkeys(found))[:MAX_WARNINGS]
-
-
-@contextlib.contextmanager
-def _mapped(f: Any, src: Path | bytes) -> Iterator[Any]:
-    """The whole file as a buffer the scans read without copying it: the bytes
-    themselves, or a read-only mmap of the file."""
-    if isinstance(src, bytes):
-        yield src
-        return
-    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        yield m

@@ -15,12 +15,10 @@ different things); :mod:`casesignd.pipeline` decides what to do with them.
 
 from __future__ import annotations
 
-import contextlib
-import mmap
+import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from .errors import MalformedPdf
 
@@ -65,40 +63,43 @@ class Frame:
     findings: tuple[Finding, ...]
 
 
-def read_frame(buf: Any, size: int) -> Frame:
-    """Check the header (§7.5.2) and the trailer frame (§7.5.5) of the whole file
-    ``buf`` (bytes or mmap). Raises :class:`MalformedPdf` only when there is no PDF
-    header at all; anything else becomes a finding."""
-    m = _HEADER.search(buf[:HEADER_WINDOW_BYTES])
+def read_frame(src: Source | bytes) -> Frame:
+    """Check the header (§7.5.2) and the trailer frame (§7.5.5) of the whole document.
+    Raises :class:`MalformedPdf` only when there is no PDF header at all; anything else
+    becomes a finding."""
+    src = src if isinstance(src, Source) else Source(src)
+    size = src.size
+    m = _HEADER.search(src.read(0, HEADER_WINDOW_BYTES))
     if not m:
         raise MalformedPdf("not a PDF: no %PDF- header in the first 1024 bytes")
     found: list[Finding] = []
     if m.start():
         found.append(Finding(AMBIGUITY, f"{m.start()} bytes before the %PDF- header "
                                         "(another file format around the PDF?)"))
-    eof = rfind(buf, b"%%EOF", size)
+    eof = src.rfind(b"%%EOF")
     end = size
     if eof < 0:
         found.append(Finding(DAMAGE, "no %%EOF marker: the file is truncated"))
     else:
         end = eof
         after = size - (eof + 5)
-        if after > _TRAILING_SAMPLE_BYTES or \
-                buf[eof + 5:size].strip(_TRAILING_OK):
+        if after > _TRAILING_SAMPLE_BYTES or src.read(eof + 5, size).strip(_TRAILING_OK):
             found.append(Finding(AMBIGUITY, f"{after} bytes after the last %%EOF "
                                             "(an appended file or a polyglot?)"))
-    sx = buf.rfind(b"startxref", max(0, end - 4096), end)
+    near = max(0, end - 4096)
+    tail = src.read(near, end)
+    sx = tail.rfind(b"startxref")
     startxref: int | None = None
     xref_stream = False
     if sx < 0:
         found.append(Finding(DAMAGE, "no startxref before the end of the file"))
     else:
-        sm = _STARTXREF.match(buf, sx)
+        sm = _STARTXREF.match(tail, sx)
         offset = int(sm.group(1)) if sm else -1
         if not 0 <= offset < size:
             found.append(Finding(DAMAGE, "startxref points outside the file"))
         else:
-            kind = classify_xref(buf[offset:offset + 64], size - offset)
+            kind = classify_xref(src.read(offset, offset + 64), size - offset)
             if kind is None:
                 found.append(Finding(DAMAGE, "startxref does not point at a "
                                              "cross-reference section"))
@@ -120,54 +121,72 @@ def classify_xref(at: bytes, remaining: int) -> str | None:
     return "stream" if _XREF_STREAM.match(at) else None
 
 
-# A scan reads this much of an mmap at a time, then lets its pages go: resident memory
-# stays bounded however large the file.
-SCAN_WINDOW_BYTES = 2 * 1024 * 1024
+# A scan of a file reads this much at a time into one buffer: memory stays bounded
+# however large the file (an mmap would leave the pages it read in the process's
+# resident set).
+SCAN_WINDOW_BYTES = 1024 * 1024
 # A definition header is short; a window reads this far past its end.
 _HEADER_OVERLAP = 256
 
 
-def object_definitions(buf: Any, size: int | None = None) -> dict[int, list[tuple[int, int]]]:
+class Source:
+    """The document's bytes for the scans: the bytes themselves, or a file read by
+    offset (``os.pread``), never whole."""
+
+    def __init__(self, data: bytes | None = None, fd: int | None = None,
+                 size: int | None = None) -> None:
+        self.data = data
+        self.fd = fd
+        self.size = len(data) if data is not None else int(size or 0)
+
+    def read(self, start: int, end: int) -> bytes:
+        start, end = max(0, start), min(self.size, end)
+        if end <= start:
+            return b""
+        if self.data is not None:
+            return self.data[start:end]
+        assert self.fd is not None
+        return os.pread(self.fd, end - start, start)
+
+    def windows(self, overlap: int = 0) -> Iterator[tuple[int, bytes]]:
+        """(offset, bytes) over the whole document, each window ``overlap`` bytes longer."""
+        if self.data is not None:
+            yield 0, self.data
+            return
+        for start in range(0, self.size, SCAN_WINDOW_BYTES):
+            yield start, self.read(start, start + SCAN_WINDOW_BYTES + overlap)
+
+    def rfind(self, needle: bytes) -> int:
+        """The last offset of ``needle``, read backwards in windows."""
+        if self.data is not None:
+            return self.data.rfind(needle)
+        end = self.size
+        while end > 0:
+            start = max(0, end - SCAN_WINDOW_BYTES)
+            at = self.read(start, end).rfind(needle)
+            if at >= 0:
+                return start + at
+            if start == 0:
+                return -1
+            end = start + len(needle) - 1
+        return -1
+
+
+def object_definitions(src: Source) -> dict[int, list[tuple[int, int]]]:
     """Every ``N G obj`` in the file, as a rebuilding reader finds them: object number
-    -> [(offset of N, generation)] in file order. Reads ``buf`` (bytes or an mmap) in
-    windows, without copying it."""
-    size = len(buf) if size is None else size
+    -> [(offset of N, generation)] in file order."""
     out: dict[int, list[tuple[int, int]]] = {}
-    for start in range(0, size, SCAN_WINDOW_BYTES):
-        end = start + SCAN_WINDOW_BYTES
-        for m in _OBJ_HEADER.finditer(buf, start, min(size, end + _HEADER_OVERLAP)):
-            if m.start() >= end:
-                break
-            out.setdefault(int(m.group(1)), []).append((m.start(1), int(m.group(2))))
-        release(buf, start, end)
+    for start, window in src.windows(_HEADER_OVERLAP):
+        # One byte before the window, for the look-behind of the first match.
+        lead = src.read(start - 1, start) if start else b""
+        for m in _OBJ_HEADER.finditer(lead + window):
+            if m.start() < len(lead):
+                continue  # it began in the window before, which counted it
+            if src.data is None and m.start() - len(lead) >= SCAN_WINDOW_BYTES:
+                break  # it begins in the next window's own part
+            at = start - len(lead) + m.start(1)
+            out.setdefault(int(m.group(1)), []).append((at, int(m.group(2))))
     return out
-
-
-def release(buf: Any, start: int, end: int) -> None:
-    """Let the pages of ``buf[start:end]`` go when ``buf`` is an mmap (a no-op for
-    bytes): what a scan has read does not stay in the process's resident memory."""
-    if not isinstance(buf, mmap.mmap):
-        return
-    start -= start % mmap.PAGESIZE
-    length = min(end, len(buf)) - start
-    if length > 0:
-        with contextlib.suppress(OSError, ValueError):
-            buf.madvise(mmap.MADV_DONTNEED, start, length)
-
-
-def rfind(buf: Any, needle: bytes, size: int) -> int:
-    """``buf.rfind(needle)``, read backwards in windows (see :func:`release`)."""
-    end = size
-    while end > 0:
-        start = max(0, end - SCAN_WINDOW_BYTES)
-        at = buf.rfind(needle, start, end)
-        release(buf, start, end)
-        if at >= 0:
-            return at
-        if start == 0:
-            return -1
-        end = start + len(needle) - 1
-    return -1
 
 
 _HEADER_AT = re.compile(
@@ -175,7 +194,7 @@ _HEADER_AT = re.compile(
 
 
 def definition_findings(
-    buf: Any,
+    src: Source,
     defs: Mapping[int, list[tuple[int, int]]],
     xref: Mapping[int, Mapping[int, int]],
     in_streams: Mapping[int, tuple[int, int]],
@@ -184,7 +203,7 @@ def definition_findings(
     """Compare what the cross-reference names with what a rebuild would find, for the
     objects ``used`` (number, generation) that the document reaches.
 
-    ``buf``: the file; ``defs``: :func:`object_definitions` of it; ``xref``:
+    ``src``: the document; ``defs``: :func:`object_definitions` of it; ``xref``:
     generation -> number -> offset (pypdf's ``reader.xref``); ``in_streams``: number
     -> (object stream, index) (``reader.xref_objStm``).
     """
@@ -201,14 +220,16 @@ def definition_findings(
             offset = xref.get(gen, {}).get(num)
             if offset is None:
                 continue
-            m = _HEADER_AT.match(buf, offset)
+            at = src.read(offset - 1, offset + 64) if offset else b" " + src.read(0, 64)
+            # An offset inside a number ("12 0 obj" read from its "2") names nothing.
+            m = None if at[:1].isdigit() else _HEADER_AT.match(at, 1)
             if m is None:
                 found.append(Finding(DAMAGE, f"the cross-reference entry of object {num} "
                                              "points at no object"))
             elif (int(m.group(1)), int(m.group(2))) != (num, gen):
                 found.append(Finding(AMBIGUITY, f"the cross-reference entry of object {num} "
                                                 f"points at object {int(m.group(1))}"))
-            elif any(off > m.start(1) for off, g in mine if g == gen):
+            elif any(off > offset - 1 + m.start(1) for off, g in mine if g == gen):
                 found.append(Finding(AMBIGUITY, f"object {num} is defined again after the "
                                                 "definition the cross-reference names"))
         if len(found) >= 20:

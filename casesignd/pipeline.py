@@ -12,10 +12,12 @@ through the same steps, so what the key signs is decided in one place:
    policy says ``never``; then it is refused ``ambiguous_pdf`` (``malformed_pdf`` when
    the findings are damage);
 3. **normalise** (:func:`casesignd.normalize.rewrite`): one clean rewrite by qpdf,
-   checked again in full; it must have no findings, and where pypdf could read the
-   original too, both readings must show the same pages
+   checked again in full; it must have no findings, and pypdf's reading of the
+   original and qpdf's must show the same pages
    (:func:`casesignd.normalize.page_digests`) — otherwise the readers disagree on what
-   the document shows and it is refused ``ambiguous_pdf``;
+   the document shows and it is refused ``ambiguous_pdf`` (``malformed_pdf`` for
+   damage). A document pypdf cannot read at all is refused ``malformed_pdf``: a
+   repair is trusted only where two independent readers agree on it;
 4. **prepare** (:mod:`casesignd.pades`), reusing the parse of step 1 or 3, with the
    one DocMDP rule (:func:`casesignd.pades.check_docmdp`);
 5. **sign** (:func:`sign_with`) under a key slot, and **finish**: the CMS into the
@@ -68,14 +70,14 @@ class Checked:
         return detail
 
 
-def decide(report: PdfReport | None, normalize_mode: str) -> str:
-    """:data:`SIGN_AS_IS`, :data:`REWRITE` or :data:`REFUSE` for a document that was
-    read (``report``) or that pypdf could not read at all (None). Pure."""
-    if report is not None and report.has_signatures:
+def decide(report: PdfReport, normalize_mode: str) -> str:
+    """:data:`SIGN_AS_IS`, :data:`REWRITE` or :data:`REFUSE` for a document the checks
+    read (``report``). Pure."""
+    if report.has_signatures:
         return REFUSE if report.findings else SIGN_AS_IS
     if normalize_mode == "never":
-        return REFUSE if report is None or report.findings else SIGN_AS_IS
-    if report is None or report.findings or normalize_mode == "always":
+        return REFUSE if report.findings else SIGN_AS_IS
+    if report.findings or normalize_mode == "always":
         return REWRITE
     return SIGN_AS_IS
 
@@ -90,45 +92,22 @@ def _sha256(src: Path | bytes) -> str:
     return h.hexdigest()
 
 
-def _looks_signed(src: Path | bytes) -> bool:
-    """For a document no reader parsed: does it carry a signature dictionary? Then it
-    is never rewritten (the rewrite would break the signature)."""
-    if isinstance(src, bytes):
-        return b"/ByteRange" in src
-    with open(src, "rb") as f:
-        tail = b""
-        while chunk := f.read(1 << 20):
-            if b"/ByteRange" in tail + chunk:
-                return True
-            tail = chunk[-16:]
-    return False
-
-
 def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
           ) -> tuple[Checked, Path | bytes, PdfReader]:
     """Steps 1–3: the document to sign (``src`` or its rewrite, written to
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
     reader that read it. Raises the refusal."""
     received = _sha256(src)
-    report: PdfReport | None
-    reader: PdfReader | None
-    try:
-        report, reader = inspect_document(src, limits)
-    except MalformedPdf:
-        if limits.normalize == "never" or _looks_signed(src):
-            raise
-        report = reader = None
+    # A document pypdf cannot read at all is refused: a repair is trusted only where
+    # two independent readers (pypdf and qpdf) reconstruct it, and show the same pages.
+    report, reader = inspect_document(src, limits)
     verdict = decide(report, limits.normalize)
     if verdict == SIGN_AS_IS:
-        assert report is not None and reader is not None
         return Checked(received, received, False, (), report.pages), src, reader
     if verdict == REFUSE:
         _close(reader)
-        if report is None:
-            raise MalformedPdf("the PDF is damaged and cannot be read")
         raise report.refusal()
-    reasons = tuple(f.reason for f in report.findings) if report is not None else (
-        "no reader could parse it as it is",)
+    reasons = tuple(f.reason for f in report.findings)
     try:
         target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
         rewritten, _warnings = normalize.rewrite(src, target)
@@ -138,10 +117,9 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
                 _close(reader2)
                 raise MalformedPdf("the PDF could not be rewritten into an unambiguous one",
                                    detail={"findings": [f.reason for f in report2.findings]})
-            if reader is not None and not _same_pages(reader, reader2, limits):
+            if not _same_pages(reader, reader2, limits):
                 _close(reader2)
-                damaged = any(f.kind == DAMAGE for f in report.findings) if report else True
-                cls = MalformedPdf if damaged and not _ambiguous(report) else AmbiguousPdf
+                cls = AmbiguousPdf if _ambiguous(report) else MalformedPdf
                 raise cls("readers reconstruct this PDF differently: what it shows depends "
                           "on the reader", detail={"findings": list(reasons)})
         except BaseException:
@@ -150,13 +128,13 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
             raise
     finally:
         _close(reader)
-    if limits.normalize == "always" and report is not None and not report.findings:
+    if not report.findings:
         reasons = ("the policy rewrites every document",)
     return Checked(received, _sha256(rewritten), True, reasons, report2.pages), rewritten, reader2
 
 
-def _ambiguous(report: PdfReport | None) -> bool:
-    return report is not None and any(f.kind != DAMAGE for f in report.findings)
+def _ambiguous(report: PdfReport) -> bool:
+    return any(f.kind != DAMAGE for f in report.findings)
 
 
 def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits) -> bool:

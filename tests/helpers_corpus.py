@@ -450,6 +450,10 @@ BAD_NAMES: tuple[str, ...] = (
     "javascript_openaction", "launch_action", "embedded_exe",
 )
 
+# Bad entries that inspect_pdf refuses as they are, but that the signing pipeline
+# repairs (two readers reconstruct the same pages) and signs.
+REPAIRED_BY_PIPELINE: frozenset[str] = frozenset({"bit_flipped_xref"})
+
 _CACHE: dict[tuple[str, Path], dict] = {}
 
 

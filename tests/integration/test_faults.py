@@ -184,7 +184,9 @@ def test_clamd_down_is_retried_as_scanner_unavailable_then_the_job_succeeds(daem
         clamd = start_clamd(work)
         job = d.wait_job(job_id, timeout_s=90)
         assert job["state"] == "ready", job
-        assert d.request("GET", "/readyz", auth=False).status == 200
+        # The scanner's readiness is probed on its own schedule: it turns within seconds.
+        wait_until(lambda: d.request("GET", "/readyz", auth=False).status == 200, 30,
+                   "readyz stayed 503 with clamd up")
         assert_invariants(d, [job_id], tmp_path)
     finally:
         if clamd is not None:

@@ -88,12 +88,14 @@ def test_every_artifact_response_is_nosniff_and_an_attachment(tmp_path, source):
     assert unnamed.headers["Content-Disposition"].startswith('attachment; filename="signed.pdf"')
 
 
-@pytest.mark.parametrize("max_concurrent,per_tenant,share", [
-    (16, 0, 8), (3, 0, 1), (1, 0, 1), (16, 3, 3), (4, 10, 10),
+@pytest.mark.parametrize("max_concurrent,per_tenant,tenants,share", [
+    (16, 0, 2, 8), (3, 0, 2, 1), (1, 0, 3, 1), (16, 3, 2, 3), (4, 10, 2, 10),
+    # A daemon of one tenant gives it everything unless the setting says otherwise.
+    (16, 0, 1, 16), (16, 3, 1, 3),
 ])
-def test_a_tenants_kiosk_share(max_concurrent, per_tenant, share):
+def test_a_tenants_kiosk_share(max_concurrent, per_tenant, tenants, share):
     kiosk = Kiosk(max_concurrent=max_concurrent, max_concurrent_per_tenant=per_tenant)
-    assert kiosk.tenant_share() == share
+    assert kiosk.tenant_share(tenants) == share
 
 
 def test_a_negative_tenant_share_names_its_key():

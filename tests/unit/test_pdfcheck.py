@@ -25,6 +25,7 @@ from casesignd.pdfcheck import (
 from casesignd.pdfframe import (
     AMBIGUITY,
     DAMAGE,
+    Source,
     classify_xref,
     definition_findings,
     object_definitions,
@@ -42,7 +43,7 @@ def _reasons(frame) -> list[tuple[str, str]]:
 
 
 def test_read_frame_of_a_good_file() -> None:
-    frame = read_frame(GOOD, len(GOOD))
+    frame = read_frame(GOOD)
     assert frame.version == "1.7" and frame.findings == ()
     assert GOOD[frame.startxref:].startswith(b"xref")
 
@@ -50,7 +51,7 @@ def test_read_frame_of_a_good_file() -> None:
 def test_read_frame_without_a_header_is_not_a_pdf() -> None:
     for data in (b"%!PS-Adobe-3.0\nstartxref\n10\n%%EOF\n", b"x" * 1100 + b"%PDF-1.4"):
         with pytest.raises(MalformedPdf, match="no %PDF- header"):
-            read_frame(data, len(data))
+            read_frame(data)
 
 
 @pytest.mark.parametrize(("data", "kind", "message"), [
@@ -63,15 +64,15 @@ def test_read_frame_without_a_header_is_not_a_pdf() -> None:
     (GOOD + b"x" * 5000, AMBIGUITY, "after the last %%EOF"),
 ])
 def test_read_frame_findings(data: bytes, kind: str, message: str) -> None:
-    found = _reasons(read_frame(data, len(data)))
+    found = _reasons(read_frame(data))
     assert any(k == kind and message in r for k, r in found), found
 
 
 def test_read_frame_allows_padding_after_eof_and_takes_the_last_startxref() -> None:
-    assert read_frame(GOOD + b"\r\n\x00\x00 \n", len(GOOD) + 6).findings == ()
+    assert read_frame(GOOD + b"\r\n\x00\x00 \n").findings == ()
     tail = b"startxref\n10\n%%EOF\n...update...\nstartxref\n90\n%%EOF\r\n"
     data = b"%PDF-1.6\n" + b" " * 81 + b"xref\n0 1\n" + b" " * 20 + tail
-    frame = read_frame(data, len(data))
+    frame = read_frame(data)
     assert (frame.version, frame.startxref) == ("1.6", 90)
 
 
@@ -91,15 +92,33 @@ def test_classify_xref(at: bytes, remaining: int, kind: str | None) -> None:
 def test_definition_findings() -> None:
     # Object 3 is defined twice; the xref names the first definition.
     data = b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n3 0 obj\n(a)\nendobj\n3 0 obj\n(b)\nendobj\n"
-    defs = object_definitions(data)
+    src = Source(data)
+    defs = object_definitions(src)
     first, second = (off for off, _ in defs[3])
-    assert definition_findings(data, defs, {0: {3: second}}, {}, {(3, 0)}) == []
-    later = definition_findings(data, defs, {0: {3: first}}, {}, {(3, 0)})
+    assert definition_findings(src, defs, {0: {3: second}}, {}, {(3, 0)}) == []
+    later = definition_findings(src, defs, {0: {3: first}}, {}, {(3, 0)})
     assert [f.kind for f in later] == [AMBIGUITY] and "defined again" in later[0].reason
-    other = definition_findings(data, defs, {0: {3: defs[1][0][0]}}, {}, {(3, 0)})
+    other = definition_findings(src, defs, {0: {3: defs[1][0][0]}}, {}, {(3, 0)})
     assert "points at object 1" in other[0].reason
-    nowhere = definition_findings(data, defs, {0: {3: 2}}, {}, {(3, 0)})
+    nowhere = definition_findings(src, defs, {0: {3: 2}}, {}, {(3, 0)})
     assert nowhere[0].kind == DAMAGE
+
+
+def test_a_file_is_scanned_in_windows_with_the_same_result(tmp_path: Path, monkeypatch) -> None:
+    # Headers straddle every window boundary; the file's scans equal the bytes' scans.
+    from casesignd import pdfframe
+
+    body = b"".join(b"%d 0 obj\n<< /N %d >>\nendobj\n" % (i, i) for i in range(1, 400))
+    data = b"%PDF-1.7\n" + body + b"startxref\n9\n%%EOF\n"
+    path = tmp_path / "w.pdf"
+    path.write_bytes(data)
+    monkeypatch.setattr(pdfframe, "SCAN_WINDOW_BYTES", 37)
+    with open(path, "rb") as f:
+        on_disk = Source(fd=f.fileno(), size=len(data))
+        assert object_definitions(on_disk) == object_definitions(Source(data))
+        assert len(object_definitions(on_disk)) == 399
+        assert on_disk.rfind(b"%%EOF") == data.rfind(b"%%EOF")
+        assert read_frame(on_disk) == read_frame(data)
 
 
 # --- the active-content rules --------------------------------------------------------

@@ -29,8 +29,6 @@ SIGNED_DAMAGED = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signat
     (AMBIGUOUS, "always", REWRITE),
     (DAMAGED, "never", REFUSE),
     (DAMAGED, "when_needed", REWRITE),
-    (None, "never", REFUSE),  # no reader could parse it
-    (None, "when_needed", REWRITE),
     # A signed document is never rewritten, whatever the policy says.
     (SIGNED, "always", SIGN_AS_IS),
     (SIGNED, "when_needed", SIGN_AS_IS),
