@@ -55,6 +55,10 @@ def rewrite(src: Path | bytes, dst: Path | None = None) -> tuple[Path | bytes, t
     with pdf:
         if pdf.is_encrypted:
             raise EncryptedPdf("the PDF is encrypted")
+        if "/Size" not in pdf.trailer:
+            # A trailer qpdf rebuilt from nothing (a truncated file) has none, and
+            # readers need one (PDF 32000-1 §7.5.5); qpdf writes the right value.
+            pdf.trailer.Size = 0
         out: io.BytesIO | Path = io.BytesIO() if dst is None else dst
         try:
             pdf.save(out, fix_metadata_version=False, compress_streams=False,

@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import logging
 import os
+import sys
 import threading
 import time
 import zlib
@@ -318,24 +318,48 @@ def measure_decoded(raw: bytes, filters: list[str], budget: int, head_bytes: int
 # --- the walk ----------------------------------------------------------------------------
 
 
-# pypdf reports silent repairs through its logger ("pypdf.*"). While a thread inspects
-# a file, copies of its records are kept for the report; the log still gets them.
+# pypdf reports what it repaired through ``pypdf._utils.logger_warning``, which its
+# docs name as the place to override. While a thread inspects a file, the messages
+# are kept for the report (and still logged): the verdict must not depend on how the
+# process configured logging (a quiet pypdf logger would otherwise hide every repair).
 _INSPECTING: dict[int, list[str]] = {}
 
 
-class _Collect(logging.Handler):
-    def emit(self, record: logging.LogRecord) -> None:
-        kept = _INSPECTING.get(record.thread or 0)
-        if kept is not None and len(kept) < MAX_WARNINGS:
-            kept.append(record.getMessage()[:200])
+_HOOK: dict[str, Any] = {}
 
 
-logging.getLogger("pypdf").addHandler(_Collect(logging.WARNING))
+def _hook_pypdf_warnings() -> None:
+    """Wrap pypdf's ``logger_warning`` in every pypdf module that imported it; again
+    whenever modules were imported since (pypdf imports some lazily)."""
+    if _HOOK.get("modules") == len(sys.modules):
+        return
+    from pypdf import _utils
+
+    original = _HOOK.setdefault("original", _utils.logger_warning)
+
+    def kept(message: str, *, source: str, **values: Any) -> None:
+        found = _INSPECTING.get(threading.get_ident())
+        if found is not None and len(found) < MAX_WARNINGS:
+            try:
+                text = message % values if values else message
+            except (TypeError, ValueError, KeyError):
+                text = message
+            found.append(text[:200])
+        original(message, source=source, **values)
+
+    hook = _HOOK.setdefault("hook", kept)
+    for name, module in list(sys.modules.items()):
+        if (name == "pypdf" or name.startswith("pypdf.")) and \
+                getattr(module, "logger_warning", None) is original:
+            module.logger_warning = hook  # type: ignore[attr-defined]
+    _HOOK["modules"] = len(sys.modules)
+
 
 # pypdf warnings are repairs (damage), except those that say two readings of the
 # same bytes are possible: a key defined twice (pypdf keeps the first, qpdf and poppler
 # the last), an object read twice with different results.
-_AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate")
+_AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate",
+                    "does not end at its endstream")
 
 
 def warning_finding(message: str) -> Finding:
@@ -348,6 +372,7 @@ def warning_finding(message: str) -> Finding:
 @contextmanager
 def _translated(limits: PdfLimits) -> Iterator[list[str]]:
     """Run pypdf with our limits and turn whatever it raises into our errors."""
+    _hook_pypdf_warnings()
     thread = threading.get_ident()
     warnings: list[str] = []
     outer = _INSPECTING.get(thread)
@@ -367,6 +392,10 @@ def _translated(limits: PdfLimits) -> Iterator[list[str]]:
     except MemoryError:
         raise LimitExceeded("the PDF needs more memory than allowed") from None
     except Exception as e:  # pypdf raises many types on damaged input
+        if "encrypt" in str(e).lower():
+            # pypdf reads only the standard security handler: any other (public-key,
+            # a vendor's) fails while the reader opens.
+            raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)[:300]}) from None
         raise MalformedPdf("the PDF is damaged and cannot be read",
                            detail={"library": f"{type(e).__name__}: {e}"[:500],
                                    "warnings": list(warnings)}) from None

@@ -22,7 +22,7 @@ import mmap
 import re
 from typing import Any
 
-from pypdf import PdfReader, _reader
+from pypdf import PdfReader, _reader, _utils
 from pypdf._configuration import get_configuration
 from pypdf.generic import (
     ArrayObject,
@@ -246,6 +246,11 @@ def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, str
     tail = stream.read(32)
     e = _ENDSTREAM.match(tail)
     if len(data) < length or e is None:
+        # pypdf then reads up to "endstream" without a word: a reader that trusts
+        # /Length reads other bytes. Said the way pypdf says its repairs, so the
+        # checks see it (casesignd.pdfcheck).
+        _utils.logger_warning("a stream's /Length (%(length)d) does not end at its endstream",
+                              source=__name__, length=int(length))
         raise _Fallback
     stream.seek(start + m.end() + length + e.end())
     fields = dict(dict.items(obj))

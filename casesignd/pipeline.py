@@ -31,7 +31,9 @@ trail: the digest received, the digest of what was signed, and why it was rewrit
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,7 +45,7 @@ from pypdf import PdfReader
 from . import cms, normalize, pades
 from .errors import AmbiguousPdf, CasesignError, MalformedPdf, SigningError
 from .pdfcheck import PdfLimits, PdfReport, inspect_document
-from .pdfframe import DAMAGE, Finding
+from .pdfframe import DAMAGE, Finding, Source, object_definitions
 
 SIGN_AS_IS = "as_is"
 REWRITE = "rewrite"
@@ -98,9 +100,17 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
     reader that read it. Raises the refusal."""
     received = _sha256(src)
-    # A document pypdf cannot read at all is refused: a repair is trusted only where
-    # two independent readers (pypdf and qpdf) reconstruct it, and show the same pages.
-    report, reader = inspect_document(src, limits)
+    try:
+        report, reader = inspect_document(src, limits)
+    except MalformedPdf as unreadable:
+        # A repair is trusted only where two independent readers (pypdf and qpdf)
+        # reconstruct the document and show the same pages: pypdf reads it again with
+        # the end of its frame restored, or it is refused.
+        if limits.normalize == "never":
+            raise
+        src_for_rewrite, report, reader = _read_assisted(src, limits, unreadable)
+    else:
+        src_for_rewrite = src
     verdict = decide(report, limits.normalize)
     if verdict == SIGN_AS_IS:
         return Checked(received, received, False, (), report.pages), src, reader
@@ -110,7 +120,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
     reasons = tuple(f.reason for f in report.findings)
     try:
         target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
-        rewritten, _warnings = normalize.rewrite(src, target)
+        rewritten, _warnings = normalize.rewrite(src_for_rewrite, target)
         try:
             report2, reader2 = inspect_document(rewritten, limits)
             if report2.findings:
@@ -131,6 +141,47 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
     if not report.findings:
         reasons = ("the policy rewrites every document",)
     return Checked(received, _sha256(rewritten), True, reasons, report2.pages), rewritten, reader2
+
+
+# Documents larger than this are not read again with a restored frame.
+ASSIST_MAX_BYTES = 64 * 1024 * 1024
+_CATALOG = re.compile(rb"/Type[\x00\t\n\x0c\r ]*/Catalog(?![A-Za-z0-9])")
+
+
+def _read_assisted(src: Path | bytes, limits: PdfLimits, unreadable: MalformedPdf
+                   ) -> tuple[bytes, PdfReport, PdfReader]:
+    """pypdf's reading of a document whose frame lost its end (no ``%%EOF``, or no
+    trailer at all, as in a truncated file): the same bytes with an end appended —
+    ``%%EOF``, or a trailer naming the one catalog the file defines — so that pypdf
+    rebuilds the cross-reference by itself. Returns those bytes (qpdf rewrites the
+    same, and rebuilds on its own), and pypdf's report, which carries the damage.
+    Raises ``unreadable`` when neither helps (or the document carries a signature,
+    which a rewrite would break)."""
+    data = src if isinstance(src, bytes) else (
+        src.read_bytes() if src.stat().st_size <= ASSIST_MAX_BYTES else None)
+    if data is None or b"/ByteRange" in data or not data.lstrip()[:1024].count(b"%PDF-"):
+        raise unreadable
+    tails = [b"\n%%EOF\n"]
+    catalogs = {num for num, defs in object_definitions(Source(data)).items()
+                for off, _ in defs[-1:] if _CATALOG.search(data, off, _object_end(data, off))}
+    if len(catalogs) == 1:
+        root = catalogs.pop()
+        tails.append(b"\ntrailer\n<< /Root %d 0 R >>\nstartxref\n0\n%%%%EOF\n" % root)
+    for tail in tails:
+        try:
+            report, reader = inspect_document(data + tail, limits)
+        except MalformedPdf:
+            continue
+        lost = Finding(DAMAGE, "the end of the file is missing (no %%EOF or no trailer)")
+        return data + tail, dataclasses.replace(report, findings=(lost, *report.findings)), reader
+    raise unreadable
+
+
+def _object_end(data: bytes, at: int) -> int:
+    """Where the object defined at ``at`` ends (its ``endobj``), looked for in its
+    first KiB: a catalog is a small dictionary."""
+    end = data.find(b"endobj", at, at + 1024)
+    return end if end >= 0 else at + 1024
 
 
 def _ambiguous(report: PdfReport) -> bool:
