@@ -118,6 +118,8 @@ class Services:
         # The same, by tenant (kiosk.max_concurrent_per_tenant); a tenant with none
         # in flight has no entry.
         self.kiosk_inflight_by_tenant: dict[str, int] = {}
+        # Per tenant: the kiosk processes it may use at once (kiosk.process_share).
+        self.kiosk_lane_gates: dict[str, asyncio.Semaphore] = {}
         # Kiosk signatures under way, some past their answer (see casesignd.kiosk).
         self.kiosk_flights: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()

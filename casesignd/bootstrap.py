@@ -138,6 +138,8 @@ DESCRIPTIONS: dict[str, str] = {
     "kiosk.max_concurrent": "Kiosk requests in flight; beyond it, 503 busy.",
     "kiosk.max_concurrent_per_tenant": "Kiosk requests one tenant may have in flight; beyond "
     "it, 503 busy for that tenant (0: all of max_concurrent with one tenant, half with several).",
+    "kiosk.cpu_processes_per_tenant": "Kiosk processes one tenant's documents may take at once "
+    "(0: all with one tenant, half with several).",
     "kiosk.max_decoded_bytes": "Decoded bytes of all streams of one kiosk document; a "
     "document's checks also stop after the deadline's worth of CPU time.",
     "kiosk.cpu_processes": "Worker processes kept for kiosk requests alone (batch jobs never use them).",

@@ -174,13 +174,23 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_concurrent_per_tenant: int = 0
     # Worker processes kept for kiosk requests alone (batch jobs never use them).
     cpu_processes: int = 2
+    # Of those, how many one tenant's documents may take at once, so that another
+    # tenant's kiosk always finds one free. 0: all of them with one tenant, half of
+    # them (at least 1) with several.
+    cpu_processes_per_tenant: int = 0
     # Signed documents up to this size are kept in the store, committed with their
     # record (no file, no fsync of their own); larger ones are files. 0: always files.
     inline_artifact_max_bytes: int = 1 * MiB
     # A kiosk document's checks stop at the deadline's worth of CPU time, and all its
     # streams together at this many decoded bytes (less than a policy's, if lower):
     # a decompression bomb is refused (limit_exceeded) before it can hold a process.
-    max_decoded_bytes: int = 256 * MiB
+    max_decoded_bytes: int = 64 * MiB
+
+    def process_share(self, tenants: int) -> int:
+        """Kiosk processes one tenant may use at once, with ``tenants`` configured."""
+        if self.cpu_processes_per_tenant:
+            return min(self.cpu_processes_per_tenant, self.cpu_processes)
+        return self.cpu_processes if tenants <= 1 else max(1, self.cpu_processes // 2)
 
     def tenant_share(self, tenants: int) -> int:
         """Kiosk requests one tenant may have in flight at once, with ``tenants``

@@ -437,16 +437,21 @@ class _Run:
             cpu_s=cfg.kiosk.deadline_ms / 1000, decoded_bytes=cfg.kiosk.max_decoded_bytes)
         args = (sign_document, self.document, limits, meta,
                 s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
+        # One tenant's documents take at most its share of the kiosk's processes
+        # (and so of the key slots a process that signs holds): another tenant's
+        # kiosk always finds one, whatever the first sends (decompression bombs).
+        gate = _lane_gate(s, self.flight.new.tenant)
         if s.kiosk_signs_in_lane:
             # The process holds the key: its call is the key's use, under a key slot.
-            async with s.key_slots.kiosk(wait_s):
+            async with _waiting(gate, wait_s), s.key_slots.kiosk(wait_s):
                 start = time.perf_counter()  # a wait for the slot is no phase's time
                 work: SignedWork = await s.run_cpu(*args, kiosk=True)
             signature, sign_s = work.signature, work.sign_s
             self.record_phase("validate", time.perf_counter() - start - sign_s)
         else:
-            start = time.perf_counter()
-            work = await s.run_cpu(*args, kiosk=True)
+            async with _waiting(gate, wait_s):
+                start = time.perf_counter()
+                work = await s.run_cpu(*args, kiosk=True)
             self.record_phase("validate", time.perf_counter() - start)
             start = time.perf_counter()
             async with s.key_slots.kiosk(wait_s):
@@ -536,6 +541,30 @@ class _Run:
             if job is not None:
                 s.pool.finished(job, "failed")
         return job
+
+
+def _lane_gate(s: Any, tenant: str) -> asyncio.Semaphore:
+    gates = s.kiosk_lane_gates
+    gate = gates.get(tenant)
+    if gate is None:
+        cfg = s.config
+        gate = gates[tenant] = asyncio.Semaphore(cfg.kiosk.process_share(len(cfg.tenants)))
+    return gate
+
+
+@contextlib.asynccontextmanager
+async def _waiting(gate: asyncio.Semaphore, wait_s: float) -> Any:
+    """Hold ``gate``, waiting at most ``wait_s`` for it (then 503 busy)."""
+    try:
+        async with asyncio.timeout(max(0.0, wait_s)):
+            await gate.acquire()
+    except TimeoutError:
+        raise Busy("the kiosk's processes are taken by this tenant's other requests",
+                   headers={"Retry-After": "1"}) from None
+    try:
+        yield
+    finally:
+        gate.release()
 
 
 def _flown(s: Any) -> Any:

@@ -595,8 +595,8 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
                                         "limit": limits.max_decoded_stream_bytes})
         if size is not None:
             # A reader decodes an image up to the size its dictionary gives (§8.9.5)
-            # and no further: that size is what it costs, whatever its data inflates to.
-            budget.spend(size)
+            # and no further, and the checks do not decode it at all: its data is
+            # never inflated here, and it costs the document's budget nothing.
             return
     filters = _get(d, "/Filter")
     names = [str(_resolve(f)) for f in filters] if isinstance(filters, ArrayObject) else (

@@ -102,3 +102,11 @@ def test_a_negative_tenant_share_names_its_key():
     with pytest.raises(ConfigError) as e:
         loads("[kiosk]\nmax_concurrent_per_tenant = -1\n")
     assert e.value.key == "kiosk.max_concurrent_per_tenant"
+
+
+@pytest.mark.parametrize("processes,per_tenant,tenants,share", [
+    (2, 0, 1, 2), (2, 0, 2, 1), (4, 0, 3, 2), (1, 0, 2, 1), (4, 3, 2, 3), (2, 5, 2, 2),
+])
+def test_a_tenants_share_of_kiosk_processes(processes, per_tenant, tenants, share):
+    kiosk = Kiosk(cpu_processes=processes, cpu_processes_per_tenant=per_tenant)
+    assert kiosk.process_share(tenants) == share
