@@ -449,8 +449,3 @@ def add_routes(app: web.Application) -> None:
     r.add_get("/readyz", readyz)
     r.add_get("/metrics", metrics)
     r.add_get("/v1/openapi.json", openapi)
-    try:
-        from .kiosk import post_sign
-    except ImportError:
-        return
-    r.add_post("/v1/sign", post_sign)

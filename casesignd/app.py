@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import select
-import signal
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -25,11 +22,10 @@ from typing import Any
 
 from aiohttp import web
 
-from . import config as config_mod
-from . import logs, sdnotify
+from . import sdnotify
 from .artifacts import ArtifactStore
 from .config import Config
-from .errors import Busy, CasesignError, ConfigError
+from .errors import Busy
 from .kinds import Artifact, JobKind
 from .lane import Lane
 from .logs import log_event
@@ -393,7 +389,7 @@ def register_kinds(services: Services) -> None:
     services.kinds = {k.name: k for k in kinds}
 
 
-async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
+async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     s = app[SERVICES]
     cfg = s.config
     from .invoice import check_config
@@ -436,123 +432,3 @@ async def _lifecycle(app: web.Application) -> AsyncIterator[None]:
             await s.fetcher.close()
         await asyncio.to_thread(s.close_cpu)
         await s.store.close()
-
-
-def build_app(cfg: Config) -> web.Application:
-    """The aiohttp application with every service attached and its lifecycle."""
-    from . import api
-
-    services = Services(cfg)
-    app = web.Application(
-        client_max_size=cfg.server.max_json_bytes,
-        middlewares=api.middlewares(services),
-        # keepalive_timeout also runs from a connection's start until its request's
-        # headers are in, so a client that sends headers byte by byte (or nothing) is
-        # cut off after server.request_timeout_s; bodies are timed where they are read.
-        handler_args={"max_field_size": 16384, "max_line_size": 16384,
-                      "keepalive_timeout": cfg.server.request_timeout_s},
-    )
-    app[SERVICES] = services
-    app.cleanup_ctx.append(_lifecycle)
-    api.add_routes(app)
-    return app
-
-
-def reload(services: Services, config_path: str) -> None:
-    """SIGHUP: re-read tenants, tokens and policies; running jobs are untouched."""
-    try:
-        fresh = config_mod.load(config_path)
-    except ConfigError as e:
-        log_event(log, "config.reload_refused", level=logging.ERROR, error=str(e))
-        return
-    cfg = services.config
-    cfg.tenants = fresh.tenants
-    cfg.policies = fresh.policies
-    cfg.default_policy = fresh.default_policy
-    services.load_tenants(cfg)
-    log_event(log, "config.reloaded", count=len(fresh.tenants))
-
-
-async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
-    app = build_app(cfg)
-    services = app[SERVICES]
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=cfg.workers.shutdown_grace_s)
-    await runner.setup()
-    fds = sdnotify.listen_fds()
-    if fds:
-        site: web.BaseSite = web.SockSite(runner, fds[0])
-    else:
-        host, _, port = (listen or cfg.server.listen).rpartition(":")
-        site = web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True)
-    try:
-        await site.start()
-    except OSError as e:
-        log_event(log, "server.listen_failed", level=logging.ERROR, error=str(e))
-        await runner.cleanup()
-        return 1
-    log_event(log, "server.listening", route=site.name)
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-
-    def on_hup() -> None:
-        services.notifier.reloading()
-        reload(services, config_path)
-        services.notifier.ready()
-
-    loop.add_signal_handler(signal.SIGHUP, on_hup)
-    progress = sdnotify.ProgressTracker(stall_s=max(60.0, cfg.workers.lease_s * 2))
-
-    async def probe() -> bool:
-        await services.store.ping()
-        pool = services.pool
-        if pool is None or not pool.started:
-            return False
-        return progress.healthy(len(pool.running), pool.progress, time.monotonic())
-
-    watchdog = sdnotify.Watchdog.from_env(services.notifier, probe)
-    # What start-up built (modules, configuration, the app) lives as long as the
-    # daemon: frozen out of the collector's sight, so that a full collection, which
-    # stops the event loop, costs what requests left behind rather than the whole heap.
-    gc.collect()
-    gc.freeze()
-    services.notifier.ready("accepting jobs")
-    if watchdog:
-        watchdog.start()
-    await stop.wait()
-    services.notifier.stopping("draining")
-    log_event(log, "server.stopping")
-    services.shutting_down = True
-    if watchdog:
-        await watchdog.stop()
-    await runner.cleanup()
-    log_event(log, "server.stopped")
-    return 0
-
-
-def serve(config_path: str, listen: str | None = None) -> int:
-    """Run the daemon until SIGTERM; the exit status for the command line."""
-    try:
-        cfg = config_mod.load(config_path)
-    except ConfigError as e:
-        print(f"config error: {e.key}: {e.message}", file=sys.stderr)
-        return 2
-    logs.configure(cfg.logging.level)
-    # Everything the daemon writes (working files, signed PDFs, the store) holds case
-    # documents: private to the service user, whichever library creates the file.
-    # Set before the CPU worker processes start, which inherit it.
-    os.umask(0o077)
-    # The store's writer and the file threads wake from a commit or an fsync wanting
-    # the GIL while the event loop holds it; by default they wait up to 5 ms for it,
-    # which would put 5 ms on every durable step of a kiosk request.
-    sys.setswitchinterval(0.0005)
-    try:
-        return asyncio.run(_serve(cfg, config_path, listen))
-    except ConfigError as e:
-        print(f"config error: {e.key}: {e.message}", file=sys.stderr)
-        return 2
-    except CasesignError as e:
-        print(f"cannot start: {e.code}: {e.message}", file=sys.stderr)
-        return 1

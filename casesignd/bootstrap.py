@@ -140,8 +140,8 @@ DESCRIPTIONS: dict[str, str] = {
     "it, 503 busy for that tenant (0: all of max_concurrent with one tenant, half with several).",
     "kiosk.cpu_processes_per_tenant": "Kiosk processes one tenant's documents may take at once "
     "(0: all with one tenant, half with several).",
-    "kiosk.max_decoded_bytes": "Decoded bytes of all streams of one kiosk document; a "
-    "document's checks also stop after the deadline's worth of CPU time.",
+    "kiosk.max_inflated_bytes": "Bytes the checks of one kiosk document may inflate (images "
+    "are never inflated); they also stop after the deadline's worth of CPU time.",
     "kiosk.cpu_processes": "Worker processes kept for kiosk requests alone (batch jobs never use them).",
     "kiosk.inline_artifact_max_bytes": "Signed documents up to this size are kept in the store, "
     "committed with their record; larger ones are files under state_dir. 0: always files.",

@@ -137,12 +137,12 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
-        from . import app  # the daemon: aiohttp and friends load only here
+        from . import server  # the daemon: aiohttp and friends load only here
     except ImportError as e:
         raise CasesignError(f"the daemon cannot start: {e}", code="unavailable") from None
 
     config = str(config_path_from(args.config, os.environ))
-    return int(app.serve(config, args.listen))
+    return int(server.serve(config, args.listen))
 
 
 def cmd_sign(args: argparse.Namespace) -> int:

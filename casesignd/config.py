@@ -181,10 +181,10 @@ class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Signed documents up to this size are kept in the store, committed with their
     # record (no file, no fsync of their own); larger ones are files. 0: always files.
     inline_artifact_max_bytes: int = 1 * MiB
-    # A kiosk document's checks stop at the deadline's worth of CPU time, and all its
-    # streams together at this many decoded bytes (less than a policy's, if lower):
-    # a decompression bomb is refused (limit_exceeded) before it can hold a process.
-    max_decoded_bytes: int = 64 * MiB
+    # A kiosk document's checks stop at the deadline's worth of CPU time, and at this
+    # many bytes they inflate in all (images are never inflated): a decompression
+    # bomb is refused (limit_exceeded) before it can hold a process.
+    max_inflated_bytes: int = 64 * MiB
 
     def process_share(self, tenants: int) -> int:
         """Kiosk processes one tenant may use at once, with ``tenants`` configured."""

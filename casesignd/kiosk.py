@@ -434,7 +434,7 @@ class _Run:
                 await s.scanner.scan(self.document, normalized["items"][0]["name"])
         wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
         limits = pdfcheck.PdfLimits.from_policy(policy).bounded(
-            cpu_s=cfg.kiosk.deadline_ms / 1000, decoded_bytes=cfg.kiosk.max_decoded_bytes)
+            cpu_s=cfg.kiosk.deadline_ms / 1000, inflated_bytes=cfg.kiosk.max_inflated_bytes)
         args = (sign_document, self.document, limits, meta,
                 s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
         # One tenant's documents take at most its share of the kiosk's processes

@@ -46,7 +46,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +55,6 @@ from typing import Any
 from pypdf import PdfReader
 from pypdf._configuration import apply_configuration
 from pypdf.errors import FileNotDecryptedError, LimitReachedError
-from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
 from . import pdfparse, pdfrules
@@ -68,6 +67,7 @@ from .errors import (
     LimitExceeded,
     MalformedPdf,
 )
+from .pdfdecode import COLOR_COMPONENTS, measure_decoded
 from .pdfframe import (
     AMBIGUITY,
     DAMAGE,
@@ -80,8 +80,6 @@ from .pdfframe import (
 
 MiB = 1024 * 1024
 
-# Zlib output is produced at most this much at a time (zlib max_length).
-INFLATE_WINDOW_BYTES = 1 << 16
 # How deep embedded PDFs are looked into (a PDF in a PDF in a PDF ...).
 MAX_EMBEDDED_DEPTH = 3
 # The CPU clock is read once per this many objects walked.
@@ -95,23 +93,6 @@ MAX_WARNINGS = 20
 KEEP_PARSED_OBJECTS = 4096
 KEEP_PARSED_STREAM_BYTES = 16 * MiB  # raw stream data of the objects kept, in all
 
-# --- stream filters (PDF 32000-1 §7.4) --------------------------------------------
-
-FLATE = frozenset({"/FlateDecode", "/Fl"})
-# Decoded in memory by pypdf with its output capped at the stream budget.
-BOUNDED_DECODERS: dict[str, Any] = {
-    "/ASCIIHexDecode": ASCIIHexDecode, "/AHx": ASCIIHexDecode,
-    "/ASCII85Decode": ASCII85Decode, "/A85": ASCII85Decode,
-    "/RunLengthDecode": RunLengthDecode, "/RL": RunLengthDecode,
-    "/LZWDecode": LZWDecode, "/LZW": LZWDecode,
-}
-# Image codecs end the chain: their size is judged from /Width, /Height and friends.
-IMAGE_CODECS = frozenset({"/DCTDecode", "/DCT", "/JPXDecode", "/CCITTFaxDecode", "/CCF",
-                          "/JBIG2Decode"})
-COLOR_COMPONENTS = {"/DeviceGray": 1, "/G": 1, "/DeviceRGB": 3, "/RGB": 3,
-                    "/DeviceCMYK": 4, "/CMYK": 4, "/Indexed": 1, "/I": 1}
-
-
 @dataclass(frozen=True)
 class PdfLimits:
     """What a PDF may cost and hold, and whether it may be rewritten; built from a
@@ -124,8 +105,12 @@ class PdfLimits:
     max_objects: int = 1_000_000
     # Nesting of direct objects (arrays in dictionaries in arrays ...), and of the page tree.
     max_depth: int = 64
-    # All streams of one document together, embedded PDFs included.
+    # All streams of one document together, embedded PDFs and images included (an
+    # image by the size its dictionary gives).
     max_decoded_bytes: int = 1024 * MiB
+    # What the checks themselves may inflate of one document (the work they do; images
+    # are never inflated). 0: as much as max_decoded_bytes.
+    max_inflated_bytes: int = 0
     # CPU time of one document's checks (the thread's clock, so a busy machine does
     # not count against the document).
     max_check_cpu_s: float = 20.0
@@ -149,10 +134,14 @@ class PdfLimits:
             normalize=policy.normalize,
         )
 
-    def bounded(self, *, cpu_s: float, decoded_bytes: int) -> PdfLimits:
-        """These limits with the CPU time and decoded bytes capped (the kiosk's)."""
+    def bounded(self, *, cpu_s: float, inflated_bytes: int) -> PdfLimits:
+        """These limits with the checks' CPU time and inflated bytes capped (the kiosk's)."""
         return dataclasses.replace(self, max_check_cpu_s=min(self.max_check_cpu_s, cpu_s),
-                                   max_decoded_bytes=min(self.max_decoded_bytes, decoded_bytes))
+                                   max_inflated_bytes=min(self.inflation_budget, inflated_bytes))
+
+    @property
+    def inflation_budget(self) -> int:
+        return self.max_inflated_bytes or self.max_decoded_bytes
 
 
 @dataclass(frozen=True)
@@ -189,11 +178,6 @@ class PdfReport:
                             detail={"findings": reasons})
 
 
-class _TooBig(Exception):
-    def __init__(self, produced: int) -> None:
-        self.produced = produced
-
-
 # --- pure helpers -------------------------------------------------------------------
 
 
@@ -210,16 +194,17 @@ def image_bytes(d: dict[str, Any]) -> int | None:
     return max(width, 0) * max(height, 0) * comps * max(bpc, 1) // 8
 
 
-# --- bounded decoding ------------------------------------------------------------------
+# --- the document's budget ---------------------------------------------------------
 
 
 class _Budget:
     """What one document (with the PDFs embedded in it) may still spend: decoded
-    bytes, and CPU time on this thread's clock."""
+    bytes, bytes the checks inflate, and CPU time on this thread's clock."""
 
     def __init__(self, limits: PdfLimits) -> None:
         self.limits = limits
         self.decoded_left = limits.max_decoded_bytes
+        self.inflate_left = limits.inflation_budget
         self.cpu_until = time.thread_time() + limits.max_check_cpu_s
 
     def tick(self) -> None:
@@ -229,90 +214,17 @@ class _Budget:
                 detail={"max_check_cpu_s": self.limits.max_check_cpu_s})
 
     def stream_limit(self) -> int:
-        return min(self.limits.max_decoded_stream_bytes, self.decoded_left)
+        return min(self.limits.max_decoded_stream_bytes, self.decoded_left, self.inflate_left)
 
-    def spend(self, decoded: int) -> None:
+    def spend(self, decoded: int, *, inflated: bool = True) -> None:
         self.decoded_left -= decoded
-        if self.decoded_left < 0:
+        if inflated:
+            self.inflate_left -= decoded
+        if self.decoded_left < 0 or self.inflate_left < 0:
             raise LimitExceeded(
                 "the PDF's streams decompress to more than the allowed size in all "
                 "(a decompression bomb?)",
                 detail={"max_decoded_bytes": self.limits.max_decoded_bytes})
-
-
-def _inflate(chunks: Iterator[bytes], budget: int,
-             tick: Callable[[], None] | None = None) -> Iterator[bytes]:
-    """Inflate a chunk stream in windows; raise _TooBig past ``budget`` output bytes."""
-    d = zlib.decompressobj()
-    produced = 0
-    for chunk in chunks:
-        buf = chunk
-        while True:
-            out = d.decompress(buf, INFLATE_WINDOW_BYTES)
-            buf = d.unconsumed_tail
-            if out:
-                produced += len(out)
-                if produced > budget:
-                    raise _TooBig(produced)
-                if tick is not None and not produced % (INFLATE_WINDOW_BYTES * 64):
-                    tick()
-                yield out
-            if d.eof:
-                return
-            if not out and not buf:
-                break
-
-
-def _chunks(data: bytes) -> Iterator[bytes]:
-    view = memoryview(data)
-    for i in range(0, len(view), INFLATE_WINDOW_BYTES):
-        yield bytes(view[i:i + INFLATE_WINDOW_BYTES])
-
-
-def _decoded(raw: bytes, filters: list[str], budget: int,
-             tick: Callable[[], None] | None) -> Iterator[bytes]:
-    stream: Iterator[bytes] = _chunks(raw)
-    for name in filters:
-        if name in FLATE:
-            stream = _inflate(stream, budget, tick)
-        elif name in BOUNDED_DECODERS:
-            data = b"".join(stream)
-            with apply_configuration(lzw_maximum_output_length=budget,
-                                     run_length_maximum_output_length=budget):
-                out = BOUNDED_DECODERS[name].decode(data)
-            if len(out) > budget:
-                raise _TooBig(len(out))
-            stream = iter([out])
-        else:  # image codecs, /Crypt, unknown: the chain ends here
-            break
-    return stream
-
-
-def measure_decoded(raw: bytes, filters: list[str], budget: int, head_bytes: int = 4096, *,
-                    keep: bool = False, tick: Callable[[], None] | None = None
-                    ) -> tuple[int, bytes]:
-    """Decoded size and first ``head_bytes`` of a stream (with ``keep``, all of it),
-    otherwise never holding more than one window of Flate output; raises
-    :class:`LimitExceeded` when the size passes ``budget``."""
-    try:
-        total, head, kept = 0, b"", []
-        for chunk in _decoded(raw, filters, budget, tick):
-            total += len(chunk)
-            if total > budget:
-                raise _TooBig(total)
-            if keep:
-                kept.append(chunk)
-            elif len(head) < head_bytes:
-                head += chunk[: head_bytes - len(head)]
-        return total, (b"".join(kept) if keep else head)
-    except _TooBig as e:
-        raise LimitExceeded(
-            "a stream decompresses to more than the allowed size (a decompression bomb?)",
-            detail={"decoded_at_least": e.produced, "limit": budget, "filters": filters},
-        ) from None
-    except LimitReachedError as e:
-        raise LimitExceeded("a stream decompresses to more than the allowed size",
-                            detail={"library": str(e), "limit": budget}) from None
 
 
 # --- the walk ----------------------------------------------------------------------------
@@ -359,7 +271,9 @@ def _hook_pypdf_warnings() -> None:
 # same bytes are possible: a key defined twice (pypdf keeps the first, qpdf and poppler
 # the last), an object read twice with different results.
 _AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate",
-                    "does not end at its endstream")
+                    "does not end at its endstream",
+                    # the xref named a place holding another object's header
+                    "ref repaired")
 
 
 def warning_finding(message: str) -> Finding:
@@ -595,8 +509,9 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
                                         "limit": limits.max_decoded_stream_bytes})
         if size is not None:
             # A reader decodes an image up to the size its dictionary gives (§8.9.5)
-            # and no further, and the checks do not decode it at all: its data is
-            # never inflated here, and it costs the document's budget nothing.
+            # and no further: that is what it costs a reader, whatever its data
+            # inflates to. The checks never inflate it (a 200 MB scan stays unread).
+            budget.spend(size, inflated=False)
             return
     filters = _get(d, "/Filter")
     names = [str(_resolve(f)) for f in filters] if isinstance(filters, ArrayObject) else (

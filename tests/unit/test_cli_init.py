@@ -396,10 +396,10 @@ def test_serve_hands_over_config_and_listen(monkeypatch: pytest.MonkeyPatch,
     import casesignd
 
     calls: list = []
-    fake = types.ModuleType("casesignd.app")
+    fake = types.ModuleType("casesignd.server")
     fake.serve = lambda config_path, listen: calls.append((config_path, listen)) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "casesignd.app", fake)
-    monkeypatch.setattr(casesignd, "app", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "casesignd.server", fake)
+    monkeypatch.setattr(casesignd, "server", fake, raising=False)
     monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     assert cli.main(["serve"]) == 0
     assert cli.main(["serve", "--config", str(tmp_path / "c.toml"), "--listen", "127.0.0.1:1"]) == 0
