@@ -315,6 +315,12 @@ _HEADERS: dict[str, Any] = {
                "schema": {"type": "string"}},
     "XArtifactSHA256": {"description": "SHA-256 (hex) of the body.",
                         "schema": {"type": "string", "pattern": SHA256_PATTERN}},
+    "ContentDisposition": {
+        "description": "attachment, with a file name made safe (ASCII letters, digits, "
+                       "'.', '_', '-'; at most 100 characters), also as filename*.",
+        "schema": {"type": "string", "pattern": "^attachment; filename=\"[A-Za-z0-9._-]+\""}},
+    "XContentTypeOptions": {"description": "Always nosniff.",
+                            "schema": {"const": "nosniff"}},
 }
 
 
@@ -353,6 +359,10 @@ _VALIDATION_CODES = (
     "unsupported_currency, unknown_template, media_type_not_allowed, limit_exceeded, "
     "invalid_idempotency_key, idempotency_key_reused"
 )
+_DOWNLOAD_HEADERS = {
+    "Content-Disposition": {"$ref": "#/components/headers/ContentDisposition"},
+    "X-Content-Type-Options": {"$ref": "#/components/headers/XContentTypeOptions"},
+}
 _DOCUMENT_CODES = "malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, malware_detected"
 
 
@@ -376,7 +386,8 @@ def _paths() -> dict[str, Any]:
         "responses": {
             "200": {"description": "The artifact.",
                     "headers": {"X-Artifact-SHA256":
-                                {"$ref": "#/components/headers/XArtifactSHA256"}},
+                                {"$ref": "#/components/headers/XArtifactSHA256"},
+                                **_DOWNLOAD_HEADERS},
                     "content": {"application/pdf": {"schema": {
                         "type": "string", "contentMediaType": "application/pdf"}}}},
             "401": _UNAUTHORIZED,
@@ -519,6 +530,7 @@ def _paths() -> dict[str, Any]:
                         "headers": {
                             "X-Job-Id": {"$ref": "#/components/headers/XJobId"},
                             "X-Artifact-SHA256": {"$ref": "#/components/headers/XArtifactSHA256"},
+                            **_DOWNLOAD_HEADERS,
                         },
                         "content": {"application/pdf": {"schema": {
                             "type": "string", "contentMediaType": "application/pdf"}}},
@@ -531,7 +543,9 @@ def _paths() -> dict[str, Any]:
                     "413": _error("too_large: over kiosk.max_document_bytes."),
                     "415": _error("unsupported_media_type: a part is not of its media type."),
                     "422": _error(f"Refused: {_VALIDATION_CODES}, {_DOCUMENT_CODES}."),
-                    "503": _error("busy: no capacity now; shutting_down.", retry_after=True),
+                    "503": _error("busy: no capacity now (all kiosk requests, or this "
+                                  "tenant's share of them or of the kiosk's processes); "
+                                  "shutting_down.", retry_after=True),
                     "504": _error("deadline_exceeded: not done within kiosk.deadline_ms; "
                                   "nothing was answered or kept."),
                 },

@@ -145,7 +145,8 @@ def test_headers(doc: dict[str, Any]) -> None:
     assert jobs["parameters"][0]["$ref"].endswith("/IdempotencyKey")
     assert "Retry-After" in jobs["responses"]["429"]["headers"]
     ok = doc["paths"]["/v1/sign"]["post"]["responses"]["200"]
-    assert set(ok["headers"]) == {"X-Job-Id", "X-Artifact-SHA256"}
+    assert set(ok["headers"]) == {"X-Job-Id", "X-Artifact-SHA256", "Content-Disposition",
+                                  "X-Content-Type-Options"}
     assert "application/pdf" in ok["content"]
     body = doc["paths"]["/v1/sign"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert body["encoding"]["manifest"]["contentType"] == "application/json"
