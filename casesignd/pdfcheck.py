@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import logging
 import os
 import sys
 import threading
@@ -247,6 +248,11 @@ def _hook_pypdf_warnings() -> None:
         return
     from pypdf import _utils
 
+    if "original" not in _HOOK:
+        # pypdf's records go wherever the process's logging sends them; in a worker
+        # process that configured none they are dropped, never printed bare by
+        # logging's last-resort handler into the daemon's JSON log.
+        logging.getLogger("pypdf").addHandler(logging.NullHandler())
     original = _HOOK.setdefault("original", _utils.logger_warning)
 
     def kept(message: str, *, source: str, **values: Any) -> None:

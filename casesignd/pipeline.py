@@ -172,7 +172,8 @@ def _read_assisted(src: Path | bytes, limits: PdfLimits, unreadable: MalformedPd
             report, reader = inspect_document(data + tail, limits)
         except MalformedPdf:
             continue
-        lost = Finding(DAMAGE, "the end of the file is missing (no %%EOF or no trailer)")
+        lost = Finding(DAMAGE, "its frame is broken: pypdf read it only with an end "
+                               "restored (%%EOF, or a trailer naming its catalog)")
         return data + tail, dataclasses.replace(report, findings=(lost, *report.findings)), reader
     raise unreadable
 

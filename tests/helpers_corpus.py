@@ -452,7 +452,7 @@ BAD_NAMES: tuple[str, ...] = (
 
 # Bad entries that inspect_pdf refuses as they are, but that the signing pipeline
 # repairs (two readers reconstruct the same pages) and signs.
-REPAIRED_BY_PIPELINE: frozenset[str] = frozenset({"bit_flipped_xref"})
+REPAIRED_BY_PIPELINE: frozenset[str] = frozenset({"bit_flipped_xref", "huge_xref"})
 
 _CACHE: dict[tuple[str, Path], dict] = {}
 
