@@ -39,6 +39,7 @@ which are looked into, are held decoded, within the decoded budget).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import logging
@@ -58,7 +59,7 @@ from pypdf._configuration import apply_configuration
 from pypdf.errors import FileNotDecryptedError, LimitReachedError
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
-from . import pdfparse, pdfrules
+from . import normalize, pdfparse, pdfrules
 from .config import Policy
 from .errors import (
     ActiveContent,
@@ -68,7 +69,7 @@ from .errors import (
     LimitExceeded,
     MalformedPdf,
 )
-from .pdfdecode import COLOR_COMPONENTS, measure_decoded
+from .pdfdecode import COLOR_COMPONENTS, IMAGE_CODECS, measure_decoded
 from .pdfframe import (
     AMBIGUITY,
     DAMAGE,
@@ -507,50 +508,67 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
                                 detail={"rule": reason})
     if not isinstance(d, StreamObject):
         return
-    if _get(d, "/Subtype") == "/Image":
+    embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
+    if _get(d, "/Subtype") == "/Image" and not embedded:
         size = image_bytes(d)
         if size is not None and size > limits.max_decoded_stream_bytes:
             raise LimitExceeded("an image decodes to more than the allowed size",
                                 detail={"image_bytes": size,
                                         "limit": limits.max_decoded_stream_bytes})
-        if size is not None:
-            # A reader decodes an image up to the size its dictionary gives (§8.9.5)
-            # and no further: that is what it costs a reader, whatever its data
-            # inflates to. The checks never inflate it (a 200 MB scan stays unread).
-            budget.spend(size, inflated=False)
-            return
     filters = _get(d, "/Filter")
     names = [str(_resolve(f)) for f in filters] if isinstance(filters, ArrayObject) else (
         [str(filters)] if filters is not None else [])
-    embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
+    if not embedded and (not names or names[0] in IMAGE_CODECS):
+        # Nothing to inflate: the data is what a reader decodes (or goes to an image
+        # codec as it is), so its size is its length and it is never read here (a
+        # 200 MB scan stays unread). What its dictionary calls it changes nothing.
+        budget.spend(len(d._data), inflated=False)
+        return
     try:
-        total, head = measure_decoded(d._data, names, budget.stream_limit(),
-                                      pdfrules.HEAD_BYTES, tick=budget.tick)
+        total, _head = measure_decoded(d._data, names, budget.stream_limit(),
+                                       pdfrules.HEAD_BYTES, tick=budget.tick)
     except zlib.error:
+        if embedded and limits.forbid_active_content:
+            raise ActiveContent("the PDF embeds a file whose data does not decode, so it "
+                                "cannot be checked", detail={"rule": "undecodable embedded file"}
+                                ) from None
         return  # damaged Flate data: viewers show what decodes; it is not a bomb
     budget.spend(total)
     if embedded and limits.forbid_active_content:
-        _check_embedded(d._data, names, head, limits, budget, depth_embedded)
+        _check_embedded(d, limits, budget, depth_embedded)
 
 
-def _check_embedded(raw: bytes, names: list[str], head: bytes, limits: PdfLimits,
-                    budget: _Budget, depth_embedded: int) -> None:
-    """An embedded file by its content: executables, disk images, macros; an embedded
-    PDF is inspected in turn, with what is left of the budget."""
-    whole = None
-    if pdfrules.needs_whole(head):
-        whole = measure_decoded(raw, names, budget.stream_limit(), keep=True,
-                                tick=budget.tick)[1]
-    reason = pdfrules.risky_content(head, whole)
+def _check_embedded(d: StreamObject, limits: PdfLimits, budget: _Budget,
+                    depth_embedded: int) -> None:
+    """An embedded file by its content, decoded the way a viewer extracts it (every
+    filter and predictor, pypdf's decoders, within the size just measured):
+    executables, disk images, macros; an embedded PDF is inspected in turn, by pypdf
+    and as qpdf reads it, with what is left of the budget. A file that does not
+    decode cannot be checked, and is refused."""
+    try:
+        whole = d.get_data()
+    except Exception:  # noqa: BLE001 - pypdf raises many types on odd filters
+        raise ActiveContent("the PDF embeds a file that cannot be decoded, so it cannot be "
+                            "checked", detail={"rule": "undecodable embedded file"}) from None
+    if len(whole) > budget.stream_limit():
+        raise LimitExceeded("an embedded file decodes to more than the allowed size")
+    head = whole[:pdfrules.HEAD_BYTES]
+    reason = pdfrules.risky_content(head, whole if pdfrules.needs_whole(head) else None)
     if reason:
         raise ActiveContent(f"the PDF contains active content: {reason}",
                             detail={"rule": reason})
-    if whole is not None and b"%PDF-" in whole[:1024]:
-        if depth_embedded >= MAX_EMBEDDED_DEPTH:
-            raise ActiveContent("the PDF embeds PDFs too deeply to be checked",
-                                detail={"rule": "embedded PDF depth"})
+    if b"%PDF-" not in whole[:1024]:
+        return
+    if depth_embedded >= MAX_EMBEDDED_DEPTH:
+        raise ActiveContent("the PDF embeds PDFs too deeply to be checked",
+                            detail={"rule": "embedded PDF depth"})
+    readings = [whole]
+    with contextlib.suppress(MalformedPdf, EncryptedPdf):
+        # qpdf's reading too: a viewer opens the embedded file with its own parser.
+        readings.append(normalize.rewrite(whole)[0])
+    for data in readings:
         try:
-            report, reader = _inspect(whole, limits, budget, depth_embedded + 1)
+            _report, reader = _inspect(data, limits, budget, depth_embedded + 1)
             reader.stream.close()
         except ActiveContent as e:
             raise ActiveContent(f"an embedded PDF contains active content: {e.detail.get('rule')}",
@@ -559,7 +577,7 @@ def _check_embedded(raw: bytes, names: list[str], head: bytes, limits: PdfLimits
             raise ActiveContent("the PDF embeds an encrypted PDF, which cannot be checked",
                                 detail={"rule": "encrypted embedded PDF"}) from None
         except MalformedPdf:
-            pass  # no reader makes sense of it: nothing in it runs
+            continue  # this reader makes nothing of it; the other may
 
 
 def docmdp_permission(catalog: DictionaryObject) -> int | None:
@@ -634,11 +652,17 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
                 raise MalformedPdf("the PDF has no document catalog")
             parsed = _Parsed(reader)
             found = _Findings()
-            pages = _count_pages(catalog, limits, parsed, found)
+            # The walk first: active content is refused even in a document whose
+            # page tree is broken (an embedded PDF another viewer still opens).
             _walk(reader, limits, parsed, budget, depth_embedded, found)
+            pages = _count_pages(catalog, limits, parsed, found)
             budget.tick()
             found.found.extend(definition_findings(
                 buf, object_definitions(buf), reader.xref, reader.xref_objStm, found.used))
+            # A cross-reference pypdf rebuilt guesses where objects sit in object
+            # streams: their indices say nothing then (the damage is noted anyway).
+            rebuilt = bool(warnings) or any(x.kind == DAMAGE for x in frame.findings)
+            found.found.extend(_xref_findings(reader, found.used, check_index=not rebuilt))
             version = str(_get(catalog, "/Version", "")).lstrip("/")
             report = PdfReport(
                 pages=pages,
@@ -658,6 +682,54 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
         f.close()
         raise
     return report, reader
+
+
+def _xref_findings(reader: PdfReader, used: set[tuple[int, int]], *,
+                   check_index: bool = True) -> list[Finding]:
+    """Where pypdf's cross-reference and another reader's part ways, for the objects
+    the document reaches: an object a section marks free that pypdf still takes from
+    an older section (qpdf takes it as deleted), and an object stream whose header
+    lists a number twice or holds another number at the index the xref names (pypdf
+    takes the first entry of that number, poppler the one at the index, qpdf the
+    last; PDF 32000-1 §7.5.7)."""
+    found: list[Finding] = []
+    freed = {num: gen for gen, entries in reader.xref_free_entry.items()
+             for num, is_free in entries.items() if is_free and num}
+    headers: dict[int, list[int] | None] = {}
+    for num, gen in sorted(used):
+        if num in freed and freed[num] >= gen:
+            found.append(Finding(AMBIGUITY, f"object {num} is marked free by a cross-reference "
+                                            "section, yet read from another"))
+        where = reader.xref_objStm.get(num)
+        if where is None:
+            continue
+        stream_num, index = where
+        if stream_num not in headers:
+            headers[stream_num] = _objstm_numbers(reader, stream_num)
+        numbers = headers[stream_num]
+        if numbers is None:
+            continue
+        if len(set(numbers)) != len(numbers):
+            found.append(Finding(AMBIGUITY, f"object stream {stream_num} lists an object "
+                                            "number twice"))
+        elif check_index and (not 0 <= index < len(numbers) or numbers[index] != num):
+            found.append(Finding(AMBIGUITY, f"the cross-reference places object {num} at an "
+                                            f"index of object stream {stream_num} that holds "
+                                            "another"))
+        if len(found) >= MAX_WARNINGS:
+            break
+    return found
+
+
+def _objstm_numbers(reader: PdfReader, stream_num: int) -> list[int] | None:
+    """The object numbers an object stream's header lists, in order (§7.5.7)."""
+    try:
+        stm = reader.get_object(stream_num)
+        first, count = int(_get(stm, "/First")), int(_get(stm, "/N"))
+        head = stm.get_data()[:first].split()
+        return [int(x) for x in head[0:2 * count:2]]
+    except Exception:  # noqa: BLE001 - a header pypdf cannot read, pypdf has warned about
+        return None
 
 
 def _dedup(found: list[Finding]) -> tuple[Finding, ...]:

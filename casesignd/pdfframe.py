@@ -108,7 +108,24 @@ def read_frame(src: Source | bytes) -> Frame:
                                              "entries than the file holds"))
             else:
                 startxref, xref_stream = offset, kind == "stream"
+                if b"/Root" not in _newest_trailer(src, offset, kind):
+                    # Readers then take /Root from an older trailer, or give up.
+                    found.append(Finding(DAMAGE, "the newest trailer names no /Root"))
     return Frame(m.group(1).decode(), m.start(), startxref, xref_stream, tuple(found))
+
+
+def _newest_trailer(src: Source, offset: int, kind: str) -> bytes:
+    """The bytes of the trailer dictionary of the section at ``offset`` (§7.5.5, or
+    the xref stream's dictionary, §7.5.8.2), from its first 64 KiB."""
+    window = src.read(offset, offset + 65536)
+    if kind == "stream":
+        end = window.find(b"stream")
+        return window[:end if end >= 0 else len(window)]
+    start = window.find(b"trailer")
+    if start < 0:
+        return b""
+    end = window.find(b"startxref", start)
+    return window[start:end if end >= 0 else len(window)]
 
 
 def classify_xref(at: bytes, remaining: int) -> str | None:
@@ -211,11 +228,11 @@ def definition_findings(
     for num, gen in sorted(used):
         mine = defs.get(num, ())
         if num in in_streams:
-            stream_defs = defs.get(in_streams[num][0], ())
-            stream_at = stream_defs[-1][0] if stream_defs else -1
-            if any(off > stream_at for off, _ in mine):
-                found.append(Finding(AMBIGUITY, f"object {num} is defined again after the "
-                                                "object stream that holds it"))
+            # Also defined plainly: a reader that ignores xref streams (or rebuilds)
+            # takes the plain one; pypdf takes the object stream's.
+            if mine:
+                found.append(Finding(AMBIGUITY, f"object {num} is defined both plainly and "
+                                                "in an object stream"))
         else:
             offset = xref.get(gen, {}).get(num)
             if offset is None:
