@@ -42,21 +42,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import io
-import logging
 import os
-import sys
-import threading
 import time
 import zlib
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pypdf import PdfReader
-from pypdf._configuration import apply_configuration
-from pypdf.errors import FileNotDecryptedError, LimitReachedError
+from pypdf.errors import LimitReachedError
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
 from . import normalize, pdfparse, pdfrules
@@ -69,7 +63,7 @@ from .errors import (
     LimitExceeded,
     MalformedPdf,
 )
-from .pdfdecode import COLOR_COMPONENTS, IMAGE_CODECS, measure_decoded
+from .pdfdecode import COLOR_COMPONENTS, FLATE, IMAGE_CODECS, measure_decoded
 from .pdfframe import (
     AMBIGUITY,
     DAMAGE,
@@ -79,6 +73,7 @@ from .pdfframe import (
     object_definitions,
     read_frame,
 )
+from .pdfguard import MAX_WARNINGS, translated, warning_finding
 
 MiB = 1024 * 1024
 
@@ -86,8 +81,6 @@ MiB = 1024 * 1024
 MAX_EMBEDDED_DEPTH = 3
 # The CPU clock is read once per this many objects walked.
 CPU_CHECK_EVERY = 64
-# Library warnings kept in a report.
-MAX_WARNINGS = 20
 # Objects the checks leave parsed for whatever reads the document next (the signer's
 # preparation, the metadata), so that a document of ordinary size is parsed once.
 # Past these, each object is forgotten once visited: memory does not grow with the
@@ -230,101 +223,6 @@ class _Budget:
 
 
 # --- the walk ----------------------------------------------------------------------------
-
-
-# pypdf reports what it repaired through ``pypdf._utils.logger_warning``, which its
-# docs name as the place to override. While a thread inspects a file, the messages
-# are kept for the report (and still logged): the verdict must not depend on how the
-# process configured logging (a quiet pypdf logger would otherwise hide every repair).
-_INSPECTING: dict[int, list[str]] = {}
-
-
-_HOOK: dict[str, Any] = {}
-
-
-def _hook_pypdf_warnings() -> None:
-    """Wrap pypdf's ``logger_warning`` in every pypdf module that imported it; again
-    whenever modules were imported since (pypdf imports some lazily)."""
-    if _HOOK.get("modules") == len(sys.modules):
-        return
-    from pypdf import _utils
-
-    if "original" not in _HOOK:
-        # pypdf's records go wherever the process's logging sends them; in a worker
-        # process that configured none they are dropped, never printed bare by
-        # logging's last-resort handler into the daemon's JSON log.
-        logging.getLogger("pypdf").addHandler(logging.NullHandler())
-    original = _HOOK.setdefault("original", _utils.logger_warning)
-
-    def kept(message: str, *, source: str, **values: Any) -> None:
-        found = _INSPECTING.get(threading.get_ident())
-        if found is not None and len(found) < MAX_WARNINGS:
-            try:
-                text = message % values if values else message
-            except (TypeError, ValueError, KeyError):
-                text = message
-            found.append(text[:200])
-        original(message, source=source, **values)
-
-    hook = _HOOK.setdefault("hook", kept)
-    for name, module in list(sys.modules.items()):
-        if (name == "pypdf" or name.startswith("pypdf.")) and \
-                getattr(module, "logger_warning", None) is original:
-            module.logger_warning = hook  # type: ignore[attr-defined]
-    _HOOK["modules"] = len(sys.modules)
-
-
-# pypdf warnings are repairs (damage), except those that say two readings of the
-# same bytes are possible: a key defined twice (pypdf keeps the first, qpdf and poppler
-# the last), an object read twice with different results.
-_AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate",
-                    "does not end at its endstream",
-                    # the xref named a place holding another object's header
-                    "ref repaired")
-
-
-def warning_finding(message: str) -> Finding:
-    """A pypdf warning as a finding (pure)."""
-    low = message.lower()
-    kind = AMBIGUITY if any(w in low for w in _AMBIGUITY_WORDS) else DAMAGE
-    return Finding(kind, f"the parser had to guess: {message[:160]}")
-
-
-@contextmanager
-def _translated(limits: PdfLimits) -> Iterator[list[str]]:
-    """Run pypdf with our limits and turn whatever it raises into our errors."""
-    _hook_pypdf_warnings()
-    thread = threading.get_ident()
-    warnings: list[str] = []
-    outer = _INSPECTING.get(thread)
-    _INSPECTING[thread] = warnings
-    try:
-        with apply_configuration(maximum_declared_stream_length=limits.max_bytes):
-            yield warnings
-    except CasesignError:
-        raise
-    except FileNotDecryptedError as e:
-        raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)}) from None
-    except LimitReachedError as e:
-        raise LimitExceeded("the PDF exceeds a parser limit",
-                            detail={"library": str(e)}) from None
-    except RecursionError:
-        raise MalformedPdf("the PDF nests objects too deeply to read") from None
-    except MemoryError:
-        raise LimitExceeded("the PDF needs more memory than allowed") from None
-    except Exception as e:  # pypdf raises many types on damaged input
-        if "encrypt" in str(e).lower():
-            # pypdf reads only the standard security handler: any other (public-key,
-            # a vendor's) fails while the reader opens.
-            raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)[:300]}) from None
-        raise MalformedPdf("the PDF is damaged and cannot be read",
-                           detail={"library": f"{type(e).__name__}: {e}"[:500],
-                                   "warnings": list(warnings)}) from None
-    finally:
-        if outer is None:
-            del _INSPECTING[thread]
-        else:
-            _INSPECTING[thread] = outer
 
 
 def _key(obj: Any) -> tuple[int, int] | None:
@@ -525,8 +423,8 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         budget.spend(len(d._data), inflated=False)
         return
     try:
-        total, _head = measure_decoded(d._data, names, budget.stream_limit(),
-                                       pdfrules.HEAD_BYTES, tick=budget.tick)
+        total, head = measure_decoded(d._data, names, budget.stream_limit(),
+                                      pdfrules.HEAD_BYTES, tick=budget.tick)
     except zlib.error:
         if embedded and limits.forbid_active_content:
             raise ActiveContent("the PDF embeds a file whose data does not decode, so it "
@@ -535,29 +433,38 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         return  # damaged Flate data: viewers show what decodes; it is not a bomb
     budget.spend(total)
     if embedded and limits.forbid_active_content:
-        _check_embedded(d, limits, budget, depth_embedded)
+        _check_embedded(d, names, head, limits, budget, depth_embedded)
 
 
-def _check_embedded(d: StreamObject, limits: PdfLimits, budget: _Budget,
-                    depth_embedded: int) -> None:
-    """An embedded file by its content, decoded the way a viewer extracts it (every
-    filter and predictor, pypdf's decoders, within the size just measured):
+def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfLimits,
+                    budget: _Budget, depth_embedded: int) -> None:
+    """An embedded file by its content, decoded the way a viewer extracts it:
     executables, disk images, macros; an embedded PDF is inspected in turn, by pypdf
-    and as qpdf reads it, with what is left of the budget. A file that does not
-    decode cannot be checked, and is refused."""
-    try:
-        whole = d.get_data()
-    except Exception:  # noqa: BLE001 - pypdf raises many types on odd filters
-        raise ActiveContent("the PDF embeds a file that cannot be decoded, so it cannot be "
-                            "checked", detail={"rule": "undecodable embedded file"}) from None
-    if len(whole) > budget.stream_limit():
-        raise LimitExceeded("an embedded file decodes to more than the allowed size")
-    head = whole[:pdfrules.HEAD_BYTES]
+    and as qpdf reads it, with what is left of the budget. Plain Flate data is judged
+    by its first bytes (``head``) and held whole only for a container; anything else
+    (predictors, other filters) is decoded by pypdf, every filter and predictor,
+    within the size just measured. A file that does not decode cannot be checked,
+    and is refused."""
+    plain = all(n in FLATE for n in names) and "/DecodeParms" not in d and "/DP" not in d
+    whole: bytes | None = None
+    if not plain:
+        try:
+            whole = d.get_data()
+        except Exception:  # noqa: BLE001 - pypdf raises many types on odd filters
+            raise ActiveContent("the PDF embeds a file that cannot be decoded, so it cannot "
+                                "be checked", detail={"rule": "undecodable embedded file"}
+                                ) from None
+        if len(whole) > budget.stream_limit():
+            raise LimitExceeded("an embedded file decodes to more than the allowed size")
+        head = whole[:pdfrules.HEAD_BYTES]
+    elif pdfrules.needs_whole(head):
+        whole = measure_decoded(d._data, names, budget.stream_limit(), keep=True,
+                                tick=budget.tick)[1]
     reason = pdfrules.risky_content(head, whole if pdfrules.needs_whole(head) else None)
     if reason:
         raise ActiveContent(f"the PDF contains active content: {reason}",
                             detail={"rule": reason})
-    if b"%PDF-" not in whole[:1024]:
+    if whole is None or b"%PDF-" not in whole[:1024]:
         return
     if depth_embedded >= MAX_EMBEDDED_DEPTH:
         raise ActiveContent("the PDF embeds PDFs too deeply to be checked",
@@ -635,7 +542,7 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
     try:
         buf = Source(src) if isinstance(src, bytes) else Source(fd=f.fileno(), size=size)
         frame = read_frame(buf)
-        with _translated(limits) as warnings:
+        with translated(limits.max_bytes) as warnings:
             try:
                 reader = pdfparse.reader(f)
             except LimitReachedError as e:
