@@ -15,14 +15,12 @@ a scrape never waits on the database or blocks the event loop.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -38,6 +36,7 @@ from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from . import __version__, errors
+from .codes import CODES
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +85,6 @@ ROUTES = (
 SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated")
 TEMPLATE_VERSIONS = ("invoice-v3",)
 
-# Error codes of the contract that are not the default code of an exception class.
-CONTRACT_CODES = (
-    "idempotency_key_reused", "not_failed", "not_cancelable", "in_progress",
-    "link_expired", "link_invalid", "lease_lost", "stale_result", "missing_field",
-)  # fmt: skip
-
 _STATUS = re.compile(r"^[1-5][0-9]{2}$")
 
 
@@ -112,39 +105,10 @@ def items_bucket(n: int) -> str:
     return ">1000"
 
 
-# A code literal in the package's source: ``code="..."``, ``code: str = "..."`` or
-# ``"code": "..."``.
-_CODE_LITERAL = re.compile(
-    r"(?:\bcode\s*(?::\s*str\s*)?=|[\"']code[\"']\s*:)\s*\"([a-z][a-z0-9_]{1,63})\""
-)
-
-
-@functools.cache
-def source_codes() -> frozenset[str]:
-    """Every error code written as a literal in the casesignd package.
-
-    Codes are stable constants in the source (``ValidationError(..., code="x")``), so
-    this is the bounded set a ``code`` or ``reason`` label may take; a runtime value
-    that appears nowhere in the source cannot be an error code.
-    """
-    found: set[str] = set()
-    for path in Path(__file__).resolve().parent.glob("*.py"):
-        try:
-            found.update(_CODE_LITERAL.findall(path.read_text(encoding="utf-8")))
-        except OSError:
-            continue
-    return frozenset(found)
-
-
 def error_codes() -> set[str]:
-    """Codes of the exception tree, the contract's extra codes and the source's literals."""
-    codes = set(CONTRACT_CODES) | source_codes()
-    todo: list[type[errors.CasesignError]] = [errors.CasesignError]
-    while todo:
-        cls = todo.pop()
-        codes.add(cls.code)
-        todo.extend(cls.__subclasses__())
-    return codes
+    """Every error code the service has (:data:`casesignd.codes.CODES`): the bounded
+    set a ``code`` or ``reason`` label may take."""
+    return set(CODES)
 
 
 class LabelGuard:

@@ -17,6 +17,7 @@ import copy
 from typing import Any
 
 from . import __version__
+from .codes import CODES
 
 CASE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -26,6 +27,8 @@ OBJECT_REF_PATTERN = r"^(sha256:[0-9a-f]{64}|(?!sha256:)[A-Za-z0-9._-]{1,64}:\S.
 VERSION_PATTERN = r"^[A-Za-z0-9._:-]{1,64}$"
 AMOUNT_PATTERN = r"^\d+(\.\d+)?$"
 ERROR_CODE_PATTERN = r"^[a-z][a-z0-9_]*$"
+# Every code of the service (casesignd.codes): an answer's, or a failed job's.
+ERROR_CODES = sorted(CODES)
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}$"
 MEDIA_TYPE_PATTERN = r"^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$"
 
@@ -64,7 +67,7 @@ def _schemas() -> dict[str, Any]:
         "Error": _obj(
             {"error": _obj(
                 {
-                    "code": {"type": "string", "pattern": ERROR_CODE_PATTERN,
+                    "code": {"type": "string", "enum": ERROR_CODES,
                              "description": "Stable snake_case code; see each response."},
                     "message": {"type": "string", "description": "For people; may change."},
                     "field": {"type": "string",
@@ -182,11 +185,8 @@ def _schemas() -> dict[str, Any]:
         "JobError": _obj(
             {
                 "category": {"enum": CATEGORIES},
-                "code": {"type": "string", "pattern": ERROR_CODE_PATTERN,
-                         "description": "e.g. malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, "
-                         "certified_pdf, certified_no_changes, malware_detected, digest_mismatch, size_mismatch, "
-                         "media_type_mismatch, object_not_found, path_outside_source, "
-                         "source_unavailable, signing_failed, tsa_unavailable."},
+                "code": {"type": "string", "enum": ERROR_CODES,
+                         "description": "Why the job failed; see the README's error table."},
                 "correlation_id": {"type": "string"},
             },
             ["category", "code", "correlation_id"],

@@ -79,6 +79,10 @@ MiB = 1024 * 1024
 
 # How deep embedded PDFs are looked into (a PDF in a PDF in a PDF ...).
 MAX_EMBEDDED_DEPTH = 3
+# An embedded file under other filters than Flate (predictors, hex, run length) is
+# decoded whole by pypdf, whose decoders take many times the output in memory: only
+# this much of such data is checked; a larger one is refused.
+EMBEDDED_DECODE_MAX_BYTES = 4 * MiB
 # The CPU clock is read once per this many objects walked.
 CPU_CHECK_EVERY = 64
 # Objects the checks leave parsed for whatever reads the document next (the signer's
@@ -301,6 +305,7 @@ def _count_pages(catalog: DictionaryObject, limits: PdfLimits, parsed: _Parsed,
                 out.found.append(Finding(AMBIGUITY, "a page tree node is typed "
                                                     f"{str(kind)[:32]!r} but is used as a page"))
             pages += 1
+            out.found.extend(_page_findings(node))
             if isinstance(ref, IndirectObject):
                 # Leaves are many: past the budget, the walk reads them again.
                 parsed.visited((ref.idnum, ref.generation), node)
@@ -313,6 +318,27 @@ def _count_pages(catalog: DictionaryObject, limits: PdfLimits, parsed: _Parsed,
         out.found.append(Finding(AMBIGUITY, f"the page tree says {str(declared)[:16]} pages "
                                             f"but holds {pages}"))
     return pages
+
+
+# Inherited page attributes (PDF 32000-1 §7.7.3.4) and the type each must have.
+_INHERITED = {"/Resources": DictionaryObject, "/MediaBox": ArrayObject,
+              "/CropBox": ArrayObject}
+
+
+def _page_findings(page: DictionaryObject) -> list[Finding]:
+    """A page whose entries readers resolve differently: an inherited attribute of the
+    wrong type (one reader keeps it, another inherits the parent's), or /Contents that
+    holds anything but streams (one reader skips it, another drops the page)."""
+    found = []
+    for key, kind in _INHERITED.items():
+        if key in page and not isinstance(_get(page, key), kind):
+            found.append(Finding(AMBIGUITY, f"a page's {key} is not a "
+                                            f"{'dictionary' if kind is DictionaryObject else 'array'}"))
+    contents = _get(page, "/Contents")
+    parts = list(contents) if isinstance(contents, ArrayObject) else [contents]
+    if "/Contents" in page and not all(isinstance(_resolve(c), StreamObject) for c in parts):
+        found.append(Finding(AMBIGUITY, "a page's /Contents holds something other than streams"))
+    return found
 
 
 def _check_parent_chain(ref: Any, ok: set[Any], limits: PdfLimits) -> None:
@@ -342,7 +368,9 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: _Budget
           depth_embedded: int, out: _Findings) -> None:
     """Visit every object reachable from the trailer, iteratively, each at most twice
     (once plain, once where an action goes)."""
-    visited: set[tuple[int, int, bool]] = set()
+    # An object is visited once per role: plain, in an action slot, as embedded file
+    # data (a stream reached first under another key is still checked as a file).
+    visited: set[tuple[int, int, bool, bool]] = set()
     trailer = reader.trailer
     # (object, direct nesting depth, key it was found under, in an action slot)
     stack: list[tuple[Any, int, str, bool]] = [
@@ -353,9 +381,10 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: _Budget
         obj, depth, via, slot = stack.pop()
         ref = _key(obj)
         if ref is not None:
-            if (*ref, slot) in visited:
+            role = (*ref, slot, via == "/EF")
+            if role in visited:
                 continue
-            visited.add((*ref, slot))
+            visited.add(role)
             if ref not in out.used:
                 out.used.add(ref)
                 if len(out.used) > limits.max_objects:
@@ -387,7 +416,7 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: _Budget
 
 def _plain(d: DictionaryObject) -> dict[str, Any]:
     """The entries the rules read, resolved (names and strings as str)."""
-    return {k: _get(d, k) for k in ("/S", "/N", "/Type", "/Subtype", "/F", "/UF")
+    return {k: _get(d, k) for k in ("/S", "/N", "/Type", "/Subtype", *pdfrules.FILE_NAME_KEYS)
             if k in d} | {k: True for k in pdfrules.ACTIVE_KEYS if k in d} | (
                 {"/EF": True} if "/EF" in d else {})
 
@@ -404,6 +433,7 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         if reason:
             raise ActiveContent(f"the PDF contains active content: {reason}",
                                 detail={"rule": reason})
+    _appearance_findings(d, out)
     if not isinstance(d, StreamObject):
         return
     embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
@@ -436,6 +466,21 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         _check_embedded(d, names, head, limits, budget, depth_embedded)
 
 
+def _appearance_findings(d: DictionaryObject, out: _Findings) -> None:
+    """A form whose viewers draw their own appearances (/NeedAppearances, §12.7.2),
+    or an annotation with appearance states and no /AS to choose one (§12.5.5): what
+    a reader shows is then its own choice, not what was signed."""
+    if str(_get(d, "/NeedAppearances")) in ("True", "true"):
+        out.found.append(Finding(AMBIGUITY, "the form asks viewers to draw their own "
+                                            "appearances (/NeedAppearances)"))
+    if "/AP" in d and "/AS" not in d:
+        ap = _get(d, "/AP")
+        normal = _get(ap, "/N") if isinstance(ap, DictionaryObject) else None
+        if isinstance(normal, DictionaryObject) and not isinstance(normal, StreamObject):
+            out.found.append(Finding(AMBIGUITY, "an annotation has appearance states but "
+                                                "no /AS choosing one"))
+
+
 def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfLimits,
                     budget: _Budget, depth_embedded: int) -> None:
     """An embedded file by its content, decoded the way a viewer extracts it:
@@ -448,6 +493,11 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
     plain = all(n in FLATE for n in names) and "/DecodeParms" not in d and "/DP" not in d
     whole: bytes | None = None
     if not plain:
+        if len(d._data) > EMBEDDED_DECODE_MAX_BYTES or \
+                budget.limits.max_decoded_stream_bytes <= 0:
+            raise ActiveContent("the PDF embeds a large file under filters that cannot be "
+                                "checked in bounded memory",
+                                detail={"rule": "embedded file too large to check"})
         try:
             whole = d.get_data()
         except Exception:  # noqa: BLE001 - pypdf raises many types on odd filters

@@ -8,6 +8,7 @@ stream they reach.
 
 from __future__ import annotations
 
+import binascii
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -72,12 +73,92 @@ def _chunks(data: bytes) -> Iterator[bytes]:
         yield bytes(view[i:i + INFLATE_WINDOW_BYTES])
 
 
+HEX = frozenset({"/ASCIIHexDecode", "/AHx"})
+RUN_LENGTH = frozenset({"/RunLengthDecode", "/RL"})
+_WHITE = b"\x00\t\n\x0c\r "
+
+
+def _hex(chunks: Iterator[bytes], budget: int,
+         tick: Callable[[], None] | None) -> Iterator[bytes]:
+    """ASCIIHexDecode (§7.4.2) in windows: white space skipped, ``>`` ends it, an odd
+    last digit is followed by 0. pypdf's decoder takes tens of times its output in
+    memory; this one a window. Bad digits raise zlib.error (damaged data)."""
+    pending, produced = b"", 0
+    for chunk in chunks:
+        end = chunk.find(b">")
+        digits = pending + chunk[: end if end >= 0 else len(chunk)].translate(None, _WHITE)
+        pending, digits = (digits[-1:], digits[:-1]) if len(digits) % 2 else (b"", digits)
+        try:
+            out = binascii.unhexlify(digits)
+        except binascii.Error:
+            raise zlib.error("invalid hexadecimal data") from None
+        produced += len(out)
+        if produced > budget:
+            raise _TooBig(produced)
+        if tick is not None:
+            tick()
+        yield out
+        if end >= 0:
+            break
+    if pending:
+        try:
+            yield binascii.unhexlify(pending + b"0")
+        except binascii.Error:
+            raise zlib.error("invalid hexadecimal data") from None
+
+
+def _run_length(chunks: Iterator[bytes], budget: int,
+                tick: Callable[[], None] | None) -> Iterator[bytes]:
+    """RunLengthDecode (§7.4.5) in windows: a length byte 0-127 copies that many + 1
+    bytes, 129-255 repeats the next byte 257 - length times, 128 ends the data."""
+    buf, produced = b"", 0
+    for chunk in chunks:
+        buf += chunk
+        out = bytearray()
+        i, n = 0, len(buf)
+        while i < n:
+            length = buf[i]
+            if length == 128:
+                produced += len(out)
+                if produced > budget:
+                    raise _TooBig(produced)
+                yield bytes(out)
+                return
+            if length < 128:
+                if i + length + 2 > n:
+                    break
+                out += buf[i + 1:i + length + 2]
+                i += length + 2
+            else:
+                if i + 2 > n:
+                    break
+                out += buf[i + 1:i + 2] * (257 - length)
+                i += 2
+            if len(out) >= INFLATE_WINDOW_BYTES:
+                produced += len(out)
+                if produced > budget:
+                    raise _TooBig(produced)
+                if tick is not None:
+                    tick()
+                yield bytes(out)
+                out = bytearray()
+        buf = buf[i:]
+        produced += len(out)
+        if produced > budget:
+            raise _TooBig(produced)
+        yield bytes(out)
+
+
 def _decoded(raw: bytes, filters: list[str], budget: int,
              tick: Callable[[], None] | None) -> Iterator[bytes]:
     stream: Iterator[bytes] = _chunks(raw)
     for name in filters:
         if name in FLATE:
             stream = _inflate(stream, budget, tick)
+        elif name in HEX:
+            stream = _hex(stream, budget, tick)
+        elif name in RUN_LENGTH:
+            stream = _run_length(stream, budget, tick)
         elif name in BOUNDED_DECODERS:
             data = b"".join(stream)
             with apply_configuration(lzw_maximum_output_length=budget,

@@ -16,6 +16,7 @@ name) and by content (:func:`risky_content`).
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from collections.abc import Mapping
 from typing import Any
@@ -83,6 +84,9 @@ _ISO9660_AT = 0x8001
 _OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _OLE_MACRO_NAMES = ("_VBA_PROJECT".encode("utf-16-le"), "Macros".encode("utf-16-le"),
                     "VBA".encode("utf-16-le") + b"\x00\x00")
+# A page a browser (or mshta) runs: markup that opens with an HTML, HTA or script tag.
+_HTML = re.compile(rb"(?:\xef\xbb\xbf)?\s*(?:<!--.*?-->\s*)*<(?:!doctype\s+html|html|hta:|script|svg)\b",
+                   re.I | re.S)
 # How much of an embedded file's start the checks read before deciding.
 HEAD_BYTES = _ISO9660_AT + 16
 
@@ -124,20 +128,42 @@ def dict_reason(d: Mapping[str, Any]) -> str | None:
     for key, reason in ACTIVE_KEYS.items():
         if key in d:
             return reason
+    # Viewers pick an annotation's kind by /Subtype alone, whatever /Type says.
     subtype = ACTIVE_SUBTYPES.get(_name(d.get("/Subtype")))
-    if subtype and _name(d.get("/Type")) in ("", "/Annot"):
+    if subtype:
         return subtype
     if "/EF" in d:
-        for key in ("/UF", "/F"):
-            value = d.get(key)
-            if value is not None and risky_file_name(str(value)):
-                return f"an embedded file named {str(value)[:100]!r}"
+        for key in FILE_NAME_KEYS:
+            value = file_name_text(d.get(key))
+            if value is not None and risky_file_name(value):
+                return f"an embedded file named {value[:100]!r}"
+    return None
+
+
+# Every name a file specification may give its file (§7.11.3, Table 44; /Unix, /DOS
+# and /Mac are the old per-platform ones viewers still use).
+FILE_NAME_KEYS = ("/F", "/UF", "/Unix", "/DOS", "/Mac")
+
+
+def file_name_text(value: Any) -> str | None:
+    """A file specification's name as text: a string as it is, bytes (a name pypdf
+    could not read as text, e.g. with a NUL) as UTF-16 after a byte-order mark, else
+    Latin-1; anything else (a dictionary) None."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):
+        for bom, codec in ((b"\xfe\xff", "utf-16-be"), (b"\xff\xfe", "utf-16-le")):
+            if value.startswith(bom):
+                return value[2:].decode(codec, "replace")
+        return value.decode("latin-1")
     return None
 
 
 def windows_name(name: str) -> str:
-    """A file name as Windows resolves it: the last path part, an alternate data
-    stream cut off, trailing dots and spaces dropped, lower case."""
+    """A file name as Windows resolves it: cut at a NUL (C strings end there), the
+    last path part, an alternate data stream cut off, trailing dots and spaces
+    dropped, lower case."""
+    name = name.split("\x00", 1)[0]
     base = name.replace("\\", "/").rsplit("/", 1)[-1]
     base = base.split(":", 1)[0] if ":" in base else base
     return base.rstrip(". \t\r\n\x00").lower()
@@ -157,6 +183,8 @@ def risky_content(head: bytes, whole: bytes | None = None) -> str | None:
     kind = sniff_bytes(head)
     if kind in EXECUTABLE_TYPES:
         return f"an embedded executable file ({kind})"
+    if _HTML.match(head[:1024]):
+        return "an embedded HTML page or application, which runs scripts when opened"
     if head[_ISO9660_AT:_ISO9660_AT + 5] == b"CD001":
         return "an embedded disk image (ISO 9660)"
     if head.startswith(_OLE_MAGIC) and whole is not None and \

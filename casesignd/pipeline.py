@@ -124,9 +124,9 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
         try:
             report2, reader2 = inspect_document(rewritten, limits)
             if report2.findings:
+                # What qpdf's rewrite still shows two ways is in the document itself.
                 _close(reader2)
-                raise MalformedPdf("the PDF could not be rewritten into an unambiguous one",
-                                   detail={"findings": [f.reason for f in report2.findings]})
+                raise report2.refusal()
             if not _same_pages(reader, reader2, limits):
                 _close(reader2)
                 cls = AmbiguousPdf if _ambiguous(report) else MalformedPdf

@@ -39,13 +39,14 @@ def build(objs: list[tuple[int, bytes]], root: int = 1) -> bytes:
     return bytes(out)
 
 
-def basic(text: bytes = b"HELLO", extra_catalog: bytes = b"") -> list[tuple[int, bytes]]:
+def basic(text: bytes = b"HELLO", extra_catalog: bytes = b"", extra_page: bytes = b"",
+          more: tuple[tuple[int, bytes], ...] = ()) -> list[tuple[int, bytes]]:
     return [(1, b"<< /Type /Catalog /Pages 2 0 R " + extra_catalog + b">>"),
             (2, b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>"),
             (3, b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] "
-                b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R >>"),
+                b"/Resources << /Font << /F1 5 0 R >> >> /Contents 4 0 R " + extra_page + b">>"),
             (4, stream(b"", content(text))),
-            (5, FONT)]
+            (5, FONT), *more]
 
 
 def objstm(header: list[tuple[int, int]], bodies: list[bytes]) -> bytes:
@@ -191,6 +192,68 @@ def _content_posing_as_image() -> bytes:
     return build(objs)
 
 
+def _shared_ef(data: bytes, name: bytes = b"(report.dat)") -> bytes:
+    # The untyped file stream is reached first under another key (the walk takes the
+    # catalog's last key first), then under /EF.
+    objs = basic(extra_catalog=b"/Names << /EmbeddedFiles << /Names [(att) 6 0 R] >> >> /Zz 7 0 R")
+    objs += [(6, b"<< /Type /Filespec /F " + name + b" /UF " + name + b" /EF << /F 7 0 R >> >>"),
+             (7, stream(b"/Filter /FlateDecode", zlib.compress(data)))]
+    return build(objs)
+
+
+def _named(names: bytes) -> bytes:
+    objs = basic(extra_catalog=b"/Names << /EmbeddedFiles << /Names [(att) 6 0 R] >> >>")
+    objs += [(6, b"<< /Type /Filespec " + names + b" /EF << /F 7 0 R >> >>"),
+             (7, stream(b"/Type /EmbeddedFile", b"plain words"))]
+    return build(objs)
+
+
+def _resources_null() -> bytes:
+    # pypdf keeps the page's null; qpdf and poppler inherit the /Pages node's resources.
+    c = b"BT /F1 24 Tf 72 700 Td (VISIBLE) Tj ET /X1 Do"
+    return build([
+        (1, b"<< /Type /Catalog /Pages 2 0 R >>"),
+        (2, b"<< /Type /Pages /Kids [3 0 R] /Count 1 "
+            b"/Resources << /Font << /F1 5 0 R >> /XObject << /X1 8 0 R >> >> >>"),
+        (3, b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources null "
+            b"/Contents 4 0 R >>"),
+        (4, stream(b"", c)), (5, FONT),
+        (8, stream(b"/Type /XObject /Subtype /Form /BBox [0 0 612 792] "
+                   b"/Resources << /Font << /F1 5 0 R >> >>",
+                   b"BT /F1 24 Tf 72 600 Td (PAY 1000000 EUR) Tj ET"))])
+
+
+def _ap_form(text: bytes) -> bytes:
+    return stream(b"/Type /XObject /Subtype /Form /BBox [0 0 300 40] "
+                  b"/Resources << /Font << /F1 5 0 R >> >>", b"BT /F1 14 Tf 2 12 Td (" + text + b") Tj ET")
+
+
+def _need_appearances() -> bytes:
+    w = (b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (amount) /V (PAY 999999 EUR) "
+         b"/DA (/F1 14 Tf 0 g) /Rect [72 500 372 540] /P 3 0 R /AP << /N 9 0 R >> /F 4 >>")
+    return build(basic(extra_page=b"/Annots [6 0 R]", extra_catalog=(
+        b"/AcroForm << /Fields [6 0 R] /DR << /Font << /F1 5 0 R >> >> /DA (/F1 14 Tf 0 g) "
+        b"/NeedAppearances true >>"), more=((6, w), (9, _ap_form(b"PAY 10 EUR")))))
+
+
+def _states_without_as() -> bytes:
+    a = b"<< /Type /Annot /Subtype /Square /Rect [72 500 372 540] /F 4 /AP << /N << /On 9 0 R /Off 10 0 R >> >> >>"
+    return build(basic(extra_page=b"/Annots [6 0 R]", more=(
+        (6, a), (9, _ap_form(b"STATE ON")), (10, _ap_form(b"STATE OFF")))))
+
+
+def _contents_with_a_dictionary() -> bytes:
+    objs = basic(more=((6, b"<< /Length 0 >>"),
+                       (7, stream(b"", b"BT /F1 24 Tf 72 600 Td (SECOND) Tj ET"))))
+    objs[2] = (3, objs[2][1].replace(b"/Contents 4 0 R", b"/Contents [4 0 R 6 0 R 7 0 R]"))
+    return build(objs)
+
+
+def _sound_typed_otherwise() -> bytes:
+    return build(basic(extra_page=b"/Annots [6 0 R]", more=(
+        (6, b"<< /Type /Foo /Subtype /Sound /Rect [0 0 50 50] >>"),)))
+
+
 ACTIVE = ("active_content",)
 PROBES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "exe_bad_adler": (lambda: with_embedded(bad_adler(MZ)), ACTIVE),
@@ -221,4 +284,19 @@ PROBES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "object_freed_by_update": (_freed_by_update, ("ambiguous_pdf",)),
     "hybrid_table_frees_objstm_object": (_hybrid_free, ("ambiguous_pdf",)),
     "content_posing_as_image": (_content_posing_as_image, ("limit_exceeded",)),
+    # a second probe
+    "exe_reached_first_under_another_key": (lambda: _shared_ef(MZ), ACTIVE),
+    "pdf_js_reached_first_under_another_key": (lambda: _shared_ef(_inner(), b"(inner.pdf)"),
+                                               ACTIVE),
+    "file_name_cut_at_nul": (lambda: _named(b"/F (run.hta\\000.txt) /UF (run.hta\\000.txt)"),
+                             ACTIVE),
+    "file_name_only_in_unix": (lambda: _named(b"/Unix (run.hta)"), ACTIVE),
+    "html_application_named_harmlessly": (lambda: with_embedded(
+        zlib.compress(b'<html><script>new ActiveXObject("WScript.Shell")</script></html>')),
+        ACTIVE),
+    "page_resources_null": (_resources_null, ("ambiguous_pdf",)),
+    "form_needs_appearances": (_need_appearances, ("ambiguous_pdf",)),
+    "appearance_states_without_as": (_states_without_as, ("ambiguous_pdf",)),
+    "contents_array_with_a_dictionary": (_contents_with_a_dictionary, ("ambiguous_pdf",)),
+    "sound_annotation_typed_otherwise": (_sound_typed_otherwise, ACTIVE),
 }

@@ -468,3 +468,49 @@ def test_damaged_bytes_raise_only_our_errors(
         _check(tmp_path, bytes(data))
     except CasesignError as e:
         assert e.code in {"malformed_pdf", "ambiguous_pdf", "encrypted_pdf", "active_content", "limit_exceeded"}
+
+
+# --- the windowed decoders against pypdf's ------------------------------------------
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.binary(max_size=3000), spaces=st.booleans())
+def test_hex_decoding_matches_pypdf(data: bytes, spaces: bool) -> None:
+    from pypdf.filters import ASCIIHexDecode
+
+    hexed = data.hex().encode()
+    if spaces:
+        hexed = b" \n".join(hexed[i:i + 7] for i in range(0, len(hexed), 7))
+    encoded = hexed + b">"
+    ours = measure_decoded(encoded, ["/AHx"], 1 << 20, keep=True)[1]
+    assert ours == ASCIIHexDecode.decode(encoded)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs=st.lists(st.one_of(
+    st.binary(min_size=1, max_size=128).map(lambda b: bytes([len(b) - 1]) + b),
+    st.tuples(st.integers(129, 255), st.integers(0, 255)).map(lambda t: bytes(t))),
+    max_size=60))
+def test_run_length_decoding_matches_pypdf(runs: list[bytes]) -> None:
+    from pypdf.filters import RunLengthDecode
+
+    encoded = b"".join(runs) + b"\x80"
+    ours = measure_decoded(encoded, ["/RL"], 1 << 20, keep=True)[1]
+    assert ours == RunLengthDecode.decode(encoded)
+
+
+def test_hex_and_run_length_bombs_stay_small() -> None:
+    # pypdf's decoders take ~47 times their output in memory; ours a window.
+    import resource
+
+    def deflated(piece: bytes, times: int, end: bytes) -> bytes:
+        c = zlib.compressobj(9)
+        return b"".join(c.compress(piece) for _ in range(times)) + c.compress(end) + c.flush()
+
+    hexed = deflated(b"00 " * (1 << 20), 32, b">")
+    rl = deflated(b"\x01ab" * (1 << 20), 4, b"\x80")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(LimitExceeded):
+        measure_decoded(hexed, ["/FlateDecode", "/AHx"], 16 << 20)
+    assert measure_decoded(rl, ["/FlateDecode", "/RL"], 16 << 20)[0] == 8 << 20
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024

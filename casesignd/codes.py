@@ -1,0 +1,128 @@
+"""Every error code the service answers or records, in one table.
+
+A code is stable: clients and scripts branch on it. Each row says the HTTP status it
+answers with, the failure category a job that fails with it records, whether the job
+engine retries it, and what it means. The OpenAPI document's enums and the metrics'
+``code`` label set are derived from this table, and the tests hold the README, the
+exception tree (:mod:`casesignd.errors`) and every code written in the source to it:
+a new code is one line here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+PERMANENT = "permanent_input"
+RETRIES = "retries_exhausted"
+INTERNAL = "internal"
+
+
+@dataclass(frozen=True)
+class Code:
+    """One error code: its status, the category a failed job records, whether it is
+    retried, and its meaning (for people)."""
+
+    name: str
+    status: int
+    category: str
+    retryable: bool
+    meaning: str
+
+
+_ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
+    # requests
+    ("bad_request", 400, PERMANENT, False, "the request cannot be read"),
+    ("malformed_json", 400, PERMANENT, False, "the body is not valid JSON"),
+    ("invalid_multipart", 400, PERMANENT, False, "the kiosk's multipart body is malformed"),
+    ("unauthorized", 401, PERMANENT, False, "no bearer token"),
+    ("invalid_token", 401, PERMANENT, False, "the bearer token is not valid"),
+    ("forbidden", 403, PERMANENT, False, "not allowed"),
+    ("link_expired", 403, PERMANENT, False, "the download link's time is past"),
+    ("link_invalid", 403, PERMANENT, False, "the download link's signature does not match"),
+    ("not_found", 404, PERMANENT, False, "no such resource (also another tenant's)"),
+    ("job_not_found", 404, PERMANENT, False, "no such job (also another tenant's)"),
+    ("artifact_not_found", 404, PERMANENT, False, "no such artifact (also another tenant's)"),
+    ("request_timeout", 408, PERMANENT, False,
+     "the request did not arrive within server.request_timeout_s"),
+    ("conflict", 409, PERMANENT, False, "the resource is in another state"),
+    ("not_failed", 409, PERMANENT, False, "only a failed job can be retried"),
+    ("not_cancelable", 409, PERMANENT, False, "the job is held by a worker or finished"),
+    ("in_progress", 409, PERMANENT, False,
+     "the first request with this Idempotency-Key is still running"),
+    ("job_canceled", 409, PERMANENT, False, "the kiosk request's job was canceled"),
+    ("already_exists", 409, PERMANENT, False, "init does not overwrite an existing file"),
+    ("too_large", 413, PERMANENT, False, "a body, object, document or job over its limit"),
+    ("unsupported_media_type", 415, PERMANENT, False, "a body or part of the wrong type"),
+    ("queue_full", 429, INTERNAL, True, "past workers.max_queue_depth; with Retry-After"),
+    ("busy", 503, INTERNAL, True, "no capacity now; with Retry-After"),
+    ("shutting_down", 503, INTERNAL, True, "the daemon is stopping; with Retry-After"),
+    ("store_unavailable", 503, INTERNAL, True, "the store cannot be written now"),
+    ("deadline_exceeded", 504, INTERNAL, True, "the kiosk deadline passed; a replay returns it"),
+    ("unavailable", 503, INTERNAL, False, "the daemon cannot start: a part is missing"),
+    ("init_failed", 500, INTERNAL, False, "init could not write the setup"),
+    ("internal_error", 500, INTERNAL, False, "a fault of the service; quote the correlation id"),
+    # validation (422)
+    ("invalid_field", 422, PERMANENT, False, "a field has the wrong type or value"),
+    ("invalid_body", 422, PERMANENT, False, "the body is not a JSON object"),
+    ("missing_field", 422, PERMANENT, False, "a required field is missing"),
+    ("unknown_field", 422, PERMANENT, False, "a field the request does not have"),
+    ("unknown_kind", 422, PERMANENT, False, "no job kind of that name"),
+    ("unknown_policy", 422, PERMANENT, False, "no policy of that version"),
+    ("unknown_template", 422, PERMANENT, False, "no invoice template of that version"),
+    ("invalid_case_id", 422, PERMANENT, False, "a case id of 1-128 [A-Za-z0-9._:-]"),
+    ("invalid_sha256", 422, PERMANENT, False, "a digest of 64 hex digits"),
+    ("invalid_object_ref", 422, PERMANENT, False, "an object_ref of no known form"),
+    ("invalid_idempotency_key", 422, PERMANENT, False, "an Idempotency-Key of 1-255 printable ASCII"),
+    ("idempotency_key_reused", 422, PERMANENT, False, "the same key with another request"),
+    ("invalid_cursor", 422, PERMANENT, False, "a cursor this service did not give"),
+    ("invalid_limit", 422, PERMANENT, False, "a limit outside 1-200"),
+    ("invalid_state", 422, PERMANENT, False, "a state filter that is not a client state"),
+    ("invalid_amount", 422, PERMANENT, False, "an amount that is not a decimal string, or too precise"),
+    ("invalid_quantity", 422, PERMANENT, False, "a quantity that is not a positive integer"),
+    ("unsupported_character", 422, PERMANENT, False, "a character the invoice font cannot print"),
+    ("unsupported_currency", 422, PERMANENT, False, "a currency the invoices do not know"),
+    ("contract_count", 422, PERMANENT, False, "not exactly one contract item"),
+    ("duplicate_signer", 422, PERMANENT, False, "signer ids must be unique"),
+    ("too_many_items", 422, PERMANENT, False, "more items than the policy or template allows"),
+    ("media_type_not_allowed", 422, PERMANENT, False, "a media type the policy does not allow"),
+    # documents and inputs (job failures, and 422 on the kiosk)
+    ("invalid_input", 422, PERMANENT, False, "the job's input cannot succeed"),
+    ("malformed_pdf", 422, PERMANENT, False, "not a PDF, or damage no two readers repair alike"),
+    ("ambiguous_pdf", 422, PERMANENT, False,
+     "readers could show the PDF differently and it cannot be rewritten into one"),
+    ("encrypted_pdf", 422, PERMANENT, False, "an encrypted PDF (any security handler)"),
+    ("active_content", 422, PERMANENT, False,
+     "actions, scripts, media players or executable files the policy does not allow"),
+    ("limit_exceeded", 422, PERMANENT, False, "a page, object, size, decoded-byte or CPU budget"),
+    ("scan_limit_exceeded", 422, PERMANENT, False, "larger than the malware scanner examines"),
+    ("malware_detected", 422, PERMANENT, False, "the malware scanner found something"),
+    ("media_type_mismatch", 422, PERMANENT, False, "the content is not of its declared type"),
+    ("digest_mismatch", 422, PERMANENT, False, "the bytes differ from the declared digest"),
+    ("size_mismatch", 422, PERMANENT, False, "the bytes differ from the declared size"),
+    ("certified_no_changes", 422, PERMANENT, False,
+     "certified with DocMDP P=1: a further signature would break it"),
+    ("certified_pdf", 422, PERMANENT, False, "certified: files cannot be embedded"),
+    ("field_exists", 422, PERMANENT, False, "a signature field of that name exists"),
+    ("object_not_found", 422, PERMANENT, False, "the object_ref names nothing"),
+    ("path_outside_source", 422, PERMANENT, False, "a source path leaves its root"),
+    ("source_rejected", 422, PERMANENT, False, "the source refused the read for good"),
+    ("layout_failed", 422, PERMANENT, False, "the invoice cannot be laid out"),
+    ("test_permanent", 422, PERMANENT, False, "the test kind's permanent failure"),
+    # transient job failures (retried)
+    ("transient_failure", 503, RETRIES, True, "something outside the job failed for now"),
+    ("source_unavailable", 503, RETRIES, True, "a source could not be read for now"),
+    ("temp_quota", 503, RETRIES, True, "the temp volume is full for now; the job waits"),
+    ("scanner_unavailable", 503, RETRIES, True, "the malware scanner cannot be reached"),
+    ("tsa_unavailable", 503, RETRIES, True, "the time-stamping authority cannot be reached"),
+    ("signing_failed", 503, RETRIES, True, "the signing key or token failed"),
+    ("signing_key_unavailable", 503, RETRIES, True, "no signing key is configured"),
+    ("attempt_timeout", 503, RETRIES, True, "an attempt ran past workers.max_run_s"),
+    ("worker_lost", 503, RETRIES, True, "a worker process died during the call"),
+    ("test_transient", 503, RETRIES, True, "the test kind's transient failure"),
+    # the engine's own records
+    ("lease_lost", 409, INTERNAL, False, "a worker's lease was taken over"),
+    ("stale_result", 409, INTERNAL, False, "a stale worker's result, dropped"),
+    ("signature_too_large", 500, INTERNAL, False, "the CMS did not fit its placeholder"),
+)
+
+CODES: dict[str, Code] = {row[0]: Code(*row) for row in _ROWS}

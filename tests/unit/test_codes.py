@@ -1,0 +1,78 @@
+"""One table of error codes (casesignd/codes.py), and everything held to it: the codes
+the source writes, the exception tree, the README's table, the OpenAPI document and
+the metrics' label set. A code missing anywhere, or described two ways, fails here."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from casesignd import errors, metrics, openapi
+from casesignd.codes import CODES, INTERNAL, PERMANENT, RETRIES
+
+ROOT = Path(__file__).resolve().parents[2]
+# A code as the source writes it: code="x", a class's code = "x", or the first
+# argument of invoice.py's _refuse("x", ...).
+_LITERAL = re.compile(
+    r"""(?:\bcode\s*(?::\s*str\s*)?=\s*|\b_refuse\(\s*)"([a-z][a-z0-9_]{1,63})\"""")
+# The command-line client's own errors (ClientError) describe its side of a call.
+CLIENT_MODULES = {"client.py"}
+
+
+def _exception_classes() -> list[type[errors.CasesignError]]:
+    out, todo = [], [errors.CasesignError]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo.extend(cls.__subclasses__())
+    return out
+
+
+def test_the_table_is_well_formed() -> None:
+    for code in CODES.values():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", code.name)
+        assert 400 <= code.status <= 599
+        assert code.category in (PERMANENT, RETRIES, INTERNAL)
+        assert code.meaning and code.meaning[0].islower(), code
+
+
+def test_every_code_the_source_writes_is_in_the_table() -> None:
+    missing = {}
+    for path in sorted((ROOT / "casesignd").glob("*.py")):
+        if path.name in CLIENT_MODULES:
+            continue
+        for code in _LITERAL.findall(path.read_text()):
+            if code not in CODES:
+                missing.setdefault(code, path.name)
+    assert not missing, f"codes written in the source but not in casesignd/codes.py: {missing}"
+
+
+@pytest.mark.parametrize("cls", [c for c in _exception_classes()
+                                 if c.__module__ == "casesignd.errors"],
+                         ids=lambda c: c.__name__)
+def test_the_exception_tree_agrees_with_the_table(cls: type[errors.CasesignError]) -> None:
+    row = CODES[cls.code]
+    assert (cls.status, cls.retryable) == (row.status, row.retryable), cls
+    if cls.retryable or cls.category != errors.INTERNAL:
+        assert cls.category == row.category, cls
+
+
+def test_the_readme_table_is_the_table() -> None:
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Errors"):text.index("\n## ", text.index("## Errors") + 1)]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| (\d{3}) \| (\w+) \| (yes|no) \| (.+) \|$",
+                      section, re.M)
+    readme = {name: (int(status), category, retried == "yes", meaning)
+              for name, status, category, retried, meaning in rows}
+    table = {c.name: (c.status, c.category, c.retryable, c.meaning) for c in CODES.values()}
+    assert readme == table
+
+
+def test_the_openapi_document_and_the_metrics_take_the_table() -> None:
+    doc = openapi.document()
+    error_code = doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]["code"]
+    assert error_code["enum"] == sorted(CODES)
+    assert doc["components"]["schemas"]["JobError"]["properties"]["code"]["enum"] == sorted(CODES)
+    assert metrics.error_codes() == set(CODES)
