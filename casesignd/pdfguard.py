@@ -11,6 +11,7 @@ or ambiguity.
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -78,11 +79,17 @@ _AMBIGUITY_WORDS = ("multiple definitions", "overwriting cache", "duplicate",
                     "ref repaired")
 
 
+# Where a pypdf message starts quoting the document's bytes (b'...', "@offset: ...").
+_QUOTED = re.compile(r"""\s*(?:b['"]|@\d+:|\(nd=|['"]).*""", re.S)
+
+
 def warning_finding(message: str) -> Finding:
-    """A pypdf warning as a finding (pure)."""
+    """A pypdf warning as a finding (pure). The message is cut where it would quote
+    the document: findings go to the audit trail and the log, which hold no content."""
     low = message.lower()
     kind = AMBIGUITY if any(w in low for w in _AMBIGUITY_WORDS) else DAMAGE
-    return Finding(kind, f"the parser had to guess: {message[:160]}")
+    said = _QUOTED.sub("", message)[:120].rstrip(" :;,(") or "a repair"
+    return Finding(kind, f"the parser had to guess: {said}")
 
 
 @contextmanager

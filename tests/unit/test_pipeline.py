@@ -55,3 +55,14 @@ def test_audit_detail_holds_digests_and_reasons_only() -> None:
     assert rewritten.audit_detail() == {"received_sha256": "a" * 64, "normalized": True,
                                         "source_sha256": "b" * 64,
                                         "normalize_reasons": ["no %%EOF"]}
+
+
+def test_a_repair_finding_never_quotes_the_document() -> None:
+    from casesignd.pdfguard import warning_finding
+
+    quoted = ('PdfReadError("Invalid Elementary Object starting with b\'R\' @234: '
+              'b\'e /Page (Quentin Abernathy-Sole)\'")')
+    finding = warning_finding(quoted)
+    assert "Quentin" not in finding.reason and "b'" not in finding.reason
+    assert warning_finding("Multiple definitions in dictionary at byte 0x1a for key /Contents"
+                           ).kind == "ambiguity"
