@@ -9,6 +9,9 @@ Schemas use JSON Schema 2020-12, which OpenAPI 3.1 embeds, so constraints the
 contract states in words are machine-checkable here: "exactly one contract item"
 is ``contains`` with ``minContains``/``maxContains`` 1, and "``result`` is present
 when ready" is an ``if``/``then``.
+
+Its size: one declaration per endpoint and schema of the contract, read top to
+bottom beside it; split, a reader would have to put the API back together.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ import hashlib
 import io
 import itertools
 import os
-import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,22 +41,32 @@ from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
-from . import pdfparse
 from .errors import (
     CertifiedPdf,
-    EncryptedPdf,
-    LimitExceeded,
     MalformedPdf,
     PermanentJobError,
     SignatureTooLarge,
     SizeMismatch,
 )
-from .pdfcheck import docmdp_permission
+from .pdfstructure import Structure, field_names, name_tree_items, read_structure
+from .pdfsyntax import (
+    indirect,
+    name_object,
+    pdf_date,
+    pdf_text,
+    put_object,
+    raw,
+    resolved,
+    serialize,
+    string_key,
+    text_object,
+    unique_name,
+    xref_stream,
+    xref_table,
+)
 
 CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
-_STARTXREF = re.compile(rb"startxref\s+(\d+)")
-_OBJ_HEADER = re.compile(rb"\d+\s+\d+\s+obj\b")
 
 
 @dataclass(frozen=True)
@@ -117,17 +126,6 @@ class SignOutcome:
 # --- pure helpers ----------------------------------------------------------------
 
 
-def pdf_date(when: dt.datetime) -> str:
-    """A PDF date string (PDF 32000-1 §7.9.4): D:YYYYMMDDHHmmSS+HH'mm'."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    offset = when.utcoffset() or dt.timedelta(0)
-    minutes = int(offset.total_seconds() // 60)
-    sign = "-" if minutes < 0 else "+"
-    hh, mm = divmod(abs(minutes), 60)
-    return f"D:{when:%Y%m%d%H%M%S}{sign}{hh:02d}'{mm:02d}'"
-
-
 def reason_text(meta: SignatureMeta) -> str:
     """The /Reason line: the caller's reason, then policy, case and signers."""
     parts = [meta.reason] if meta.reason else []
@@ -141,177 +139,7 @@ def reason_text(meta: SignatureMeta) -> str:
     return "; ".join(parts)
 
 
-def xref_runs(numbers: Iterable[int]) -> list[tuple[int, int]]:
-    """Sorted object numbers grouped into (first, count) subsections (§7.5.4)."""
-    runs: list[tuple[int, int]] = []
-    for n in sorted(numbers):
-        if runs and runs[-1][0] + runs[-1][1] == n:
-            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
-        else:
-            runs.append((n, 1))
-    return runs
-
-
-def unique_name(wanted: str, taken: set[str]) -> str:
-    if wanted not in taken:
-        return wanted
-    stem, dot, ext = wanted.rpartition(".")
-    for k in range(2, 10_000):
-        cand = f"{stem} ({k}).{ext}" if dot and stem else f"{wanted} ({k})"
-        if cand not in taken:
-            return cand
-    raise LimitExceeded(f"too many attachments named {wanted!r}")
-
-
-_PLAIN_NAME = re.compile(r"/[A-Za-z0-9._+-]*")
-
-
-def _ser(obj: Any) -> bytes:
-    """PDF syntax for a pypdf object. Dictionaries, arrays, plain names, integers and
-    references are written here (pypdf escapes every name character by character,
-    most of the time of a one-page preparation); anything else by pypdf."""
-    out: list[bytes] = []
-    _emit(obj, out)
-    return b"".join(out)
-
-
-def _emit(obj: Any, out: list[bytes]) -> None:
-    kind = type(obj)
-    if kind is g.DictionaryObject:
-        out.append(b"<<")
-        for key, value in obj.items():
-            _emit(key, out)
-            out.append(b" ")
-            _emit(value, out)
-            out.append(b"\n")
-        out.append(b">>")
-    elif kind is g.ArrayObject:
-        out.append(b"[")
-        for i, value in enumerate(obj):
-            if i:
-                out.append(b" ")
-            _emit(value, out)
-        out.append(b"]")
-    elif kind is g.NameObject and _PLAIN_NAME.fullmatch(obj):
-        out.append(obj.encode("ascii"))
-    elif kind is g.NumberObject:
-        out.append(b"%d" % obj)
-    elif kind is g.IndirectObject:
-        out.append(b"%d %d R" % (obj.idnum, obj.generation))
-    else:
-        buf = io.BytesIO()
-        obj.write_to_stream(buf)
-        out.append(buf.getvalue())
-
-
-def _text(s: str) -> g.TextStringObject | g.ByteStringObject:
-    return g.create_string_object(s)
-
-
-def _name(s: str) -> g.NameObject:
-    return g.NameObject("/" + s)
-
-
-def _get(d: Any, key: str, default: Any = None) -> Any:
-    """``d[key]`` with an indirect reference resolved (pypdf's ``get`` keeps it raw)."""
-    v = d.get(key, default)
-    return v.get_object() if isinstance(v, g.IndirectObject) else v
-
-
-def _raw(d: g.DictionaryObject, key: str) -> Any:
-    """The unresolved value (an IndirectObject stays a reference), or None."""
-    return dict.get(d, g.NameObject(key))
-
-
-def _string_key(obj: Any) -> bytes:
-    # Name trees sort keys by their bytes (PDF 32000-1 §7.9.6).
-    if isinstance(obj, g.TextStringObject):
-        return obj.original_bytes
-    return bytes(obj) if isinstance(obj, bytes | g.ByteStringObject) else str(obj).encode()
-
-
-# --- reading the structure -----------------------------------------------------
-
-
-@dataclass
-class _Structure:
-    reader: PdfReader
-    startxref: int
-    xref_is_stream: bool
-    size: int
-    root_ref: g.IndirectObject
-    catalog: g.DictionaryObject
-    page_ref: g.IndirectObject
-    page: g.DictionaryObject
-    trailer: g.DictionaryObject
-    ends_with_eol: bool = True
-    docmdp: int | None = None  # P of a certification signature, if any
-
-
-def _last_startxref(f: IO[bytes]) -> int:
-    f.seek(0, os.SEEK_END)
-    end = f.tell()
-    f.seek(max(0, end - 2048))
-    tail = f.read()
-    found = list(_STARTXREF.finditer(tail))
-    if not found:
-        raise MalformedPdf("no startxref at the end of the file")
-    return int(found[-1].group(1))
-
-
-def _first_page(catalog: g.DictionaryObject) -> tuple[g.IndirectObject, g.DictionaryObject]:
-    ref = _raw(catalog, "/Pages")
-    for _ in range(64):  # the page tree is shallow; a cycle is malformed
-        if not isinstance(ref, g.IndirectObject):
-            raise MalformedPdf("page tree node is not an indirect object")
-        node = ref.get_object()
-        if not isinstance(node, g.DictionaryObject):
-            raise MalformedPdf("page tree node is not a dictionary")
-        if _get(node, "/Type") == "/Page" or "/Kids" not in node:
-            return ref, node
-        kids = node["/Kids"]
-        if not kids:
-            raise MalformedPdf("the document has no pages")
-        ref = kids[0]
-    raise MalformedPdf("page tree too deep or cyclic")
-
-
-def _read_structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure:
-    startxref = _last_startxref(f)
-    f.seek(startxref)
-    head = f.read(32).lstrip()
-    if not (head.startswith(b"xref") or _OBJ_HEADER.match(head)):
-        # pypdf would repair this, but our /Prev must name a real section (§7.5.6).
-        raise MalformedPdf("startxref does not point to a cross-reference section")
-    reader = reader or pdfparse.reader(f)
-    if reader.is_encrypted:
-        raise EncryptedPdf("the PDF is encrypted")
-    trailer = reader.trailer
-    root_ref = _raw(trailer, "/Root")
-    if not isinstance(root_ref, g.IndirectObject):
-        raise MalformedPdf("trailer has no indirect /Root")
-    catalog = root_ref.get_object()
-    if not isinstance(catalog, g.DictionaryObject):
-        raise MalformedPdf("the /Root is not a dictionary")
-    page_ref, page = _first_page(catalog)
-    size = int(_get(trailer, "/Size", 0))
-    size = max([size, *(n + 1 for gen in reader.xref.values() for n in gen)], default=size)
-    size = max([size, *(n + 1 for n in reader.xref_objStm)], default=size)
-    f.seek(-1, os.SEEK_END)
-    last = f.read(1)
-    return _Structure(
-        reader=reader,
-        startxref=startxref,
-        xref_is_stream=not head.startswith(b"xref"),
-        size=size,
-        root_ref=root_ref,
-        catalog=catalog,
-        page_ref=page_ref,
-        page=page,
-        trailer=trailer,
-        ends_with_eol=last in (b"\n", b"\r"),
-        docmdp=docmdp_permission(catalog),
-    )
+# --- what the update may do -----------------------------------------------------
 
 
 def check_docmdp(level: int | None, attachments: int) -> None:
@@ -324,30 +152,6 @@ def check_docmdp(level: int | None, attachments: int) -> None:
                            code="certified_no_changes", field="items[0]")
     if level is not None and attachments:
         raise CertifiedPdf(f"the PDF is certified (DocMDP P={level}): files cannot be embedded")
-
-
-def _name_tree_items(node: Any, depth: int = 0) -> Iterator[tuple[Any, Any]]:
-    if depth > 32:
-        raise MalformedPdf("name tree too deep or cyclic")
-    node = node.get_object()
-    if not isinstance(node, g.DictionaryObject):
-        return
-    names = _get(node, "/Names")
-    if names is not None:
-        names = names.get_object()
-        for i in range(0, len(names) - 1, 2):
-            yield names[i], names[i + 1]
-    for kid in _get(node, "/Kids", []) or []:
-        yield from _name_tree_items(kid, depth + 1)
-
-
-def _field_names(fields: Any) -> set[str]:
-    out: set[str] = set()
-    for ref in fields or []:
-        obj = ref.get_object()
-        if isinstance(obj, g.DictionaryObject) and "/T" in obj:
-            out.add(str(obj["/T"]))
-    return out
 
 
 # --- writing the update ----------------------------------------------------------
@@ -423,21 +227,21 @@ def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetim
     size, md5, sha = _hash_file(att.path)
     params = g.DictionaryObject(
         {
-            _name("Size"): g.NumberObject(size),
-            _name("CheckSum"): g.ByteStringObject(md5),
-            _name("ModDate"): _text(pdf_date(when)),  # when it was embedded (Table 46)
+            name_object("Size"): g.NumberObject(size),
+            name_object("CheckSum"): g.ByteStringObject(md5),
+            name_object("ModDate"): text_object(pdf_date(when)),  # when it was embedded (Table 46)
         }
     )
     head = g.DictionaryObject(
         {
-            _name("Type"): _name("EmbeddedFile"),
-            _name("Subtype"): g.NameObject("/" + (att.media_type or "application/octet-stream")),
-            _name("Params"): params,
-            _name("Length"): g.NumberObject(size),
+            name_object("Type"): name_object("EmbeddedFile"),
+            name_object("Subtype"): g.NameObject("/" + (att.media_type or "application/octet-stream")),
+            name_object("Params"): params,
+            name_object("Length"): g.NumberObject(size),
         }
     )
     w.begin(num)
-    w.write(_ser(head) + b"\nstream\n")
+    w.write(serialize(head) + b"\nstream\n")
     copied = 0
     buf = bytearray(CHUNK_BYTES)
     with open(att.path, "rb") as f:
@@ -448,24 +252,6 @@ def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetim
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")
     return sha
-
-
-def _indirect(num: int, gen: int = 0) -> g.IndirectObject:
-    return g.IndirectObject(num, gen, None)
-
-
-def _put(buf: io.BytesIO, xref: dict[int, tuple[int, int]], base: int, num: int, gen: int, body: bytes) -> None:
-    xref[num] = (base + buf.tell(), gen)
-    buf.write(b"%d %d obj\n" % (num, gen) + body + b"\nendobj\n")
-
-
-def pdf_text(s: str) -> bytes:
-    """A PDF text string (§7.9.2.2): a literal string when ``s`` is printable ASCII,
-    else UTF-16BE with its byte order mark, in hex (pure)."""
-    if s.isascii() and s.isprintable():
-        return b"(" + s.encode("ascii").replace(b"\\", b"\\\\").replace(b"(", b"\\(").replace(
-            b")", b"\\)") + b")"
-    return b"<FEFF" + s.encode("utf-16-be").hex().upper().encode("ascii") + b">"
 
 
 def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
@@ -494,62 +280,35 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
     return body[:-2] + placeholder + b"\n" + contents + b"\n>>"
 
 
-def _xref_table(xref: dict[int, tuple[int, int]]) -> bytes:
-    out = [b"xref\n"]
-    for first, count in xref_runs(xref):
-        out.append(b"%d %d\n" % (first, count))
-        for n in range(first, first + count):
-            off, gen = xref[n]
-            out.append(b"%010d %05d n\r\n" % (off, gen))  # 20-byte entries (§7.5.4)
-    return b"".join(out)
-
-
-def _xref_stream(num: int, xref: dict[int, tuple[int, int]], trailer: g.DictionaryObject) -> bytes:
-    # §7.5.8: type-1 entries, fields [1 w 2]; uncompressed so it stays inspectable.
-    width = max(4, (max(off for off, _ in xref.values()).bit_length() + 7) // 8)
-    runs = xref_runs(xref)
-    rows = bytearray()
-    for first, count in runs:
-        for n in range(first, first + count):
-            off, gen = xref[n]
-            rows += b"\x01" + off.to_bytes(width, "big") + gen.to_bytes(2, "big")
-    d = g.DictionaryObject(trailer)
-    d[_name("Type")] = _name("XRef")
-    d[_name("W")] = g.ArrayObject([g.NumberObject(1), g.NumberObject(width), g.NumberObject(2)])
-    d[_name("Index")] = g.ArrayObject(g.NumberObject(x) for run in runs for x in run)
-    d[_name("Length")] = g.NumberObject(len(rows))
-    return b"%d 0 obj\n" % num + _ser(d) + b"\nstream\n" + bytes(rows) + b"\nendstream\nendobj\n"
-
-
 def _catalog_updates(
-    s: _Structure, new_num: Callable[[], int], filespecs: list[tuple[str, int]]
+    s: Structure, new_num: Callable[[], int], filespecs: list[tuple[str, int]]
 ) -> tuple[g.DictionaryObject, list[tuple[int, int, g.PdfObject]]]:
     """The new catalog and the other rewritten objects for the attachments."""
     catalog = g.DictionaryObject(s.catalog)
     extra: list[tuple[int, int, g.PdfObject]] = []
     if not filespecs:
         return catalog, extra
-    names_raw = _raw(s.catalog, "/Names")
+    names_raw = raw(s.catalog, "/Names")
     names = g.DictionaryObject(names_raw.get_object()) if names_raw is not None else g.DictionaryObject()
     entries: dict[bytes, tuple[Any, Any]] = {}
     if "/EmbeddedFiles" in names:
-        for key, value in _name_tree_items(_raw(names, "/EmbeddedFiles")):
-            entries[_string_key(key)] = (key, value)
+        for key, value in name_tree_items(raw(names, "/EmbeddedFiles")):
+            entries[string_key(key)] = (key, value)
     for name, num in filespecs:
-        key = _text(name)
-        entries[_string_key(key)] = (key, _indirect(num))
+        key = text_object(name)
+        entries[string_key(key)] = (key, indirect(num))
     tree_num = new_num()
     flat = g.ArrayObject(x for k in sorted(entries) for x in entries[k])
-    extra.append((tree_num, 0, g.DictionaryObject({_name("Names"): flat})))
-    names[_name("EmbeddedFiles")] = _indirect(tree_num)
+    extra.append((tree_num, 0, g.DictionaryObject({name_object("Names"): flat})))
+    names[name_object("EmbeddedFiles")] = indirect(tree_num)
     if isinstance(names_raw, g.IndirectObject):
         extra.append((names_raw.idnum, names_raw.generation, names))
     else:
-        catalog[_name("Names")] = names
-    af = _get(s.catalog, "/AF")
+        catalog[name_object("Names")] = names
+    af = resolved(s.catalog, "/AF")
     af_list = list(af.get_object()) if af is not None else []
     # /AF (PDF 2.0 §14.13, PDF/A-3): the attachments are associated with the document.
-    catalog[_name("AF")] = g.ArrayObject([*af_list, *(_indirect(num) for _, num in filespecs)])
+    catalog[name_object("AF")] = g.ArrayObject([*af_list, *(indirect(num) for _, num in filespecs)])
     return catalog, extra
 
 
@@ -630,14 +389,14 @@ def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 163
                           hasher.digest(), contents_bytes)
 
 
-def _structure(f: IO[bytes], reader: PdfReader | None = None) -> _Structure:
+def _structure(f: IO[bytes], reader: PdfReader | None = None) -> Structure:
     try:
-        return _read_structure(f, reader)
+        return read_structure(f, reader)
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
 
 
-def _append_update(s: _Structure, w: _Writer, attachments: list[Attachment],
+def _append_update(s: Structure, w: _Writer, attachments: list[Attachment],
                    meta: SignatureMeta, contents_bytes: int) -> tuple[int, int]:
     """Append the signing update through ``w`` (whose offset is the original's end);
     return the /Contents offset and the new total size."""
@@ -663,7 +422,7 @@ def _append_update(s: _Structure, w: _Writer, attachments: list[Attachment],
 
 
 def _write_update(
-    s: _Structure,
+    s: Structure,
     w: _Writer,
     attachments: list[Attachment],
     meta: SignatureMeta,
@@ -681,9 +440,9 @@ def _write_update(
         return next_num[0] - 1
 
     taken: set[str] = set()
-    names = _get(s.catalog, "/Names")
+    names = resolved(s.catalog, "/Names")
     if isinstance(names, g.DictionaryObject) and "/EmbeddedFiles" in names:
-        taken = {str(k) for k, _ in _name_tree_items(_raw(names, "/EmbeddedFiles"))}
+        taken = {str(k) for k, _ in name_tree_items(raw(names, "/EmbeddedFiles"))}
     planned: list[tuple[Attachment, str, int, bytes]] = []
     for att in attachments:
         name = unique_name(att.name, taken)
@@ -702,17 +461,17 @@ def _write_update(
         desc = f"{att.description}; " if att.description else ""
         spec = g.DictionaryObject(
             {
-                _name("Type"): _name("Filespec"),
-                _name("F"): _text(name),
-                _name("UF"): _text(name),
-                _name("EF"): g.DictionaryObject(
-                    {_name("F"): _indirect(stream_num), _name("UF"): _indirect(stream_num)}
+                name_object("Type"): name_object("Filespec"),
+                name_object("F"): text_object(name),
+                name_object("UF"): text_object(name),
+                name_object("EF"): g.DictionaryObject(
+                    {name_object("F"): indirect(stream_num), name_object("UF"): indirect(stream_num)}
                 ),
-                _name("Desc"): _text(f"{desc}SHA-256 {sha.hex()}"),
-                _name("AFRelationship"): _name("Supplement"),
+                name_object("Desc"): text_object(f"{desc}SHA-256 {sha.hex()}"),
+                name_object("AFRelationship"): name_object("Supplement"),
             }
         )
-        _put(tail, xref, base, num, 0, _ser(spec))
+        put_object(tail, xref, base, num, 0, serialize(spec))
         filespecs.append((name, num))
     catalog, extra = _catalog_updates(s, new_num, filespecs)
     sig_num, field_num = new_num(), new_num()
@@ -724,16 +483,16 @@ def _write_update(
         if num in seen:
             raise MalformedPdf(f"object {num} plays two roles in the document structure")
         seen.add(num)
-        _put(tail, xref, base, num, gen, _ser(obj))
-    _put(tail, xref, base, field_num, 0, _ser(widget))
+        put_object(tail, xref, base, num, gen, serialize(obj))
+    put_object(tail, xref, base, field_num, 0, serialize(widget))
     sig_at = tail.tell()
-    _put(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
+    put_object(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
 
 
 def _signature_field(
-    s: _Structure,
+    s: Structure,
     meta: SignatureMeta,
     sig_num: int,
     field_num: int,
@@ -745,10 +504,10 @@ def _signature_field(
     Merges into /AcroForm /Fields and page 1's /Annots, rewriting whichever objects
     hold them (appended to ``extra``, or set on ``catalog`` when direct).
     """
-    acro_raw = _raw(s.catalog, "/AcroForm")
+    acro_raw = raw(s.catalog, "/AcroForm")
     acro = g.DictionaryObject(acro_raw.get_object()) if acro_raw is not None else g.DictionaryObject()
-    fields = list(_get(acro, "/Fields", g.ArrayObject()) or [])
-    taken_fields = _field_names(fields)
+    fields = list(resolved(acro, "/Fields", g.ArrayObject()) or [])
+    taken_fields = field_names(fields)
     field_name = meta.field_name or next(
         f"Signature{k}" for k in range(1, 100_000) if f"Signature{k}" not in taken_fields
     )
@@ -756,36 +515,36 @@ def _signature_field(
         raise PermanentJobError(f"a field named {field_name!r} exists", code="field_exists")
     widget = g.DictionaryObject(
         {
-            _name("Type"): _name("Annot"),
-            _name("Subtype"): _name("Widget"),
-            _name("FT"): _name("Sig"),
-            _name("T"): _text(field_name),
-            _name("V"): _indirect(sig_num),
-            _name("F"): g.NumberObject(132),  # Print | Locked
-            _name("Rect"): g.ArrayObject([g.NumberObject(0)] * 4),
-            _name("P"): s.page_ref,
+            name_object("Type"): name_object("Annot"),
+            name_object("Subtype"): name_object("Widget"),
+            name_object("FT"): name_object("Sig"),
+            name_object("T"): text_object(field_name),
+            name_object("V"): indirect(sig_num),
+            name_object("F"): g.NumberObject(132),  # Print | Locked
+            name_object("Rect"): g.ArrayObject([g.NumberObject(0)] * 4),
+            name_object("P"): s.page_ref,
         }
     )
-    acro[_name("Fields")] = g.ArrayObject([*fields, _indirect(field_num)])
-    acro[_name("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
+    acro[name_object("Fields")] = g.ArrayObject([*fields, indirect(field_num)])
+    acro[name_object("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
     if isinstance(acro_raw, g.IndirectObject):
         extra.append((acro_raw.idnum, acro_raw.generation, acro))
     else:
-        catalog[_name("AcroForm")] = acro
-    annots_raw = _raw(s.page, "/Annots")
+        catalog[name_object("AcroForm")] = acro
+    annots_raw = raw(s.page, "/Annots")
     annots = list(annots_raw.get_object()) if annots_raw is not None else []
-    annots_new = g.ArrayObject([*annots, _indirect(field_num)])
+    annots_new = g.ArrayObject([*annots, indirect(field_num)])
     if isinstance(annots_raw, g.IndirectObject):
         extra.append((annots_raw.idnum, annots_raw.generation, annots_new))
     else:
         page = g.DictionaryObject(s.page)
-        page[_name("Annots")] = annots_new
+        page[name_object("Annots")] = annots_new
         extra.append((s.page_ref.idnum, s.page_ref.generation, page))
     return widget
 
 
 def _write_xref(
-    s: _Structure,
+    s: Structure,
     tail: io.BytesIO,
     xref: dict[int, tuple[int, int]],
     base: int,
@@ -793,23 +552,23 @@ def _write_xref(
 ) -> None:
     """The update's cross-reference section, of the same kind as the file's last one
     (§7.5.4 table or §7.5.8 stream), its trailer with /Prev (§7.5.6), and startxref."""
-    trailer = g.DictionaryObject({_name("Root"): s.root_ref, _name("Prev"): g.NumberObject(s.startxref)})
+    trailer = g.DictionaryObject({name_object("Root"): s.root_ref, name_object("Prev"): g.NumberObject(s.startxref)})
     if "/Info" in s.trailer:
-        trailer[_name("Info")] = _raw(s.trailer, "/Info")
-    old_id = _get(s.trailer, "/ID")
+        trailer[name_object("Info")] = raw(s.trailer, "/Info")
+    old_id = resolved(s.trailer, "/ID")
     new_id = g.ByteStringObject(os.urandom(16))
     # §14.4: the first identifier stays, the second changes with each revision.
     first = old_id[0] if old_id is not None and len(old_id) == 2 else new_id
-    trailer[_name("ID")] = g.ArrayObject([g.ByteStringObject(bytes(_string_key(first))), new_id])
+    trailer[name_object("ID")] = g.ArrayObject([g.ByteStringObject(bytes(string_key(first))), new_id])
     xref_at = base + tail.tell()
     if s.xref_is_stream:
         xref_num = new_num()
         xref[xref_num] = (xref_at, 0)
-        trailer[_name("Size")] = g.NumberObject(xref_num + 1)
-        tail.write(_xref_stream(xref_num, xref, trailer))
+        trailer[name_object("Size")] = g.NumberObject(xref_num + 1)
+        tail.write(xref_stream(xref_num, xref, trailer))
     else:
-        trailer[_name("Size")] = g.NumberObject(max(s.size, max(xref) + 1))
-        tail.write(_xref_table(xref) + b"trailer\n" + _ser(trailer) + b"\n")
+        trailer[name_object("Size")] = g.NumberObject(max(s.size, max(xref) + 1))
+        tail.write(xref_table(xref) + b"trailer\n" + serialize(trailer) + b"\n")
     tail.write(b"startxref\n%d\n%%%%EOF\n" % xref_at)
 
 

@@ -40,10 +40,8 @@ which are looked into, are held decoded, within the decoded budget).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
 import os
-import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,11 +52,8 @@ from pypdf.errors import LimitReachedError
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
 from . import normalize, pdfparse, pdfrules
-from .config import Policy
 from .errors import (
     ActiveContent,
-    AmbiguousPdf,
-    CasesignError,
     EncryptedPdf,
     LimitExceeded,
     MalformedPdf,
@@ -74,8 +69,12 @@ from .pdfframe import (
     read_frame,
 )
 from .pdfguard import MAX_WARNINGS, translated, warning_finding
+from .pdflimits import Budget, PdfLimits, PdfReport
 
 MiB = 1024 * 1024
+
+__all__ = ["Budget", "PdfLimits", "PdfReport", "docmdp_permission", "image_bytes",
+           "inspect_document", "inspect_pdf"]
 
 # How deep embedded PDFs are looked into (a PDF in a PDF in a PDF ...).
 MAX_EMBEDDED_DEPTH = 3
@@ -92,91 +91,6 @@ CPU_CHECK_EVERY = 64
 KEEP_PARSED_OBJECTS = 4096
 KEEP_PARSED_STREAM_BYTES = 16 * MiB  # raw stream data of the objects kept, in all
 
-@dataclass(frozen=True)
-class PdfLimits:
-    """What a PDF may cost and hold, and whether it may be rewritten; built from a
-    policy by :meth:`from_policy`."""
-
-    max_pages: int = 5000
-    max_bytes: int = 256 * MiB
-    forbid_active_content: bool = True
-    max_decoded_stream_bytes: int = 256 * MiB
-    max_objects: int = 1_000_000
-    # Nesting of direct objects (arrays in dictionaries in arrays ...), and of the page tree.
-    max_depth: int = 64
-    # All streams of one document together, embedded PDFs and images included (an
-    # image by the size its dictionary gives).
-    max_decoded_bytes: int = 1024 * MiB
-    # What the checks themselves may inflate of one document (the work they do; images
-    # are never inflated). 0: as much as max_decoded_bytes.
-    max_inflated_bytes: int = 0
-    # CPU time of one document's checks (the thread's clock, so a busy machine does
-    # not count against the document).
-    max_check_cpu_s: float = 20.0
-    allowed_actions: frozenset[str] = pdfrules.DEFAULT_ALLOWED_ACTIONS
-    # "never" | "when_needed" | "always": see casesignd.pipeline.
-    normalize: str = "when_needed"
-
-    @classmethod
-    def from_policy(cls, policy: Policy) -> PdfLimits:
-        """The limits a signing policy sets."""
-        return cls(
-            max_pages=policy.max_pages,
-            max_bytes=policy.max_document_bytes,
-            forbid_active_content=policy.forbid_active_content,
-            max_decoded_stream_bytes=policy.max_decoded_stream_bytes,
-            max_objects=policy.max_pdf_objects,
-            max_depth=policy.max_pdf_depth,
-            max_decoded_bytes=policy.max_decoded_document_bytes,
-            max_check_cpu_s=policy.max_check_cpu_s,
-            allowed_actions=frozenset("/" + a for a in policy.allowed_actions),
-            normalize=policy.normalize,
-        )
-
-    def bounded(self, *, cpu_s: float, inflated_bytes: int) -> PdfLimits:
-        """These limits with the checks' CPU time and inflated bytes capped (the kiosk's)."""
-        return dataclasses.replace(self, max_check_cpu_s=min(self.max_check_cpu_s, cpu_s),
-                                   max_inflated_bytes=min(self.inflation_budget, inflated_bytes))
-
-    @property
-    def inflation_budget(self) -> int:
-        return self.max_inflated_bytes or self.max_decoded_bytes
-
-
-@dataclass(frozen=True)
-class PdfReport:
-    """What inspection learned about an acceptable PDF."""
-
-    pages: int
-    producer: str | None
-    pdf_version: str
-    has_signatures: bool
-    has_xref_stream: bool
-    encrypted: bool = False
-    size: int = 0
-    objects: int = 0
-    # /P of a certification signature (DocMDP, PDF 32000-1 §12.8.2.2): 1 forbids any
-    # change, so a further signature would invalidate the certification.
-    docmdp_permission: int | None = None
-    # Repairs the parser made silently (pypdf warnings), for the operator's log.
-    warnings: tuple[str, ...] = ()
-    # Why readers may repair this document or read it differently (empty: they agree).
-    findings: tuple[Finding, ...] = ()
-
-    @property
-    def damaged(self) -> bool:
-        return any(f.kind == DAMAGE for f in self.findings)
-
-    def refusal(self) -> CasesignError:
-        """The error that refuses this document as it is, for its findings."""
-        reasons = [f.reason for f in self.findings]
-        if all(f.kind == DAMAGE for f in self.findings):
-            return MalformedPdf("the PDF is damaged: " + "; ".join(reasons[:3]),
-                                detail={"findings": reasons})
-        return AmbiguousPdf("readers could show this PDF differently: " + "; ".join(reasons[:3]),
-                            detail={"findings": reasons})
-
-
 # --- pure helpers -------------------------------------------------------------------
 
 
@@ -191,39 +105,6 @@ def image_bytes(d: dict[str, Any]) -> int | None:
     name = str(_resolve(cs[0]) if isinstance(cs, list) and cs else cs)
     comps = 1 if _get(d, "/ImageMask") else COLOR_COMPONENTS.get(name, 4)
     return max(width, 0) * max(height, 0) * comps * max(bpc, 1) // 8
-
-
-# --- the document's budget ---------------------------------------------------------
-
-
-class _Budget:
-    """What one document (with the PDFs embedded in it) may still spend: decoded
-    bytes, bytes the checks inflate, and CPU time on this thread's clock."""
-
-    def __init__(self, limits: PdfLimits) -> None:
-        self.limits = limits
-        self.decoded_left = limits.max_decoded_bytes
-        self.inflate_left = limits.inflation_budget
-        self.cpu_until = time.thread_time() + limits.max_check_cpu_s
-
-    def tick(self) -> None:
-        if time.thread_time() > self.cpu_until:
-            raise LimitExceeded(
-                f"checking the PDF takes more than {self.limits.max_check_cpu_s:g} s of CPU time",
-                detail={"max_check_cpu_s": self.limits.max_check_cpu_s})
-
-    def stream_limit(self) -> int:
-        return min(self.limits.max_decoded_stream_bytes, self.decoded_left, self.inflate_left)
-
-    def spend(self, decoded: int, *, inflated: bool = True) -> None:
-        self.decoded_left -= decoded
-        if inflated:
-            self.inflate_left -= decoded
-        if self.decoded_left < 0 or self.inflate_left < 0:
-            raise LimitExceeded(
-                "the PDF's streams decompress to more than the allowed size in all "
-                "(a decompression bomb?)",
-                detail={"max_decoded_bytes": self.limits.max_decoded_bytes})
 
 
 # --- the walk ----------------------------------------------------------------------------
@@ -364,7 +245,7 @@ def _check_parent_chain(ref: Any, ok: set[Any], limits: PdfLimits) -> None:
 _ACTION_SLOTS = frozenset({"/A", "/OpenAction", "/PA", "/Next"})
 
 
-def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: _Budget,
+def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: Budget,
           depth_embedded: int, out: _Findings) -> None:
     """Visit every object reachable from the trailer, iteratively, each at most twice
     (once plain, once where an action goes)."""
@@ -422,7 +303,7 @@ def _plain(d: DictionaryObject) -> dict[str, Any]:
 
 
 def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
-                budget: _Budget, depth_embedded: int, out: _Findings) -> None:
+                budget: Budget, depth_embedded: int, out: _Findings) -> None:
     if _get(d, "/Type") == "/Sig" or "/ByteRange" in d:
         out.has_signatures = True
     if limits.forbid_active_content:
@@ -482,7 +363,7 @@ def _appearance_findings(d: DictionaryObject, out: _Findings) -> None:
 
 
 def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfLimits,
-                    budget: _Budget, depth_embedded: int) -> None:
+                    budget: Budget, depth_embedded: int) -> None:
     """An embedded file by its content, decoded the way a viewer extracts it:
     executables, disk images, macros; an embedded PDF is inspected in turn, by pypdf
     and as qpdf reads it, with what is left of the budget. Plain Flate data is judged
@@ -577,10 +458,10 @@ def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, P
     findings, and the reader that read it: every object it resolved stays parsed, for
     whatever reads the document next (the signer's preparation). The reader of a
     path holds its file open until it is dropped."""
-    return _inspect(src, limits, _Budget(limits), 0)
+    return _inspect(src, limits, Budget(limits), 0)
 
 
-def _inspect(src: Path | bytes, limits: PdfLimits, budget: _Budget,
+def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
              depth_embedded: int) -> tuple[PdfReport, PdfReader]:
     size = len(src) if isinstance(src, bytes) else os.stat(src).st_size
     if size == 0:

@@ -10,15 +10,8 @@ from asn1crypto import tsp
 
 from casesignd import devpki, tsa
 from casesignd.errors import CertifiedPdf, TsaUnavailable
-from casesignd.pades import (
-    Party,
-    SignatureMeta,
-    check_docmdp,
-    pdf_date,
-    reason_text,
-    unique_name,
-    xref_runs,
-)
+from casesignd.pades import Party, SignatureMeta, check_docmdp, reason_text
+from casesignd.pdfsyntax import pdf_date, unique_name, xref_runs
 from casesignd.verify import APPENDED, byte_range_problems, parse_pdf_date
 from tests.helpers_tsa import make_response
 
@@ -169,6 +162,6 @@ def test_pdf_text_reads_back_as_the_same_string(text: str) -> None:
 
     from pypdf.generic import read_object
 
-    from casesignd.pades import pdf_text
+    from casesignd.pdfsyntax import pdf_text
 
     assert str(read_object(io.BytesIO(pdf_text(text) + b" "), None)) == text
