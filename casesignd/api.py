@@ -257,8 +257,9 @@ async def post_job(request: web.Request) -> web.Response:
         input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
         version=admission.version, declared_bytes=admission.declared_bytes,
         created_at=request["t0"], correlation_id=request["correlation_id"],
+        sig_key=admission.sig_key,
     )
-    job, created = await s.store.admit(new, actor=f"api:{tenant}",
+    job, created = await s.holds.admit(new, actor=f"api:{tenant}",
                                        max_queue_depth=s.config.workers.max_queue_depth)
     if created:
         assert s.pool is not None

@@ -15,7 +15,6 @@ import select
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -25,67 +24,20 @@ from aiohttp import web
 from . import sdnotify
 from .artifacts import ArtifactStore
 from .config import Config
-from .errors import Busy
+from .holds import KeyHolds
+from .keys import KeySlots
 from .kinds import Artifact, JobKind
 from .lane import Lane
 from .logs import log_event
 from .metrics import Metrics, StateCache
 from .objects import ObjectStore
+from .recorder import Recorder
 from .sources import Fetcher
 from .store import SqliteStore
 from .tempfiles import TempManager
 from .worker import Pool
 
 log = logging.getLogger("casesignd.app")
-
-
-class KeySlots:
-    """Bounds concurrent use of the signing key. Batch jobs share ``total - reserved``
-    slots; the kiosk path has ``reserved`` slots of its own and may borrow a free
-    batch slot, never the other way round."""
-
-    def __init__(self, total: int, kiosk_reserved: int) -> None:
-        self.batch_slots = max(1, total - kiosk_reserved)
-        self.kiosk_slots = kiosk_reserved
-        self._batch = asyncio.Semaphore(self.batch_slots)
-        self._kiosk = asyncio.Semaphore(kiosk_reserved) if kiosk_reserved else None
-        self.in_use = {"batch": 0, "kiosk": 0}
-
-    @contextlib.asynccontextmanager
-    async def batch(self) -> AsyncIterator[None]:
-        async with self._batch:
-            self.in_use["batch"] += 1
-            try:
-                yield
-            finally:
-                self.in_use["batch"] -= 1
-
-    @contextlib.asynccontextmanager
-    async def kiosk(self, timeout_s: float) -> AsyncIterator[None]:
-        """A slot for one kiosk key operation: a free kiosk slot, else a free batch
-        slot, else the next kiosk slot within ``timeout_s`` (the time left before the
-        deadline), else Busy. The key operation is short (a worker process holding the
-        key checks a document and signs it in about two milliseconds), so kiosks share
-        their reserved slots without holding them for the whole request."""
-        if self._kiosk is not None and not self._kiosk.locked():
-            sem, pool = self._kiosk, "kiosk"
-        elif not self._batch.locked() or self._kiosk is None:
-            sem, pool = self._batch, "batch"
-        else:
-            sem, pool = self._kiosk, "kiosk"
-        if sem.locked():
-            try:
-                await asyncio.wait_for(sem.acquire(), max(0.0, timeout_s))
-            except TimeoutError:
-                raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
-        else:
-            await sem.acquire()  # free: returns at once, without a task for wait_for
-        self.in_use[pool] += 1
-        try:
-            yield
-        finally:
-            self.in_use[pool] -= 1
-            sem.release()
 
 
 class Services:
@@ -107,7 +59,14 @@ class Services:
         self.scanner: Any = None
         self.kinds: dict[str, JobKind] = {}
         self.pool: Pool | None = None
-        self.key_slots = KeySlots(cfg.signing.key_slots, cfg.kiosk.reserved_key_slots)
+        self._mp = get_context("forkserver")
+        # The batch key slots are shared with the batch worker processes, which hold
+        # the key and take a slot around each key operation only.
+        batch_slots = max(1, cfg.signing.key_slots - cfg.kiosk.reserved_key_slots)
+        self.key_slots = KeySlots(cfg.signing.key_slots, cfg.kiosk.reserved_key_slots,
+                                  shared=self._mp.BoundedSemaphore(batch_slots))
+        self.holds = KeyHolds(self.store)
+        self.recorder = Recorder(cfg, self.metrics)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
         self.kiosk_inflight = 0
@@ -120,9 +79,10 @@ class Services:
         self.kiosk_flights: set[asyncio.Task[Any]] = set()
         self.started_at = time.time()
         self.notifier = sdnotify.Notifier.from_env()
-        self._cpu: ProcessPoolExecutor | None = None
+        self._cpu: Lane | None = None
         self._kiosk_cpu: Lane | None = None
         self._lane_key: Any = None
+        self._batch_key: Any = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
         self.cpu_warm = False
@@ -136,16 +96,27 @@ class Services:
 
     # --- CPU pool ----------------------------------------------------------------------
 
-    def _executor(self) -> ProcessPoolExecutor:
+    def _batch_lane(self) -> Lane:
         if self._cpu is None:
+
             # forkserver: the daemon has threads (the store writer), and forking a
             # threaded process is unsafe. Batch processes run at a lower priority so
-            # that the kiosk's own processes win the CPU when both are busy.
-            self._cpu = ProcessPoolExecutor(
-                max_workers=self.config.workers.cpu_processes,
-                mp_context=get_context("forkserver"),
-                initializer=_init_worker, initargs=(os.getpid(), True))
+            # that the kiosk's own processes win the CPU when both are busy; they hold
+            # the key (a key in memory), so that a job's checks, preparation and
+            # signature are one call, and take a batch key slot around its use.
+            template = self.cms_template() if self.signer is not None else None
+            self._batch_key = self.process_key()
+            self._cpu = Lane(self.config.workers.cpu_processes, self._mp,
+                             initializer=_init_batch_process,
+                             initargs=(os.getpid(), template, self._batch_key,
+                                       self.key_slots.shared))
         return self._cpu
+
+    @property
+    def batch_signs_in_process(self) -> bool:
+        """Whether the batch worker processes hold the signing key."""
+        self._batch_lane()
+        return self._batch_key is not None
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
@@ -153,7 +124,7 @@ class Services:
 
             template = self.cms_template() if self.signer is not None else None
             self._lane_key = self.process_key()
-            self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, get_context("forkserver"),
+            self._kiosk_cpu = Lane(self.config.kiosk.cpu_processes, self._mp,
                                    initializer=init_signing_process, initargs=(template, self._lane_key))
         return self._kiosk_cpu
 
@@ -173,9 +144,8 @@ class Services:
         """Run CPU-heavy work in a separate process: pure-Python PDF parsing does not run
         in parallel in threads (the GIL), and it must never block the event loop. The
         kiosk's work goes to processes of its own, called without helper threads."""
-        if kiosk:
-            return await self._lane().run(fn, *args, timeout_s=self.config.workers.max_run_s)
-        return await asyncio.get_running_loop().run_in_executor(self._executor(), fn, *args)
+        lane = self._lane() if kiosk else self._batch_lane()
+        return await lane.run(fn, *args, timeout_s=self.config.workers.max_run_s)
 
     async def warm_cpu(self) -> None:
         """Start the worker processes and import the PDF stack in them, so the first
@@ -189,7 +159,7 @@ class Services:
 
     def close_cpu(self) -> None:
         if self._cpu is not None:
-            self._cpu.shutdown(wait=True, cancel_futures=True)
+            self._cpu.close()
         if self._kiosk_cpu is not None:
             self._kiosk_cpu.close()
         self._cpu = self._kiosk_cpu = None
@@ -281,11 +251,15 @@ class Services:
 SERVICES = web.AppKey("services", Services)
 
 
-def _init_worker(daemon_pid: int, lower_priority: bool) -> None:
-    if lower_priority:
-        with contextlib.suppress(OSError):
-            os.nice(10)
+def _init_batch_process(daemon_pid: int, template: Any, key: Any, slot: Any) -> None:
+    """The initializer of a batch worker process: a lower priority, an end with the
+    daemon's, and the key with its shared slots."""
+    from .pipeline import init_signing_process
+
+    with contextlib.suppress(OSError):
+        os.nice(10)
     _exit_with(daemon_pid)
+    init_signing_process(template, key, slot)
 
 
 def _exit_with(daemon_pid: int) -> None:
@@ -410,7 +384,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.signer = await asyncio.to_thread(_load_signer, cfg)
         s.scanner = _make_scanner(cfg)
         register_kinds(s)
-        s.pool = Pool(s, s.kinds, s.store)
+        s.pool = Pool(s, s.kinds, s.store, s.recorder)
         await s.pool.start()
         await s.refresh_state()
         warm = asyncio.create_task(s.warm_cpu(), name="casesignd-warm-cpu")

@@ -39,8 +39,8 @@ from pathlib import Path
 import msgspec
 
 from .errors import Forbidden
-from .kinds import Artifact
 from .objects import fsync_dir
+from .outcomes import Artifact
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
 _EXPIRES_PATTERN = re.compile(r"^[0-9]{1,12}$")

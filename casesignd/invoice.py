@@ -36,7 +36,7 @@ from . import money
 from .config import Config
 from .errors import ConfigError, ValidationError
 from .invoice_layout import TEMPLATES, font_coverage, render_to_file
-from .kinds import Admission, JobContext, Outcome
+from .kinds import Admission, Finish, JobContext
 
 KIND = "render_invoice"
 MAX_QUANTITY = 1_000_000
@@ -296,7 +296,10 @@ class InvoiceKind:
         """See :func:`admit`."""
         return admit(body, config)
 
-    async def run(self, ctx: JobContext) -> Outcome:
+    def needs_area(self, job: Any, config: Config) -> bool:
+        return True
+
+    async def run(self, ctx: JobContext) -> Finish:
         """Render in the CPU pool, optionally sign, publish the PDF."""
         invoice = ctx.input
         version = ctx.version or invoice["template_version"]
@@ -312,4 +315,4 @@ class InvoiceKind:
             await ctx.services.sign_pdf(ctx, path, signed, reason=reason)
             path = signed
         artifact = await ctx.services.publish(ctx, path, "application/pdf")
-        return Outcome(artifact=artifact, detail={"pages": pages, "template_version": version})
+        return Finish(artifact=artifact, detail={"pages": pages, "template_version": version})

@@ -8,9 +8,13 @@ back); configuration mistakes raise :class:`casesignd.errors.ConfigError`.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import stat
 import threading
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,7 +26,7 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 
 from .cms import key_algorithm
 from .config import Config
-from .errors import ConfigError, SigningError
+from .errors import Busy, ConfigError, SigningError
 
 
 @runtime_checkable
@@ -269,3 +273,103 @@ def load_signer(cfg: Config) -> KeySigner:
     if chain:
         signer.chain = [*signer.chain, *chain]
     return signer
+
+
+# --- how many may use the key at once -------------------------------------------
+
+
+class _Gate:
+    """``size`` slots on the event loop's side, or shared with worker processes (a
+    ``multiprocessing`` semaphore, which a process takes around its key operation and
+    the event loop takes by polling: a short wait, and no thread to leave behind when
+    the waiter is cancelled)."""
+
+    def __init__(self, size: int, shared: Any = None) -> None:
+        self.size = size
+        self.shared = shared
+        self._sem = asyncio.Semaphore(size) if shared is None else None
+
+    def locked(self) -> bool:
+        if self._sem is not None:
+            return self._sem.locked()
+        return self.shared.get_value() <= 0
+
+    def used(self) -> int:
+        if self._sem is not None:
+            return self.size - self._sem._value
+        return self.size - self.shared.get_value()
+
+    async def acquire(self, timeout_s: float | None = None) -> None:
+        if self._sem is not None:
+            if not self._sem.locked():
+                await self._sem.acquire()  # free: returns at once, without a task
+            elif timeout_s is None:
+                await self._sem.acquire()
+            else:
+                await asyncio.wait_for(self._sem.acquire(), max(0.0, timeout_s))
+            return
+        delay = 0.0005
+        deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
+        while not self.shared.acquire(False):
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.01)
+
+    def release(self) -> None:
+        (self._sem or self.shared).release()
+
+
+class KeySlots:
+    """Bounds concurrent use of the signing key. Batch jobs share ``total - reserved``
+    slots; the kiosk path has ``reserved`` slots of its own and may borrow a free
+    batch slot, never the other way round. With ``shared`` (a ``multiprocessing``
+    semaphore of the batch slots' size), the batch slots are the ones the batch worker
+    processes that hold the key take around each key operation."""
+
+    def __init__(self, total: int, kiosk_reserved: int, shared: Any = None) -> None:
+        self.batch_slots = max(1, total - kiosk_reserved)
+        self.kiosk_slots = kiosk_reserved
+        self._batch = _Gate(self.batch_slots, shared)
+        self._kiosk = _Gate(kiosk_reserved) if kiosk_reserved else None
+
+    @property
+    def shared(self) -> Any:
+        """The batch slots as worker processes take them (None: the event loop's own)."""
+        return self._batch.shared
+
+    @property
+    def in_use(self) -> dict[str, int]:
+        """Slots taken, by the slots' pool (a kiosk borrowing a batch slot counts there)."""
+        return {"batch": self._batch.used(),
+                "kiosk": self._kiosk.used() if self._kiosk is not None else 0}
+
+    @contextlib.asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        await self._batch.acquire()
+        try:
+            yield
+        finally:
+            self._batch.release()
+
+    @contextlib.asynccontextmanager
+    async def kiosk(self, timeout_s: float) -> AsyncIterator[None]:
+        """A slot for one kiosk key operation: a free kiosk slot, else a free batch
+        slot, else the next kiosk slot within ``timeout_s`` (the time left before the
+        deadline), else Busy. The key operation is short (a worker process holding the
+        key checks a document and signs it in about two milliseconds), so kiosks share
+        their reserved slots without holding them for the whole request."""
+        if self._kiosk is not None and not self._kiosk.locked():
+            gate = self._kiosk
+        elif not self._batch.locked() or self._kiosk is None:
+            gate = self._batch
+        else:
+            gate = self._kiosk
+        try:
+            await gate.acquire(timeout_s)
+        except TimeoutError:
+            raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
+        try:
+            yield
+        finally:
+            gate.release()

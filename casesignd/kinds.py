@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from .artifacts import ArtifactStore
+from .cms import SignerInfoTemplate
 from .config import Config
+from .keys import KeySigner, KeySlots
+from .metrics import Metrics
+from .outcomes import Artifact, Finish
+from .scanner import Scanner
+from .sources import Fetcher
+from .store import Store
+
+__all__ = ["Admission", "Artifact", "Finish", "JobContext", "JobKind", "JobServices", "RunFn"]
 
 
 @dataclass(frozen=True)
@@ -30,24 +40,29 @@ class Admission:
     # What makes two requests "the same" for an idempotent replay, when that differs
     # from ``normalized`` (e.g. values the server filled in at admission).
     fingerprint_material: dict[str, Any] | None = None
+    # The signature the job makes (sign_case): the store reads its record with the claim.
+    sig_key: str | None = None
 
 
-@dataclass(frozen=True)
-class Artifact:
-    """A published result: immutable bytes under the artifact store."""
+class JobServices(Protocol):
+    """What a running job may use of the daemon's services (casesignd.app.Services)."""
 
-    artifact_id: str
-    sha256: str
-    size: int
-    media_type: str = "application/pdf"
+    config: Config
+    metrics: Metrics
+    store: Store
+    signer: KeySigner | None  # None: no key configured
+    scanner: Scanner | None  # None: no scanner configured
+    fetcher: Fetcher | None  # set once the store is open
+    artifacts: ArtifactStore | None  # set once the store is open
+    key_slots: KeySlots
 
-
-@dataclass
-class Outcome:
-    """What ``run`` returns on success."""
-
-    artifact: Artifact | None = None
-    detail: dict[str, Any] = field(default_factory=dict)
+    def cms_template(self) -> SignerInfoTemplate: ...
+    def contents_bytes(self, timestamped: bool) -> int: ...
+    async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
+                      sig_key: str | None = None) -> Artifact: ...
+    async def artifact_source(self, artifact_id: str) -> bytes | Path | None: ...
+    async def sign_pdf(self, ctx: JobContext, src: Path | str, dst: Path | str, *,
+                       reason: str = "") -> None: ...
 
 
 class JobContext(Protocol):
@@ -61,11 +76,16 @@ class JobContext(Protocol):
     version: str
     input: dict[str, Any]
     config: Config
-    workdir: Path  # private 0700 directory for this attempt, removed afterwards
-    services: Any  # casesignd.app.Services
+    workdir: Path  # private 0700 directory for this attempt (needs_area), removed afterwards
+    kiosk: bool  # run by the kiosk path (its CPU processes and key slots)
+    recorded_signature: dict[str, Any] | None  # read with the claim, for its signature key
+    services: JobServices
 
     def phase(self, name: str) -> AbstractAsyncContextManager[None]:
         """Time a phase (fetch, validate, scan, sign, render, publish)."""
+
+    def record_phase(self, name: str, took: float) -> None:
+        """A phase timed elsewhere (in a worker process): ``took`` seconds."""
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run a picklable top-level function in the CPU process pool."""
@@ -83,8 +103,12 @@ class JobKind(Protocol):
     def admit(self, body: dict[str, Any], config: Config) -> Admission:
         """Validate and normalize; raise casesignd.errors.ValidationError naming the field."""
 
-    async def run(self, ctx: JobContext) -> Outcome:
+    def needs_area(self, job: Any, config: Config) -> bool:
+        """Whether an attempt of ``job`` (a casesignd.store.Job) needs a private temp
+        directory (``ctx.workdir``); an attempt that works in memory goes without."""
+
+    async def run(self, ctx: JobContext) -> Finish:
         """Do the work; raise CasesignError subclasses (retryable or not)."""
 
 
-RunFn = Callable[[JobContext], Awaitable[Outcome]]
+RunFn = Callable[[JobContext], Awaitable[Finish]]

@@ -43,9 +43,10 @@ from .errors import (
     ValidationError,
 )
 from .httpsafe import content_disposition, download_filename
-from .kinds import Artifact, Outcome
 from .logs import log_event
+from .outcomes import Artifact, Finish, RetryLater, Signature
 from .pipeline import SignedWork, sign_document, sign_with
+from .recorder import Attempt
 from .signcase import (
     SignCaseKind,
     field_name,
@@ -54,7 +55,7 @@ from .signcase import (
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
-from .worker import error_detail, outcome_result, phases_ms, record_phase, timed_phase
+from .worker import record_phase, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -246,15 +247,15 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
             fingerprint=jobs.fingerprint(_KIND.name, admission.normalized),
             input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
             version=admission.version, declared_bytes=admission.declared_bytes,
-            created_at=t0, correlation_id=request["correlation_id"])
+            created_at=t0, correlation_id=request["correlation_id"], sig_key=admission.sig_key)
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
         assert s.pool is not None
         flight = Flight(new=new, job_id=new_id("job", t0), actor=f"api:{tenant}",
                         owner=s.pool.owner, lease_s=cfg.workers.lease_s,
                         admitted_at=time.time(), claimed_at=0.0)
-        sig_key = signature_key(admission.normalized)
-        existing, recorded = await s.store.reserve(tenant, new.idem_key, sig_key, flight.token)
+        sig_key = admission.sig_key or signature_key(admission.normalized)
+        existing, recorded = await s.holds.reserve(tenant, new.idem_key, sig_key, flight.token)
         if existing is not None:
             return named(await _replay(s, new, t0, answer_by))
         run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
@@ -307,7 +308,7 @@ async def _replay(s: Any, new: NewJob, t0: float, answer_by: float) -> web.Strea
     """A request whose idempotency key names a job already: the recorded answer, or the
     queued batch job of the same signature run now."""
     cfg = s.config
-    job, created = await s.store.admit(new, actor=f"api:{new.tenant}",
+    job, created = await s.holds.admit(new, actor=f"api:{new.tenant}",
                                        max_queue_depth=1 << 62)
     assert not created  # the key named a job a moment ago, and jobs are never deleted
     s.metrics.idempotent_replay("/v1/sign")
@@ -379,33 +380,29 @@ class _Run:
     async def fly(self) -> tuple[Job | None, bytes | None]:
         s, flight = self.s, self.flight
         new = flight.new
-        fields = {"job_id": flight.job_id, "attempt": 1, "kind": _KIND.name,
-                  "correlation_id": new.correlation_id}
+        who = Attempt(flight.job_id, 1, _KIND.name, new.correlation_id, "kiosk")
         started = time.perf_counter()
         signed: bytes | None = None
         try:
             async with signing_lock(new.tenant, self.sig_key):
                 flight.claimed_at = time.time()
-                log_event(log, "job.claimed", pool="kiosk", **fields)
+                log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
                 signed = await self._work()
                 if self.persisted is not None:
                     await self.persisted
-                job = await s.store.record_flight(flight)
+                job = await s.holds.record_flight(flight)
         except asyncio.CancelledError:
-            s.store.unreserve(new.tenant, new.idem_key, flight.token)
+            s.holds.unreserve(new.tenant, new.idem_key, flight.token)
             raise
         except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
             if isinstance(e, Busy) and self.persisted is None:
                 # Refused at once (503): nothing was done, so nothing is recorded.
-                s.store.unreserve(new.tenant, new.idem_key, flight.token)
+                s.holds.unreserve(new.tenant, new.idem_key, flight.token)
                 raise
-            job = await self._record_failure(e, fields, started)
+            job = await self._record_failure(e, who, started)
             return job, None
         self._admitted()
-        if job is not None:
-            s.pool.finished(job, "succeeded")
-            log_event(log, "job.succeeded", duration_ms=round((time.perf_counter() - started) * 1000, 3),
-                      phases_ms=phases_ms(self.phases), pool="kiosk", **fields)
+        s.recorder.recorded(who, flight.outcome, job, started=started, phases=self.phases)
         return job, signed
 
     def _admitted(self) -> None:
@@ -420,7 +417,7 @@ class _Run:
         recorded = self.recorded
         if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
             artifact = Artifact(recorded["artifact_id"], recorded["sha256"], recorded["size"])
-            self.flight.outcome = ("finish", (outcome_result(Outcome(artifact, {"reused": True})),))
+            self.flight.outcome = Finish(artifact, {"reused": True})
             return None
         policy = cfg.policy(normalized["policy_version"])
         if policy is None:
@@ -476,70 +473,49 @@ class _Run:
         # its clean rewrite.
         base = work.base if work.base is not None else self.document
         signed = base + update
+        inline: bytes | None = None
         async with self.phase("publish"):
             if len(signed) <= cfg.kiosk.inline_artifact_max_bytes:
                 # Kept in the store, committed with the record below. (A file left
                 # under this id by a crash before its record is never read: the
                 # store is read first.)
                 published = Artifact(artifact_id, sha256 or await document_sha256(signed), len(signed))
-                self.flight.inline = signed
+                inline = signed
                 ours = True
             else:
                 published, ours = await asyncio.to_thread(
                     s.artifacts.publish_bytes, (base, update), artifact_id,
                     "application/pdf")
-        record = {"artifact_id": published.artifact_id, "sha256": published.sha256,
-                  "size": published.size}
-        self.flight.signature = (self.sig_key, record, {
-            "signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-            "policy_version": normalized["policy_version"], "timestamped": token is not None,
-            **work.checked.audit_detail()})
-        self.flight.outcome = ("finish", (outcome_result(Outcome(published, {"documents": 1})),))
+        detail = {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+                  "policy_version": normalized["policy_version"], "timestamped": token is not None,
+                  **work.checked.audit_detail()}
+        self.flight.outcome = Finish(published, {"documents": 1},
+                                     signature=Signature(self.sig_key, published, detail, inline))
         # An earlier publication of the same signature key (a crash before its record)
         # is the one on disk: answer what is on disk.
         return signed if ours else None
 
-    async def _record_failure(self, error: BaseException, fields: dict[str, Any],
+    async def _record_failure(self, error: BaseException, who: Attempt,
                               started: float) -> Job | None:
         s, flight = self.s, self.flight
-        cfg = s.config
-        decision = jobs.plan_retry(
-            1, error, max_attempts=cfg.retry.max_attempts.get(_KIND.name, cfg.retry.default_max_attempts),
-            base_s=cfg.retry.base_delay_s, cap_s=cfg.retry.max_delay_s)
-        s.metrics.allow("code", decision.code)
-        detail = error_detail(error)
-        flight.signature = None
-        if decision.retry:
-            flight.outcome = ("retry", (decision.code, decision.delay_s, detail, decision.counts))
-        else:
-            flight.outcome = ("fail", (decision.category, decision.code, detail))
+        flight.outcome = outcome = s.recorder.failure(_KIND.name, 1, error)
         try:
             # The job outlives this request (a retry, or a replay from the dead letter):
             # its document is kept like an uploaded object.
             await self._put_document()
             if self.persisted is not None:
                 await self.persisted
-            job = await s.store.record_flight(flight)
+            job = await s.holds.record_flight(flight)
             self._admitted()
         except Exception as e:  # noqa: BLE001 - whatever failed, the key must not stay held
             code = e.code if isinstance(e, CasesignError) else "internal_error"
-            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code, **fields)
-            s.store.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code,
+                      **who.fields())
+            s.holds.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
             raise error from None
-        duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        if decision.retry:
-            s.metrics.retry(_KIND.name, decision.code)
-            log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
-                      duration_ms=duration_ms, phases_ms=phases_ms(self.phases), pool="kiosk",
-                      **fields)
+        s.recorder.recorded(who, outcome, job, started=started, phases=self.phases, error=error)
+        if isinstance(outcome, RetryLater):
             s.pool.wake()
-        else:
-            log_event(log, "job.failed", level=logging.WARNING, code=decision.code,
-                      category=decision.category, duration_ms=duration_ms,
-                      phases_ms=phases_ms(self.phases), pool="kiosk",
-                      exc_info=error if decision.category == "internal" else None, **fields)
-            if job is not None:
-                s.pool.finished(job, "failed")
         return job
 
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -43,7 +44,14 @@ from typing import Any
 from pypdf import PdfReader
 
 from . import cms, normalize, pades
-from .errors import AmbiguousPdf, CasesignError, MalformedPdf, SigningError
+from .errors import (
+    AmbiguousPdf,
+    CasesignError,
+    DigestMismatch,
+    MalformedPdf,
+    SigningError,
+    SizeMismatch,
+)
 from .pdfcheck import PdfLimits, PdfReport, inspect_document
 from .pdfframe import DAMAGE, Finding, Source, object_definitions
 
@@ -82,6 +90,10 @@ def decide(report: PdfReport, normalize_mode: str) -> str:
     if report.findings or normalize_mode == "always":
         return REWRITE
     return SIGN_AS_IS
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _sha256(src: Path | bytes) -> str:
@@ -260,9 +272,23 @@ def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
 _PROCESS: dict[str, Any] = {}
 
 
-def init_signing_process(template: cms.SignerInfoTemplate | None, key: Any) -> None:
-    """The initializer of a worker process that signs."""
-    _PROCESS.update(template=template, key=key)
+def init_signing_process(template: cms.SignerInfoTemplate | None, key: Any,
+                         slot: Any = None) -> None:
+    """The initializer of a worker process that signs. With ``slot`` (a
+    ``multiprocessing`` semaphore: the batch key slots), every key operation here
+    takes one of its slots, and only around the key's use."""
+    _PROCESS.update(template=template, key=key, slot=slot)
+
+
+def _process_sign(signed_attrs: bytes) -> tuple[bytes, float]:
+    """The key operation in a signing worker process, under its key slot when it has
+    one: the signature and the time it took (a wait for the slot included)."""
+    started = time.perf_counter()
+    slot = _PROCESS.get("slot")
+    if slot is None:
+        return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
+    with slot:
+        return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
 
 
 @dataclass(frozen=True)
@@ -293,19 +319,68 @@ def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
     template = _PROCESS["template"]
     signed_attrs = cms.build_signed_attrs(prepared.digest, template)
     rewritten = base if base is not document else None
-    key = _PROCESS["key"]
-    if key is None:
+    if _PROCESS["key"] is None:
         return SignedWork(checked, rewritten, prepared, signed_attrs, None, 0.0)
-    started = time.perf_counter()
-    signature = sign_with(key, signed_attrs)
+    signature, sign_s = _process_sign(signed_attrs)
     update = sha256 = None
     if finish:
         update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
         digest = hashlib.sha256(base)
         digest.update(update)
         sha256 = digest.hexdigest()
-    return SignedWork(checked, rewritten, prepared, signed_attrs, signature,
-                      time.perf_counter() - started, update, sha256)
+    return SignedWork(checked, rewritten, prepared, signed_attrs, signature, sign_s,
+                      update, sha256)
+
+
+def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
+                meta: pades.SignatureMeta, contents_bytes: int, finish: bool) -> SignedWork:
+    """:func:`sign_document` for a stored object (a batch job's contract, read here
+    rather than copied into a temp area): its size and digest are checked against the
+    job's before anything else reads it."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(f.fileno()).st_size != size:
+            raise SizeMismatch(f"the object is not {size} bytes")
+        document = f.read(size + 1)
+    if len(document) != size:
+        raise SizeMismatch(f"the object is not {size} bytes")
+    if hashlib.sha256(document).hexdigest() != sha256:
+        raise DigestMismatch("the object's SHA-256 differs from the item's")
+    work = sign_document(document, limits, meta, contents_bytes, finish)
+    # The caller has not read the document: the update goes after these bytes.
+    return work if work.base is not None else dataclasses.replace(work, base=document)
+
+
+@dataclass(frozen=True)
+class SignedFile:
+    """What a signing worker process hands back for a file signed in place: the
+    decision, the preparation, the signed attributes and their signature (None when
+    the key is not in the process; then the caller signs and finalizes)."""
+
+    checked: Checked
+    prepared: pades.Prepared
+    signed_attrs: bytes
+    signature: bytes | None
+    sign_s: float
+
+
+def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
+                       attachments: list[pades.Attachment], meta: pades.SignatureMeta,
+                       contents_bytes: int, finish: bool) -> SignedFile:
+    """Steps 1–5 for a file in one call to a signing worker process: ``dst`` receives
+    the signed document (with ``finish``; else the prepared one, to be finalized by
+    the caller once it has a timestamp or the key's signature)."""
+    checked, prepared = prepare_file(src, dst, limits=limits, attachments=attachments,
+                                     meta=meta, contents_bytes=contents_bytes)
+    signed_attrs = cms.build_signed_attrs(prepared.digest, _PROCESS["template"])
+    if _PROCESS["key"] is None:
+        return SignedFile(checked, prepared, signed_attrs, None, 0.0)
+    signature, sign_s = _process_sign(signed_attrs)
+    if finish:
+        # Not fsynced: publishing makes a durable copy of it.
+        pades.finalize(prepared, cms.assemble(_PROCESS["template"], signed_attrs, signature,
+                                              None), sync=False)
+    return SignedFile(checked, prepared, signed_attrs, signature, sign_s)
 
 
 # --- the whole pipeline in one thread, for callers with a file ---------------------
@@ -342,6 +417,6 @@ def sign_file(
     return pades.SignOutcome(prepared.path, prepared.size, len(der), token is not None, checked)
 
 
-__all__ = ["Checked", "Finding", "SignedWork", "check", "check_file", "decide",
+__all__ = ["Checked", "Finding", "SignedFile", "SignedWork", "check", "check_file", "decide",
            "init_signing_process", "prepare_document", "prepare_file", "sign_document",
-           "sign_file", "sign_with"]
+           "sign_file", "sign_prepared_file", "sign_stored", "sign_with"]

@@ -16,16 +16,20 @@ import contextlib
 import datetime as dt
 import functools
 import re
+import time
 import unicodedata
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline
+import msgspec
+
+from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
 from .jobs import check_case_id, sha256_hex
-from .kinds import Admission, Artifact, JobContext, Outcome
+from .kinds import Admission, JobContext
+from .outcomes import Artifact, Finish, Signature
 from .sources import parse_ref
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -106,8 +110,10 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
                               code="too_large", field="items")
     normalized = {"case_id": case_id, "policy_version": policy.version, "items": items,
                   "signers": signers}
+    material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
-                     declared_bytes=total, key_material=signature_material(normalized))
+                     declared_bytes=total, key_material=material,
+                     sig_key=sha256_hex(audit.canonical(material)))
 
 
 def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any]:
@@ -203,49 +209,44 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -
 async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
                             attachments: list[pades.Attachment], policy: Policy | None
                             ) -> pipeline.Checked:
-    """The signing pipeline for a file (:mod:`casesignd.pipeline`): check, normalise
-    and prepare in one CPU call, sign under a key slot, timestamp (B-T when the policy
-    names a TSA), finalize. Shared by sign_case and signed invoices."""
+    """The signing pipeline for a file (:mod:`casesignd.pipeline`): check, normalise,
+    prepare and sign in one CPU call (the worker process holds the key and takes a key
+    slot around its use), timestamp (B-T when the policy names a TSA), finalize.
+    Shared by sign_case and signed invoices."""
     services = ctx.services
-    signer = services.signer
-    if signer is None:
+    if services.signer is None:
         raise SigningError("no signing key is configured", code="signing_key_unavailable")
     limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
     timestamped = policy is not None and bool(policy.tsa_url)
+    call = functools.partial(pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
+                             services.contents_bytes(timestamped), not timestamped)
     async with ctx.phase("sign"):
-        checked, prepared = await ctx.cpu(functools.partial(
-            pipeline.prepare_file, src, dst, limits=limits, attachments=attachments, meta=meta,
-            contents_bytes=services.contents_bytes(timestamped)))
+        await ctx.check_lease()
+        if ctx.kiosk:
+            # The kiosk's processes take no slot themselves: the call holds one.
+            async with ctx.key_slot():
+                work: pipeline.SignedFile = await ctx.cpu(call)
+        else:
+            work = await ctx.cpu(call)
         template = services.cms_template()
-        signed_attrs = cms.build_signed_attrs(prepared.digest, template)
-        async with ctx.key_slot():
-            await ctx.check_lease()
-            # Without a TSA, the key operation, the CMS and the write into /Contents
-            # are one hop to a thread. The working file is not fsynced: publishing
-            # makes a durable copy of it.
-            signature = await asyncio.to_thread(
-                _sign_and_finalize, signer, template, signed_attrs,
-                None if timestamped else prepared)
+        signature = work.signature
+        if signature is None:  # the key cannot leave this process (a token's)
+            async with ctx.key_slot():
+                await ctx.check_lease()
+                signature = await asyncio.to_thread(pipeline.sign_with, services.signer,
+                                                    work.signed_attrs)
+            if not timestamped:
+                der = cms.assemble(template, work.signed_attrs, signature, None)
+                await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
     if not timestamped:
-        return checked
-    from . import tsa
-
+        return work.checked
     async with ctx.phase("timestamp"):
         token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
                                         policy.tsa_timeout_s)
     async with ctx.phase("sign"):
-        der = cms.assemble(template, signed_attrs, signature, token)
-        await asyncio.to_thread(pades.finalize, prepared, der, sync=False)
-    return checked
-
-
-def _sign_and_finalize(signer: Any, template: Any, signed_attrs: bytes,
-                       prepared: pades.Prepared | None) -> bytes:
-    """Sign the attributes; with ``prepared``, also embed the CMS (B-B). Runs in a thread."""
-    signature = pipeline.sign_with(signer, signed_attrs)
-    if prepared is not None:
-        pades.finalize(prepared, cms.assemble(template, signed_attrs, signature, None), sync=False)
-    return signature
+        der = cms.assemble(template, work.signed_attrs, signature, token)
+        await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+    return work.checked
 
 
 # One lock per signature key being worked on in this process. Jobs of one signature
@@ -272,29 +273,57 @@ async def signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
             _SIGNING[key] = (lock, users - 1)
 
 
+def signed_detail(normalized: dict[str, Any], checked: pipeline.Checked,
+                  timestamped: bool) -> dict[str, Any]:
+    """The ``signed`` audit event's detail: who, under which policy, what was checked."""
+    return {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+            "policy_version": normalized["policy_version"], "timestamped": timestamped,
+            **checked.audit_detail()}
+
+
+def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
+    """Whether a job is signed in memory, without a temp area: one contract and no
+    evidence, a stored object (read in place by the worker process), and a result
+    small enough to be kept in the store."""
+    items = normalized["items"]
+    return (len(items) == 1 and items[0]["object_ref"].startswith("sha256:")
+            and 0 < items[0]["size"] <= inline_max_bytes // 2)
+
+
 class SignCaseKind:
     name = "sign_case"
 
     def admit(self, body: dict[str, Any], config: Config) -> Admission:
         return admit_body(body, config)
 
-    async def run(self, ctx: JobContext) -> Outcome:
-        sig_key = signature_key(ctx.input)
+    def needs_area(self, job: Any, config: Config) -> bool:
+        return not in_memory(msgspec.json.decode(job.input), config.kiosk.inline_artifact_max_bytes)
+
+    async def run(self, ctx: JobContext) -> Finish:
+        sig_key = ctx.job.sig_key or signature_key(ctx.input)
         async with signing_lock(ctx.tenant, sig_key):
             return await self._run(ctx, sig_key)
 
-    async def _run(self, ctx: JobContext, sig_key: str) -> Outcome:
+    async def _run(self, ctx: JobContext, sig_key: str) -> Finish:
         s = ctx.services
         normalized = ctx.input
-        recorded = await s.store.get_signature(ctx.tenant, sig_key)
+        # Read with the claim; a job admitted before the store kept signature keys
+        # looks it up.
+        recorded = ctx.recorded_signature if ctx.job.sig_key is not None \
+            else await s.store.get_signature(ctx.tenant, sig_key)
         if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
             # Signed before (a crash after signing, or a replay): never sign twice.
-            return Outcome(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
-                                             recorded["size"]), detail={"reused": True})
+            return Finish(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
+                                            recorded["size"]), detail={"reused": True})
         policy = ctx.config.policy(normalized["policy_version"])
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured",
                                     code="unknown_policy")
+        if s.signer is None:
+            raise SigningError("no signing key is configured", code="signing_key_unavailable")
+        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name)
+        if ctx.area is None:
+            return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized)
         await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
@@ -304,20 +333,68 @@ class SignCaseKind:
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.workdir / "signed.pdf"
-        checked = await sign_prepared_pdf(ctx, paths[contract_i], out,
-                                meta=signing_meta(normalized, policy, ctx.config.signing.signer_name),
-                                attachments=attachments, policy=policy)
+        checked = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
+                                          attachments=attachments, policy=policy)
         artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
-        # The signed event is written with the record, in one transaction.
-        record = await s.store.record_signature(
-            ctx.job, sig_key, {"artifact_id": artifact.artifact_id, "sha256": artifact.sha256,
-                               "size": artifact.size},
-            signed={"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-                    "policy_version": normalized["policy_version"],
-                    "timestamped": bool(policy.tsa_url), **checked.audit_detail()})
-        return Outcome(artifact=Artifact(record["artifact_id"], record["sha256"], record["size"]),
-                       detail={"documents": len(normalized["items"])})
+        # The signature, its signed event and the finish are one transaction.
+        return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
+                      signature=Signature(sig_key, artifact,
+                                          signed_detail(normalized, checked, bool(policy.tsa_url))))
 
+    async def _sign_in_memory(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
+                              meta: pades.SignatureMeta, sig_key: str) -> Finish:
+        """One contract, no evidence: the worker process reads the stored object, checks
+        it, prepares and signs it in one call; the signed document is kept in the
+        store, committed with its signature record, its signed event and the finish."""
+        s = ctx.services
+        item = normalized["items"][0]
+        path = s.fetcher.stored_path(parse_ref(item["object_ref"], []), ctx.tenant, ctx.case_id,
+                                     item["sha256"], item["size"])
+        if s.scanner is not None:
+            async with ctx.phase("scan"):
+                await s.scanner.scan(path, item["name"])
+        timestamped = bool(policy.tsa_url)
+        call = functools.partial(
+            pipeline.sign_stored, str(path), item["sha256"], item["size"],
+            pdfcheck.PdfLimits.from_policy(policy), meta, s.contents_bytes(timestamped),
+            not timestamped)
+        await ctx.check_lease()
+        start = time.perf_counter()
+        if ctx.kiosk:
+            async with ctx.key_slot():
+                work: pipeline.SignedWork = await ctx.cpu(call)
+        else:
+            work = await ctx.cpu(call)
+        ctx.record_phase("validate", time.perf_counter() - start - work.sign_s)
+        start = time.perf_counter()
+        signature = work.signature
+        if signature is None:  # the key cannot leave this process (a token's)
+            async with ctx.key_slot():
+                await ctx.check_lease()
+                signature = await asyncio.to_thread(pipeline.sign_with, s.signer, work.signed_attrs)
+        update, digest, token = work.update, work.sha256, None
+        if update is None:
+            if timestamped:
+                token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url,
+                                                signature, policy.tsa_timeout_s)
+            update = work.prepared.signed(
+                cms.assemble(s.cms_template(), work.signed_attrs, signature, token))
+        ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
+        assert work.base is not None and s.artifacts is not None
+        signed = work.base + update
+        artifact_id = s.artifacts.artifact_id(ctx.tenant, f"sig:{sig_key}")
+        inline: bytes | None = signed
+        if len(signed) <= ctx.config.kiosk.inline_artifact_max_bytes:
+            artifact = Artifact(artifact_id, digest or pipeline.sha256_of(signed), len(signed))
+        else:  # a rewrite grew it past the store's share: a file after all
+            inline = None
+            async with ctx.phase("publish"):
+                artifact, _ours = await asyncio.to_thread(
+                    s.artifacts.publish_bytes, (work.base, update), artifact_id, "application/pdf")
+        return Finish(artifact=artifact, detail={"documents": 1},
+                      signature=Signature(sig_key, artifact,
+                                          signed_detail(normalized, work.checked, token is not None),
+                                          inline))
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any]) -> list[Path]:
         s = ctx.services
         out = []

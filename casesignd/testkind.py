@@ -15,7 +15,7 @@ from typing import Any
 
 from .config import Config
 from .errors import PermanentJobError, TransientJobError, ValidationError
-from .kinds import Admission, JobContext, Outcome
+from .kinds import Admission, Finish, JobContext
 
 BEHAVIORS = ("succeed", "fail_transient", "fail_permanent", "hang")
 _FIELDS = {"kind", "behavior", "fail_times", "sleep_ms", "hang_s", "tag", "case_id", "size"}
@@ -60,7 +60,10 @@ class TestKind:
         return Admission(normalized=normalized, version="test-v1", case_id=case_id,
                          declared_bytes=size, key_material=normalized | {"case_id": case_id})
 
-    async def run(self, ctx: JobContext) -> Outcome:
+    def needs_area(self, job: Any, config: Config) -> bool:
+        return True
+
+    async def run(self, ctx: JobContext) -> Finish:
         spec = ctx.input
         if spec["sleep_ms"]:
             await asyncio.sleep(spec["sleep_ms"] / 1000)
@@ -72,4 +75,4 @@ class TestKind:
             raise PermanentJobError("the test kind failed on purpose", code="test_permanent")
         if behavior == "hang":
             await asyncio.sleep(spec["hang_s"])
-        return Outcome(detail={"behavior": behavior, "attempt": ctx.attempt})
+        return Finish(detail={"behavior": behavior, "attempt": ctx.attempt})

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import secrets
 import socket
 import time
@@ -23,16 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jobs
 from .errors import CasesignError, TransientJobError
-from .kinds import JobKind, Outcome
+from .kinds import JobKind
 from .logs import log_event
+from .outcomes import Finish, Outcome
+from .recorder import Attempt, Recorder
 from .store import Job, Lease, Store
 
 log = logging.getLogger("casesignd.worker")
-
-_REASON = re.compile(r"[a-z0-9_]{1,40}")
-
 
 class LeaseLost(CasesignError):
     """This attempt no longer holds its lease; its result must not be published."""
@@ -49,6 +46,8 @@ class _Running:
     kiosk: bool = False  # run by the kiosk path: outside the batch bounds
     deadline: float | None = None  # the kiosk request's answer-by time (Unix seconds)
     started: float = field(default_factory=time.monotonic)
+    # The signature recorded for the job's signature key, read with its claim.
+    signature: dict[str, Any] | None = None
 
 
 @contextlib.asynccontextmanager
@@ -73,15 +72,10 @@ def record_phase(metrics: Any, phases: dict[str, float], kind: str, name: str, t
         log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
 
 
-def phases_ms(phases: dict[str, float]) -> dict[str, float]:
-    """An attempt's phase times for its outcome's log line, in milliseconds."""
-    return {name: round(took * 1000, 3) for name, took in phases.items()}
-
-
 class JobCtx:
     """The :class:`casesignd.kinds.JobContext` the pool hands to a running job."""
 
-    def __init__(self, pool: Pool, job: Job, area: Any, running: _Running) -> None:
+    def __init__(self, pool: Pool, job: Job, running: _Running) -> None:
         self.job_id = job.job_id
         self.tenant = job.tenant
         self.kind = job.kind
@@ -94,16 +88,30 @@ class JobCtx:
         self.job = job
         self.config = pool.services.config
         self.services = pool.services
-        self.area = area  # casesignd.tempfiles.Area: the attempt's private directory
-        self.workdir = Path(area.path)
+        # The signature recorded for this job's signature key when it was claimed.
+        self.recorded_signature = running.signature
+        self.area: Any = None  # casesignd.tempfiles.Area, when the kind needs one
         self.phases: dict[str, float] = {}
         self._pool = pool
         self._running = running
 
+    @property
+    def workdir(self) -> Path:
+        """The attempt's private directory (only for a kind that asked for one)."""
+        if self.area is None:
+            raise RuntimeError("this attempt runs without a temp area")
+        return Path(self.area.path)
+
+    @property
+    def kiosk(self) -> bool:
+        return self._running.kiosk
+
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return timed_phase(self.services.metrics, self.phases, self.kind, name,
-                           job_id=self.job_id, attempt=self.attempt,
-                           correlation_id=self.correlation_id)
+        # Phases go on the outcome's one log line (phases_ms), not on lines of their own.
+        return timed_phase(self.services.metrics, self.phases, self.kind, name, log_line=False)
+
+    def record_phase(self, name: str, took: float) -> None:
+        record_phase(self.services.metrics, self.phases, self.kind, name, took, log_line=False)
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.services.run_cpu(fn, *args, kiosk=self._running.kiosk)
@@ -122,11 +130,16 @@ class JobCtx:
 class Pool:
     """Runs jobs of the registered kinds with the configured bounds."""
 
-    def __init__(self, services: Any, kinds: dict[str, JobKind], store: Store) -> None:
+    # Jobs claimed in one transaction at most: a claim is one writer round trip.
+    CLAIM_BATCH = 8
+
+    def __init__(self, services: Any, kinds: dict[str, JobKind], store: Store,
+                 recorder: Recorder) -> None:
         self.services = services
         self.cfg = services.config
         self.kinds = kinds
         self.store = store
+        self.recorder = recorder
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.running: dict[str, _Running] = {}
         self.batch_running = 0
@@ -183,19 +196,24 @@ class Pool:
         poll_s = self.cfg.workers.poll_interval_ms / 1000.0
         kinds = sorted(self.kinds)
         while not self.stopping:
-            claimed = None
-            if self.batch_running < self.cfg.workers.concurrency:
+            # Cleared before the claim, not after it: a wake-up that lands while an
+            # empty claim is under way is kept, and the loop claims again at once.
+            self._wake.clear()
+            free = self.cfg.workers.concurrency - self.batch_running
+            if free > 0:
+                want = min(free, self.CLAIM_BATCH)
                 budget = self.cfg.workers.max_inflight_bytes - self.inflight_bytes
                 try:
-                    claimed = await self.store.claim(self.owner, self.cfg.workers.lease_s, budget, kinds)
+                    claimed = await self.store.claim_batch(
+                        self.owner, self.cfg.workers.lease_s, budget, kinds, want)
                 except CasesignError as e:
                     log_event(log, "pool.claim_failed", level=logging.WARNING, code=e.code)
                     await asyncio.sleep(poll_s)
                     continue
-            if claimed is not None:
-                self._start_job(claimed)
-                continue
-            self._wake.clear()
+                for c in claimed:
+                    self._start_job(c.job, signature=c.signature)
+                if len(claimed) == want:
+                    continue  # there may be more
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), poll_s)
 
@@ -240,7 +258,7 @@ class Pool:
                                 r.lost = True
                                 r.task.cancel()
                             if job.state == "failed":
-                                self.finished(job, "failed")
+                                self.recorder.finished(job, "failed")
                         self.wake()
                 await self.services.refresh_state()
             except CasesignError as e:
@@ -248,9 +266,10 @@ class Pool:
 
     # --- one job -------------------------------------------------------------------
 
-    def _start_job(self, job: Job, kiosk: bool = False,
-                   deadline: float | None = None) -> asyncio.Task[Job | None]:
-        holder = _Running(job=job, task=None, kiosk=kiosk, deadline=deadline)  # type: ignore[arg-type]
+    def _start_job(self, job: Job, kiosk: bool = False, deadline: float | None = None,
+                   signature: dict[str, Any] | None = None) -> asyncio.Task[Job | None]:
+        holder = _Running(job=job, task=None, kiosk=kiosk, deadline=deadline,  # type: ignore[arg-type]
+                          signature=signature)
         if not kiosk:
             self.inflight_bytes += job.declared_bytes
             self.batch_running += 1
@@ -263,33 +282,19 @@ class Pool:
         The task records the outcome like any other; it resolves to the final job row."""
         return self._start_job(job, kiosk=True, deadline=deadline)
 
-    def _max_attempts(self, kind: str) -> int:
-        return self.cfg.retry.max_attempts.get(kind, self.cfg.retry.default_max_attempts)
-
     async def _run(self, job: Job, holder: _Running) -> Job | None:
         kind = self.kinds[job.kind]
         lease = job.lease
-        fields = {"job_id": job.job_id, "attempt": job.attempt, "kind": job.kind,
-                  "correlation_id": job.correlation_id}
-        log_event(log, "job.claimed", **fields)
+        who = Attempt(job.job_id, job.attempt, job.kind, job.correlation_id,
+                      "kiosk" if holder.kiosk else "batch")
+        log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
         started = time.perf_counter()
+        ctx = JobCtx(self, job, holder)
+        error: BaseException | None = None
         try:
             try:
-                reserve = kind_temp_bytes(job)
-                async with self.services.temp.attempt(job.job_id, job.attempt, reserve) as area:
-                    ctx = JobCtx(self, job, area, holder)
-                    async with asyncio.timeout(self.cfg.workers.max_run_s):
-                        outcome: Outcome = await kind.run(ctx)
-                    await ctx.check_lease()
-                result = outcome_result(outcome)
-                done = await self.store.finish(lease, result)
-                if done is None:
-                    self.services.metrics.stale_result()
-                    log_event(log, "job.stale_result", level=logging.WARNING, **fields)
-                else:
-                    self.finished(done, "succeeded")
-                    log_event(log, "job.succeeded", duration_ms=_ms(started), **fields)
-                return done
+                async with asyncio.timeout(self.cfg.workers.max_run_s):
+                    outcome: Outcome = await self._attempt(kind, job, ctx)
             except asyncio.CancelledError:
                 if holder.lost:
                     # The lease moved on: the job belongs to someone else now.
@@ -297,22 +302,28 @@ class Pool:
                     return None
                 if self.stopping_hard:
                     await self._shield(self.store.release(lease))
-                    log_event(log, "job.released", **fields)
+                    log_event(log, "job.released", **who.fields())
                     return None
                 raise
             except TimeoutError:
-                return await self._after_failure(job, lease, TransientJobError(
-                    "the attempt ran longer than workers.max_run_s", code="attempt_timeout"),
-                    fields, started)
+                error = TransientJobError("the attempt ran longer than workers.max_run_s",
+                                          code="attempt_timeout")
+                outcome = self.recorder.failure(job.kind, job.failures + 1, error)
             except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
                 if holder.lost or isinstance(e, LeaseLost):
                     await self._record_stale(lease)
                     return None
-                return await self._after_failure(job, lease, e, fields, started)
+                error = e
+                outcome = self.recorder.failure(job.kind, job.failures + 1, e)
+            done = await self.store.conclude(lease, outcome)
+            self.recorder.recorded(who, outcome, done, started=started, phases=ctx.phases,
+                                   error=error)
+            return done
         except CasesignError as e:
             # The store itself failed while recording an outcome: the lease expires and
             # the job is reclaimed; nothing acknowledged is lost.
-            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code, **fields)
+            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code,
+                      **who.fields())
             return None
         finally:
             if not holder.kiosk:
@@ -326,80 +337,29 @@ class Pool:
             self.progress += 1
             self.wake()
 
+    async def _attempt(self, kind: JobKind, job: Job, ctx: JobCtx) -> Finish:
+        """The kind's run, in a temp area when it needs one; checked against the lease."""
+        if kind.needs_area(job, self.cfg):
+            async with self.services.temp.attempt(job.job_id, job.attempt,
+                                                  kind_temp_bytes(job)) as area:
+                ctx.area = area
+                outcome = await kind.run(ctx)
+                await ctx.check_lease()
+                return outcome
+        outcome = await kind.run(ctx)
+        await ctx.check_lease()
+        return outcome
+
     async def _shield(self, coro: Any) -> Any:
         with contextlib.suppress(CasesignError):
             return await asyncio.shield(coro)
 
     async def _record_stale(self, lease: Lease) -> None:
         # A fenced no-op write: the store records the attempt as lost.
-        await self._shield(self.store.finish(lease, {"stale": True}))
+        await self._shield(self.store.conclude(lease, Finish(detail={"stale": True})))
         self.services.metrics.stale_result()
-
-    async def _after_failure(self, job: Job, lease: Lease, error: BaseException,
-                             fields: dict[str, Any], started: float) -> Job | None:
-        decision = jobs.plan_retry(
-            job.failures + 1, error, max_attempts=self._max_attempts(job.kind),
-            base_s=self.cfg.retry.base_delay_s, cap_s=self.cfg.retry.max_delay_s)
-        detail = error_detail(error)
-        self.services.metrics.allow("code", decision.code)
-        if decision.retry:
-            done = await self.store.retry_later(lease, decision.code, decision.delay_s, detail,
-                                                counts=decision.counts)
-            self.services.metrics.retry(job.kind, decision.code)
-            log_event(log, "job.retry_scheduled", level=logging.WARNING, code=decision.code,
-                      delay_ms=round(decision.delay_s * 1000), error=_err(error),
-                      duration_ms=_ms(started), **fields)
-        else:
-            done = await self.store.fail(lease, decision.category, decision.code, detail)
-            level = logging.ERROR if decision.category == "internal" else logging.WARNING
-            log_event(log, "job.failed", level=level, code=decision.code,
-                      category=decision.category, error=_err(error), duration_ms=_ms(started),
-                      exc_info=error if decision.category == "internal" else None, **fields)
-            if done is not None:
-                self.finished(done, "failed")
-        if done is None:
-            self.services.metrics.stale_result()
-        return done
-
-    def finished(self, job: Job, outcome: str) -> None:
-        """Count a job that ended, with its three clocks."""
-        m = self.services.metrics
-        m.job_finished(job.kind, outcome)
-        t = jobs.timings(job, time.time())
-        m.observe_clocks(job.kind, t["queue_wait_ms"] / 1000, t["processing_ms"] / 1000,
-                         t["total_ms"] / 1000)
 
 
 def kind_temp_bytes(job: Job) -> int:
     """Temp bytes an attempt reserves: its inputs and its output, plus headroom."""
     return 2 * job.declared_bytes + 1024 * 1024
-
-
-def outcome_result(outcome: Outcome) -> dict[str, Any]:
-    result: dict[str, Any] = {"detail": outcome.detail}
-    if outcome.artifact is not None:
-        a = outcome.artifact
-        result["artifact"] = {"artifact_id": a.artifact_id, "sha256": a.sha256, "size": a.size,
-                              "media_type": a.media_type}
-    return result
-
-
-def error_detail(error: BaseException) -> dict[str, Any]:
-    """What the audit trail keeps of an error: its code, never personal data."""
-    if isinstance(error, CasesignError):
-        out: dict[str, Any] = {"code": error.code, "retryable": error.retryable}
-        # A retry's reason (a source's "http_5xx", "timeout"...) is a fixed token, and it
-        # is what an operator reading the job's events needs to see.
-        reason = error.detail.get("reason")
-        if isinstance(reason, str) and _REASON.fullmatch(reason):
-            out["reason"] = reason
-        return out
-    return {"code": "internal_error", "exception": type(error).__name__}
-
-
-def _err(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}"
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)

@@ -31,10 +31,13 @@ from tests.helpers_pki import pki, pyhanko_statuses, reportlab_pdf  # noqa: F401
 from tests.helpers_tsa import LocalTsa
 
 
-def packet(case_id: str, contract: dict) -> dict:
-    return {"kind": "sign_case", "case_id": case_id, "signers": SIGNERS,
-            "items": [{"role": "contract", "name": "contract.pdf",
-                       "media_type": "application/pdf", **contract}]}
+def packet(case_id: str, contract: dict, evidence: dict | None = None) -> dict:
+    items = [{"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
+              **contract}]
+    if evidence is not None:
+        items.append({"role": "evidence", "name": "note.txt", "media_type": "text/plain",
+                      **evidence})
+    return {"kind": "sign_case", "case_id": case_id, "signers": SIGNERS, "items": items}
 
 
 def remote(data: bytes, path: str) -> dict:
@@ -212,7 +215,11 @@ def test_a_full_temp_volume_makes_jobs_wait_and_a_job_larger_than_it_fails(daemo
         slow = d.submit(packet("TQ-1", remote(big, "a.pdf"))).json()["job_id"]
         wait_until(lambda: source.inflight > 0, 20, "the slow download did not start")
         local = reportlab_pdf(tmp_path / "b.pdf", pages=400, text="y" * 60).read_bytes()
-        waiting = d.submit(packet("TQ-2", upload(d, "TQ-2", local))).json()["job_id"]
+        # With evidence, so that it is fetched into a temp area (a lone contract that
+        # is stored already is signed in memory, without one).
+        note = b"checked at the counter\n"
+        waiting = d.submit(packet("TQ-2", upload(d, "TQ-2", local),
+                                  upload(d, "TQ-2", note))).json()["job_id"]
         huge = b"%PDF-1.7\n" + b"0" * (2 * mib)
         too_big = d.submit(packet("TQ-3", upload(d, "TQ-3", huge))).json()["job_id"]
         failed = d.wait_job(too_big, timeout_s=30)

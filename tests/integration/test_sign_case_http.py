@@ -193,3 +193,40 @@ def test_a_document_certified_against_changes_is_refused(daemon, tmp_path):
         data = out.getvalue()
     job = daemon.wait_job(daemon.submit(manifest("CERT-1", upload(daemon, "CERT-1", data), [])).json()["job_id"])
     assert job["state"] == "failed" and job["error"]["code"] == "certified_no_changes", job
+
+
+def test_a_lone_stored_contract_is_signed_in_memory_and_kept_with_its_record(daemon, tmp_path):
+    # One contract, already stored: the worker process reads it in place and signs it
+    # in one call; no temp area is made, and the signed document is committed with
+    # its signature record, its signed event and the finish (no file of its own).
+    import sqlite3
+
+    d = daemon
+    contract = reportlab_pdf(tmp_path / "lone.pdf", pages=1).read_bytes()
+    temp_root = d.dir / d.config["storage"]["temp_dir"]
+    before = set(temp_root.rglob("*"))
+    jobs = [d.submit(manifest(f"LONE-{i}", upload(d, f"LONE-{i}", contract), [])).json()["job_id"]
+            for i in range(6)]
+    done = [d.wait_job(j) for j in jobs]
+    assert all(j["state"] == "ready" for j in done), done
+    assert set(temp_root.rglob("*")) == before
+    for job in done:
+        events = [e["type"] for e in d.events(job["job_id"])]
+        assert events == ["admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+        art = job["result"]["artifact_id"]
+        assert not list((d.dir / "artifacts").rglob(art))
+        with sqlite3.connect(f"file:{d.db}?mode=ro", uri=True) as conn:
+            (data,) = conn.execute("SELECT data FROM artifact_data WHERE artifact_id = ?",
+                                   (art,)).fetchone()
+        assert hashlib.sha256(data).hexdigest() == job["result"]["sha256"]
+        got = d.request("GET", job["result"]["download_url"], auth=False)
+        assert got.status == 200 and got.body == data
+    out = tmp_path / "lone-signed.pdf"
+    out.write_bytes(data)
+    assert_valid(out, d, tmp_path)
+    # A second submission of the same signature (another key) is answered from the
+    # recorded one, read with its claim: nothing is signed twice.
+    again = d.submit(manifest("LONE-0", upload(d, "LONE-0", contract), []), key="other-key")
+    redo = d.wait_job(again.json()["job_id"])
+    assert redo["state"] == "ready" and redo["result"]["artifact_id"] == done[0]["result"]["artifact_id"]
+    assert "signed" not in [e["type"] for e in d.events(redo["job_id"])]

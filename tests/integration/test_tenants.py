@@ -208,7 +208,15 @@ def test_working_files_and_artifacts_are_private_while_a_slow_job_runs(daemon_fa
     d = daemon_factory(env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"})
     data = reportlab_pdf(tmp_path / "slow.pdf", text="slow").read_bytes()
     assert upload(d, "SLOW-CASE", data).status == 201
-    jid = d.submit(sign_case("SLOW-CASE", data)).json()["job_id"]
+    # With evidence, so that the job works in a temp area and its result is a file (a
+    # lone stored contract is signed in memory and kept in the database).
+    note = b"read aloud to the signer\n"
+    assert upload(d, "SLOW-CASE", note).status == 201
+    body = sign_case("SLOW-CASE", data)
+    body["items"].append({"role": "evidence", "name": "note.txt", "media_type": "text/plain",
+                          "object_ref": f"sha256:{hashlib.sha256(note).hexdigest()}",
+                          "sha256": hashlib.sha256(note).hexdigest(), "size": len(note)})
+    jid = d.submit(body).json()["job_id"]
     d.wait_job(jid, states=("processing",))
     temp_root = d.dir / d.config["storage"]["temp_dir"]
     deadline = time.monotonic() + 30

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from casesignd import config as config_mod
 from casesignd.errors import ConfigError, ValidationError
 from casesignd.invoice import InvoiceKind, admit, check_config, normalize
-from casesignd.kinds import Artifact, Outcome
+from casesignd.kinds import Artifact, Finish
 from casesignd.metrics import Metrics
 
 TODAY = date(2026, 11, 29)
@@ -293,7 +293,7 @@ class FakeCtx:
 async def test_run_renders_signs_and_publishes(tmp_path: Path, sign: bool) -> None:
     ctx = FakeCtx(admit(body(), CFG, TODAY).normalized | {"sign": sign}, tmp_path)
     out = await InvoiceKind().run(ctx)  # type: ignore[arg-type]
-    assert isinstance(out, Outcome)
+    assert isinstance(out, Finish)
     assert out.detail["pages"] == 1
     assert out.artifact is not None and out.artifact.size > 1000
     assert ctx.phases == ["render"]

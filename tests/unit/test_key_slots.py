@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from casesignd.app import KeySlots
 from casesignd.errors import Busy
+from casesignd.keys import KeySlots
 
 
 async def test_a_kiosk_takes_its_slot_then_a_free_batch_one_then_waits_or_is_busy():

@@ -1,4 +1,6 @@
-"""The store contract: every Store implementation passes these (SQLite is the embedded one)."""
+"""The store contract: every Store implementation passes these (SQLite, the embedded
+one, and the one in memory). A test of what only a file gives (a lock, SQL constraints,
+triggers) runs against SQLite alone."""
 
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ import pytest
 
 from casesignd import audit, jobs
 from casesignd.errors import Conflict, NotFound, QueueFull
+from casesignd.holds import KeyHolds
+from casesignd.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, SqliteStore, new_id
+from casesignd.store.memory import MemoryStore
 
 
 class Clock:
@@ -22,10 +27,13 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", "memory"])
 async def store_and_clock(request, tmp_path):
     clock = Clock()
-    store = SqliteStore(tmp_path / "store.db", clock=clock)
+    if request.param == "memory":
+        store = MemoryStore(clock=clock)
+    else:
+        store = SqliteStore(tmp_path / "store.db", clock=clock)
     await store.open()
     yield store, clock
     await store.close()
@@ -34,6 +42,18 @@ async def store_and_clock(request, tmp_path):
 @pytest.fixture
 def store(store_and_clock):
     return store_and_clock[0]
+
+
+def chain(store, tmp_path) -> audit.AuditReport:
+    """The whole audit chain of ``store``, verified."""
+    if isinstance(store, MemoryStore):
+        return audit.verify_rows(store.all_events())
+    return audit.verify_file(tmp_path / "store.db")
+
+
+def sqlite_only(store) -> None:
+    if not isinstance(store, SqliteStore):
+        pytest.skip("what only the SQLite file gives")
 
 
 def new_job(key: str = "k1", tenant: str = "t1", body: dict | None = None, size: int = 0) -> NewJob:
@@ -84,9 +104,9 @@ async def test_claim_finish_and_fencing(store_and_clock):
     assert [j.job_id for j in reclaimed] == [job.job_id]
     second = await store.claim("w2", 10, 1 << 30, ["test"])
     assert second.attempt == 2
-    assert await store.finish(claimed.lease, {"ok": 1}) is None
-    done = await store.finish(second.lease, {"ok": 2})
-    assert done.state == "succeeded" and done.result_dict() == {"ok": 2}
+    assert await store.conclude(claimed.lease, Finish(detail={"ok": 1})) is None
+    done = await store.conclude(second.lease, Finish(detail={"ok": 2}))
+    assert done.state == "succeeded" and done.result_dict() == {"detail": {"ok": 2}}
     types = [e["type"] for e in await store.events("t1", job.job_id)]
     assert types == ["admitted", "claimed", "lease_expired", "claimed",
                      "stale_result_dropped", "succeeded"]
@@ -113,7 +133,7 @@ async def test_retry_wait_then_requeue(store_and_clock):
     store, clock = store_and_clock
     await admit(store)
     job = await store.claim("w", 10, 1 << 30, ["test"])
-    waiting = await store.retry_later(job.lease, "source_unavailable", 5.0, {})
+    waiting = await store.conclude(job.lease, RetryLater("source_unavailable", 5.0))
     assert waiting.state == "retry_wait" and waiting.failures == 1
     assert await store.promote_due() == []
     clock.now += 5
@@ -132,7 +152,7 @@ async def test_fail_replay_cancel(store):
     with pytest.raises(Conflict) as e:
         await store.cancel("t1", job.job_id, "api")
     assert e.value.code == "not_cancelable"
-    failed = await store.fail(running.lease, "permanent_input", "malformed_pdf", {})
+    failed = await store.conclude(running.lease, Fail("permanent_input", "malformed_pdf"))
     assert failed.state == "failed" and failed.error_code == "malformed_pdf"
     replayed = await store.replay("t1", job.job_id, "api")
     assert replayed.state == "queued" and replayed.series == 2 and replayed.failures == 0
@@ -185,9 +205,11 @@ async def test_list_jobs_pages_newest_first(store):
 async def test_audit_chain_verifies_and_is_append_only(store, tmp_path):
     job, _ = await admit(store)
     claimed = await store.claim("w", 10, 1 << 30, ["test"])
-    await store.finish(claimed.lease, {})
-    report = audit.verify_file(tmp_path / "store.db")
+    await store.conclude(claimed.lease, Finish())
+    report = chain(store, tmp_path)
     assert report.ok and report.checked == 3
+    if not isinstance(store, SqliteStore):
+        return
     conn = sqlite3.connect(tmp_path / "store.db")
     with pytest.raises(sqlite3.IntegrityError):
         conn.execute("UPDATE events SET actor = 'x' WHERE seq = 2")
@@ -202,11 +224,12 @@ async def test_a_failed_operation_does_not_break_the_batch_or_chain(store, tmp_p
         admit(store, key="k1", body={"different": True}), admit(store, key="k2"),
         return_exceptions=True)
     assert isinstance(outcomes[0], IdempotencyKeyReused) and outcomes[1][1]
-    assert audit.verify_file(tmp_path / "store.db").ok
+    assert chain(store, tmp_path).ok
 
 
 async def test_a_second_process_cannot_open_the_store(store, tmp_path):
     from casesignd.errors import StoreUnavailable
+    sqlite_only(store)
     other = SqliteStore(tmp_path / "store.db")
     with pytest.raises(StoreUnavailable):
         await other.open()
@@ -215,6 +238,7 @@ async def test_a_second_process_cannot_open_the_store(store, tmp_path):
 
 async def test_the_waiting_and_state_counts_follow_every_transition(store_and_clock, tmp_path):
     store, clock = store_and_clock
+    sqlite_only(store)
 
     def waiting() -> int:
         conn = sqlite3.connect(tmp_path / "store.db")
@@ -240,7 +264,7 @@ async def test_the_waiting_and_state_counts_follow_every_transition(store_and_cl
     assert await check() == 2
     ja = await store.claim("w", 1, 1 << 30, ["test"])
     assert await check() == 1
-    await store.retry_later(ja.lease, "x", 0.0, {})
+    await store.conclude(ja.lease, RetryLater("x", 0.0))
     assert await check() == 2
     await store.cancel("t1", b.job_id, "api")
     assert await check() == 1
@@ -254,7 +278,7 @@ async def test_the_waiting_and_state_counts_follow_every_transition(store_and_cl
         await store.admit(new_job("c"), actor="a", max_queue_depth=1)
     assert await check() == 1 and jb
     jc = await store.claim("w", 1, 1 << 30, ["test"])
-    await store.finish(jc.lease, {})
+    await store.conclude(jc.lease, Finish())
     assert await check() == 0
 
 
@@ -266,46 +290,46 @@ def flight(store_clock: Clock, key: str = "kiosk-1", **kw) -> Flight:
 
 async def test_a_flight_is_written_whole_in_one_commit(store_and_clock):
     store, clock = store_and_clock
+    holds = KeyHolds(store)
     f = flight(clock)
-    assert await store.reserve("t1", f.new.idem_key, "sig-1", f.token) == (None, None)
+    assert await holds.reserve("t1", f.new.idem_key, "sig-1", f.token) == (None, None)
     # Held: an admission of the same key, or a second kiosk request, is in progress.
     with pytest.raises(Conflict) as e:
-        await store.admit(f.new, actor="api:t1", max_queue_depth=100)
+        await holds.admit(f.new, actor="api:t1", max_queue_depth=100)
     assert e.value.code == "in_progress"
     with pytest.raises(Conflict):
-        await store.reserve("t1", f.new.idem_key, "sig-1", object())
+        await holds.reserve("t1", f.new.idem_key, "sig-1", object())
     assert await store.get_job("t1", f.job_id) is None
-    art = {"artifact_id": "art_" + "1" * 32, "sha256": "ab" * 32, "size": 3}
-    f.signature = ("sig-1", art, {"signers": []})
-    f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
-    f.inline = b"pdf"
-    done = await store.record_flight(f)
+    art = Artifact("art_" + "1" * 32, "ab" * 32, 3)
+    f.outcome = Finish(art, signature=Signature("sig-1", art, {"signers": []}, b"pdf"))
+    done = await holds.record_flight(f)
     assert done is not None and done.state == "succeeded" and done.job_id == f.job_id
     assert [e["type"] for e in await store.events("t1", f.job_id)] == [
         "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
-    assert await store.artifact_data(art["artifact_id"]) == b"pdf"
-    assert (await store.get_signature("t1", "sig-1"))["artifact_id"] == art["artifact_id"]
+    assert await store.artifact_data(art.artifact_id) == b"pdf"
+    assert (await store.get_signature("t1", "sig-1"))["artifact_id"] == art.artifact_id
     # Released: the key now names the job, for a kiosk replay and an admission alike.
-    existing, _ = await store.reserve("t1", f.new.idem_key, "sig-1", object())
+    existing, _ = await holds.reserve("t1", f.new.idem_key, "sig-1", object())
     assert existing is not None and existing.job_id == f.job_id
     job, created = await store.admit(f.new, actor="api:t1", max_queue_depth=100)
     assert not created and job.job_id == f.job_id
     # Another key of the same signature finds the recorded one.
     g = flight(clock, key="kiosk-2")
-    assert (await store.reserve("t1", g.new.idem_key, "sig-1", g.token))[1]["sha256"] == "ab" * 32
-    store.unreserve("t1", g.new.idem_key, g.token)
+    assert (await holds.reserve("t1", g.new.idem_key, "sig-1", g.token))[1]["sha256"] == "ab" * 32
+    holds.unreserve("t1", g.new.idem_key, g.token)
     assert (await store.admit(g.new, actor="api:t1", max_queue_depth=100))[1] is True
 
 
 async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(store_and_clock):
     store, clock = store_and_clock
+    holds = KeyHolds(store)
     f = flight(clock)
-    await store.reserve("t1", f.new.idem_key, "sig-2", f.token)
+    await holds.reserve("t1", f.new.idem_key, "sig-2", f.token)
     running = await store.persist_flight(f)
     assert running.state == "running" and running.lease_owner == "w"
     assert (await store.get_job("t1", f.job_id)).state == "running"
-    f.outcome = ("fail", ("permanent_input", "malformed_pdf", {}))
-    done = await store.record_flight(f)
+    f.outcome = Fail("permanent_input", "malformed_pdf")
+    done = await holds.record_flight(f)
     assert done.state == "failed" and done.error_code == "malformed_pdf"
     assert [e["type"] for e in await store.events("t1", f.job_id)] == [
         "admitted", "claimed", "failed"]
@@ -313,9 +337,10 @@ async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(stor
 
 async def test_an_unreserved_key_is_free_again(store_and_clock):
     store, clock = store_and_clock
+    holds = KeyHolds(store)
     f = flight(clock)
-    await store.reserve("t1", f.new.idem_key, "sig-3", f.token)
-    store.unreserve("t1", f.new.idem_key, f.token)
+    await holds.reserve("t1", f.new.idem_key, "sig-3", f.token)
+    holds.unreserve("t1", f.new.idem_key, f.token)
     assert (await admit(store, key="kiosk-1"))[1] is True
 
 
@@ -324,20 +349,20 @@ async def test_a_signed_flight_leaves_the_rows_and_events_of_an_admission_claim_
     # A flight written at once (one request, nothing persisted before) and one written
     # as running first (past its deadline) end in the same row and the same events.
     store, clock = store_and_clock
+    holds = KeyHolds(store)
     written = {}
     for path in ("at once", "running first"):
         f = flight(clock, key=f"kiosk-{path}")
         f.new = dataclasses.replace(f.new, created_at=f.admitted_at - 0.002)
         f.claimed_at = f.admitted_at + 0.004
-        art = {"artifact_id": "art_" + "1" * 32, "sha256": "ab" * 32, "size": 3}
-        f.signature = (f"sig-{path}", art, {"signers": [["k", "clerk"]]})
-        f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
-        f.inline = b"pdf"
-        await store.reserve("t1", f.new.idem_key, f"sig-{path}", f.token)
+        art = Artifact("art_" + "1" * 32, "ab" * 32, 3)
+        f.outcome = Finish(art, signature=Signature(f"sig-{path}", art, {"signers": [["k", "clerk"]]},
+                                                    b"pdf"))
+        await holds.reserve("t1", f.new.idem_key, f"sig-{path}", f.token)
         clock.now += 0.01
         if path == "running first":
             await store.persist_flight(f)
-        done = await store.record_flight(f)
+        done = await holds.record_flight(f)
         row = {k: getattr(done, k) for k in done.__struct_fields__ if k not in ("job_id", "idem_key")}
         events = [{k: e[k] for k in ("type", "actor", "attempt", "at", "policy_version",
                                      "input_digest", "case_id")}
@@ -355,20 +380,78 @@ async def test_a_flight_persisted_as_it_is_recorded_is_written_once(store_and_cl
     # The deadline can pass while the record is on its way: both writes may land in
     # one batch, in either order, and the job is written once, finished.
     store, clock = store_and_clock
+    holds = KeyHolds(store)
     f = flight(clock)
-    art = {"artifact_id": "art_" + "2" * 32, "sha256": "cd" * 32, "size": 3}
-    f.signature = ("sig-race", art, {"signers": []})
-    f.outcome = ("finish", ({"artifact": {**art, "media_type": "application/pdf"}},))
-    await store.reserve("t1", f.new.idem_key, "sig-race", f.token)
+    art = Artifact("art_" + "2" * 32, "cd" * 32, 3)
+    f.outcome = Finish(art, signature=Signature("sig-race", art, {"signers": []}))
+    await holds.reserve("t1", f.new.idem_key, "sig-race", f.token)
     if first == "record":
-        record = asyncio.ensure_future(store.record_flight(f))
+        record = asyncio.ensure_future(holds.record_flight(f))
         persist = asyncio.ensure_future(store.persist_flight(f))
     else:
         persist = asyncio.ensure_future(store.persist_flight(f))
-        record = asyncio.ensure_future(store.record_flight(f))
+        record = asyncio.ensure_future(holds.record_flight(f))
     done = await record
     await persist
     assert done is not None and done.state == "succeeded"
     assert (await store.get_job("t1", f.job_id)).state == "succeeded"
     assert [e["type"] for e in await store.events("t1", f.job_id)] == [
         "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+
+
+async def test_a_claim_takes_several_jobs_in_one_go_within_the_budget(store):
+    for i in range(5):
+        await admit(store, key=f"b{i}", body={"i": i}, size=10)
+    claimed = await store.claim_batch("w", 10, 35, ["test"], 4)
+    # Oldest first, and only as many as the byte budget lets in together.
+    assert [c.job.declared_bytes for c in claimed] == [10, 10, 10]
+    assert all(c.job.state == "running" and c.signature is None for c in claimed)
+    rest = await store.claim_batch("w", 10, 1 << 30, ["test"], 4)
+    assert len(rest) == 2 and {c.job.job_id for c in rest}.isdisjoint(c.job.job_id for c in claimed)
+    assert await store.claim_batch("w", 10, 1 << 30, ["test"], 4) == []
+
+
+async def test_a_claim_reads_the_signature_recorded_for_the_job(store):
+    first = dataclasses.replace(new_job("s1", body={"a": 1}), sig_key="sig-x")
+    second = dataclasses.replace(new_job("s2", body={"a": 2}), sig_key="sig-x")
+    await store.admit(first, actor="api:t1", max_queue_depth=100)
+    (c1,) = await store.claim_batch("w", 10, 1 << 30, ["test"], 1)
+    assert c1.signature is None
+    art = Artifact("art_" + "3" * 32, "ef" * 32, 5)
+    done = await store.conclude(c1.job.lease, Finish(art, {"documents": 1},
+                                                     Signature("sig-x", art, {"signers": []}, b"%PDF-")))
+    assert done.state == "succeeded" and done.result_dict()["artifact"]["artifact_id"] == art.artifact_id
+    assert [e["type"] for e in await store.events("t1", c1.job.job_id)] == [
+        "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
+    assert await store.artifact_data(art.artifact_id) == b"%PDF-"
+    assert (await store.get_artifact(art.artifact_id))["job_id"] == c1.job.job_id
+    await store.admit(second, actor="api:t1", max_queue_depth=100)
+    (c2,) = await store.claim_batch("w", 10, 1 << 30, ["test"], 1)
+    assert c2.signature is not None and c2.signature["artifact_id"] == art.artifact_id
+
+
+async def test_a_finish_whose_signature_was_recorded_before_names_the_recorded_one(store):
+    await store.admit(dataclasses.replace(new_job("r1", body={"r": 1}), sig_key="sig-r"),
+                      actor="api:t1", max_queue_depth=100)
+    await store.admit(dataclasses.replace(new_job("r2", body={"r": 2}), sig_key="sig-r"),
+                      actor="api:t1", max_queue_depth=100)
+    a, b = await store.claim_batch("w", 10, 1 << 30, ["test"], 2)
+    art_a = Artifact("art_" + "a" * 32, "aa" * 32, 1)
+    art_b = Artifact("art_" + "b" * 32, "bb" * 32, 2)
+    await store.conclude(a.job.lease, Finish(art_a, signature=Signature("sig-r", art_a)))
+    done = await store.conclude(b.job.lease, Finish(art_b, signature=Signature("sig-r", art_b, None, b"x")))
+    assert done.result_dict()["artifact"]["artifact_id"] == art_a.artifact_id
+    assert "signature_recorded" not in [e["type"] for e in await store.events("t1", b.job.job_id)]
+
+
+async def test_a_stale_finish_records_no_signature(store_and_clock):
+    store, clock = store_and_clock
+    await store.admit(dataclasses.replace(new_job("st"), sig_key="sig-st"), actor="api:t1",
+                      max_queue_depth=100)
+    claimed = await store.claim("w", 1, 1 << 30, ["test"])
+    clock.now += 5
+    await store.reclaim_expired(max_lost=5)
+    art = Artifact("art_" + "5" * 32, "55" * 32, 1)
+    assert await store.conclude(claimed.lease, Finish(art, signature=Signature("sig-st", art))) is None
+    assert await store.get_signature("t1", "sig-st") is None
+    assert [e["type"] for e in await store.events("t1", claimed.job_id)][-1] == "stale_result_dropped"

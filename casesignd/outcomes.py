@@ -1,0 +1,80 @@
+"""What an attempt ends in: :class:`Finish`, :class:`RetryLater` or :class:`Fail`.
+
+A job kind's run returns a :class:`Finish` (a failure is an exception, which
+:mod:`casesignd.recorder` turns into one of the other two); the store writes any of
+the three with the fenced update that ends the attempt (``Store.conclude``), and the
+kiosk path hands the same values to its one write (``Store.record_flight``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A published result: its id (the store's and the link's), digest and size."""
+
+    artifact_id: str
+    sha256: str
+    size: int
+    media_type: str = "application/pdf"
+
+    def record(self) -> dict[str, Any]:
+        return {"artifact_id": self.artifact_id, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A signature to record with the finish, in the same transaction: its key, its
+    artifact, the ``signed`` event's detail and, for a small result, its bytes (kept
+    in the store rather than as a file)."""
+
+    sig_key: str
+    artifact: Artifact
+    signed: dict[str, Any] | None = None
+    inline: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Finish:
+    """running → succeeded, with the result a client reads."""
+
+    artifact: Artifact | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    signature: Signature | None = None
+
+    def result(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"detail": self.detail}
+        if self.artifact is not None:
+            out["artifact"] = {**self.artifact.record(), "media_type": self.artifact.media_type}
+        return out
+
+    def with_artifact(self, artifact: Artifact) -> Finish:
+        return Finish(artifact, self.detail, self.signature)
+
+
+@dataclass(frozen=True)
+class RetryLater:
+    """running → retry_wait, due after ``delay_s``. With ``counts`` False (a wait for a
+    shared resource) the attempt does not count against the job's budget."""
+
+    code: str
+    delay_s: float
+    detail: dict[str, Any] = field(default_factory=dict)
+    counts: bool = True
+
+
+@dataclass(frozen=True)
+class Fail:
+    """running → failed (the dead letter)."""
+
+    category: str
+    code: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+Outcome = Finish | RetryLater | Fail
+
+__all__ = ["Artifact", "Fail", "Finish", "Outcome", "RetryLater", "Signature"]

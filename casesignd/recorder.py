@@ -1,0 +1,122 @@
+"""One recorder of outcomes, for the worker pool and the kiosk path alike.
+
+An attempt that raised becomes a :class:`RetryLater` or a :class:`Fail` here
+(:func:`casesignd.jobs.plan_retry` decides); an attempt that ended, whichever way, is
+counted and logged here, on one line with its phases, once its outcome is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from . import jobs
+from .config import Config
+from .errors import CasesignError
+from .logs import log_event
+from .metrics import Metrics
+from .outcomes import Fail, Finish, Outcome, RetryLater
+from .store import Job
+
+log = logging.getLogger("casesignd.worker")
+
+_REASON = re.compile(r"[a-z0-9_]{1,40}")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Who an outcome's log line is about."""
+
+    job_id: str
+    attempt: int
+    kind: str
+    correlation_id: str
+    pool: str = "batch"  # or "kiosk"
+
+    def fields(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"job_id": self.job_id, "attempt": self.attempt, "kind": self.kind,
+                               "correlation_id": self.correlation_id}
+        if self.pool != "batch":
+            out["pool"] = self.pool
+        return out
+
+
+class Recorder:
+    """Decides failures, and counts and logs every outcome once it is written."""
+
+    def __init__(self, config: Config, metrics: Metrics) -> None:
+        self.config = config
+        self.metrics = metrics
+
+    def max_attempts(self, kind: str) -> int:
+        retry = self.config.retry
+        return retry.max_attempts.get(kind, retry.default_max_attempts)
+
+    def failure(self, kind: str, failures: int, error: BaseException) -> RetryLater | Fail:
+        """What an attempt that raised ``error`` ends in; ``failures`` counts this one."""
+        retry = self.config.retry
+        decision = jobs.plan_retry(failures, error, max_attempts=self.max_attempts(kind),
+                                   base_s=retry.base_delay_s, cap_s=retry.max_delay_s)
+        self.metrics.allow("code", decision.code)
+        detail = error_detail(error)
+        if decision.retry:
+            return RetryLater(decision.code, decision.delay_s, detail, decision.counts)
+        return Fail(decision.category, decision.code, detail)
+
+    def recorded(self, who: Attempt, outcome: Outcome, done: Job | None, *, started: float,
+                 phases: dict[str, float], error: BaseException | None = None) -> None:
+        """Count and log an outcome the store has written (``done``: the job after it,
+        None when the lease had moved on and the outcome was dropped)."""
+        fields = who.fields()
+        duration_ms = round((time.perf_counter() - started) * 1000, 3)
+        timing = {"duration_ms": duration_ms, "phases_ms": phases_ms(phases)}
+        if done is None:
+            self.metrics.stale_result()
+            log_event(log, "job.stale_result", level=logging.WARNING, **timing, **fields)
+            return
+        if isinstance(outcome, Finish):
+            self.finished(done, "succeeded")
+            log_event(log, "job.succeeded", **timing, **fields)
+        elif isinstance(outcome, RetryLater):
+            self.metrics.retry(who.kind, outcome.code)
+            log_event(log, "job.retry_scheduled", level=logging.WARNING, code=outcome.code,
+                      delay_ms=round(outcome.delay_s * 1000), error=_err(error), **timing,
+                      **fields)
+        else:
+            internal = outcome.category == "internal"
+            log_event(log, "job.failed", level=logging.ERROR if internal else logging.WARNING,
+                      code=outcome.code, category=outcome.category, error=_err(error),
+                      exc_info=error if internal else None, **timing, **fields)
+            self.finished(done, "failed")
+
+    def finished(self, job: Job, outcome: str) -> None:
+        """Count a job that ended, with its three clocks."""
+        self.metrics.job_finished(job.kind, outcome)
+        t = jobs.timings(job, time.time())
+        self.metrics.observe_clocks(job.kind, t["queue_wait_ms"] / 1000,
+                                    t["processing_ms"] / 1000, t["total_ms"] / 1000)
+
+
+def error_detail(error: BaseException) -> dict[str, Any]:
+    """What the audit trail keeps of an error: its code, never personal data."""
+    if isinstance(error, CasesignError):
+        out: dict[str, Any] = {"code": error.code, "retryable": error.retryable}
+        # A retry's reason (a source's "http_5xx", "timeout"...) is a fixed token, and it
+        # is what an operator reading the job's events needs to see.
+        reason = error.detail.get("reason")
+        if isinstance(reason, str) and _REASON.fullmatch(reason):
+            out["reason"] = reason
+        return out
+    return {"code": "internal_error", "exception": type(error).__name__}
+
+
+def phases_ms(phases: dict[str, float]) -> dict[str, float]:
+    """An attempt's phase times for its outcome's log line, in milliseconds."""
+    return {name: round(took * 1000, 3) for name, took in phases.items()}
+
+
+def _err(error: BaseException | None) -> str | None:
+    return None if error is None else f"{type(error).__name__}: {error}"

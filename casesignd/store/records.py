@@ -1,0 +1,201 @@
+"""What the store holds and the verbs it offers: the records (:class:`Job`,
+:class:`Lease`, :class:`NewJob`, :class:`Flight`), the :class:`Store` protocol that
+every implementation follows, and time-ordered ids.
+
+Every state change and its audit event are one transaction, and every update of a
+running job is fenced on (job_id, attempt, lease_owner), so a stale worker cannot
+overwrite a newer outcome.
+"""
+
+from __future__ import annotations
+
+import random
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import msgspec
+
+from ..errors import CasesignError, Conflict
+from ..outcomes import Finish, Outcome
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """A job row."""
+
+    job_id: str
+    tenant: str
+    kind: str
+    case_id: str | None
+    idem_key: str
+    fingerprint: str
+    input: str
+    input_digest: str
+    version: str
+    declared_bytes: int
+    state: str
+    attempt: int
+    series: int
+    failures: int
+    lost_leases: int
+    lease_owner: str | None
+    lease_expires: float | None
+    created_at: float
+    admitted_at: float
+    admission_ms: float
+    queued_since: float | None
+    claimed_at: float | None
+    first_claimed_at: float | None
+    finished_at: float | None
+    next_attempt_at: float
+    queue_wait_ms: float
+    processing_ms: float
+    result: str | None
+    error_category: str | None
+    error_code: str | None
+    correlation_id: str
+    updated_at: float
+    sig_key: str | None = None  # the signature a sign_case job makes
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.job_id, self.attempt, self.lease_owner or "")
+
+    def input_dict(self) -> dict[str, Any]:
+        return msgspec.json.decode(self.input)
+
+    def result_dict(self) -> dict[str, Any] | None:
+        return msgspec.json.decode(self.result) if self.result else None
+
+
+def row_job(row: Any) -> Job:
+    return Job(**dict(row))
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What fences a running job's updates."""
+
+    job_id: str
+    attempt: int
+    owner: str
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A validated, normalized job on its way into the store."""
+
+    tenant: str
+    kind: str
+    case_id: str | None
+    idem_key: str
+    fingerprint: str
+    input: str  # canonical JSON
+    input_digest: str
+    version: str
+    declared_bytes: int
+    created_at: float  # when the request arrived
+    correlation_id: str
+    sig_key: str | None = None  # the signature it makes (sign_case), read with its claim
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A claimed job and the signature recorded for its signature key, if any."""
+
+    job: Job
+    signature: dict[str, Any] | None = None
+
+
+@dataclass
+class Flight:
+    """A kiosk request on its way into the store in one write (``record_flight``)."""
+
+    new: NewJob
+    job_id: str
+    actor: str
+    owner: str
+    lease_s: float
+    admitted_at: float
+    claimed_at: float
+    token: object = field(default_factory=object)
+    # What the request ended in; a signature it made goes with its Finish.
+    outcome: Outcome = field(default_factory=Finish)
+    # persist_flight was asked to write it as running (the request passed its
+    # deadline): from then on its record looks for that row, in whatever order the
+    # writer takes the two
+    persisted: bool = False
+
+
+def in_progress() -> Conflict:
+    return Conflict("the first request with this key is still running", code="in_progress",
+                    headers={"Retry-After": "1"})
+
+
+class IdempotencyKeyReused(CasesignError):
+    code = "idempotency_key_reused"
+    status = 422
+
+
+class Store(Protocol):
+    """The verbs the engine needs. Every implementation runs the same contract tests
+    (tests/unit/test_store_contract.py)."""
+
+    async def open(self) -> None: ...
+    async def close(self) -> None: ...
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]: ...
+    async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
+    async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
+                          limit: int) -> list[Claimed]: ...
+    async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
+    async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
+    async def conclude(self, lease: Lease, outcome: Outcome) -> Job | None: ...
+    async def release(self, lease: Lease) -> Job | None: ...
+    async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]: ...
+    async def promote_due(self) -> list[Job]: ...
+    async def cancel(self, tenant: str, job_id: str, actor: str) -> Job: ...
+    async def replay(self, tenant: str, job_id: str, actor: str) -> Job: ...
+    async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None: ...
+    async def record_signature(self, job: Job, sig_key: str, artifact: dict[str, Any],
+                               signed: dict[str, Any] | None = None) -> dict[str, Any]: ...
+    async def get_signature(self, tenant: str, sig_key: str) -> dict[str, Any] | None: ...
+    async def get_job(self, tenant: str, job_id: str) -> Job | None: ...
+    async def list_jobs(self, tenant: str, states: list[str] | None, limit: int, cursor: str | None) -> tuple[list[Job], str | None]: ...
+    async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]: ...
+    async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None: ...
+    async def artifact_data(self, artifact_id: str) -> bytes | None: ...
+    # The kiosk path: a request's job written once, when done (see Flight), its key
+    # held meanwhile in front of the store (casesignd.holds).
+    async def lookup_key(self, tenant: str, idem_key: str,
+                         sig_key: str) -> tuple[Job | None, dict[str, Any] | None]: ...
+    async def record_flight(self, flight: Flight) -> Job | None: ...
+    async def persist_flight(self, flight: Flight) -> Job: ...
+    async def stats(self) -> dict[str, Any]: ...
+    async def ping(self) -> None: ...
+
+
+_id_lock = threading.Lock()
+_id_last = [0, 0]
+_id_random = random.Random(secrets.token_bytes(32))
+
+
+def random_hex(n_bytes: int) -> str:
+    """Random hex for ids that must not collide but need not be secret (a correlation
+    id): no system call, unlike ``secrets``."""
+    return f"{_id_random.getrandbits(8 * n_bytes):0{2 * n_bytes}x}"
+
+
+def new_id(prefix: str, now: float) -> str:
+    """A time-ordered id: 12 hex digits of milliseconds and 4 of a counter (so ids made
+    in the same millisecond still sort in order), then 12 random hex digits."""
+    ms = int(now * 1000)
+    with _id_lock:
+        if ms <= _id_last[0]:
+            ms, seq = _id_last[0], _id_last[1] + 1
+        else:
+            seq = 0
+        _id_last[:] = [ms, seq]
+    # Ids need to be unique, not secret (every read is checked against the tenant):
+    # a seeded generator saves a system call per id on the writer's hot path.
+    return f"{prefix}_{ms:012x}{seq & 0xFFFF:04x}{_id_random.getrandbits(48):012x}"

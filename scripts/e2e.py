@@ -1,0 +1,198 @@
+"""End to end through a real daemon on loopback: one-page ``sign_case`` jobs, each a
+fresh signature, submitted by one of two clients, with the CPU the daemon and its
+worker processes spent on them.
+
+- ``aiohttp``: the bench client, 32 submitters on kept-alive connections, polling
+  each job every 50 ms once every job is in;
+- ``plain``: what a small team writes first: 16 threads, a new connection for every
+  request (``http.client``), each thread polling its jobs every 0.2 s.
+
+Throughput is counted from the jobs' own clocks (first admission to last finish) and,
+for the plain client, also as that client saw it (first request to the last job it
+saw ready). CPU is the daemon's process tree (its forkserver and worker processes
+included), read from ``/proc`` before and after.
+
+``daemon_src`` runs the daemon from another checkout (a worktree of an earlier commit)
+to compare both in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import http.client
+import json
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.daemon import Daemon  # noqa: E402
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_s(pid: int) -> float:
+    """User and system CPU of ``pid`` and every process below it (and of their children
+    that ended and were waited for)."""
+    children: dict[int, list[int]] = {}
+    stats: dict[int, list[str]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            text = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = text[text.rindex(")") + 2:].split()
+        stats[int(entry)] = fields
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        f = stats.get(p)
+        if f is not None:
+            total += sum(int(x) for x in f[11:15])  # utime stime cutime cstime
+        todo.extend(children.get(p, ()))
+    return total / TICKS
+
+
+def _ts(text: str) -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+def body(sha: str, size: int, i: int, tag: str) -> dict[str, Any]:
+    return {"kind": "sign_case", "case_id": "E2E-1",
+            "items": [{"role": "contract", "name": "c.pdf", "media_type": "application/pdf",
+                       "object_ref": f"sha256:{sha}", "sha256": sha, "size": size}],
+            "signers": [{"id": f"signer-{tag}-{i}", "name": "Bench", "role": "buyer"}]}
+
+
+def _aiohttp_client(d: Daemon, sha: str, size: int, jobs: int, tag: str) -> list[dict]:
+    import aiohttp
+
+    async def run() -> list[dict]:
+        ids: list[str] = []
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {d.token}"}) as s:
+            queue: asyncio.Queue[int] = asyncio.Queue()
+            for i in range(jobs):
+                queue.put_nowait(i)
+
+            async def submitter() -> None:
+                while not queue.empty():
+                    i = queue.get_nowait()
+                    async with s.post(f"{d.url}/v1/jobs", json=body(sha, size, i, tag)) as r:
+                        ids.append((await r.json())["job_id"])
+
+            await asyncio.gather(*(submitter() for _ in range(32)))
+            out = []
+            for job_id in ids:
+                while True:
+                    async with s.get(f"{d.url}/v1/jobs/{job_id}") as r:
+                        job = await r.json()
+                    if job["state"] in ("ready", "failed"):
+                        out.append(job)
+                        break
+                    await asyncio.sleep(0.05)
+            return out
+
+    return asyncio.run(run())
+
+
+def _plain_request(d: Daemon, method: str, path: str, data: dict | None = None) -> dict:
+    conn = http.client.HTTPConnection("127.0.0.1", d.port, timeout=30)
+    try:
+        headers = {"Authorization": f"Bearer {d.token}"}
+        payload = None
+        if data is not None:
+            payload = json.dumps(data).encode()
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, payload, headers)
+        resp = conn.getresponse()
+        return json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
+                  threads: int = 16, poll_s: float = 0.2) -> tuple[list[dict], float]:
+    done: list[dict] = []
+    lock = threading.Lock()
+    started = time.time()
+    last_ready = [started]
+
+    def worker(k: int) -> None:
+        mine = list(range(k, jobs, threads))
+        pending: list[str] = []
+        next_poll = time.monotonic() + poll_s
+        while mine or pending:
+            if mine and time.monotonic() < next_poll:
+                pending.append(_plain_request(d, "POST", "/v1/jobs",
+                                              body(sha, size, mine.pop(0), tag))["job_id"])
+                continue
+            if not mine:
+                time.sleep(max(0.0, next_poll - time.monotonic()))
+            next_poll = time.monotonic() + poll_s
+            still = []
+            for job_id in pending:
+                job = _plain_request(d, "GET", f"/v1/jobs/{job_id}")
+                if job["state"] in ("ready", "failed"):
+                    with lock:
+                        done.append(job)
+                        last_ready[0] = max(last_ready[0], time.time())
+                else:
+                    still.append(job_id)
+            pending = still
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return done, len(done) / (last_ready[0] - started)
+
+
+def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
+        concurrency: int = 8) -> dict[str, Any]:
+    """One daemon, ``jobs`` jobs through ``client``; the figures."""
+    env = {"CASESIGND_STRICT_LABELS": "0"}
+    if daemon_src is not None:
+        env["PYTHONPATH"] = str(daemon_src)
+    d = Daemon(workdir, {"logging": {"level": "warning"},
+                         "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10}},
+               env=env)
+    d.start()
+    try:
+        sha = hashlib.sha256(doc).hexdigest()
+        r = d.request("PUT", f"/v1/cases/E2E-1/objects/{sha}", raw=doc,
+                      headers={"Content-Type": "application/pdf"})
+        assert r.status in (200, 201), r.body
+        # A few jobs first: the worker processes are started and their imports done.
+        warm = _aiohttp_client(d, sha, len(doc), 8, "warm")
+        assert all(j["state"] == "ready" for j in warm), warm
+        assert d.proc is not None
+        cpu0 = tree_cpu_s(d.proc.pid)
+        if client == "plain":
+            done, seen_rate = _plain_client(d, sha, len(doc), jobs, "run")
+        else:
+            done, seen_rate = _aiohttp_client(d, sha, len(doc), jobs, "run"), None
+        cpu = tree_cpu_s(d.proc.pid) - cpu0
+    finally:
+        d.stop()
+    start = min(_ts(j["created_at"]) for j in done)
+    end = max(_ts(j["created_at"]) + j["timings"]["total_ms"] / 1000 for j in done)
+    ready = sum(j["state"] == "ready" for j in done)
+    processing = sorted(j["timings"]["processing_ms"] for j in done)
+    out = {"client": client, "jobs": len(done), "ready": ready,
+           "jobs_per_s": round(ready / (end - start), 1),
+           "cpu_ms_per_job": round(cpu * 1000 / max(1, ready), 2),
+           "processing_p50_ms": round(processing[len(processing) // 2], 2)}
+    if seen_rate is not None:
+        out["client_seen_jobs_per_s"] = round(seen_rate, 1)
+    return out
