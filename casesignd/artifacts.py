@@ -33,8 +33,10 @@ import hmac
 import os
 import re
 import secrets
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
@@ -81,6 +83,43 @@ def hash_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+class DirSyncs:
+    """fsyncs of directories, grouped: a caller whose new entry is in a directory
+    waits for an fsync of it that began after the entry was made; callers that come
+    while one runs share the next one, so concurrent publications into one directory
+    cost one fsync (or two) rather than one each. Thread-safe (publications run in
+    threads)."""
+
+    def __init__(self, sync: Callable[[Path], None] = fsync_dir) -> None:
+        self._sync = sync
+        self._cond = threading.Condition()
+        # directory -> [entries announced, entries an fsync has covered, fsync running]
+        self._dirs: dict[Path, list[Any]] = {}
+        self.syncs = 0  # fsyncs made, for tests and benchmarks
+
+    def sync(self, directory: Path) -> None:
+        """Return once an fsync of ``directory`` that began after this call did."""
+        with self._cond:
+            state = self._dirs.setdefault(directory, [0, 0, False])
+            state[0] += 1
+            mine = state[0]
+            while state[1] < mine:
+                if state[2]:
+                    self._cond.wait()
+                    continue
+                state[2] = True
+                covers = state[0]
+                self._cond.release()
+                try:
+                    self._sync(directory)
+                finally:
+                    self._cond.acquire()
+                    state[2] = False
+                    self._cond.notify_all()
+                self.syncs += 1
+                state[1] = max(state[1], covers)
+
+
 class ArtifactStore:
     """Durable result files and their signed links. See the module docstring."""
 
@@ -92,6 +131,7 @@ class ArtifactStore:
         # GIL (a one-shot HMAC releases it, and the event loop waits to get it back).
         self._id_hmac = hmac.new(_subkey(link_secret, b"artifact-id"), digestmod=hashlib.sha256)
         self._link_key = _subkey(link_secret, b"artifact-link")
+        self.dir_syncs = DirSyncs()
 
     # --- names ------------------------------------------------------------------------
 
@@ -166,7 +206,8 @@ class ArtifactStore:
             except FileExistsError:
                 # Someone published first: theirs is the recorded one.
                 return self._describe(final, artifact_id, media_type), False
-            fsync_dir(final.parent)
+            # Grouped with the fsyncs of other publications into the same directory.
+            self.dir_syncs.sync(final.parent)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)

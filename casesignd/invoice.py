@@ -296,7 +296,7 @@ class InvoiceKind:
         """See :func:`admit`."""
         return admit(body, config)
 
-    def needs_area(self, job: Any, config: Config) -> bool:
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
         return True
 
     async def run(self, ctx: JobContext) -> Finish:

@@ -103,8 +103,8 @@ class JobKind(Protocol):
     def admit(self, body: dict[str, Any], config: Config) -> Admission:
         """Validate and normalize; raise casesignd.errors.ValidationError naming the field."""
 
-    def needs_area(self, job: Any, config: Config) -> bool:
-        """Whether an attempt of ``job`` (a casesignd.store.Job) needs a private temp
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
+        """Whether an attempt at a job of this ``input`` needs a private temp
         directory (``ctx.workdir``); an attempt that works in memory goes without."""
 
     async def run(self, ctx: JobContext) -> Finish:

@@ -132,6 +132,14 @@ class ObjectStore:
         t, c = owner_dirs(tenant, case_id)
         return self._cases / t / c / sha256
 
+    def where(self, tenant: str, case_id: str, sha256: str) -> Path | None:
+        """Where the object would be if this tenant's case held it, without looking
+        (None for bad input): for a reader that opens it with ``O_NOFOLLOW`` and
+        checks what it opened (a regular file of the right size and digest)."""
+        if not CASE_ID_PATTERN.match(case_id or "") or not SHA256_PATTERN.match(sha256 or ""):
+            return None
+        return self._ref_path(tenant, case_id, sha256.lower())
+
     def path(self, tenant: str, case_id: str, sha256: str) -> Path | None:
         """The object's file if this tenant's case holds it, else None (also for bad input)."""
         if not CASE_ID_PATTERN.match(case_id or "") or not SHA256_PATTERN.match(sha256 or ""):

@@ -35,6 +35,7 @@ import dataclasses
 import hashlib
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from .errors import (
     CasesignError,
     DigestMismatch,
     MalformedPdf,
+    PermanentJobError,
     SigningError,
     SizeMismatch,
 )
@@ -337,10 +339,22 @@ def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
     """:func:`sign_document` for a stored object (a batch job's contract, read here
     rather than copied into a temp area): its size and digest are checked against the
     job's before anything else reads it."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(f.fileno()).st_size != size:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:  # not there, or a link: the case holds no such object
+        raise PermanentJobError(f"object sha256:{sha256} was not found",
+                                code="object_not_found") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermanentJobError(f"object sha256:{sha256} was not found",
+                                    code="object_not_found")
+        if st.st_size != size:
             raise SizeMismatch(f"the object is not {size} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
         document = f.read(size + 1)
     if len(document) != size:
         raise SizeMismatch(f"the object is not {size} bytes")

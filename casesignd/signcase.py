@@ -22,8 +22,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
@@ -296,8 +294,8 @@ class SignCaseKind:
     def admit(self, body: dict[str, Any], config: Config) -> Admission:
         return admit_body(body, config)
 
-    def needs_area(self, job: Any, config: Config) -> bool:
-        return not in_memory(msgspec.json.decode(job.input), config.kiosk.inline_artifact_max_bytes)
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
+        return not in_memory(input, config.kiosk.inline_artifact_max_bytes)
 
     async def run(self, ctx: JobContext) -> Finish:
         sig_key = ctx.job.sig_key or signature_key(ctx.input)

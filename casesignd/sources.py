@@ -358,16 +358,17 @@ class Fetcher:
 
     def stored_path(self, ref: SourceRef, tenant: str, case_id: str | None, want: str,
                     expect_size: int) -> Path:
-        """The file of a stored object (``sha256:`` reference) to read in place, for a
-        reader that checks its size and digest itself (a batch job's contract, read
-        by the worker process that signs it). Raises as :meth:`fetch` would."""
+        """Where a stored object (``sha256:`` reference) is, to read in place by a
+        reader that checks it itself (a batch job's contract, read by the worker
+        process that signs it: :func:`casesignd.pipeline.sign_stored`, which answers
+        ``object_not_found`` when it is not there). Raises as :meth:`fetch` would."""
         if ref.source is not None:
             raise PermanentJobError("not a stored object", code="invalid_object_ref")
         if ref.sha256 != want.lower():
             raise DigestMismatch("object_ref and sha256 name different objects")
         if expect_size > self.max_bytes:
             raise LimitExceeded(f"the object passes the limit of {self.max_bytes} bytes")
-        src = None if case_id is None else self.objects.path(tenant, case_id, want.lower())
+        src = None if case_id is None else self.objects.where(tenant, case_id, want.lower())
         if src is None:
             raise _not_found(f"object sha256:{want.lower()}")
         return src

@@ -60,7 +60,7 @@ class TestKind:
         return Admission(normalized=normalized, version="test-v1", case_id=case_id,
                          declared_bytes=size, key_material=normalized | {"case_id": case_id})
 
-    def needs_area(self, job: Any, config: Config) -> bool:
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
         return True
 
     async def run(self, ctx: JobContext) -> Finish:

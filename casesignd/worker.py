@@ -339,7 +339,7 @@ class Pool:
 
     async def _attempt(self, kind: JobKind, job: Job, ctx: JobCtx) -> Finish:
         """The kind's run, in a temp area when it needs one; checked against the lease."""
-        if kind.needs_area(job, self.cfg):
+        if kind.needs_area(ctx.input, self.cfg):
             async with self.services.temp.attempt(job.job_id, job.attempt,
                                                   kind_temp_bytes(job)) as area:
                 ctx.area = area

@@ -65,6 +65,10 @@ UPDATE jobs SET state = 'succeeded', result = :result, finished_at = :now,
  WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
 RETURNING *;
 
+-- A finish whose signature was recorded before names the recorded one.
+-- name: set_result
+UPDATE jobs SET result = :result WHERE job_id = :job_id RETURNING *;
+
 -- name: retry_later
 UPDATE jobs SET state = 'retry_wait', next_attempt_at = :next_at, failures = failures + :count,
        error_code = :code, error_category = NULL,

@@ -35,7 +35,12 @@ from .records import (
 )
 from .sqlite_writer import Checkpointer, Op, Tx, Writer
 
+# Below this much free space on the store's file system the store reports itself
+# unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).
 MIN_FREE_BYTES = 256 * 1024
+# How long a lookup on the event loop may wait for a lock (WAL readers take none but
+# in a recovery); then it goes to the reader's thread.
+POINT_BUSY_MS = 20
 
 
 class SqliteStore:
@@ -51,6 +56,7 @@ class SqliteStore:
         self._writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
+        self._point: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
         self.q = self._writer.statements
 
@@ -74,8 +80,15 @@ class SqliteStore:
         self._reader = await aiosqlite.connect(self.path)
         self._reader.row_factory = aiosqlite.Row
         await self._reader.execute("PRAGMA query_only = 1")
+        self._point = sqlite3.connect(self.path, isolation_level=None)
+        self._point.row_factory = sqlite3.Row
+        self._point.execute("PRAGMA query_only = 1")
+        self._point.execute(f"PRAGMA busy_timeout = {POINT_BUSY_MS}")
 
     async def close(self) -> None:
+        if self._point is not None:
+            self._point.close()
+            self._point = None
         if self._reader is not None:
             await self._reader.close()
             self._reader = None
@@ -99,6 +112,19 @@ class SqliteStore:
             return list(await self._reader.execute_fetchall(self.q[name], params))
         except sqlite3.Error as e:
             raise StoreUnavailable("the job store cannot be read", detail={"sqlite": str(e)}) from e
+
+    async def _one(self, name: str, **params: Any) -> list[Any]:
+        """A lookup by key (a job, a signature, an artifact), read on the event loop:
+        one indexed statement in WAL mode, which never waits for the writer, costs
+        less than the two thread hand-offs of the reader. Stepped to its end, so no
+        read transaction (and no old snapshot) outlives it. Anything unusual (the
+        database busy in a recovery) goes to the reader instead."""
+        if self._point is not None:
+            try:
+                return self._point.execute(self.q[name], params).fetchall()
+            except sqlite3.Error:
+                pass
+        return await self._rows(name, **params)
 
     @property
     def commit_batches(self) -> int:
@@ -149,10 +175,10 @@ class SqliteStore:
                          ) -> tuple[Job | None, dict[str, Any] | None]:
         """One read for a kiosk request: the job ``idem_key`` names, else (None, the
         signature recorded for ``sig_key``, if any)."""
-        found = (await self._rows("kiosk_lookup", tenant=tenant, idem_key=idem_key,
-                                  sig_key=sig_key))[0]
+        found = (await self._one("kiosk_lookup", tenant=tenant, idem_key=idem_key,
+                                 sig_key=sig_key))[0]
         if found["job_id"] is not None:
-            rows = await self._rows("get_job_any", job_id=found["job_id"])
+            rows = await self._one("get_job_any", job_id=found["job_id"])
             return row_job(rows[0]), None
         if found["artifact_id"] is None:
             return None, None
@@ -288,17 +314,21 @@ class SqliteStore:
             row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
                          now=tx.now, **params)
             if row is None:
-                # A stale worker: its lease expired and the job moved on. Record the lost
-                # attempt against the job and drop the result.
-                cur = tx.one("get_job_any", job_id=lease.job_id)
-                if cur is not None:
-                    tx.event(row_job(cur), "stale_result_dropped", f"worker:{lease.owner}",
-                             {"wanted": event}, attempt=lease.attempt)
+                self._stale(tx, lease, event)
                 return None
             job = row_job(row)
             tx.event(job, event, f"worker:{lease.owner}", detail)
             return job
         return op
+
+    @staticmethod
+    def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
+        """A stale worker: its lease expired and the job moved on. The lost attempt is
+        recorded against the job, and its result dropped."""
+        cur = tx.one("get_job_any", job_id=lease.job_id)
+        if cur is not None:
+            tx.event(row_job(cur), "stale_result_dropped", f"worker:{lease.owner}",
+                     {"wanted": wanted}, attempt=lease.attempt)
 
     async def conclude(self, lease: Lease, outcome: Outcome) -> Job | None:
         """End an attempt with ``outcome``, fenced on its lease: None when the lease was
@@ -327,16 +357,22 @@ class SqliteStore:
                             category=outcome.category, code=outcome.code)
 
     def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
-        if outcome.signature is not None:
-            row = tx.one("get_job_any", job_id=lease.job_id)
-            held = row is not None and row["state"] == "running" and \
-                row["attempt"] == lease.attempt and row["lease_owner"] == lease.owner
-            if held:
-                outcome = self._sign_record(tx, row_job(row), outcome, outcome.signature)
         result = outcome.result()
-        job = self._fenced("finish", lease, "succeeded", {"result": result},
-                           result=audit.canonical(result).decode())(tx)
-        if job is not None and outcome.artifact is not None:
+        row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
+                     now=tx.now, result=audit.canonical(result).decode())
+        if row is None:
+            self._stale(tx, lease, "succeeded")
+            return None
+        job = row_job(row)
+        if outcome.signature is not None:
+            named = self._sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
+                                      outcome, outcome.signature)
+            if named is not outcome:  # recorded before: the result names that record
+                outcome, result = named, named.result()
+                job = row_job(tx.one("set_result", job_id=job.job_id,
+                                     result=audit.canonical(result).decode()))
+        tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
+        if outcome.artifact is not None:
             self._put_artifact(tx, job, outcome.artifact)
         return job
 
@@ -478,11 +514,11 @@ class SqliteStore:
     # --- reads -----------------------------------------------------------------------
 
     async def get_signature(self, tenant: str, sig_key: str) -> dict[str, Any] | None:
-        rows = await self._rows("get_signature", tenant=tenant, sig_key=sig_key)
+        rows = await self._one("get_signature", tenant=tenant, sig_key=sig_key)
         return dict(rows[0]) if rows else None
 
     async def get_job(self, tenant: str, job_id: str) -> Job | None:
-        rows = await self._rows("get_job", tenant=tenant, job_id=job_id)
+        rows = await self._one("get_job", tenant=tenant, job_id=job_id)
         return row_job(rows[0]) if rows else None
 
     async def list_jobs(
@@ -510,11 +546,11 @@ class SqliteStore:
 
     async def artifact_data(self, artifact_id: str) -> bytes | None:
         """The bytes of an artifact kept in the store (None: it is a file, or unknown)."""
-        rows = await self._rows("get_artifact_data", artifact_id=artifact_id)
+        rows = await self._one("get_artifact_data", artifact_id=artifact_id)
         return bytes(rows[0]["data"]) if rows else None
 
     async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None:
-        rows = await self._rows("get_artifact", artifact_id=artifact_id)
+        rows = await self._one("get_artifact", artifact_id=artifact_id)
         return dict(rows[0]) if rows else None
 
     async def stats(self) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import contextlib
 import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
@@ -109,6 +110,9 @@ class Writer:
     """The one writing connection, on its own thread, committing in groups."""
 
     MAX_BATCH = 512
+    # A commit that follows the last one within BUSY_S waits up to GATHER_S for more.
+    BUSY_S = 0.02
+    GATHER_S = 0.001
 
     def __init__(self, path: Path, busy_timeout_ms: int, clock: Callable[[], float]):
         self.path = path
@@ -181,15 +185,25 @@ class Writer:
             self.loop.call_soon_threadsafe(self._resolve, self.ready, None, e)
             return
         self.loop.call_soon_threadsafe(self._resolve, self.ready, None, None)
+        last_commit = 0.0
         while True:
             item = self.q.get()
             if item is None:
                 break
             batch = [item]
+            # Busy (the last commit was under BUSY_S ago): gather for up to GATHER_S
+            # more, so that one commit carries the operations of several jobs. A commit writes
+            # every page it touched (the row, its indexes, the events, the counters)
+            # into the WAL, so on a fast disk, where the fsync no longer gives the
+            # next batch time to gather, committing each operation alone would write
+            # the same index pages again and again. Idle, an operation commits at once.
+            window_end = time.monotonic() + self.GATHER_S \
+                if time.monotonic() - last_commit < self.BUSY_S else 0.0
             stop = False
             while len(batch) < self.MAX_BATCH:
                 try:
-                    nxt = self.q.get_nowait()
+                    left = window_end - time.monotonic()
+                    nxt = self.q.get(timeout=left) if left > 0 else self.q.get_nowait()
                 except queue.Empty:
                     break
                 if nxt is None:
@@ -197,6 +211,7 @@ class Writer:
                     break
                 batch.append(nxt)
             self._commit(conn, batch)
+            last_commit = time.monotonic()
             if stop:
                 break
         conn.close()

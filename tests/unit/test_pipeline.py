@@ -66,3 +66,33 @@ def test_a_repair_finding_never_quotes_the_document() -> None:
     assert "Quentin" not in finding.reason and "b'" not in finding.reason
     assert warning_finding("Multiple definitions in dictionary at byte 0x1a for key /Contents"
                            ).kind == "ambiguity"
+
+
+def test_a_stored_object_is_checked_before_it_is_read(tmp_path):
+    import datetime as dt
+    import hashlib
+    import os
+
+    from casesignd.errors import CasesignError
+    from casesignd.pades import SignatureMeta
+    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pipeline import sign_stored
+
+    data = b"%PDF-1.7\n%%EOF\n"
+    sha = hashlib.sha256(data).hexdigest()
+    real = tmp_path / "obj"
+    real.write_bytes(data)
+    os.symlink(real, tmp_path / "link")
+    meta = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
+
+    def code(path, digest=sha, size=None):
+        with pytest.raises(CasesignError) as e:
+            sign_stored(str(path), digest, len(data) if size is None else size, PdfLimits(),
+                        meta, 8192, True)
+        return e.value.code
+
+    assert code(tmp_path / "missing") == "object_not_found"
+    assert code(tmp_path / "link") == "object_not_found"  # never followed
+    assert code(tmp_path) == "object_not_found"  # not a regular file
+    assert code(real, size=len(data) + 1) == "size_mismatch"
+    assert code(real, digest="0" * 64) == "digest_mismatch"
