@@ -121,11 +121,12 @@ def _plain_request(d: Daemon, method: str, path: str, data: dict | None = None) 
 
 
 def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
-                  threads: int = 16, poll_s: float = 0.2) -> tuple[list[dict], float]:
+                  threads: int = 16, poll_s: float = 0.2) -> tuple[list[dict], float, float]:
     done: list[dict] = []
     lock = threading.Lock()
     started = time.time()
     last_ready = [started]
+    polls = [0]
 
     def worker(k: int) -> None:
         mine = list(range(k, jobs, threads))
@@ -140,6 +141,8 @@ def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
                 time.sleep(max(0.0, next_poll - time.monotonic()))
             next_poll = time.monotonic() + poll_s
             still = []
+            with lock:
+                polls[0] += len(pending)
             for job_id in pending:
                 job = _plain_request(d, "GET", f"/v1/jobs/{job_id}")
                 if job["state"] in ("ready", "failed"):
@@ -155,7 +158,7 @@ def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
         t.start()
     for t in ts:
         t.join()
-    return done, len(done) / (last_ready[0] - started)
+    return done, len(done) / (last_ready[0] - started), polls[0] / max(1, len(done))
 
 
 def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
@@ -178,8 +181,9 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
         assert all(j["state"] == "ready" for j in warm), warm
         assert d.proc is not None
         cpu0 = tree_cpu_s(d.proc.pid)
+        polls = None
         if client == "plain":
-            done, seen_rate = _plain_client(d, sha, len(doc), jobs, "run")
+            done, seen_rate, polls = _plain_client(d, sha, len(doc), jobs, "run")
         else:
             done, seen_rate = _aiohttp_client(d, sha, len(doc), jobs, "run"), None
         cpu = tree_cpu_s(d.proc.pid) - cpu0
@@ -195,4 +199,6 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
            "processing_p50_ms": round(processing[len(processing) // 2], 2)}
     if seen_rate is not None:
         out["client_seen_jobs_per_s"] = round(seen_rate, 1)
+    if polls is not None:
+        out["polls_per_job"] = round(polls, 2)
     return out

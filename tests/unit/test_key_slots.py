@@ -44,3 +44,37 @@ async def _hold(slots: KeySlots, timeout_s: float) -> dict[str, int]:
 async def _hold_batch(slots: KeySlots) -> None:
     async with slots.batch():
         pass
+
+
+def _hold_in_process(slot, held, release) -> None:
+    with slot:
+        held.set()
+        release.wait(10)
+
+
+async def test_batch_slots_shared_with_worker_processes_bound_both():
+    # The batch worker processes take a batch slot around each key operation; the
+    # event loop's batch users and a kiosk borrowing a batch slot count against the
+    # same slots.
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("forkserver")
+    shared = ctx.BoundedSemaphore(1)
+    slots = KeySlots(2, 1, shared=shared)
+    held, release = ctx.Event(), ctx.Event()
+    proc = ctx.Process(target=_hold_in_process, args=(shared, held, release))
+    proc.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 30)
+        assert slots.in_use == {"batch": 1, "kiosk": 0}
+        waiter = asyncio.create_task(_hold_batch(slots))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()  # the process holds the one batch slot
+        async with slots.kiosk(0.05):  # the kiosk still has its own
+            assert slots.in_use == {"batch": 1, "kiosk": 1}
+        release.set()
+        await asyncio.wait_for(waiter, 10)
+    finally:
+        release.set()
+        proc.join(10)
+    assert slots.in_use == {"batch": 0, "kiosk": 0}
