@@ -6,36 +6,36 @@ Every error, 4xx or 5xx, has the contract's shape and never a stack trace:
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import hmac
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import audit, httpsafe, jobs
-from .app import SERVICES, Services
+from . import audit, jobs
+from .app import Services
 from .errors import (
-    BadRequest,
     CasesignError,
     NotFound,
-    RequestTimeout,
     ShuttingDown,
     TooLarge,
-    Unauthorized,
-    UnsupportedMediaType,
     ValidationError,
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
 from .store import Job, NewJob, random_hex
+from .webio import (
+    artifact_response,
+    authenticate,
+    error_body,
+    json_response,
+    read_json,
+    route_name,
+    services_of,
+    timed_chunks,
+)
 
 log = logging.getLogger("casesignd.api")
 
@@ -47,20 +47,6 @@ _HTTP_CODES = {
     411: "length_required", 413: "too_large", 414: "uri_too_long", 415: "unsupported_media_type",
     431: "headers_too_large",
 }
-_json = msgspec.json.Encoder()
-
-
-def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=_json.encode(data), status=status, headers=headers,
-                        content_type="application/json")
-
-
-def error_body(code: str, message: str, correlation_id: str, field: str | None = None) -> dict[str, Any]:
-    err: dict[str, Any] = {"code": code, "message": message}
-    if field:
-        err["field"] = field
-    err["correlation_id"] = correlation_id
-    return {"error": err}
 
 
 def middlewares(services: Services) -> list[Any]:
@@ -78,7 +64,7 @@ def middlewares(services: Services) -> list[Any]:
             services.metrics.rejection(e.code)
             if e.status >= 500:
                 log_event(log, "http.error", level=logging.WARNING, code=e.code, status=e.status,
-                          correlation_id=cid, route=_route(request))
+                          correlation_id=cid, route=route_name(request))
             resp = json_response(error_body(e.code, e.message, cid, e.field), e.status, e.headers)
         except HttpProcessingError as e:
             # The body's framing broke while a handler read it (a multipart line longer
@@ -97,7 +83,7 @@ def middlewares(services: Services) -> list[Any]:
                 resp.headers["Allow"] = e.headers["Allow"]
         except Exception as e:  # noqa: BLE001 - the client gets a correlation id, the log the rest
             log_event(log, "http.internal_error", level=logging.ERROR, correlation_id=cid,
-                      route=_route(request), error=f"{type(e).__name__}: {e}", exc_info=e)
+                      route=route_name(request), error=f"{type(e).__name__}: {e}", exc_info=e)
             services.metrics.rejection("internal_error")
             resp = json_response(
                 error_body("internal_error", "internal error; quote the correlation id", cid), 500)
@@ -106,92 +92,6 @@ def middlewares(services: Services) -> list[Any]:
 
     services.metrics.allow("code", *_HTTP_CODES.values(), "internal_error")
     return [errors, aiohttp_middleware(services.metrics)]
-
-
-def _route(request: web.Request) -> str:
-    info = request.match_info.route.resource
-    return info.canonical if info is not None else "unmatched"
-
-
-def _services(request: web.Request) -> Services:
-    return request.app[SERVICES]
-
-
-def authenticate(request: web.Request) -> str:
-    """The tenant behind the bearer token. Tokens are stored only as SHA-256 digests and
-    compared in constant time against every tenant."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized("a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-    digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).hexdigest()
-    found = None
-    for known, tenant in _services(request).tenants.items():
-        if hmac.compare_digest(known, digest):
-            found = tenant
-    if found is None:
-        raise Unauthorized("the bearer token is not valid", code="invalid_token",
-                           headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
-    return found
-
-
-def body_deadline(request: web.Request) -> float:
-    """When the request's body must be in: server.request_timeout_s after its arrival
-    (event-loop time, for asyncio.timeout_at)."""
-    timeout_s = _services(request).config.server.request_timeout_s
-    return asyncio.get_running_loop().time() + timeout_s - (time.time() - request["t0"])
-
-
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, at most ``limit`` bytes, within server.request_timeout_s.
-
-    One ``read`` returns only what has arrived so far, so read until the end: a body
-    sent in several segments is still one body.
-    """
-    buf = bytearray()
-    try:
-        async with asyncio.timeout_at(body_deadline(request)):
-            while chunk := await request.content.read(limit + 1 - len(buf)):
-                buf += chunk
-                if len(buf) > limit:
-                    raise TooLarge(f"the body is larger than {limit} bytes")
-    except TimeoutError:
-        raise RequestTimeout("the request body did not arrive in time") from None
-    return bytes(buf)
-
-
-async def timed_chunks(request: web.Request, chunk_bytes: int) -> AsyncIterator[bytes]:
-    """The body in chunks; a pause longer than server.request_timeout_s ends it with 408.
-
-    Object uploads may be large, so the timeout bounds each wait, not the whole body.
-    """
-    timeout_s = _services(request).config.server.request_timeout_s
-    chunks = request.content.iter_chunked(chunk_bytes).__aiter__()
-    while True:
-        try:
-            async with asyncio.timeout(timeout_s):
-                chunk = await chunks.__anext__()
-        except StopAsyncIteration:
-            return
-        except TimeoutError:
-            raise RequestTimeout("the request body stalled") from None
-        yield chunk
-
-
-async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
-    """The request body as a JSON object, within ``limit`` bytes."""
-    if request.content_type != "application/json":
-        raise UnsupportedMediaType("the body must be application/json")
-    if request.content_length is not None and request.content_length > limit:
-        raise TooLarge(f"the body is larger than {limit} bytes")
-    raw = await read_body(request, limit)
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise BadRequest("the body is not valid JSON", code="malformed_json") from None
-    if not isinstance(data, dict):
-        raise ValidationError("the body must be a JSON object", code="invalid_body")
-    return data
 
 
 def job_resource(services: Services, job: Job, now: float | None = None) -> dict[str, Any]:
@@ -230,7 +130,7 @@ def job_resource(services: Services, job: Job, now: float | None = None) -> dict
 
 
 async def post_job(request: web.Request) -> web.Response:
-    s = _services(request)
+    s = services_of(request)
     tenant = authenticate(request)
     if s.shutting_down:
         raise ShuttingDown("the daemon is shutting down", headers={"Retry-After": "5"})
@@ -272,7 +172,7 @@ async def post_job(request: web.Request) -> web.Response:
 
 
 async def _tenant_job(request: web.Request) -> tuple[Services, str, Job]:
-    s = _services(request)
+    s = services_of(request)
     tenant = authenticate(request)
     job_id = request.match_info["job_id"]
     job = await s.store.get_job(tenant, job_id) if _JOB_ID.fullmatch(job_id) else None
@@ -287,7 +187,7 @@ async def get_job(request: web.Request) -> web.Response:
 
 
 async def list_jobs(request: web.Request) -> web.Response:
-    s = _services(request)
+    s = services_of(request)
     tenant = authenticate(request)
     q = request.query
     states = None
@@ -336,7 +236,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 
 
 async def put_object(request: web.Request) -> web.Response:
-    s = _services(request)
+    s = services_of(request)
     tenant = authenticate(request)
     limit = s.config.server.max_object_bytes
     result = await s.objects.put(
@@ -349,7 +249,7 @@ async def put_object(request: web.Request) -> web.Response:
 
 
 async def get_artifact(request: web.Request) -> web.StreamResponse:
-    s = _services(request)
+    s = services_of(request)
     artifact_id = request.match_info["artifact_id"]
     record = await s.store.get_artifact(artifact_id)
     q = request.query
@@ -374,23 +274,6 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
     return artifact_response(source, headers, filename=artifact_id)
 
 
-def artifact_response(source: bytes | Path, headers: dict[str, str],
-                      filename: str | None = None) -> web.StreamResponse:
-    """An artifact's bytes as kept in the store, or its file.
-
-    Every download is safe to open: ``nosniff`` (a browser never runs it as something
-    else than its Content-Type) and an ``attachment`` disposition (saved, never shown
-    inline) under a name built from ``filename`` by
-    :func:`casesignd.httpsafe.download_filename` (``signed`` when none is given)."""
-    headers = {**headers, "X-Content-Type-Options": "nosniff"}
-    media_type = headers.get("Content-Type", "application/pdf")
-    headers["Content-Disposition"] = httpsafe.content_disposition(
-        httpsafe.download_filename(filename or "signed", media_type))
-    if isinstance(source, bytes):
-        return web.Response(body=source, headers=headers)
-    return web.FileResponse(source, headers=headers)
-
-
 # --- operations -------------------------------------------------------------------------
 
 
@@ -399,7 +282,7 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    s = _services(request)
+    s = services_of(request)
     checks: dict[str, dict[str, Any]] = {}
     try:
         await s.store.ping()
@@ -423,7 +306,7 @@ async def readyz(request: web.Request) -> web.Response:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    s = _services(request)
+    s = services_of(request)
     body, content_type = s.metrics.render()
     resp = web.Response(body=body)
     resp.headers["Content-Type"] = content_type

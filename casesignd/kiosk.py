@@ -26,7 +26,7 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import cms, formdata, jobs, pdfcheck
-from .api import _services, artifact_response, authenticate, body_deadline
+from .app import Services
 from .audit import canonical
 from .errors import (
     BadRequest,
@@ -55,6 +55,7 @@ from .signcase import (
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
+from .webio import artifact_response, authenticate, body_deadline, services_of
 from .worker import record_phase, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
@@ -172,7 +173,7 @@ def _job_error(job: Job) -> CasesignError:
                     headers={"Retry-After": "1"})
 
 
-async def _answer(s: Any, job: Job, outcome: str, t0: float,
+async def _answer(s: Services, job: Job, outcome: str, t0: float,
                   signed: bytes | None = None) -> web.StreamResponse:
     artifact = (job.result_dict() or {}).get("artifact")
     source = None
@@ -191,7 +192,7 @@ async def _answer(s: Any, job: Job, outcome: str, t0: float,
 
 
 async def post_sign(request: web.Request) -> web.StreamResponse:
-    s = _services(request)
+    s = services_of(request)
     t0 = request["t0"]
     cfg = s.config
     deadline = t0 + cfg.kiosk.deadline_ms / 1000
@@ -294,7 +295,7 @@ def _too_late(job_id: str) -> DeadlineExceeded:
                             headers={"Retry-After": "1", "X-Job-Id": job_id})
 
 
-async def _answer_flight(s: Any, job: Job | None, signed: bytes | None,
+async def _answer_flight(s: Services, job: Job | None, signed: bytes | None,
                          t0: float) -> web.StreamResponse:
     if job is None:
         raise Conflict("the signing attempt lost its lease", code="in_progress",
@@ -304,7 +305,7 @@ async def _answer_flight(s: Any, job: Job | None, signed: bytes | None,
     return await _answer(s, job, "succeeded", t0, signed)
 
 
-async def _replay(s: Any, new: NewJob, t0: float, answer_by: float) -> web.StreamResponse:
+async def _replay(s: Services, new: NewJob, t0: float, answer_by: float) -> web.StreamResponse:
     """A request whose idempotency key names a job already: the recorded answer, or the
     queued batch job of the same signature run now."""
     cfg = s.config
@@ -336,7 +337,7 @@ class _Run:
     is written as running (with its document as an object) so that it outlives a
     crash, and the work goes on and records its outcome like any attempt."""
 
-    def __init__(self, s: Any, flight: Flight, normalized: dict[str, Any], document: bytes,
+    def __init__(self, s: Services, flight: Flight, normalized: dict[str, Any], document: bytes,
                  sig_key: str, recorded: dict[str, Any] | None, answer_by: float) -> None:
         self.s = s
         self.flight = flight
@@ -519,7 +520,7 @@ class _Run:
         return job
 
 
-def _lane_gate(s: Any, tenant: str) -> asyncio.Semaphore:
+def _lane_gate(s: Services, tenant: str) -> asyncio.Semaphore:
     gates = s.kiosk_lane_gates
     gate = gates.get(tenant)
     if gate is None:
@@ -543,7 +544,7 @@ async def _waiting(gate: asyncio.Semaphore, wait_s: float) -> Any:
         gate.release()
 
 
-def _flown(s: Any) -> Any:
+def _flown(s: Services) -> Any:
     def done(task: asyncio.Task[Any]) -> None:
         s.kiosk_flights.discard(task)
         if not task.cancelled():

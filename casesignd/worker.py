@@ -20,14 +20,16 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .errors import CasesignError, TransientJobError
-from .kinds import JobKind
+from .kinds import JobKind, JobServices
 from .logs import log_event
+from .metrics import Metrics
 from .outcomes import Finish, Outcome
 from .recorder import Attempt, Recorder
 from .store import Job, Lease, Store
+from .tempfiles import TempManager
 
 log = logging.getLogger("casesignd.worker")
 
@@ -51,7 +53,7 @@ class _Running:
 
 
 @contextlib.asynccontextmanager
-async def timed_phase(metrics: Any, phases: dict[str, float], kind: str, name: str,
+async def timed_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str,
                       *, log_line: bool = True, **fields: Any) -> AsyncIterator[None]:
     """Time one phase of an attempt into ``phases``, the metrics and the log."""
     start = time.perf_counter()
@@ -62,7 +64,7 @@ async def timed_phase(metrics: Any, phases: dict[str, float], kind: str, name: s
                      log_line=log_line, **fields)
 
 
-def record_phase(metrics: Any, phases: dict[str, float], kind: str, name: str, took: float,
+def record_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str, took: float,
                  *, log_line: bool = True, **fields: Any) -> None:
     """One phase of an attempt that took ``took`` seconds: into ``phases``, the metrics
     and (unless ``log_line`` is false) a ``job.phase`` line."""
@@ -70,6 +72,16 @@ def record_phase(metrics: Any, phases: dict[str, float], kind: str, name: str, t
     metrics.observe_phase(kind, name, took)
     if log_line:
         log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
+
+
+class PoolServices(JobServices, Protocol):
+    """What the pool uses of the daemon's services (casesignd.app.Services), besides
+    what it hands to the jobs it runs."""
+
+    temp: TempManager
+
+    async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any: ...
+    async def refresh_state(self) -> None: ...
 
 
 class JobCtx:
@@ -133,7 +145,7 @@ class Pool:
     # Jobs claimed in one transaction at most: a claim is one writer round trip.
     CLAIM_BATCH = 8
 
-    def __init__(self, services: Any, kinds: dict[str, JobKind], store: Store,
+    def __init__(self, services: PoolServices, kinds: dict[str, JobKind], store: Store,
                  recorder: Recorder) -> None:
         self.services = services
         self.cfg = services.config

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.api import artifact_response
 from casesignd.config import Kiosk, loads
 from casesignd.errors import ConfigError
 from casesignd.httpsafe import MAX_FILENAME_CHARS, content_disposition, download_filename
+from casesignd.webio import artifact_response
 
 _SAFE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 
