@@ -25,7 +25,7 @@ from . import sdnotify
 from .artifacts import ArtifactStore
 from .config import Config
 from .holds import KeyHolds
-from .keys import KeySlots
+from .keys import FileSlots, KeySlots
 from .kinds import Artifact, JobKind
 from .lane import Lane
 from .logs import log_event
@@ -63,8 +63,10 @@ class Services:
         # The batch key slots are shared with the batch worker processes, which hold
         # the key and take a slot around each key operation only.
         batch_slots = max(1, cfg.signing.key_slots - cfg.kiosk.reserved_key_slots)
-        self.key_slots = KeySlots(cfg.signing.key_slots, cfg.kiosk.reserved_key_slots,
-                                  shared=self._mp.BoundedSemaphore(batch_slots))
+        self.key_slots = KeySlots(
+            cfg.signing.key_slots, cfg.kiosk.reserved_key_slots,
+            # Beside the store's own lock: one daemon per store.
+            shared=FileSlots(Path(f"{cfg.path(cfg.store.path)}.key-slots"), batch_slots))
         self.holds = KeyHolds(self.store)
         self.recorder = Recorder(cfg, self.metrics)
         self.tenants: dict[str, str] = {}

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
+import os
 import stat
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -278,28 +280,107 @@ def load_signer(cfg: Config) -> KeySigner:
 # --- how many may use the key at once -------------------------------------------
 
 
-class _Gate:
-    """``size`` slots on the event loop's side, or shared with worker processes (a
-    ``multiprocessing`` semaphore, which a process takes around its key operation and
-    the event loop takes by polling: a short wait, and no thread to leave behind when
-    the waiter is cancelled)."""
+class FileSlots:
+    """``size`` slots shared by processes, one lock file each (``flock``): a process
+    that dies holding a slot, however it dies (an out-of-memory kill in the middle of
+    a key operation), frees it, because the kernel drops its locks. Pickled as its
+    paths: each process opens the files for itself. A process takes one slot at a
+    time per thread; the event loop, which may hold several, keeps count of its own."""
 
-    def __init__(self, size: int, shared: Any = None) -> None:
+    def __init__(self, directory: Path, size: int, name: str = "batch") -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.paths = [str(directory / f"{name}-{i}.lock") for i in range(size)]
+        for path in self.paths:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        self._fds: list[int] | None = None
+        self._mine: set[int] = set()  # slots this process holds
+
+    def __getstate__(self) -> list[str]:
+        return self.paths
+
+    def __setstate__(self, paths: list[str]) -> None:
+        self.paths, self._fds, self._mine = paths, None, set()
+
+    def _open(self) -> list[int]:
+        if self._fds is None:
+            self._fds = [os.open(p, os.O_RDWR | os.O_CLOEXEC) for p in self.paths]
+        return self._fds
+
+    def _try(self, i: int) -> bool:
+        if i in self._mine:
+            return False
+        try:
+            fcntl.flock(self._open()[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        self._mine.add(i)
+        return True
+
+    def try_acquire(self) -> int | None:
+        """A free slot's number, now, or None."""
+        for i in range(len(self.paths)):
+            if self._try(i):
+                return i
+        return None
+
+    def acquire(self) -> int:
+        """A slot's number, waiting for one (blocking: for a worker process)."""
+        got = self.try_acquire()
+        if got is not None:
+            return got
+        i = os.getpid() % len(self.paths)
+        fcntl.flock(self._open()[i], fcntl.LOCK_EX)
+        self._mine.add(i)
+        return i
+
+    def release(self, i: int) -> None:
+        self._mine.discard(i)
+        fcntl.flock(self._open()[i], fcntl.LOCK_UN)
+
+    def held(self) -> int:
+        """Slots taken now, by any process (a probe: each free one is taken and given
+        back at once)."""
+        taken = 0
+        for i in range(len(self.paths)):
+            if i in self._mine:
+                taken += 1
+            elif self._try(i):
+                self.release(i)
+            else:
+                taken += 1
+        return taken
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        i = self.acquire()
+        try:
+            yield
+        finally:
+            self.release(i)
+
+
+class _Gate:
+    """``size`` slots on the event loop's side, or shared with worker processes
+    (:class:`FileSlots`, which a process takes around its key operation and the event
+    loop takes by polling: a short wait, and no thread to leave behind when the
+    waiter is cancelled)."""
+
+    def __init__(self, size: int, shared: FileSlots | None = None) -> None:
         self.size = size
         self.shared = shared
         self._sem = asyncio.Semaphore(size) if shared is None else None
 
     def locked(self) -> bool:
-        if self._sem is not None:
-            return self._sem.locked()
-        return self.shared.get_value() <= 0
+        return self.used() >= self.size
 
     def used(self) -> int:
         if self._sem is not None:
             return self.size - self._sem._value
-        return self.size - self.shared.get_value()
+        assert self.shared is not None
+        return self.shared.held()
 
-    async def acquire(self, timeout_s: float | None = None) -> None:
+    async def acquire(self, timeout_s: float | None = None) -> int | None:
+        """Take a slot; its number, for :meth:`release`."""
         if self._sem is not None:
             if not self._sem.locked():
                 await self._sem.acquire()  # free: returns at once, without a task
@@ -307,17 +388,23 @@ class _Gate:
                 await self._sem.acquire()
             else:
                 await asyncio.wait_for(self._sem.acquire(), max(0.0, timeout_s))
-            return
+            return None
+        assert self.shared is not None
         delay = 0.0005
         deadline = None if timeout_s is None else time.monotonic() + max(0.0, timeout_s)
-        while not self.shared.acquire(False):
+        while (got := self.shared.try_acquire()) is None:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.01)
+        return got
 
-    def release(self) -> None:
-        (self._sem or self.shared).release()
+    def release(self, token: int | None) -> None:
+        if self._sem is not None:
+            self._sem.release()
+        else:
+            assert self.shared is not None and token is not None
+            self.shared.release(token)
 
 
 class KeySlots:
@@ -327,14 +414,14 @@ class KeySlots:
     semaphore of the batch slots' size), the batch slots are the ones the batch worker
     processes that hold the key take around each key operation."""
 
-    def __init__(self, total: int, kiosk_reserved: int, shared: Any = None) -> None:
+    def __init__(self, total: int, kiosk_reserved: int, shared: FileSlots | None = None) -> None:
         self.batch_slots = max(1, total - kiosk_reserved)
         self.kiosk_slots = kiosk_reserved
         self._batch = _Gate(self.batch_slots, shared)
         self._kiosk = _Gate(kiosk_reserved) if kiosk_reserved else None
 
     @property
-    def shared(self) -> Any:
+    def shared(self) -> FileSlots | None:
         """The batch slots as worker processes take them (None: the event loop's own)."""
         return self._batch.shared
 
@@ -346,11 +433,11 @@ class KeySlots:
 
     @contextlib.asynccontextmanager
     async def batch(self) -> AsyncIterator[None]:
-        await self._batch.acquire()
+        token = await self._batch.acquire()
         try:
             yield
         finally:
-            self._batch.release()
+            self._batch.release(token)
 
     @contextlib.asynccontextmanager
     async def kiosk(self, timeout_s: float) -> AsyncIterator[None]:
@@ -366,10 +453,10 @@ class KeySlots:
         else:
             gate = self._kiosk
         try:
-            await gate.acquire(timeout_s)
+            token = await gate.acquire(timeout_s)
         except TimeoutError:
             raise Busy("every signing slot is taken", headers={"Retry-After": "1"}) from None
         try:
             yield
         finally:
-            gate.release()
+            gate.release(token)

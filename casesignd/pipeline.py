@@ -276,9 +276,9 @@ _PROCESS: dict[str, Any] = {}
 
 def init_signing_process(template: cms.SignerInfoTemplate | None, key: Any,
                          slot: Any = None) -> None:
-    """The initializer of a worker process that signs. With ``slot`` (a
-    ``multiprocessing`` semaphore: the batch key slots), every key operation here
-    takes one of its slots, and only around the key's use."""
+    """The initializer of a worker process that signs. With ``slot`` (the batch key
+    slots, a :class:`casesignd.keys.FileSlots`), every key operation here takes one
+    of them, and only around the key's use."""
     _PROCESS.update(template=template, key=key, slot=slot)
 
 
@@ -289,7 +289,7 @@ def _process_sign(signed_attrs: bytes) -> tuple[bytes, float]:
     slot = _PROCESS.get("slot")
     if slot is None:
         return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
-    with slot:
+    with slot.slot():
         return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
 
 
