@@ -84,7 +84,6 @@ class Services:
         self._cpu: Lane | None = None
         self._kiosk_cpu: Lane | None = None
         self._lane_key: Any = None
-        self._batch_key: Any = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
         self.cpu_warm = False
@@ -100,25 +99,17 @@ class Services:
 
     def _batch_lane(self) -> Lane:
         if self._cpu is None:
-
             # forkserver: the daemon has threads (the store writer), and forking a
             # threaded process is unsafe. Batch processes run at a lower priority so
             # that the kiosk's own processes win the CPU when both are busy; they hold
             # the key (a key in memory), so that a job's checks, preparation and
             # signature are one call, and take a batch key slot around its use.
             template = self.cms_template() if self.signer is not None else None
-            self._batch_key = self.process_key()
             self._cpu = Lane(self.config.workers.cpu_processes, self._mp,
                              initializer=_init_batch_process,
-                             initargs=(os.getpid(), template, self._batch_key,
+                             initargs=(os.getpid(), template, self.process_key(),
                                        self.key_slots.shared))
         return self._cpu
-
-    @property
-    def batch_signs_in_process(self) -> bool:
-        """Whether the batch worker processes hold the signing key."""
-        self._batch_lane()
-        return self._batch_key is not None
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
@@ -137,8 +128,8 @@ class Services:
         return self._lane_key is not None
 
     def process_key(self) -> Any:
-        """The signing key for the kiosk's worker processes, or None when it cannot leave
-        this process (a PKCS#11 token's key: signed here, in a thread)."""
+        """The signing key for the worker processes (kiosk and batch), or None when it
+        cannot leave this process (a PKCS#11 token's key: signed here, in a thread)."""
         for_process = getattr(self.signer, "for_process", None)
         return for_process() if for_process is not None else None
 
