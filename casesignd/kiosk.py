@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
 import time
 from typing import Any
@@ -25,7 +24,7 @@ import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import cms, formdata, jobs, pdfcheck
+from . import formdata, jobs, pdfcheck
 from .app import Services
 from .audit import canonical
 from .errors import (
@@ -46,17 +45,20 @@ from .httpsafe import content_disposition, download_filename
 from .logs import log_event
 from .outcomes import Artifact, Finish, RetryLater, Signature
 from .pipeline import SignedWork, sign_document, sign_with
-from .recorder import Attempt
+from .recorder import Attempt, record_phase, timed_phase
 from .signcase import (
     SignCaseKind,
+    document_sha256,
     field_name,
+    keep_signed,
     signature_key,
+    signed_detail,
+    signed_update,
     signing_lock,
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
 from .webio import artifact_response, authenticate, body_deadline, services_of
-from .worker import record_phase, timed_phase
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -68,17 +70,6 @@ _KIND = SignCaseKind()
 # Before the answer is due, the time kept for writing down a job that will not make
 # it (an object and a commit: milliseconds), so that the 504's job is there to read.
 _PERSIST_S = 0.05
-
-
-# Hashing this much on the event loop takes about as long as handing it to a thread
-# (0.2 ms at 1.4 GB/s); a larger document is hashed in one, off the loop.
-_HASH_ON_LOOP_MAX_BYTES = 256 * 1024
-
-
-async def document_sha256(data: bytes) -> str:
-    if len(data) <= _HASH_ON_LOOP_MAX_BYTES:
-        return hashlib.sha256(data).hexdigest()
-    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
 
 
 def deadline_margin_s(deadline_s: float) -> float:
@@ -370,13 +361,12 @@ class _Run:
         await self.s.objects.put(new.tenant, new.case_id, self.normalized["items"][0]["sha256"],
                                  _once(doc), len(doc), len(doc))
 
-    # A kiosk request lasts milliseconds: its phases go on its outcome's line
-    # (``phases_ms``), not on a line each.
+    # Its phases go on its outcome's line (``phases_ms``), as every attempt's do.
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return timed_phase(self.s.metrics, self.phases, _KIND.name, name, log_line=False)
+        return timed_phase(self.s.metrics, self.phases, _KIND.name, name)
 
     def record_phase(self, name: str, took: float) -> None:
-        record_phase(self.s.metrics, self.phases, _KIND.name, name, took, log_line=False)
+        record_phase(self.s.metrics, self.phases, _KIND.name, name, took)
 
     async def fly(self) -> tuple[Job | None, bytes | None]:
         s, flight = self.s, self.flight
@@ -387,7 +377,8 @@ class _Run:
         try:
             async with signing_lock(new.tenant, self.sig_key):
                 flight.claimed_at = time.time()
-                log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
+                if log.isEnabledFor(logging.DEBUG):  # not even its fields otherwise
+                    log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
                 signed = await self._work()
                 if self.persisted is not None:
                     await self.persisted
@@ -457,41 +448,18 @@ class _Run:
             sign_s = time.perf_counter() - start
         assert signature is not None
         start = time.perf_counter()
-        token = None
-        update, sha256 = work.update, work.sha256
-        if update is None:
-            if policy.tsa_url:
-                from . import tsa
-
-                token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url,
-                                                signature, policy.tsa_timeout_s)
-            update = work.prepared.signed(
-                cms.assemble(s.cms_template(), work.signed_attrs, signature, token))
+        update, token = await signed_update(s, work, signature, policy)
         self.record_phase("sign", time.perf_counter() - start + sign_s)
-        assert s.artifacts is not None
-        artifact_id = s.artifacts.artifact_id(self.flight.new.tenant, f"sig:{self.sig_key}")
         # The update goes after the document the checks passed: the one received, or
         # its clean rewrite.
         base = work.base if work.base is not None else self.document
-        signed = base + update
-        inline: bytes | None = None
         async with self.phase("publish"):
-            if len(signed) <= cfg.kiosk.inline_artifact_max_bytes:
-                # Kept in the store, committed with the record below. (A file left
-                # under this id by a crash before its record is never read: the
-                # store is read first.)
-                published = Artifact(artifact_id, sha256 or await document_sha256(signed), len(signed))
-                inline = signed
-                ours = True
-            else:
-                published, ours = await asyncio.to_thread(
-                    s.artifacts.publish_bytes, (base, update), artifact_id,
-                    "application/pdf")
-        detail = {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-                  "policy_version": normalized["policy_version"], "timestamped": token is not None,
-                  **work.checked.audit_detail()}
-        self.flight.outcome = Finish(published, {"documents": 1},
-                                     signature=Signature(self.sig_key, published, detail, inline))
+            published, inline, ours = await keep_signed(
+                s, cfg, self.flight.new.tenant, self.sig_key, base, update, work.sha256)
+        self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
+            self.sig_key, published, signed_detail(normalized, work.checked, token is not None),
+            inline))
+        signed = inline if inline is not None else base + update
         # An earlier publication of the same signature key (a crash before its record)
         # is the one on disk: answer what is on disk.
         return signed if ours else None

@@ -7,9 +7,11 @@ counted and logged here, on one line with its phases, once its outcome is writte
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +113,25 @@ def error_detail(error: BaseException) -> dict[str, Any]:
             out["reason"] = reason
         return out
     return {"code": "internal_error", "exception": type(error).__name__}
+
+
+@contextlib.asynccontextmanager
+async def timed_phase(metrics: Metrics, phases: dict[str, float], kind: str,
+                      name: str) -> AsyncIterator[None]:
+    """Time one phase of an attempt into ``phases`` (its outcome's line) and the metrics."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        record_phase(metrics, phases, kind, name, time.perf_counter() - start)
+
+
+def record_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str,
+                 took: float) -> None:
+    """One phase of an attempt that took ``took`` seconds (timed elsewhere: in a worker
+    process), into ``phases`` and the metrics."""
+    phases[name] = phases.get(name, 0.0) + took
+    metrics.observe_phase(kind, name, took)
 
 
 def phases_ms(phases: dict[str, float]) -> dict[str, float]:

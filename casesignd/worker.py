@@ -17,7 +17,7 @@ import os
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -25,9 +25,8 @@ from typing import Any, Protocol
 from .errors import CasesignError, TransientJobError
 from .kinds import JobKind, JobServices
 from .logs import log_event
-from .metrics import Metrics
 from .outcomes import Finish, Outcome
-from .recorder import Attempt, Recorder
+from .recorder import Attempt, Recorder, record_phase, timed_phase
 from .store import Job, Lease, Store
 from .tempfiles import TempManager
 
@@ -50,28 +49,6 @@ class _Running:
     started: float = field(default_factory=time.monotonic)
     # The signature recorded for the job's signature key, read with its claim.
     signature: dict[str, Any] | None = None
-
-
-@contextlib.asynccontextmanager
-async def timed_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str,
-                      *, log_line: bool = True, **fields: Any) -> AsyncIterator[None]:
-    """Time one phase of an attempt into ``phases``, the metrics and the log."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        record_phase(metrics, phases, kind, name, time.perf_counter() - start,
-                     log_line=log_line, **fields)
-
-
-def record_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str, took: float,
-                 *, log_line: bool = True, **fields: Any) -> None:
-    """One phase of an attempt that took ``took`` seconds: into ``phases``, the metrics
-    and (unless ``log_line`` is false) a ``job.phase`` line."""
-    phases[name] = phases.get(name, 0.0) + took
-    metrics.observe_phase(kind, name, took)
-    if log_line:
-        log_event(log, "job.phase", phase=name, duration_ms=round(took * 1000, 3), **fields)
 
 
 class PoolServices(JobServices, Protocol):
@@ -120,10 +97,10 @@ class JobCtx:
 
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
         # Phases go on the outcome's one log line (phases_ms), not on lines of their own.
-        return timed_phase(self.services.metrics, self.phases, self.kind, name, log_line=False)
+        return timed_phase(self.services.metrics, self.phases, self.kind, name)
 
     def record_phase(self, name: str, took: float) -> None:
-        record_phase(self.services.metrics, self.phases, self.kind, name, took, log_line=False)
+        record_phase(self.services.metrics, self.phases, self.kind, name, took)
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.services.run_cpu(fn, *args, kiosk=self._running.kiosk)
@@ -299,7 +276,8 @@ class Pool:
         lease = job.lease
         who = Attempt(job.job_id, job.attempt, job.kind, job.correlation_id,
                       "kiosk" if holder.kiosk else "batch")
-        log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
+        if log.isEnabledFor(logging.DEBUG):  # not even its fields otherwise
+            log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
         started = time.perf_counter()
         ctx = JobCtx(self, job, holder)
         error: BaseException | None = None
