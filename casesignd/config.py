@@ -19,6 +19,9 @@ from .errors import ConfigError
 MiB = 1024 * 1024
 
 NORMALIZE_MODES = ("never", "when_needed", "always")
+# PAdES baseline levels, lowest first (ETSI EN 319 142-1).
+LEVELS = ("B-B", "B-T", "B-LT", "B-LTA")
+FETCH_MODES = ("never", "missing", "always")
 # Actions a policy may allow (PDF 32000-1 §12.6.4.1, Table 198). JavaScript, Launch,
 # ImportData and RichMediaExecute run code or read local files and are never allowed.
 ALLOWABLE_ACTIONS = ("GoTo", "Named", "URI", "GoToR", "GoToE", "GoTo3DView", "Thread",
@@ -125,11 +128,49 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # other action anywhere is active content. "Named" covers the page-navigation
     # names only (NextPage, PrevPage, FirstPage, LastPage).
     allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
-    # An RFC 3161 TSA: when set, signatures are PAdES B-T.
+    # The PAdES baseline level (ETSI EN 319 142-1) every signature of this policy
+    # meets: "B-B", "B-T" (a signature timestamp from tsa_url), "B-LT" (certificates
+    # and revocation data of every chain in the document's /DSS) or "B-LTA" (and a
+    # document timestamp over them). Empty: B-T when tsa_url is set, else B-B.
+    level: str = ""
+    # An RFC 3161 TSA: required from B-T up.
     tsa_url: str = ""
     tsa_timeout_s: float = 10.0
     reason: str = ""
     location: str = ""
+
+    @property
+    def signature_level(self) -> str:
+        """The level this policy's signatures meet (``level``, or what ``tsa_url`` implies)."""
+        return self.level or ("B-T" if self.tsa_url else "B-B")
+
+    def at_least(self, level: str) -> bool:
+        """Whether this policy's signatures meet ``level`` or a higher one."""
+        return LEVELS.index(self.signature_level) >= LEVELS.index(level)
+
+
+class Validation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # PEM files of trust anchors: the roots signer and timestamp chains are built to,
+    # for signing from B-LT up and for verify.
+    trust_roots: list[str] = msgspec.field(default_factory=list)
+    # Revocation data for verify: "never" (the document's own only), "missing"
+    # (online for what the document lacks), "always" (online for every certificate).
+    fetch: str = "missing"
+    # One OCSP or CRL fetch, and one path's validation with its fetches.
+    fetch_timeout_s: float = 5.0
+    # Revocation data kept for signing is fetched again this long before its
+    # nextUpdate (or after this age, when it has none), so that no signature waits
+    # for a fetch while the cached data is good.
+    refresh_ahead_s: float = 3600.0
+
+
+class Archive(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # B-LTA artifacts whose last timestamp's chain expires within this many days get
+    # an extend_signature job (fresh validation data and a new document timestamp).
+    # 0: never scheduled (extend_signature can still be posted).
+    renew_before_days: int = 0
+    # How often the daemon looks for artifacts to renew.
+    renew_interval_s: float = 86400.0
 
 
 class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -231,6 +272,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kiosk: Kiosk = msgspec.field(default_factory=Kiosk)
     invoice: Invoice = msgspec.field(default_factory=Invoice)
     logging: Logging = msgspec.field(default_factory=Logging)
+    validation: Validation = msgspec.field(default_factory=Validation)
+    archive: Archive = msgspec.field(default_factory=Archive)
     # Directory of the config file; relative paths resolve against it.
     base_dir: str = "."
 
@@ -305,6 +348,14 @@ def _check(cfg: Config) -> None:
             if a not in ALLOWABLE_ACTIONS:
                 raise ConfigError(f"policies[{i}].allowed_actions",
                                   f"{a!r} cannot be allowed; choose from {', '.join(ALLOWABLE_ACTIONS)}")
+        if p.level and p.level not in LEVELS:
+            raise ConfigError(f"policies[{i}].level",
+                              f"expected one of {', '.join(LEVELS)}, got {p.level!r}")
+        if p.at_least("B-T") and not p.tsa_url:
+            raise ConfigError(f"policies[{i}].tsa_url", f"level {p.level} needs a TSA")
+        if p.at_least("B-LT") and not cfg.validation.trust_roots:
+            raise ConfigError("validation.trust_roots",
+                              f"policy {p.version!r} at {p.level} needs trust roots")
         if p.version in seen:
             raise ConfigError(f"policies[{i}].version", f"duplicate version {p.version!r}")
         seen.add(p.version)
@@ -324,6 +375,11 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"sources[{i}].root", "a dir source needs a root")
         if s.kind == "http" and not s.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"sources[{i}].base_url", "an http source needs an http(s) URL")
+    if cfg.validation.fetch not in FETCH_MODES:
+        raise ConfigError("validation.fetch",
+                          f"expected one of {', '.join(FETCH_MODES)}, got {cfg.validation.fetch!r}")
+    if cfg.archive.renew_before_days < 0:
+        raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
     if cfg.scanner.kind not in ("none", "clamd"):
         raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")
 

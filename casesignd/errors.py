@@ -238,6 +238,26 @@ class TsaUnavailable(TransientJobError):
     code = "tsa_unavailable"
 
 
+class RevocationUnavailable(TransientJobError):
+    """No OCSP response or CRL could be had for a certificate of a chain: the job waits
+    and retries; it is never signed at a lower level."""
+
+    code = "revocation_unavailable"
+
+
+class CertificateRevoked(PermanentJobError):
+    """The signing certificate (or one of its chain) is revoked."""
+
+    code = "certificate_revoked"
+
+
+class CertificateExpired(PermanentJobError):
+    """The signing certificate (or one of its chain) is not yet or no longer valid, or
+    lacks the key usage a signature needs."""
+
+    code = "certificate_expired"
+
+
 class SigningError(CasesignError):
     """The signing key or token failed; retryable because tokens come back."""
 
