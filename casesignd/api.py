@@ -294,6 +294,7 @@ async def readyz(request: web.Request) -> web.Response:
                       "used_bytes": usage.used_bytes, "quota_bytes": usage.quota_bytes}
     checks["signing_key"] = {"ok": s.signer is not None,
                              **({} if s.signer is not None else {"detail": "no signing key loaded"})}
+    checks["signing_certificate"] = s.longterm.readiness()
     pool = s.pool
     alive = pool is not None and pool.started and all(not t.done() for t in pool._tasks)
     checks["workers"] = {"ok": alive and not s.shutting_down}

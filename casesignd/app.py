@@ -29,6 +29,7 @@ from .keys import FileSlots, KeySlots
 from .kinds import Artifact, JobKind
 from .lane import Lane
 from .logs import log_event
+from .longterm import LongTerm
 from .metrics import Metrics, StateCache
 from .objects import ObjectStore
 from .recorder import Recorder
@@ -68,6 +69,9 @@ class Services:
             # Beside the store's own lock: one daemon per store.
             shared=FileSlots(Path(f"{cfg.path(cfg.store.path)}.key-slots"), batch_slots))
         self.holds = KeyHolds(self.store)
+        # The signing certificate's checks and, from B-LT up, its chains' revocation
+        # data; it learns the certificate when the key is loaded.
+        self.longterm = LongTerm(cfg)
         self.recorder = Recorder(cfg, self.metrics)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
@@ -339,9 +343,10 @@ def _make_scanner(cfg: Config) -> Any:
 
 def register_kinds(services: Services) -> None:
     """The job kinds this daemon runs. The test kind only with CASESIGND_TEST_KIND=1."""
+    from .extend import ExtendSignatureKind
     from .invoice import InvoiceKind
 
-    kinds: list[JobKind] = [InvoiceKind()]
+    kinds: list[JobKind] = [InvoiceKind(), ExtendSignatureKind()]
     try:
         from .signcase import SignCaseKind
 
@@ -375,14 +380,21 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.fetcher = Fetcher(cfg.sources, s.objects, max_bytes=cfg.server.max_object_bytes,
                             on_retry=lambda _src, reason: s.metrics.source_retry(reason))
         s.signer = await asyncio.to_thread(_load_signer, cfg)
+        if s.signer is not None:
+            s.longterm.use_signer(s.signer.cert, list(s.signer.chain))
         s.scanner = _make_scanner(cfg)
         register_kinds(s)
         s.pool = Pool(s, s.kinds, s.store, s.recorder)
         await s.pool.start()
         await s.refresh_state()
         warm = asyncio.create_task(s.warm_cpu(), name="casesignd-warm-cpu")
+        # From B-LT up: the signer's chain is checked now (and /readyz waits for it),
+        # then its revocation data is kept fresh ahead of its nextUpdate.
+        keeper = asyncio.create_task(s.longterm.keep_fresh(), name="casesignd-revocation")
         yield
         warm.cancel()
+        keeper.cancel()
+        await s.longterm.close()
     finally:
         s.shutting_down = True
         if s.kiosk_flights:

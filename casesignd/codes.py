@@ -120,6 +120,8 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("tsa_unavailable", 503, RETRIES, True, "the time-stamping authority cannot be reached"),
     ("revocation_unavailable", 503, RETRIES, True,
      "revocation data (OCSP or CRL) for a chain cannot be had for now"),
+    ("certificate_untrusted", 503, RETRIES, True,
+     "the signing or a TSA's certificate does not chain to [validation] trust_roots"),
     ("signing_failed", 503, RETRIES, True, "the signing key or token failed"),
     ("signing_key_unavailable", 503, RETRIES, True, "no signing key is configured"),
     ("attempt_timeout", 503, RETRIES, True, "an attempt ran past workers.max_run_s"),

@@ -73,7 +73,7 @@ class Retry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     base_delay_s: float = 1.0
     max_delay_s: float = 300.0
     max_attempts: dict[str, int] = msgspec.field(
-        default_factory=lambda: {"sign_case": 6, "render_invoice": 6}
+        default_factory=lambda: {"sign_case": 6, "render_invoice": 6, "extend_signature": 6}
     )
     default_max_attempts: int = 5
     # A job whose lease expired this many times fails with category "lost".

@@ -245,6 +245,13 @@ class RevocationUnavailable(TransientJobError):
     code = "revocation_unavailable"
 
 
+class CertificateUntrusted(TransientJobError):
+    """The signing or a TSA's certificate does not chain to ``[validation] trust_roots``:
+    the operator's to fix, so the job waits rather than being signed lower."""
+
+    code = "certificate_untrusted"
+
+
 class CertificateRevoked(PermanentJobError):
     """The signing certificate (or one of its chain) is revoked."""
 

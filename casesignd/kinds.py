@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .artifacts import ArtifactStore
 from .cms import SignerInfoTemplate
@@ -23,6 +23,9 @@ from .outcomes import Artifact, Finish
 from .scanner import Scanner
 from .sources import Fetcher
 from .store import Store
+
+if TYPE_CHECKING:  # pyHanko is imported by the daemon, not by every user of the protocol
+    from .longterm import LongTerm
 
 __all__ = ["Admission", "Artifact", "Finish", "JobContext", "JobKind", "JobServices", "RunFn"]
 
@@ -55,6 +58,7 @@ class JobServices(Protocol):
     fetcher: Fetcher | None  # set once the store is open
     artifacts: ArtifactStore | None  # set once the store is open
     key_slots: KeySlots
+    longterm: LongTerm  # the signing certificate's checks; validation data from B-LT up
 
     def cms_template(self) -> SignerInfoTemplate: ...
     def contents_bytes(self, timestamped: bool) -> int: ...

@@ -417,6 +417,8 @@ class _Run:
         if s.signer is None:
             raise SigningError("no signing key is configured", code="signing_key_unavailable")
         meta = signing_meta(normalized, policy, cfg.signing.signer_name)
+        # Before the key is used; from B-LT up, the chain's data is cached.
+        chain = await s.longterm.before_signing(policy)
         if s.scanner is not None:
             # First: the worker process signs as soon as the document passes its checks.
             async with self.phase("scan"):
@@ -448,16 +450,16 @@ class _Run:
             sign_s = time.perf_counter() - start
         assert signature is not None
         start = time.perf_counter()
-        update, token = await signed_update(s, work, signature, policy)
-        self.record_phase("sign", time.perf_counter() - start + sign_s)
         # The update goes after the document the checks passed: the one received, or
         # its clean rewrite.
         base = work.base if work.base is not None else self.document
+        update, level = await signed_update(s, work, base, signature, policy, chain)
+        self.record_phase("sign", time.perf_counter() - start + sign_s)
         async with self.phase("publish"):
             published, inline, ours = await keep_signed(
                 s, cfg, self.flight.new.tenant, self.sig_key, base, update, work.sha256)
         self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
-            self.sig_key, published, signed_detail(normalized, work.checked, token is not None),
+            self.sig_key, published, signed_detail(normalized, work.checked, level),
             inline))
         signed = inline if inline is not None else base + update
         # An earlier publication of the same signature key (a crash before its record)

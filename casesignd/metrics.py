@@ -49,8 +49,8 @@ TIME_BUCKETS_S: tuple[float, ...] = (
     1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0,
 )  # fmt: skip
 
-KINDS = ("sign_case", "render_invoice")
-PHASES = ("fetch", "validate", "scan", "sign", "timestamp", "render", "publish")
+KINDS = ("sign_case", "render_invoice", "extend_signature")
+PHASES = ("fetch", "validate", "scan", "sign", "timestamp", "ltv", "render", "publish")
 JOB_OUTCOMES = ("succeeded", "failed", "canceled")
 # /v1/sign answers: a signed document, an idempotent replay, or a refusal by kind.
 KIOSK_OUTCOMES = (

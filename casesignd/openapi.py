@@ -149,13 +149,26 @@ def _schemas() -> dict[str, Any]:
             },
             ["kind", "order"], closed=True,
         ),
+        "ExtendSignatureJob": _obj(
+            {
+                "kind": {"const": "extend_signature"},
+                "artifact_id": {"type": "string", "pattern": "^art_[0-9a-f]{32}$",
+                                "description": "A B-LTA artifact of this tenant; it is kept, "
+                                "and the renewed document is a new artifact."},
+                "policy_version": {"type": "string", "pattern": VERSION_PATTERN,
+                                   "description": "A B-LTA policy (its TSA); left out: the "
+                                   "default policy."},
+            },
+            ["kind", "artifact_id"], closed=True,
+        ),
         "JobRequest": {
-            "oneOf": [_ref("SignCaseJob"), _ref("RenderInvoiceJob")],
+            "oneOf": [_ref("SignCaseJob"), _ref("RenderInvoiceJob"), _ref("ExtendSignatureJob")],
             "discriminator": {
                 "propertyName": "kind",
                 "mapping": {
                     "sign_case": "#/components/schemas/SignCaseJob",
                     "render_invoice": "#/components/schemas/RenderInvoiceJob",
+                    "extend_signature": "#/components/schemas/ExtendSignatureJob",
                 },
             },
         },
@@ -198,7 +211,7 @@ def _schemas() -> dict[str, Any]:
             **_obj(
                 {
                     "job_id": _str(),
-                    "kind": {"enum": ["sign_case", "render_invoice"]},
+                    "kind": {"enum": ["sign_case", "render_invoice", "extend_signature"]},
                     "case_id": nullable_str,
                     "state": {"enum": STATES,
                               "description": "The only states a client sees."},

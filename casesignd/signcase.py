@@ -29,6 +29,7 @@ from .errors import ActiveContent, PermanentJobError, SigningError, ValidationEr
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, JobContext, JobServices
 from .outcomes import Artifact, Finish, Signature
+from .revocation import ChainEvidence
 from .sources import parse_ref
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -217,6 +218,8 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
         raise SigningError("no signing key is configured", code="signing_key_unavailable")
     limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
     timestamped = policy is not None and bool(policy.tsa_url)
+    # Before the key is used: a certificate that must not sign is refused here.
+    chain = await services.longterm.before_signing(policy)
     call = functools.partial(pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
                              services.contents_bytes(timestamped), not timestamped)
     async with ctx.phase("sign"):
@@ -245,6 +248,9 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     async with ctx.phase("sign"):
         der = cms.assemble(template, work.signed_attrs, signature, token)
         await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+    if policy.at_least("B-LT"):
+        async with ctx.phase("ltv"):
+            await services.longterm.complete(policy, dst, token, chain)
     return work.checked
 
 
@@ -273,11 +279,12 @@ async def signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
 
 
 def signed_detail(normalized: dict[str, Any], checked: pipeline.Checked,
-                  timestamped: bool) -> dict[str, Any]:
-    """The ``signed`` audit event's detail: who, under which policy, what was checked."""
+                  level: str) -> dict[str, Any]:
+    """The ``signed`` audit event's detail: who, under which policy and at which PAdES
+    level, what was checked."""
     return {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
-            "policy_version": normalized["policy_version"], "timestamped": timestamped,
-            **checked.audit_detail()}
+            "policy_version": normalized["policy_version"], "level": level,
+            "timestamped": level != "B-B", **checked.audit_detail()}
 
 
 # Hashing this much on the event loop takes about as long as handing it to a thread
@@ -291,18 +298,25 @@ async def document_sha256(data: bytes) -> str:
     return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
 
 
-async def signed_update(services: JobServices, work: pipeline.SignedWork, signature: bytes,
-                        policy: Policy) -> tuple[bytes, bytes | None]:
-    """The signing update with the CMS in place, and the timestamp token in it (B-T,
-    when the policy names a TSA): what a worker process made already, or made here."""
+async def signed_update(services: JobServices, work: pipeline.SignedWork, base: bytes,
+                        signature: bytes, policy: Policy, chain: ChainEvidence | None
+                        ) -> tuple[bytes, str]:
+    """What follows the document ``base``: the signing update with the CMS in place (what a
+    worker process made already, or made here with its timestamp token, from B-T
+    up), then from B-LT up the validation data (and the document timestamp); and the
+    level reached, which is the policy's."""
     if work.update is not None:
-        return work.update, None
+        return work.update, policy.signature_level
     token = None
     if policy.tsa_url:
         token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
                                         policy.tsa_timeout_s)
     cms_der = cms.assemble(services.cms_template(), work.signed_attrs, signature, token)
-    return work.prepared.signed(cms_der), token
+    update = work.prepared.signed(cms_der)
+    if not policy.at_least("B-LT"):
+        return update, policy.signature_level
+    appended = await services.longterm.complete(policy, base + update, token, chain)
+    return update + appended.tail, appended.level
 
 
 async def keep_signed(services: JobServices, config: Config, tenant: str, sig_key: str,
@@ -384,7 +398,8 @@ class SignCaseKind:
         # The signature, its signed event and the finish are one transaction.
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
                       signature=Signature(sig_key, artifact,
-                                          signed_detail(normalized, checked, bool(policy.tsa_url))))
+                                          signed_detail(normalized, checked,
+                                                        policy.signature_level)))
 
     async def _sign_in_memory(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
                               meta: pades.SignatureMeta, sig_key: str) -> Finish:
@@ -399,6 +414,7 @@ class SignCaseKind:
             async with ctx.phase("scan"):
                 await s.scanner.scan(path, item["name"])
         timestamped = bool(policy.tsa_url)
+        chain = await s.longterm.before_signing(policy)
         call = functools.partial(
             pipeline.sign_stored, str(path), item["sha256"], item["size"],
             pdfcheck.PdfLimits.from_policy(policy), meta, s.contents_bytes(timestamped),
@@ -417,16 +433,15 @@ class SignCaseKind:
             async with ctx.key_slot():
                 await ctx.check_lease()
                 signature = await asyncio.to_thread(pipeline.sign_with, s.signer, work.signed_attrs)
-        update, token = await signed_update(s, work, signature, policy)
-        ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
         assert work.base is not None
+        update, level = await signed_update(s, work, work.base, signature, policy, chain)
+        ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
         async with ctx.phase("publish"):
-            artifact, inline, _ours = await keep_signed(s, ctx.config, ctx.tenant, sig_key,
-                                                        work.base, update, work.sha256)
+            artifact, inline, _ours = await keep_signed(
+                s, ctx.config, ctx.tenant, sig_key, work.base, update, work.sha256)
         return Finish(artifact=artifact, detail={"documents": 1},
                       signature=Signature(sig_key, artifact,
-                                          signed_detail(normalized, work.checked, token is not None),
-                                          inline))
+                                          signed_detail(normalized, work.checked, level), inline))
 
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any]) -> list[Path]:
         s = ctx.services

@@ -14,7 +14,7 @@ import hashlib
 import secrets
 
 import aiohttp
-from asn1crypto import algos, cms, core, tsp
+from asn1crypto import algos, cms, core, tsp, x509
 
 from .errors import TsaUnavailable
 
@@ -86,6 +86,22 @@ def check_response(der: bytes, imprint: bytes, nonce: int) -> bytes:
         raise TsaUnavailable(f"TSA answer is not a valid TimeStampResp: {e}") from e
 
 
+def token_signer(token: bytes) -> tuple[x509.Certificate, list[x509.Certificate]]:
+    """The TSA's certificate of a TimeStampToken, and the other certificates it carries
+    (``cert_req`` asks for them; RFC 3161 §2.4.1)."""
+    signed = cms.ContentInfo.load(token)["content"]
+    certs = [c.chosen for c in signed["certificates"] if c.name == "certificate"]
+    sid = signed["signer_infos"][0]["sid"]
+    for cert in certs:
+        if sid.name == "issuer_and_serial_number":
+            if (cert.issuer == sid.chosen["issuer"]
+                    and cert.serial_number == sid.chosen["serial_number"].native):
+                return cert, [c for c in certs if c is not cert]
+        elif cert.key_identifier == sid.chosen.native:
+            return cert, [c for c in certs if c is not cert]
+    raise TsaUnavailable("the TSA's token does not carry the TSA's certificate")
+
+
 def token_time(token: bytes) -> dt.datetime:
     """genTime of a TimeStampToken (a timezone-aware datetime)."""
     ci = cms.ContentInfo.load(token)
@@ -121,11 +137,16 @@ async def timestamp(
 
 
 def timestamp_blocking(url: str, data: bytes, timeout_s: float) -> bytes:
-    """A synchronous :func:`timestamp` for scripts and tests (urllib, no event loop)."""
+    """A synchronous :func:`timestamp` (urllib, no event loop), run in a thread."""
+    return timestamp_imprint_blocking(url, hashlib.sha256(data).digest(), timeout_s)
+
+
+def timestamp_imprint_blocking(url: str, imprint: bytes, timeout_s: float) -> bytes:
+    """A TimeStampToken over a SHA-256 ``imprint`` computed elsewhere (a document
+    timestamp's digest of its byte ranges, ETSI EN 319 142-1 §5.4)."""
     import urllib.error
     import urllib.request
 
-    imprint = hashlib.sha256(data).digest()
     nonce = new_nonce()
     req = urllib.request.Request(
         url, data=build_request(imprint, nonce), headers={"Content-Type": QUERY_TYPE}
