@@ -24,7 +24,7 @@ def pins(group: str | None = None) -> dict[str, str]:
     for spec in deps:
         name, _, version = spec.partition("==")
         assert version, f"{spec} is not pinned exactly"
-        out[name] = version
+        out[name.partition("[")[0]] = version  # "certomancer[web-api]": the extra is no name
     return out
 
 
