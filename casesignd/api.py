@@ -25,7 +25,7 @@ from .errors import (
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
-from .store import Job, NewJob, random_hex
+from .store import Job, random_hex
 from .webio import (
     artifact_response,
     authenticate,
@@ -146,19 +146,8 @@ async def post_job(request: web.Request) -> web.Response:
     admission = kind.admit(body, s.config)
     if admission.declared_bytes > s.config.workers.max_inflight_bytes:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
-    normalized = audit.canonical(admission.normalized)
-    key_material = admission.key_material if admission.key_material is not None else admission.normalized
-    new = NewJob(
-        tenant=tenant, kind=kind.name, case_id=admission.case_id,
-        idem_key=jobs.idempotency_key(header, kind.name, key_material),
-        fingerprint=jobs.fingerprint(kind.name, admission.fingerprint_material
-                                     if admission.fingerprint_material is not None
-                                     else admission.normalized),
-        input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
-        version=admission.version, declared_bytes=admission.declared_bytes,
-        created_at=request["t0"], correlation_id=request["correlation_id"],
-        sig_key=admission.sig_key,
-    )
+    new = admission.new_job(kind.name, tenant, idempotency_header=header,
+                            created_at=request["t0"], correlation_id=request["correlation_id"])
     job, created = await s.holds.admit(new, actor=f"api:{tenant}",
                                        max_queue_depth=s.config.workers.max_queue_depth)
     if created:

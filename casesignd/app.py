@@ -33,6 +33,7 @@ from .longterm import LongTerm
 from .metrics import Metrics, StateCache
 from .objects import ObjectStore
 from .recorder import Recorder
+from .renewal import keep_renewing
 from .sources import Fetcher
 from .store import SqliteStore
 from .tempfiles import TempManager
@@ -391,9 +392,13 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         # From B-LT up: the signer's chain is checked now (and /readyz waits for it),
         # then its revocation data is kept fresh ahead of its nextUpdate.
         keeper = asyncio.create_task(s.longterm.keep_fresh(), name="casesignd-revocation")
+        renewer = asyncio.create_task(keep_renewing(s), name="casesignd-renewal") \
+            if cfg.archive.renew_before_days > 0 else None
         yield
         warm.cancel()
         keeper.cancel()
+        if renewer is not None:
+            renewer.cancel()
         await s.longterm.close()
     finally:
         s.shutting_down = True

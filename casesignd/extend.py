@@ -11,6 +11,7 @@ The result is a new artifact; the one renewed is kept as it was. The job's
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import shutil
 from pathlib import Path
@@ -81,9 +82,11 @@ class ExtendSignatureKind:
             await asyncio.to_thread(_copy, source, out)
         await ctx.check_lease()
         async with ctx.phase("ltv"):
-            await s.longterm.extend(out, policy)
-        artifact = await s.publish(ctx, out, "application/pdf")
-        return Finish(artifact=artifact, detail={"extended_from": artifact_id, "level": "B-LTA"})
+            expires_at = await s.longterm.extend(out, policy)
+        artifact = dataclasses.replace(await s.publish(ctx, out, "application/pdf"),
+                                       timestamp_expires_at=expires_at)
+        return Finish(artifact=artifact, detail={"extended_from": artifact_id, "level": "B-LTA"},
+                      renews=artifact_id)
 
 
 def _copy(source: bytes | Path, out: Path) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from . import audit, jobs
 from .artifacts import ArtifactStore
 from .cms import SignerInfoTemplate
 from .config import Config
@@ -22,7 +23,7 @@ from .metrics import Metrics
 from .outcomes import Artifact, Finish
 from .scanner import Scanner
 from .sources import Fetcher
-from .store import Store
+from .store import NewJob, Store
 
 if TYPE_CHECKING:  # pyHanko is imported by the daemon, not by every user of the protocol
     from .longterm import LongTerm
@@ -45,6 +46,22 @@ class Admission:
     fingerprint_material: dict[str, Any] | None = None
     # The signature the job makes (sign_case): the store reads its record with the claim.
     sig_key: str | None = None
+
+    def new_job(self, kind: str, tenant: str, *, idempotency_header: str | None,
+                created_at: float, correlation_id: str) -> NewJob:
+        """The job to store for this admission: its idempotency key (the client's, or
+        derived from ``key_material``), its fingerprint and its canonical input."""
+        normalized = audit.canonical(self.normalized)
+        material = self.key_material if self.key_material is not None else self.normalized
+        return NewJob(
+            tenant=tenant, kind=kind, case_id=self.case_id,
+            idem_key=jobs.idempotency_key(idempotency_header, kind, material),
+            fingerprint=jobs.fingerprint(kind, self.fingerprint_material
+                                         if self.fingerprint_material is not None
+                                         else self.normalized),
+            input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
+            version=self.version, declared_bytes=self.declared_bytes,
+            created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key)
 
 
 class JobServices(Protocol):

@@ -26,7 +26,6 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from . import formdata, jobs, pdfcheck
 from .app import Services
-from .audit import canonical
 from .errors import (
     BadRequest,
     Busy,
@@ -232,14 +231,8 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
         sha = await document_sha256(document)
         body = sign_case_body(manifest, sha, len(document))
         admission = _KIND.admit(body, cfg)
-        normalized = canonical(admission.normalized)
-        new = NewJob(
-            tenant=tenant, kind=_KIND.name, case_id=admission.case_id,
-            idem_key=jobs.idempotency_key(header, _KIND.name, admission.key_material or {}),
-            fingerprint=jobs.fingerprint(_KIND.name, admission.normalized),
-            input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
-            version=admission.version, declared_bytes=admission.declared_bytes,
-            created_at=t0, correlation_id=request["correlation_id"], sig_key=admission.sig_key)
+        new = admission.new_job(_KIND.name, tenant, idempotency_header=header, created_at=t0,
+                                correlation_id=request["correlation_id"])
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
         assert s.pool is not None
@@ -453,15 +446,16 @@ class _Run:
         # The update goes after the document the checks passed: the one received, or
         # its clean rewrite.
         base = work.base if work.base is not None else self.document
-        update, level = await signed_update(s, work, base, signature, policy, chain)
+        appended = await signed_update(s, work, base, signature, policy, chain)
         self.record_phase("sign", time.perf_counter() - start + sign_s)
         async with self.phase("publish"):
             published, inline, ours = await keep_signed(
-                s, cfg, self.flight.new.tenant, self.sig_key, base, update, work.sha256)
+                s, cfg, self.flight.new.tenant, self.sig_key, base, appended.tail, work.sha256,
+                appended.timestamp_expires_at)
         self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
-            self.sig_key, published, signed_detail(normalized, work.checked, level),
+            self.sig_key, published, signed_detail(normalized, work.checked, appended.level),
             inline))
-        signed = inline if inline is not None else base + update
+        signed = inline if inline is not None else base + appended.tail
         # An earlier publication of the same signature key (a crash before its record)
         # is the one on disk: answer what is on disk.
         return signed if ours else None

@@ -63,11 +63,20 @@ def load_trust_roots(cfg: Config) -> list[ax509.Certificate]:
 
 @dataclass(frozen=True)
 class Appended:
-    """What :meth:`LongTerm.complete` added: the bytes after the document (for one held
-    in memory; a file is extended in place) and the level reached."""
+    """What follows a signed document: the bytes after it (for one held in memory; a
+    file is extended in place), the level reached, and for B-LTA when the last
+    document timestamp's chain expires (epoch seconds)."""
 
     tail: bytes
     level: str
+    timestamp_expires_at: float | None = None
+
+
+def chain_expires_at(chain: ChainEvidence) -> float:
+    """When the first certificate a timestamp's validation needs expires (its path's,
+    and its OCSP responders')."""
+    return min(c["tbs_certificate"]["validity"]["not_after"].native.timestamp()
+               for c in chain.certs)
 
 
 class LongTerm:
@@ -91,6 +100,13 @@ class LongTerm:
         self.signer_detail = ""
         # From B-LT up, /readyz waits for the first check of the signer's chain.
         self.checked = not self.needed
+        # By TSA URL: when the chain of its last document timestamp expires.
+        self._stamp_expiry: dict[str, float] = {}
+
+    def timestamp_chain_expires_at(self, tsa_url: str) -> float | None:
+        """When the chain of the last document timestamp from ``tsa_url`` expires (None:
+        none made since the daemon started)."""
+        return self._stamp_expiry.get(tsa_url)
 
     def use_signer(self, cert: x509.Certificate, chain: list[x509.Certificate]) -> None:
         """The signing certificate and the certificates that come with it."""
@@ -156,12 +172,13 @@ class LongTerm:
         stamper = self._stamper(policy) if lta else None
         tail = await asyncio.to_thread(self._update, document, [signer, stamp_chain], stamper,
                                        3 * len(signature_token))
-        if stamper is not None and stamper.last is not None:
-            tail += await self._cover_timestamp(document, tail, stamper.last,
-                                                {tsa_cert.sha256})
-        return Appended(tail, policy.signature_level)
+        if stamper is None or stamper.last is None:
+            return Appended(tail, policy.signature_level)
+        more, chain = await self._cover_timestamp(document, tail, stamper.last, stamp_chain)
+        expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
+        return Appended(tail + more, policy.signature_level, expires_at)
 
-    async def extend(self, document: Path, policy: Policy) -> None:
+    async def extend(self, document: Path, policy: Policy) -> float:
         """Renewal of a B-LTA document, in place: fresh data for the chain of its last
         document timestamp, and a new document timestamp over all of it."""
         from .ltvwrite import last_timestamp_token
@@ -176,21 +193,23 @@ class LongTerm:
         chain = await self.revocation.evidence(cert, others, timestamping=True)
         stamper = self._stamper(policy)
         await asyncio.to_thread(self._update, document, [chain], stamper, 3 * len(last_token))
-        if stamper.last is not None:
-            await self._cover_timestamp(document, b"", stamper.last, {cert.sha256})
+        assert stamper.last is not None
+        _more, chain = await self._cover_timestamp(document, b"", stamper.last, chain)
+        expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
+        return expires_at
 
     async def _cover_timestamp(self, document: bytes | Path, tail: bytes, token: bytes,
-                               covered: set[bytes]) -> bytes:
-        """One more DSS update when a document timestamp's TSA signed with a
-        certificate whose chain the DSS does not hold yet (KNOWN order: signature,
-        DSS and timestamp, DSS for the timestamp's chain)."""
+                               covered: ChainEvidence) -> tuple[bytes, ChainEvidence]:
+        """The document timestamp's chain, and one more DSS update when its TSA signed
+        with a certificate other than the one whose chain the DSS holds (the order
+        is: signature, DSS and timestamp, DSS for the timestamp's chain)."""
         assert self.revocation is not None
         cert, others = tsa.token_signer(token)
-        if cert.sha256 in covered:
-            return b""
+        if cert.sha256 == covered.cert.sha256:
+            return b"", covered
         chain = await self.revocation.evidence(cert, others, timestamping=True)
         whole = document if isinstance(document, Path) else document + tail
-        return await asyncio.to_thread(self._update, whole, [chain], None, 0)
+        return await asyncio.to_thread(self._update, whole, [chain], None, 0), chain
 
     @staticmethod
     def _stamper(policy: Policy) -> Stamper:

@@ -20,6 +20,9 @@ class Artifact:
     sha256: str
     size: int
     media_type: str = "application/pdf"
+    # A B-LTA document's: when its last document timestamp's chain expires (epoch
+    # seconds), before which it is renewed.
+    timestamp_expires_at: float | None = None
 
     def record(self) -> dict[str, Any]:
         return {"artifact_id": self.artifact_id, "sha256": self.sha256, "size": self.size}
@@ -44,6 +47,8 @@ class Finish:
     artifact: Artifact | None = None
     detail: dict[str, Any] = field(default_factory=dict)
     signature: Signature | None = None
+    # The artifact this one renews (extend_signature): it is marked renewed by it.
+    renews: str | None = None
 
     def result(self) -> dict[str, Any]:
         out: dict[str, Any] = {"detail": self.detail}
@@ -52,7 +57,7 @@ class Finish:
         return out
 
     def with_artifact(self, artifact: Artifact) -> Finish:
-        return Finish(artifact, self.detail, self.signature)
+        return Finish(artifact, self.detail, self.signature, self.renews)
 
 
 @dataclass(frozen=True)

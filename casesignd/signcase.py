@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -20,6 +21,7 @@ import re
 import time
 import unicodedata
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,7 @@ from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, JobContext, JobServices
+from .longterm import Appended
 from .outcomes import Artifact, Finish, Signature
 from .revocation import ChainEvidence
 from .sources import parse_ref
@@ -206,9 +209,17 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -
     )
 
 
+@dataclass(frozen=True)
+class SignedPdf:
+    """A signed file's checks, and what its level added after the signature."""
+
+    checked: pipeline.Checked
+    appended: Appended
+
+
 async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
                             attachments: list[pades.Attachment], policy: Policy | None
-                            ) -> pipeline.Checked:
+                            ) -> SignedPdf:
     """The signing pipeline for a file (:mod:`casesignd.pipeline`): check, normalise,
     prepare and sign in one CPU call (the worker process holds the key and takes a key
     slot around its use), timestamp (B-T when the policy names a TSA), finalize.
@@ -241,17 +252,18 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
                 der = cms.assemble(template, work.signed_attrs, signature, None)
                 await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
     if not timestamped:
-        return work.checked
+        return SignedPdf(work.checked, Appended(b"", "B-B"))
     async with ctx.phase("timestamp"):
         token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
                                         policy.tsa_timeout_s)
     async with ctx.phase("sign"):
         der = cms.assemble(template, work.signed_attrs, signature, token)
         await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
-    if policy.at_least("B-LT"):
-        async with ctx.phase("ltv"):
-            await services.longterm.complete(policy, dst, token, chain)
-    return work.checked
+    if not policy.at_least("B-LT"):
+        return SignedPdf(work.checked, Appended(b"", policy.signature_level))
+    async with ctx.phase("ltv"):
+        appended = await services.longterm.complete(policy, dst, token, chain)
+    return SignedPdf(work.checked, appended)
 
 
 # One lock per signature key being worked on in this process. Jobs of one signature
@@ -300,13 +312,13 @@ async def document_sha256(data: bytes) -> str:
 
 async def signed_update(services: JobServices, work: pipeline.SignedWork, base: bytes,
                         signature: bytes, policy: Policy, chain: ChainEvidence | None
-                        ) -> tuple[bytes, str]:
+                        ) -> Appended:
     """What follows the document ``base``: the signing update with the CMS in place (what a
     worker process made already, or made here with its timestamp token, from B-T
-    up), then from B-LT up the validation data (and the document timestamp); and the
-    level reached, which is the policy's."""
+    up), then from B-LT up the validation data (and the document timestamp); with
+    the level reached, which is the policy's."""
     if work.update is not None:
-        return work.update, policy.signature_level
+        return Appended(work.update, policy.signature_level)
     token = None
     if policy.tsa_url:
         token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
@@ -314,13 +326,14 @@ async def signed_update(services: JobServices, work: pipeline.SignedWork, base: 
     cms_der = cms.assemble(services.cms_template(), work.signed_attrs, signature, token)
     update = work.prepared.signed(cms_der)
     if not policy.at_least("B-LT"):
-        return update, policy.signature_level
+        return Appended(update, policy.signature_level)
     appended = await services.longterm.complete(policy, base + update, token, chain)
-    return update + appended.tail, appended.level
+    return dataclasses.replace(appended, tail=update + appended.tail)
 
 
 async def keep_signed(services: JobServices, config: Config, tenant: str, sig_key: str,
-                      base: bytes, update: bytes, digest: str | None
+                      base: bytes, update: bytes, digest: str | None,
+                      timestamp_expires_at: float | None = None
                       ) -> tuple[Artifact, bytes | None, bool]:
     """A signed document held in memory (``base`` then ``update``) as its signature
     key's artifact: kept in the store (its bytes returned, to commit with the record)
@@ -334,10 +347,11 @@ async def keep_signed(services: JobServices, config: Config, tenant: str, sig_ke
         # A file left under this id by a crash before its record is never read: the
         # store is read first.
         signed = base + update
-        return Artifact(artifact_id, digest or await document_sha256(signed), size), signed, True
+        return (Artifact(artifact_id, digest or await document_sha256(signed), size,
+                         timestamp_expires_at=timestamp_expires_at), signed, True)
     artifact, ours = await asyncio.to_thread(services.artifacts.publish_bytes, (base, update),
                                              artifact_id, "application/pdf")
-    return artifact, None, ours
+    return dataclasses.replace(artifact, timestamp_expires_at=timestamp_expires_at), None, ours
 
 
 def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
@@ -392,14 +406,16 @@ class SignCaseKind:
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.workdir / "signed.pdf"
-        checked = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
-                                          attachments=attachments, policy=policy)
-        artifact = await s.publish(ctx, out, "application/pdf", sig_key=sig_key)
+        signed = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
+                                         attachments=attachments, policy=policy)
+        artifact = dataclasses.replace(
+            await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
+            timestamp_expires_at=signed.appended.timestamp_expires_at)
         # The signature, its signed event and the finish are one transaction.
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
                       signature=Signature(sig_key, artifact,
-                                          signed_detail(normalized, checked,
-                                                        policy.signature_level)))
+                                          signed_detail(normalized, signed.checked,
+                                                        signed.appended.level)))
 
     async def _sign_in_memory(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
                               meta: pades.SignatureMeta, sig_key: str) -> Finish:
@@ -434,14 +450,16 @@ class SignCaseKind:
                 await ctx.check_lease()
                 signature = await asyncio.to_thread(pipeline.sign_with, s.signer, work.signed_attrs)
         assert work.base is not None
-        update, level = await signed_update(s, work, work.base, signature, policy, chain)
+        appended = await signed_update(s, work, work.base, signature, policy, chain)
         ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
         async with ctx.phase("publish"):
             artifact, inline, _ours = await keep_signed(
-                s, ctx.config, ctx.tenant, sig_key, work.base, update, work.sha256)
+                s, ctx.config, ctx.tenant, sig_key, work.base, appended.tail, work.sha256,
+                appended.timestamp_expires_at)
         return Finish(artifact=artifact, detail={"documents": 1},
                       signature=Signature(sig_key, artifact,
-                                          signed_detail(normalized, work.checked, level), inline))
+                                          signed_detail(normalized, work.checked, appended.level),
+                                          inline))
 
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any]) -> list[Path]:
         s = ctx.services

@@ -186,8 +186,18 @@ INSERT OR IGNORE INTO signatures (tenant, sig_key, artifact_id, sha256, size, jo
 VALUES (:tenant, :sig_key, :artifact_id, :sha256, :size, :job_id, :now);
 
 -- name: put_artifact
-INSERT OR IGNORE INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at)
-VALUES (:artifact_id, :tenant, :job_id, :sha256, :size, :media_type, :now);
+INSERT OR IGNORE INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at,
+                                 timestamp_expires_at)
+VALUES (:artifact_id, :tenant, :job_id, :sha256, :size, :media_type, :now, :timestamp_expires_at);
+
+-- name: mark_renewed
+UPDATE artifacts SET renewed_by = :renewed_by
+WHERE artifact_id = :artifact_id AND tenant = :tenant AND renewed_by IS NULL;
+
+-- name: due_renewals
+SELECT artifact_id, tenant, timestamp_expires_at FROM artifacts
+WHERE timestamp_expires_at IS NOT NULL AND renewed_by IS NULL AND timestamp_expires_at <= :before
+ORDER BY timestamp_expires_at LIMIT :limit;
 
 -- name: get_artifact
 SELECT * FROM artifacts WHERE artifact_id = :artifact_id;

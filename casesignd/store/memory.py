@@ -203,7 +203,7 @@ class MemoryStore:
                                      result=audit.canonical(result).decode(), **ended))
             self._event(job, "succeeded", actor, {"result": result}, now=now)
             if outcome.artifact is not None:
-                self._put_artifact(job, outcome.artifact, now)
+                self._put_artifact(job, outcome, now)
             return job
         if isinstance(outcome, RetryLater):
             detail = {**outcome.detail, "code": outcome.code, "delay_s": round(outcome.delay_s, 3)}
@@ -230,11 +230,24 @@ class MemoryStore:
         return outcome.with_artifact(Artifact(record["artifact_id"], record["sha256"],
                                               record["size"], outcome.artifact.media_type))
 
-    def _put_artifact(self, job: Job, artifact: Artifact, now: float) -> None:
+    def _put_artifact(self, job: Job, outcome: Finish, now: float) -> None:
+        artifact = outcome.artifact
+        assert artifact is not None
         self._artifacts.setdefault(artifact.artifact_id, {
             "artifact_id": artifact.artifact_id, "tenant": job.tenant, "job_id": job.job_id,
             "sha256": artifact.sha256, "size": artifact.size, "media_type": artifact.media_type,
-            "created_at": now})
+            "created_at": now, "timestamp_expires_at": artifact.timestamp_expires_at,
+            "renewed_by": None})
+        renewed = self._artifacts.get(outcome.renews) if outcome.renews is not None else None
+        if renewed is not None and renewed["tenant"] == job.tenant and renewed["renewed_by"] is None:
+            renewed["renewed_by"] = artifact.artifact_id
+
+    async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]:
+        due = sorted((a for a in self._artifacts.values()
+                      if a["timestamp_expires_at"] is not None and a["renewed_by"] is None
+                      and a["timestamp_expires_at"] <= before),
+                     key=lambda a: a["timestamp_expires_at"])
+        return [(a["artifact_id"], a["tenant"], a["timestamp_expires_at"]) for a in due[:limit]]
 
     async def release(self, lease: Lease) -> Job | None:
         now = self.clock()
@@ -413,7 +426,7 @@ class MemoryStore:
             self._sign_record(_replace(job, lease_owner=flight.owner), outcome, outcome.signature, now)
         self._event(job, "succeeded", worker, {"result": result}, now=now)
         if outcome.artifact is not None:
-            self._put_artifact(job, outcome.artifact, now)
+            self._put_artifact(job, outcome, now)
         return job
 
     # --- reads ----------------------------------------------------------------------------

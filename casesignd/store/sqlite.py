@@ -233,7 +233,7 @@ class SqliteStore:
                               outcome.signature)
         tx.event(job, "succeeded", worker, {"result": result})
         if outcome.artifact is not None:
-            self._put_artifact(tx, job, outcome.artifact)
+            self._put_artifact(tx, job, outcome)
         return job
 
     def _flight_job(self, tx: Tx, flight: Flight) -> Job:
@@ -373,7 +373,7 @@ class SqliteStore:
                                      result=audit.canonical(result).decode()))
         tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
         if outcome.artifact is not None:
-            self._put_artifact(tx, job, outcome.artifact)
+            self._put_artifact(tx, job, outcome)
         return job
 
     def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
@@ -391,11 +391,23 @@ class SqliteStore:
                                               record["size"], outcome.artifact.media_type))
 
     @staticmethod
-    def _put_artifact(tx: Tx, job: Job, artifact: Artifact) -> None:
+    def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
+        artifact = outcome.artifact
+        assert artifact is not None
         tx.conn.execute(tx.q["put_artifact"], {
             "artifact_id": artifact.artifact_id, "sha256": artifact.sha256, "size": artifact.size,
             "media_type": artifact.media_type, "tenant": job.tenant, "job_id": job.job_id,
-            "now": tx.now})
+            "now": tx.now, "timestamp_expires_at": artifact.timestamp_expires_at})
+        if outcome.renews is not None:
+            tx.conn.execute(tx.q["mark_renewed"], {
+                "artifact_id": outcome.renews, "tenant": job.tenant,
+                "renewed_by": artifact.artifact_id})
+
+    async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]:
+        """(artifact id, tenant, expiry) of B-LTA artifacts not renewed yet whose last
+        timestamp's chain expires before ``before``, soonest first."""
+        rows = await self._rows("due_renewals", before=before, limit=limit)
+        return [(r["artifact_id"], r["tenant"], r["timestamp_expires_at"]) for r in rows]
 
     async def release(self, lease: Lease) -> Job | None:
         """running → queued at shutdown, so that a restart resumes the job at once."""

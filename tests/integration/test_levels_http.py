@@ -10,6 +10,8 @@ a document timestamp, and the result still validates.
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+import time
 from io import BytesIO
 from pathlib import Path
 
@@ -225,3 +227,29 @@ def test_extend_signature_refuses_what_it_cannot_renew(lta_daemon, ltv_pki: LtvP
     job = d.wait_job(d.submit({"kind": "extend_signature", "artifact_id": "art_" + "0" * 32}
                               ).json()["job_id"], timeout_s=30)
     assert job["state"] == "failed" and job["error"]["code"] == "artifact_not_found", job
+
+
+def test_an_artifact_whose_timestamp_ages_is_renewed_on_schedule(daemon_factory, ltv_pki: LtvPki,
+                                                                 tmp_path) -> None:
+    d = daemon_factory({**ltv_pki.casesignd_config("signer", level="B-LTA"),
+                        "archive": {"renew_before_days": 30, "renew_interval_s": 0.5}})
+    contract = reportlab_pdf(tmp_path / "c.pdf").read_bytes()
+    signed = d.wait_job(d.submit(case_manifest(d, "RENEW-1", contract)).json()["job_id"],
+                        timeout_s=60)
+    artifact_id = signed["result"]["artifact_id"]
+    # Its timestamp's chain lasts years: nothing is due.
+    time.sleep(1.5)
+    assert db_scalar(d.db, "SELECT count(*) FROM jobs WHERE kind = 'extend_signature'") == 0
+    # The artifact ages: its chain now expires within the window (the TSA's current
+    # one still lasts years), so the daemon renews it, once.
+    with sqlite3.connect(d.db, timeout=10) as db:
+        db.execute("UPDATE artifacts SET timestamp_expires_at = :t WHERE artifact_id = :a",
+                   {"t": time.time() + 86400, "a": artifact_id})
+    wait_until(lambda: db_scalar(d.db, "SELECT count(*) FROM jobs WHERE kind = 'extend_signature'"
+                                       " AND state = 'succeeded'") == 1, 30, "no renewal")
+    time.sleep(1.5)
+    assert db_scalar(d.db, "SELECT count(*) FROM jobs WHERE kind = 'extend_signature'") == 1
+    renewed_by = db_scalar(d.db, f"SELECT renewed_by FROM artifacts WHERE artifact_id = '{artifact_id}'")
+    assert renewed_by is not None and renewed_by != artifact_id
+    job_id = db_scalar(d.db, "SELECT job_id FROM jobs WHERE kind = 'extend_signature'")
+    assert_b_lta(ltv_pki, download(d, d.job(job_id)), tmp_path, timestamps=2)

@@ -455,3 +455,32 @@ async def test_a_stale_finish_records_no_signature(store_and_clock):
     assert await store.conclude(claimed.lease, Finish(art, signature=Signature("sig-st", art))) is None
     assert await store.get_signature("t1", "sig-st") is None
     assert [e["type"] for e in await store.events("t1", claimed.job_id)][-1] == "stale_result_dropped"
+
+
+async def test_a_renewal_is_due_until_an_artifact_renews_it(store_and_clock):
+    store, clock = store_and_clock
+    soon = Artifact("art_" + "6" * 32, "66" * 32, 1, timestamp_expires_at=clock.now + 100)
+    later = Artifact("art_" + "7" * 32, "77" * 32, 1, timestamp_expires_at=clock.now + 1000)
+    plain = Artifact("art_" + "8" * 32, "88" * 32, 1)
+    for i, art in enumerate((later, soon, plain)):
+        await admit(store, key=f"r{i}")
+        claimed = await store.claim("w1", 10, 1 << 30, ["test"])
+        await store.conclude(claimed.lease, Finish(artifact=art))
+    assert await store.due_renewals(clock.now + 50, 10) == []
+    due = [(soon.artifact_id, "t1", soon.timestamp_expires_at),
+           (later.artifact_id, "t1", later.timestamp_expires_at)]
+    assert await store.due_renewals(clock.now + 5000, 10) == due
+    assert await store.due_renewals(clock.now + 5000, 1) == due[:1]
+    # Another tenant's job cannot mark it; the renewing artifact takes its place.
+    renewed = Artifact("art_" + "9" * 32, "99" * 32, 2, timestamp_expires_at=clock.now + 9000)
+    await admit(store, key="other", tenant="t2")
+    claimed = await store.claim("w1", 10, 1 << 30, ["test"])
+    await store.conclude(claimed.lease, Finish(artifact=Artifact("art_" + "a" * 32, "aa" * 32, 1),
+                                               renews=soon.artifact_id))
+    assert await store.due_renewals(clock.now + 5000, 10) == due
+    await admit(store, key="renew")
+    claimed = await store.claim("w1", 10, 1 << 30, ["test"])
+    await store.conclude(claimed.lease, Finish(artifact=renewed, renews=soon.artifact_id))
+    assert await store.due_renewals(clock.now + 5000, 10) == due[1:]
+    assert await store.due_renewals(clock.now + 10_000, 10) == [
+        due[1], (renewed.artifact_id, "t1", renewed.timestamp_expires_at)]
