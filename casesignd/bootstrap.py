@@ -106,7 +106,9 @@ DESCRIPTIONS: dict[str, str] = {
     "policies.max_document_bytes": "Largest item, in bytes.",
     "policies.max_items": "Most items in one case.",
     "policies.forbid_active_content": "Refuse PDFs with JavaScript, launch actions or similar.",
-    "policies.tsa_url": "RFC 3161 time-stamping authority; when set, signatures are PAdES B-T.",
+    "policies.level": "PAdES baseline level: B-B, B-T, B-LT or B-LTA; empty: B-T with a "
+    "tsa_url, else B-B.",
+    "policies.tsa_url": "RFC 3161 time-stamping authority; required from B-T up.",
     "policies.tsa_timeout_s": "Timeout of one time-stamp request.",
     "policies.reason": "Reason recorded in the signature.",
     "policies.location": "Location recorded in the signature.",
@@ -164,6 +166,17 @@ DESCRIPTIONS: dict[str, str] = {
     "invoice.max_items": "Most line items in one invoice.",
     "logging": "Logging.",
     "logging.level": "debug, info, warning or error.",
+    "validation": "Trust anchors and revocation data: signing from B-LT up, and verify.",
+    "validation.trust_roots": "PEM files of the roots signer and timestamp chains are built to.",
+    "validation.fetch": "Revocation data for verify: never (the document's own), missing "
+    "(online for what it lacks) or always.",
+    "validation.fetch_timeout_s": "One OCSP or CRL fetch.",
+    "validation.refresh_ahead_s": "Revocation data kept for signing is fetched again this long "
+    "before its nextUpdate.",
+    "archive": "Renewal of B-LTA artifacts (extend_signature).",
+    "archive.renew_before_days": "Renew artifacts whose last timestamp's chain expires within "
+    "this many days; 0: never.",
+    "archive.renew_interval_s": "How often the daemon looks for artifacts to renew.",
 }
 
 # Values shown in commented-out examples for settings that have no default.

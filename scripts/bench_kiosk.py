@@ -516,6 +516,11 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--serve-baseline":
         serve_baseline(int(sys.argv[2]), sys.argv[3], os.environ["BENCH_P12_PASSWORD"].encode())
         return
+    if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
+        from bench_levels import main as levels
+
+        levels("kiosk", sys.argv[1:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiosks", type=int, default=8)
     ap.add_argument("--duration-s", type=float, default=30.0, help="measured time per phase")

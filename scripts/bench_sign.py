@@ -217,6 +217,11 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
 
 
 def main() -> None:
+    if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
+        from bench_levels import main as levels
+
+        levels("sign", sys.argv[1:])
+        return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-large", action="store_true", help="skip the large document")

@@ -29,7 +29,7 @@ def test_the_example_config_loads_and_names_every_setting():
         return out
 
     for section in ("server", "store", "storage", "workers", "retry", "signing", "links",
-                    "scanner", "kiosk", "invoice", "logging"):
+                    "scanner", "kiosk", "invoice", "logging", "validation", "archive"):
         assert f"[{section}]" in text, section
     for name in walk(config.Workers, ""):
         assert f"\n{name} =" in text, name
