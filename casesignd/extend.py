@@ -19,7 +19,7 @@ from typing import Any
 
 from .config import Config
 from .errors import PermanentJobError, ValidationError
-from .kinds import Admission, JobContext
+from .kinds import Admission, JobContext, admit_policy
 from .outcomes import Finish
 
 KIND = "extend_signature"
@@ -40,19 +40,12 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
     if not isinstance(artifact_id, str) or not _ARTIFACT_ID.fullmatch(artifact_id):
         raise ValidationError("artifact_id must be an artifact's id (art_ and 32 hex digits)",
                               code="invalid_field", field="artifact_id")
-    version = body.get("policy_version", config.default_policy)
-    if not isinstance(version, str):
-        raise ValidationError("policy_version must be a string", code="invalid_field",
-                              field="policy_version")
-    policy = config.policy(version)
-    if policy is None:
-        raise ValidationError(f"no policy with version {version!r}", code="unknown_policy",
-                              field="policy_version")
+    policy = admit_policy(body, config)
     if not policy.at_least("B-LTA"):
-        raise ValidationError(f"policy {version!r} is {policy.signature_level}: renewal needs "
+        raise ValidationError(f"policy {policy.version!r} is {policy.signature_level}: renewal needs "
                               "a B-LTA policy", code="invalid_field", field="policy_version")
-    normalized = {"artifact_id": artifact_id, "policy_version": version}
-    return Admission(normalized=normalized, version=version, key_material=normalized)
+    normalized = {"artifact_id": artifact_id, "policy_version": policy.version}
+    return Admission(normalized=normalized, version=policy.version, key_material=normalized)
 
 
 class ExtendSignatureKind:

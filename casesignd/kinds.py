@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from . import audit, jobs
 from .artifacts import ArtifactStore
 from .cms import SignerInfoTemplate
-from .config import Config
+from .config import Config, Policy
+from .errors import ValidationError
 from .keys import KeySigner, KeySlots
 from .metrics import Metrics
 from .outcomes import Artifact, Finish
@@ -133,3 +134,16 @@ class JobKind(Protocol):
 
 
 RunFn = Callable[[JobContext], Awaitable[Finish]]
+
+
+def admit_policy(body: dict[str, Any], config: Config) -> Policy:
+    """The policy a request names in ``policy_version`` (the default when it names none)."""
+    version = body.get("policy_version", config.default_policy)
+    if not isinstance(version, str):
+        raise ValidationError("policy_version must be a string", code="invalid_field",
+                              field="policy_version")
+    policy = config.policy(version)
+    if policy is None:
+        raise ValidationError(f"no policy with version {version!r}", code="unknown_policy",
+                              field="policy_version")
+    return policy

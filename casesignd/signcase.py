@@ -29,7 +29,7 @@ from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
 from .jobs import check_case_id, sha256_hex
-from .kinds import Admission, JobContext, JobServices
+from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
 from .outcomes import Artifact, Finish, Signature
 from .revocation import ChainEvidence
@@ -78,14 +78,7 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
     """Validate and normalize a sign_case request; raise ValidationError naming the field."""
     _unknown(body, _BODY_FIELDS, "")
     case_id = check_case_id(body.get("case_id"))
-    version = body.get("policy_version", config.default_policy)
-    if not isinstance(version, str):
-        raise ValidationError("policy_version must be a string", code="invalid_field",
-                              field="policy_version")
-    policy = config.policy(version)
-    if policy is None:
-        raise ValidationError(f"no policy with version {version!r}", code="unknown_policy",
-                              field="policy_version")
+    policy = admit_policy(body, config)
     items_in = body.get("items")
     if not isinstance(items_in, list) or not items_in:
         raise ValidationError("items must be a non-empty list", code="invalid_field", field="items")
