@@ -296,9 +296,12 @@ def _verify_options(s: Services) -> verify.VerifyOptions:
     try:
         roots = verify.read_trust_roots(cfg.path(p) for p in cfg.validation.trust_roots)
     except (OSError, ValueError) as e:
-        # The daemon's own setup is at fault, not the request.
-        raise CasesignError(f"validation.trust_roots cannot be read: {e}", code="unavailable",
-                            status=503, headers={"Retry-After": "60"}) from None
+        # The daemon's own setup is at fault, not the request; its paths stay in the log.
+        log_event(log, "verify.trust_roots_unreadable", level=logging.ERROR,
+                  error=f"{type(e).__name__}: {e}")
+        raise CasesignError("validation.trust_roots cannot be read; see the daemon's log",
+                            code="unavailable", status=503,
+                            headers={"Retry-After": "60"}) from None
     return verify.VerifyOptions(roots, cfg.validation.fetch, cfg.validation.fetch_timeout_s)
 
 

@@ -25,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from pyhanko.pdf_utils import misc
 from pyhanko.pdf_utils.decode_limits import DecodePurpose
 from pyhanko.pdf_utils.reader import PdfFileReader
-from pyhanko.sign.ades.report import AdESIndeterminate, AdESSubIndic
+from pyhanko.sign.ades.report import AdESIndeterminate, AdESStatus, AdESSubIndic
 from pyhanko.sign.diff_analysis import DEFAULT_DIFF_POLICY, DiffResult, ModificationLevel
 from pyhanko.sign.general import find_cms_attribute_iter
 from pyhanko.sign.validation import EmbeddedPdfSignature
@@ -38,6 +38,7 @@ from pyhanko.sign.validation.ades import (
 )
 from pyhanko.sign.validation.dss import DocumentSecurityStore
 from pyhanko.sign.validation.errors import NoDSSFoundError
+from pyhanko.sign.validation.generic_cms import message_imprint_checker
 from pyhanko.sign.validation.policy_decl import (
     CertificateFetchingRule,
     LocalKnowledge,
@@ -178,10 +179,26 @@ async def validate_signature(sig: EmbeddedPdfSignature, policy: Policy) -> Evide
                 if res.ades_subindic in _LTA_MAY_HELP:
                     res = await ades_lta_validation(
                         sig, PdfSignatureValidationSpec(spec, diff_policy=DEFAULT_DIFF_POLICY))
-        ts = getattr(res.api_status, "timestamp_validity", None)
+            ts = getattr(res.api_status, "timestamp_validity", None)
+            if timestamped and ts is None:
+                # The signature's chain stopped the process before its timestamp was
+                # looked at; the timestamp may still be sound (the level says so).
+                ts = await _signature_timestamp(sig, spec)
         return Evidence(res.ades_subindic, res.api_status, ts, _words(res.failure_msg, logged))
 
     return await _with_fetching(run, sig, policy)
+
+
+async def _signature_timestamp(sig: EmbeddedPdfSignature,
+                               spec: SignatureValidationSpec) -> SignatureStatus | None:
+    """The first signature timestamp token over ``sig``'s value that validates (§5.4)."""
+    imprint = message_imprint_checker(sig.signer_info)
+    for attr in find_cms_attribute_iter(sig.signer_info["unsigned_attrs"],
+                                        "signature_time_stamp_token"):
+        res = await ades_timestamp_validation(attr["content"], spec, imprint)
+        if res.ades_subindic.status == AdESStatus.PASSED:
+            return res.api_status
+    return None
 
 
 async def validate_timestamp(sig: EmbeddedPdfSignature, policy: Policy) -> Evidence:

@@ -147,3 +147,11 @@ def test_the_daemon_logs_no_traceback(d) -> None:
     assert "Traceback" not in d.logs()
     assert json.loads(d.request("GET", "/v1/openapi.json", auth=False).body)["paths"][
         "/v1/verify"]["post"]["operationId"] == "verifyPdf"
+
+
+def test_trust_roots_the_daemon_cannot_read_are_its_fault(daemon_factory, signed) -> None:
+    d2 = daemon_factory({"validation": {"trust_roots": ["gone.pem"]}})
+    r = post_verify(d2, signed.read_bytes())
+    assert r.status == 503 and r.json()["error"]["code"] == "unavailable"
+    assert "gone.pem" not in r.json()["error"]["message"]  # the daemon's paths stay in its log
+    assert "gone.pem" in d2.logs()
