@@ -11,8 +11,9 @@ For each signature (ETSI EN 319 102-1 validation, PAdES as in ETSI EN 319 142-1)
   revision that no signature covers: the signature then fails (TOTAL-FAILED,
   FORMAT_FAILURE, as the format-checking building block of EN 319 102-1 §5.2.2);
 - the signature: without a signature timestamp the basic validation (§5.3), with
-  one the validation for long-term signatures (§5.6.3: signature timestamp, the
-  DSS's validation data, the chain of document timestamps as evidence). Trust
+  one the validation with time (§5.5), and where that wants a proof of existence
+  (an expired or revoked certificate) the one for long-term signatures (§5.6.3:
+  the DSS's validation data and the document timestamps as evidence). Trust
   anchors are only those given; with none, nothing passes
   (INDETERMINATE/NO_CERTIFICATE_CHAIN_FOUND). Certificates are never fetched:
   the chain must be in the document or the anchors;
@@ -40,9 +41,9 @@ validates). Null when it is not a PAdES signature or not intact.
 This module is the entry point, importable without pyHanko; the options, the report
 and the pure decisions are :mod:`casesignd.verify_report`, reading the document and
 its signature fields :mod:`casesignd.verify_pdf`, pyHanko on one signature
-:mod:`casesignd.verify_ades`. Validation is CPU
-work in pure Python: the daemon runs it in a worker process
-(:meth:`casesignd.app.Services.run_cpu`), the command line in its own process.
+:mod:`casesignd.verify_ades`. Validation is CPU work in pure Python: the daemon runs
+it in a worker process (:meth:`casesignd.app.Services.run_cpu`), the command line in
+its own process.
 """
 
 from __future__ import annotations

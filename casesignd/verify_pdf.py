@@ -141,8 +141,9 @@ async def _validate_all(reader: PdfFileReader, found: list[_Found],
 async def _signature(reader: PdfFileReader, f: _Found, policy: ades.Policy, dss: ades.Dss,
                      stamps: list[tuple[int, SignatureReport]]) -> SignatureReport:
     sig = f.embedded
-    problems = ([f"the signature was in revision {f.revision + 1}'s form and a later "
-                 "revision removed it"] if f.dropped else [])
+    # Revisions are counted from 1, the original document, as a reader shows them.
+    problems = ([f"the signature of revision {f.revision + 1} was removed from the form "
+                 "by a later revision"] if f.dropped else [])
     if sig is None:
         return _unreadable(f, SIGNATURE, [*problems, f.error or ""])
     subfilter = str(sig.sig_object.get("/SubFilter", ""))

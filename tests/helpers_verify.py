@@ -83,6 +83,30 @@ def rewrite_page(src: Path, dst: Path, text: str = "the price is now 1,000,000")
     return _update(src, dst, change)
 
 
+def add_overlay(src: Path, dst: Path) -> Path:
+    """An incremental update that lays an annotation over the first page: an opaque
+    white square with the text "paid" drawn in its appearance (a shadow attack's
+    overlay: the page's content is untouched, what a reader sees is not)."""
+    def change(w: IncrementalPdfFileWriter) -> None:
+        page_ref = w.root["/Pages"].raw_get("/Kids")[0]
+        rect = generic.ArrayObject(map(generic.NumberObject, (60, 780, 400, 830)))
+        appearance = generic.StreamObject({
+            pdf_name("/Type"): pdf_name("/XObject"), pdf_name("/Subtype"): pdf_name("/Form"),
+            pdf_name("/BBox"): generic.ArrayObject(map(generic.NumberObject, (0, 0, 340, 50))),
+        }, stream_data=b"1 g 0 0 340 50 re f 0 g BT /Helvetica 24 Tf 10 15 Td (paid) Tj ET")
+        annot = w.add_object(generic.DictionaryObject({
+            pdf_name("/Type"): pdf_name("/Annot"), pdf_name("/Subtype"): pdf_name("/Square"),
+            pdf_name("/Rect"): rect, pdf_name("/P"): page_ref, pdf_name("/F"): generic.NumberObject(4),
+            pdf_name("/AP"): generic.DictionaryObject({pdf_name("/N"): w.add_object(appearance)}),
+        }))
+        page = page_ref.get_object()
+        annots = page.get("/Annots", generic.ArrayObject())
+        annots.append(annot)
+        page["/Annots"] = annots
+        w.update_container(page)
+    return _update(src, dst, change)
+
+
 def drop_signature_field(src: Path, dst: Path, name: str) -> Path:
     """An incremental update that takes the signature field ``name`` out of the form and
     its widget off the page, as if the document had never carried it."""

@@ -37,6 +37,7 @@ from tests.helpers_pki import PASSWORD, Pki, pki, reportlab_pdf, sample_meta
 from tests.helpers_tsa import LocalTsa
 from tests.helpers_tsa import tsa as tsa_server
 from tests.helpers_verify import (
+    add_overlay,
     add_text_field,
     drop_signature_field,
     look_alike,
@@ -287,6 +288,15 @@ def test_a_rewritten_page_fails_alone_and_when_signed_again(signed, pki, tmp_pat
         assert second["indication"] == PASSED and second["modification"] == "none", name
 
 
+def test_an_overlay_after_signing_fails(signed, pki, tmp_path, capsys) -> None:
+    # The page's content is untouched; an annotation's appearance covers it. pyHanko's
+    # policy explains no annotation after a signature but a signature field's widget.
+    overlaid = add_overlay(signed, tmp_path / "overlaid.pdf")
+    rc, report = run_verify(overlaid, "--trust", str(pki.ca_pem), capsys=capsys)
+    sig = _only(report)
+    assert rc == 1 and sig["modification"] == "other" and sig["indication"] == FAILED, sig
+
+
 def test_a_dropped_signature_then_signed_again_fails(signed, pki, tmp_path, capsys) -> None:
     dropped = drop_signature_field(signed, tmp_path / "dropped.pdf", "Signature1")
     again = pyhanko_sign(dropped, tmp_path / "again.pdf", pki, kind="rsa")
@@ -295,7 +305,7 @@ def test_a_dropped_signature_then_signed_again_fails(signed, pki, tmp_path, caps
     gone, new = report["signatures"]
     assert gone["field"] == "Signature1" and gone["indication"] == FAILED
     assert gone["modification"] == "other" and gone["sub_indication"] == "FORMAT_FAILURE"
-    assert any("removed it" in p for p in gone["problems"])
+    assert any("removed from the form" in p for p in gone["problems"])
     assert new["field"] == "Approval" and new["indication"] == PASSED
     # Without the new signature the dropped one is still found.
     rc, report = run_verify(dropped, "--trust", str(pki.ca_pem), capsys=capsys)
