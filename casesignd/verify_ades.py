@@ -222,16 +222,20 @@ async def _with_fetching(run: Run, sig: EmbeddedPdfSignature, policy: Policy) ->
     certificates name a revocation source; for ``always``, online only."""
     if policy.fetch == "always":
         fetched = await _bounded(run, policy)
-        return fetched or Evidence(AdESIndeterminate.TRY_LATER, problems=[_timed_out(policy)])
+        if fetched is not None:
+            return fetched
+    else:
+        local = await run(False)
+        if (policy.fetch == "never" or local.subindic not in _FETCH_MAY_HELP
+                or not _names_revocation_sources(sig)):
+            return local
+        fetched = await _bounded(run, policy)
+        if fetched is not None:
+            return fetched
+    # Out of time online: what the document's own data say, and why no more.
     local = await run(False)
-    if (policy.fetch == "never" or local.subindic not in _FETCH_MAY_HELP
-            or not _names_revocation_sources(sig)):
-        return local
-    fetched = await _bounded(run, policy)
-    if fetched is None:
-        local.problems.insert(0, _timed_out(policy))
-        return local
-    return fetched
+    local.problems.insert(0, _timed_out(policy))
+    return local
 
 
 async def _bounded(run: Run, policy: Policy) -> Evidence | None:
@@ -248,7 +252,13 @@ def _timed_out(policy: Policy) -> str:
 
 
 def _names_revocation_sources(sig: EmbeddedPdfSignature) -> bool:
+    """Whether a certificate of the signature, or of its timestamps, names a CRL or
+    OCSP source (RFC 5280 §4.2.1.13, §4.2.2.1): only then can fetching help."""
     certs = [sig.signer_cert, *sig.other_embedded_certs]
+    for attr in find_cms_attribute_iter(sig.signer_info["unsigned_attrs"],
+                                        "signature_time_stamp_token"):
+        certs += [c.chosen for c in attr["content"]["certificates"] or []
+                  if c.name == "certificate"]
     return any(c.crl_distribution_points or c.ocsp_urls for c in certs)
 
 

@@ -7,8 +7,10 @@ The CA is the test PKI's; the signer certificates here name a CRL distribution p
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -35,16 +37,20 @@ class CrlServer:
     def __init__(self) -> None:
         self.crl = b""
         self.requests = 0
+        self.delay_s = 0.0
         server = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - http.server's naming
                 server.requests += 1
-                self.send_response(200)
-                self.send_header("Content-Type", "application/pkix-crl")
-                self.send_header("Content-Length", str(len(server.crl)))
-                self.end_headers()
-                self.wfile.write(server.crl)
+                time.sleep(server.delay_s)
+                # A client that gave up has gone: nothing to answer.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/pkix-crl")
+                    self.send_header("Content-Length", str(len(server.crl)))
+                    self.end_headers()
+                    self.wfile.write(server.crl)
 
             def log_message(self, *args: object) -> None:
                 return None
@@ -186,3 +192,19 @@ def test_an_unreachable_source_leaves_it_undecided(pki, tmp_path) -> None:
     for fetch in ("missing", "always"):
         sig = verify_file(signed, options(pki, fetch, timeout_s=2.0)).signatures[0]
         assert sig.indication == INDETERMINATE and sig.problems, (fetch, sig.describe())
+
+
+def test_a_slow_source_is_given_up_on(pki, crl_server, tmp_path) -> None:
+    crl_server.crl = make_crl(pki.ca)
+    signer = issue_with_crl(pki.ca, "slow signer", crl_server.url)
+    signed = sign_as(signer, reportlab_pdf(tmp_path / "c.pdf"), tmp_path / "s.pdf", tmp_path)
+    crl_server.delay_s = 3.0
+    try:
+        for fetch in ("missing", "always"):
+            sig = verify_file(signed, options(pki, fetch, timeout_s=0.3)).signatures[0]
+            # What the document's own data say: undecided, and why.
+            assert sig.indication == INDETERMINATE and sig.intact and sig.valid, sig.describe()
+            assert any("could not be fetched" in p or "fetch" in p.lower()
+                       for p in sig.problems), sig.problems
+    finally:
+        crl_server.delay_s = 0.0
