@@ -14,13 +14,15 @@ from typing import Any
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import audit, jobs
+from . import audit, jobs, verify
 from .app import Services
 from .errors import (
+    Busy,
     CasesignError,
     NotFound,
     ShuttingDown,
     TooLarge,
+    UnsupportedMediaType,
     ValidationError,
 )
 from .logs import log_event
@@ -31,6 +33,7 @@ from .webio import (
     authenticate,
     error_body,
     json_response,
+    read_body,
     read_json,
     route_name,
     services_of,
@@ -263,6 +266,58 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
     return artifact_response(source, headers, filename=artifact_id)
 
 
+# --- validation -------------------------------------------------------------------------
+
+
+class _VerifyGate:
+    """Verify requests in flight: each holds its document in memory until a worker
+    process has validated it, so they are bounded (by kiosk.max_concurrent)."""
+
+    def __init__(self) -> None:
+        self.inflight = 0
+
+
+_VERIFY_GATE = web.AppKey("verify_gate", _VerifyGate)
+
+
+def _verify_options(s: Services) -> verify.VerifyOptions:
+    cfg = s.config
+    try:
+        roots = verify.read_trust_roots(cfg.path(p) for p in cfg.validation.trust_roots)
+    except (OSError, ValueError) as e:
+        # The daemon's own setup is at fault, not the request; its paths stay in the log.
+        log_event(log, "verify.trust_roots_unreadable", level=logging.ERROR,
+                  error=f"{type(e).__name__}: {e}")
+        raise CasesignError("validation.trust_roots cannot be read; see the daemon's log",
+                            code="unavailable", status=503,
+                            headers={"Retry-After": "60"}) from None
+    return verify.VerifyOptions(roots, cfg.validation.fetch, cfg.validation.fetch_timeout_s)
+
+
+async def post_verify(request: web.Request) -> web.Response:
+    """Validate a PDF's signatures (the body); 200 with the report, passed or not."""
+    s = services_of(request)
+    authenticate(request)
+    if request.content_type != "application/pdf":
+        raise UnsupportedMediaType("the body must be application/pdf")
+    # The same bound as a kiosk document: validation holds the document in memory.
+    limit = s.config.kiosk.max_document_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"the document is larger than kiosk.max_document_bytes ({limit})")
+    gate = request.app[_VERIFY_GATE]
+    if gate.inflight >= s.config.kiosk.max_concurrent:
+        raise Busy("too many verify requests at once", headers={"Retry-After": "1"})
+    gate.inflight += 1
+    try:
+        data = await read_body(request, limit)
+        options = _verify_options(s)
+        # pyHanko is pure Python: in a worker process, never on the event loop.
+        report: verify.VerifyReport = await s.run_cpu(verify.verify_bytes, data, options)
+    finally:
+        gate.inflight -= 1
+    return json_response(report.to_json())
+
+
 # --- operations -------------------------------------------------------------------------
 
 
@@ -310,6 +365,7 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    app[_VERIFY_GATE] = _VerifyGate()
     r = app.router
     r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object)
     r.add_post("/v1/jobs", post_job)
@@ -319,6 +375,7 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/v1/jobs/{job_id}/retry", retry_job)
     r.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     r.add_get("/v1/artifacts/{artifact_id}", get_artifact)
+    r.add_post("/v1/verify", post_verify)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)
     r.add_get("/metrics", metrics)

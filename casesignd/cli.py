@@ -1,10 +1,10 @@
 """The ``casesignd`` command line.
 
 Exit codes: 0 done; 1 refused or failed (a server error, a job that did not end
-ready, a broken audit chain, an invalid signature, an existing setup); 2 a usage or
-configuration error (bad arguments, unreadable input file, missing token, bad
-config); 3 the server could not be reached. Expected errors print one line on
-stderr and never a traceback.
+ready, a broken audit chain, a signature that does not pass or a PDF without one, an
+existing setup); 2 a usage or configuration error (bad arguments, an unreadable input
+file or, for verify, one that is not a PDF, missing token, bad config); 3 the server
+could not be reached. Expected errors print one line on stderr and never a traceback.
 
 Heavy modules (the daemon, cryptography, the PDF verifier) are imported inside
 the commands that need them, so ``casesignd --help`` and the client commands start
@@ -266,30 +266,53 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     return EXIT_FAILED
 
 
+def _verify_options(args: argparse.Namespace) -> Any:
+    """Trust anchors from --trust (else the config's validation.trust_roots), the fetch
+    mode from --fetch (else the config's), the fetch timeout from the config. The config
+    is --config, else $CASESIGND_CONFIG or the default, read only when it exists."""
+    from . import config
+    from .verify import VerifyOptions, read_trust_roots
+
+    path = config_path_from(args.config, os.environ)
+    validation, base = config.Validation(), None
+    if args.config or path.is_file():
+        cfg = config.load(path)
+        validation, base = cfg.validation, cfg
+    files = ([Path(t) for t in args.trust] if args.trust else
+             [base.path(t) for t in validation.trust_roots] if base is not None else [])
+    try:
+        roots = read_trust_roots(files)
+    except OSError as e:
+        raise UsageError(f"cannot read {e.filename}: {e.strerror}") from None
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return VerifyOptions(roots, args.fetch or validation.fetch, validation.fetch_timeout_s)
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
     path = _need_file(args.file)
-    trust = None
-    if args.trust:
-        from cryptography import x509
-
-        pem = _read_input(args.trust)
-        try:
-            trust = x509.load_pem_x509_certificates(pem)
-        except ValueError as e:
-            raise UsageError(f"{args.trust}: no PEM certificate: {e}") from None
     try:
-        from .verify import verify_pdf
+        from .verify import verify_file
     except ImportError as e:
         raise CasesignError(f"signature validation is not available: {e}",
                             code="unavailable") from None
+    from .errors import EncryptedPdf, MalformedPdf
 
-    reports = verify_pdf(path, trust)
-    if not reports:
-        _out(f"{path}: no signatures")
-        return EXIT_FAILED
-    for r in reports:
-        _out(r.describe())
-    return EXIT_OK if all(r.valid for r in reports) else EXIT_FAILED
+    options = _verify_options(args)
+    try:
+        report = verify_file(path, options)
+    except OSError as e:
+        raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
+    except (MalformedPdf, EncryptedPdf) as e:
+        raise UsageError(f"{e.code}: {args.file}: {e.message}") from None
+    if args.json:
+        _dump(report.to_json())
+    else:
+        for r in report.signatures:
+            _out(r.describe())
+        if not report.signatures:
+            _out(f"{path}: no signatures")
+    return EXIT_OK if report.passed else EXIT_FAILED
 
 
 # --- the parser -----------------------------------------------------------------------
@@ -328,8 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, fn: Callable[[argparse.Namespace], int], help: str,
-                parent: Any = sub, client: bool = False) -> argparse.ArgumentParser:
-        c = parent.add_parser(name, help=help, description=help)
+                parent: Any = sub, client: bool = False,
+                epilog: str | None = None) -> argparse.ArgumentParser:
+        c = parent.add_parser(name, help=help, description=help, epilog=epilog)
         c.set_defaults(fn=fn)
         if client:
             c.add_argument("--config", metavar="PATH",
@@ -395,9 +419,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
 
-    c = command("verify", cmd_verify, "validate a PDF's signatures")
+    c = command("verify", cmd_verify, "validate a PDF's signatures",
+                epilog="Exit 0 only when the PDF has signatures and every one (document "
+                "timestamps too) is TOTAL-PASSED; 1 when one is not, or there is none; "
+                "2 when FILE cannot be read as a PDF, or for a bad --trust or config.")
     c.add_argument("file", metavar="FILE.pdf")
-    c.add_argument("--trust", metavar="CA.pem", help="trust anchors (PEM, one or more)")
+    c.add_argument("--trust", metavar="CA.pem", action="append",
+                   help="trust anchors (PEM, one or more each); repeatable; instead of the "
+                   "config's validation.trust_roots. Without any, nothing is trusted.")
+    c.add_argument("--config", metavar="PATH",
+                   help="config whose [validation] to use (default $CASESIGND_CONFIG or "
+                   "casesignd-state/config.toml, when it exists)")
+    c.add_argument("--fetch", choices=("never", "missing", "always"),
+                   help="online revocation data: never, missing (what the document lacks), "
+                   "always (default: the config's validation.fetch, else missing)")
+    c.add_argument("--json", action="store_true",
+                   help="print the report as JSON: {\"signatures\": [...], \"passed\": ...}")
     return p
 
 

@@ -288,6 +288,47 @@ def _schemas() -> dict[str, Any]:
             },
             ["sha256", "size"],
         ),
+        "SignatureReport": _obj(
+            {
+                "field": {"type": "string", "description": "The signature field's name."},
+                "kind": {"enum": ["signature", "document_timestamp"]},
+                "intact": {"type": "boolean", "description": "The signed bytes hash to the "
+                           "signed digest."},
+                "valid": {"type": "boolean", "description": "The signature value verifies."},
+                "trusted": {"type": "boolean", "description": "The signer chains to a trust "
+                            "anchor (validation.trust_roots)."},
+                "revoked": {"type": "boolean"},
+                "level": {"enum": ["B-B", "B-T", "B-LT", "B-LTA", None], "description":
+                          "The highest PAdES baseline level met; null for a document "
+                          "timestamp or a signature that is not PAdES or not intact."},
+                "modification": {"enum": ["none", "lta_updates", "form_filling",
+                                          "annotations", "other"],
+                                 "description": "What later revisions changed; other "
+                                 "(a change to what a reader sees) fails the signature."},
+                "signer": {"type": "string", "description": "The certificate's subject "
+                           "(RFC 4514)."},
+                "signing_time": {"type": ["string", "null"], "format": "date-time",
+                                 "description": "Claimed by the signer."},
+                "timestamp_time": {"type": ["string", "null"], "format": "date-time",
+                                   "description": "Of the timestamp, when it validates."},
+                "indication": {"enum": ["TOTAL-PASSED", "TOTAL-FAILED", "INDETERMINATE"]},
+                "sub_indication": {"type": ["string", "null"], "description":
+                                   "ETSI TS 119 102-1, e.g. NO_CERTIFICATE_CHAIN_FOUND, "
+                                   "FORMAT_FAILURE, HASH_FAILURE; null when passed."},
+                "problems": {"type": "array", "items": {"type": "string"},
+                             "description": "Why it did not pass, for people."},
+            },
+            ["field", "kind", "intact", "valid", "trusted", "revoked", "level",
+             "modification", "signer", "signing_time", "timestamp_time", "indication",
+             "sub_indication", "problems"],
+        ),
+        "VerifyReport": _obj(
+            {"signatures": {"type": "array", "items": _ref("SignatureReport"),
+                            "description": "In signing order, document timestamps included."},
+             "passed": {"type": "boolean", "description": "There is at least one signature "
+                        "and every one is TOTAL-PASSED."}},
+            ["signatures", "passed"],
+        ),
         "Readiness": _obj(
             {"ready": {"type": "boolean"},
              "checks": {"type": "object", "description": "Each check by name.",
@@ -564,6 +605,30 @@ def _paths() -> dict[str, Any]:
                                   "shutting_down.", retry_after=True),
                     "504": _error("deadline_exceeded: not done within kiosk.deadline_ms; "
                                   "nothing was answered or kept."),
+                },
+            },
+        },
+        "/v1/verify": {
+            "post": {
+                "operationId": "verifyPdf",
+                "summary": "Validate a PDF's signatures",
+                "description": "Each signature's AdES indication, PAdES level and what later "
+                "revisions changed, against validation.trust_roots (none: nothing passes); "
+                "revocation data from the document first, online as validation.fetch allows.",
+                "requestBody": {"required": True, "content": {"application/pdf": {
+                    "schema": {"type": "string", "contentMediaType": "application/pdf"}}}},
+                "responses": {
+                    "200": {"description": "The report, whether or not the signatures pass.",
+                            "content": _json("VerifyReport")},
+                    "401": _UNAUTHORIZED,
+                    "408": _REQUEST_TIMEOUT,
+                    "413": _error("too_large: over kiosk.max_document_bytes."),
+                    "415": _error("unsupported_media_type: the body is not application/pdf."),
+                    "422": _error("malformed_pdf: the body is not a PDF; encrypted_pdf: it "
+                                  "opens only with a password."),
+                    "503": _error("busy: more than kiosk.max_concurrent verify requests at "
+                                  "once; worker_lost; unavailable: the trust roots cannot be "
+                                  "read.", retry_after=True),
                 },
             },
         },

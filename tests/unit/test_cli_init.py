@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import stat
@@ -340,45 +341,66 @@ def test_audit_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper
     assert capsys.readouterr().out == line + "\n"
 
 
-class _Report:
-    def __init__(self, valid: bool, text: str) -> None:
-        self.valid, self.text = valid, text
+class _Sig:
+    def __init__(self, passed: bool, text: str) -> None:
+        self.passed, self.text = passed, text
 
     def describe(self) -> str:
         return self.text
 
 
+class _Report:
+    def __init__(self, sigs: list[_Sig]) -> None:
+        self.signatures = sigs
+        self.passed = bool(sigs) and all(s.passed for s in sigs)
+
+    def to_json(self) -> dict:
+        return {"signatures": [s.text for s in self.signatures], "passed": self.passed}
+
+
 @pytest.mark.parametrize(
-    ("reports", "rc"),
+    ("sigs", "rc"),
     [
-        ([_Report(True, "sig 1: valid")], 0),
-        ([_Report(True, "sig 1: valid"), _Report(False, "sig 2: modified after signing")], 1),
+        ([_Sig(True, "sig 1: passed")], 0),
+        ([_Sig(True, "sig 1: passed"), _Sig(False, "sig 2: modified after signing")], 1),
         ([], 1),
     ],
 )
+@pytest.mark.parametrize("as_json", [False, True])
 def test_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                monkeypatch: pytest.MonkeyPatch, reports, rc) -> None:
+                monkeypatch: pytest.MonkeyPatch, sigs, rc, as_json) -> None:
     import types
 
-    from casesignd import devpki
+    from casesignd import devpki, verify
 
     seen: dict = {}
 
-    def verify_pdf(path, trust):
-        seen.update(path=path, trust=trust)
-        return reports
+    def verify_file(path, options):
+        seen.update(path=path, options=options)
+        return _Report(sigs)
 
     fake = types.ModuleType("casesignd.verify")
-    fake.verify_pdf = verify_pdf  # type: ignore[attr-defined]
+    fake.verify_file = verify_file  # type: ignore[attr-defined]
+    fake.VerifyOptions = verify.VerifyOptions  # type: ignore[attr-defined]
+    fake.read_trust_roots = verify.read_trust_roots  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "casesignd.verify", fake)
+    monkeypatch.chdir(tmp_path)  # no casesignd-state/config.toml here
+    monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     pdf = tmp_path / "a.pdf"
     pdf.write_bytes(b"%PDF-1.7")
     ca = devpki.make_ca(kind="ec")
     (tmp_path / "ca.pem").write_bytes(devpki.cert_pem(ca.cert))
-    assert cli.main(["verify", str(pdf), "--trust", str(tmp_path / "ca.pem")]) == rc
-    want = "".join(r.text + "\n" for r in reports) if reports else f"{pdf}: no signatures\n"
-    assert capsys.readouterr().out == want
-    assert seen["path"] == pdf and [c.subject for c in seen["trust"]] == [ca.cert.subject]
+    args = ["verify", str(pdf), "--trust", str(tmp_path / "ca.pem"), "--fetch", "never"]
+    assert cli.main(args + (["--json"] if as_json else [])) == rc
+    out = capsys.readouterr().out
+    if as_json:
+        assert json.loads(out) == {"signatures": [s.text for s in sigs], "passed": rc == 0}
+    else:
+        assert out == ("".join(s.text + "\n" for s in sigs) if sigs else f"{pdf}: no signatures\n")
+    assert seen["path"] == pdf and seen["options"].fetch == "never"
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    assert seen["options"].trust_roots == (ca.cert.public_bytes(Encoding.DER),)
 
 
 def test_verify_refuses_a_bad_trust_file(tmp_path: Path, capsys) -> None:

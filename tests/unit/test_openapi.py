@@ -54,6 +54,7 @@ CONTRACT = [
     ("post", "/v1/jobs/{job_id}/retry", {"202", "409"}),
     ("post", "/v1/jobs/{job_id}/cancel", {"200", "409"}),
     ("post", "/v1/sign", {"200", "413", "415", "422", "409", "503", "504"}),
+    ("post", "/v1/verify", {"200", "413", "415", "422"}),
     ("get", "/v1/artifacts/{artifact_id}", {"200", "403", "404"}),
     ("head", "/v1/artifacts/{artifact_id}", {"200", "403", "404"}),
     ("get", "/healthz", {"200"}),
@@ -74,6 +75,7 @@ CODES = [
     ("post", "/v1/sign", "409", "in_progress"),
     ("post", "/v1/sign", "503", "busy"),
     ("post", "/v1/sign", "504", "deadline_exceeded"),
+    ("post", "/v1/verify", "422", "malformed_pdf"),
     ("get", "/v1/artifacts/{artifact_id}", "403", "link_expired"),
     ("get", "/v1/artifacts/{artifact_id}", "403", "link_invalid"),
 ]
@@ -245,3 +247,19 @@ def test_kiosk_manifest(doc: dict[str, Any]) -> None:
     v.validate({"case_id": "K-1", "policy_version": "contract-v1",
                 "signers": [{"id": "a", "name": "A", "role": "buyer"}], "sha256": HEX})
     assert list(v.iter_errors({"case_id": "K 1", "signers": []}))
+
+
+def test_verify_report_schema(doc: dict[str, Any]) -> None:
+    sig = {"field": "Signature1", "kind": "signature", "intact": True, "valid": True,
+           "trusted": True, "revoked": False, "level": "B-T", "modification": "none",
+           "signer": "O=casesignd development,CN=casesignd development signer",
+           "signing_time": "2026-01-02T03:04:05Z", "timestamp_time": "2026-01-02T03:04:06Z",
+           "indication": "TOTAL-PASSED", "sub_indication": None, "problems": []}
+    v = validator(doc, "VerifyReport")
+    v.validate({"signatures": [sig], "passed": True})
+    v.validate({"signatures": [], "passed": False})
+    stamp = {**sig, "kind": "document_timestamp", "level": None, "signing_time": None}
+    v.validate({"signatures": [sig, stamp], "passed": True})
+    assert list(v.iter_errors({"signatures": [{**sig, "indication": "VALID"}], "passed": True}))
+    assert list(v.iter_errors({"signatures": [{**sig, "modification": "some"}], "passed": True}))
+    assert set(doc["components"]["schemas"]["SignatureReport"]["required"]) == set(sig)
