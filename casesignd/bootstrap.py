@@ -396,6 +396,8 @@ def local_config(listen: str, token_sha256: str) -> cfgmod.Config:
         signing=cfgmod.Signing(pkcs12_path=P12_NAME, pkcs12_password_file=PASS_NAME),
         links=cfgmod.Link(secret_file="link.secret"),
         tenants=[cfgmod.Tenant(name=DEFAULT_TENANT, token_sha256=token_sha256)],
+        # The development CA: what verify (and POST /v1/verify) trusts out of the box.
+        validation=cfgmod.Validation(trust_roots=[CA_NAME]),
     )
 
 

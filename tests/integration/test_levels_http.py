@@ -10,6 +10,8 @@ a document timestamp, and the result still validates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import sqlite3
 import time
 from io import BytesIO
@@ -71,6 +73,21 @@ def assert_b_lta(pki: LtvPki, signed: bytes, tmp_path: Path, timestamps: int = 1
     assert report.count("Signature Validation: Signature is Valid.") == len(approvals), report
 
 
+def assert_verify_passes(d, pki: LtvPki, signed: bytes, tmp_path: Path, level: str) -> None:
+    """``casesignd verify``: every signature and document timestamp TOTAL-PASSED, the
+    signature at ``level``; from the document's own data only when it carries them
+    (B-LTA), else fetching what it lacks."""
+    path = tmp_path / "to-verify.pdf"
+    path.write_bytes(signed)
+    offline = level == "B-LTA"
+    with pki.down("ocsp", "crl", "certs") if offline else contextlib.nullcontext():
+        out = d.cli("verify", str(path), "--trust", str(pki.root_pem), "--fetch",
+                    "never" if offline else "missing", "--json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    report = json.loads(out.stdout)
+    assert report["passed"] and report["signatures"][0]["level"] == level, report
+
+
 def download(d, job: dict) -> bytes:
     r = d.request("GET", job["result"]["download_url"], auth=False)
     assert r.status == 200, r.body[:300]
@@ -128,6 +145,7 @@ def test_batch_jobs_at_b_lta_validate_offline(lta_daemon, ltv_pki: LtvPki, tmp_p
         assert job["state"] == "ready", job
         assert signed_levels(d, job_id) == ["B-LTA"]
         assert_b_lta(ltv_pki, download(d, job), tmp_path)
+        assert_verify_passes(d, ltv_pki, download(d, job), tmp_path, "B-LTA")
 
 
 def test_kiosk_at_b_lta_validates_and_reuses_the_revocation_data(lta_daemon, ltv_pki: LtvPki,
@@ -155,6 +173,8 @@ def test_each_level_signs_as_promised(daemon_factory, ltv_pki: LtvPki, tmp_path,
     assert signed_levels(d, r.headers["X-Job-Id"]) == [level]
     reader = PdfFileReader(BytesIO(r.body))
     assert ("/DSS" in reader.root) == (level == "B-LT")
+    if level != "B-LT":  # offline, B-LT has no proof of when its DSS existed (NO_POE)
+        assert_verify_passes(d, ltv_pki, r.body, tmp_path, level)
     (sig,) = reader.embedded_signatures
     assert timestamped(sig) == (level != "B-B")
 
@@ -214,6 +234,7 @@ def test_extend_signature_adds_a_timestamp_and_keeps_the_original(lta_daemon, lt
     extended = download(d, job)
     assert extended.startswith(original) and len(extended) > len(original)
     assert_b_lta(ltv_pki, extended, tmp_path, timestamps=2)
+    assert_verify_passes(d, ltv_pki, extended, tmp_path, "B-LTA")
     assert download(d, signed) == original
     (done,) = [e for e in d.events(job["job_id"]) if e["type"] == "succeeded"]
     assert done["detail"]["result"]["detail"]["extended_from"] == artifact_id, done
