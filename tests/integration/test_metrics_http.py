@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.metrics import KINDS
 from tests.helpers_ops import (
     BAD_CASE_ID,
     CASE_ID,
@@ -205,8 +206,7 @@ def _run_mix(daemon_factory, tmp_path, remote: StallingSource) -> None:
     assert label_values(after, "casesignd_key_slots_in_use", "pool") == {"batch", "kiosk"}
     assert value(after, "casesignd_key_slots_in_use") == 0
     # Labels take only values of their fixed sets.
-    assert label_values(after, "casesignd_jobs_finished_total", "kind") <= {
-        "sign_case", "render_invoice", "test"}
+    assert label_values(after, "casesignd_jobs_finished_total", "kind") <= {*KINDS, "test"}
     assert "other" not in text
 
     # --- kill -9 while an attempt runs; the restarted daemon reclaims its lease -----------
