@@ -29,10 +29,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from casesignd import devpki  # noqa: E402
 from scripts.e2e import _aiohttp_client, tree_cpu_s  # noqa: E402
 from tests.daemon import Daemon, multipart  # noqa: E402
 from tests.helpers_ltv import LtvPki, serve_ltv_pki  # noqa: E402
 from tests.helpers_pki import reportlab_pdf  # noqa: E402
+from tests.helpers_tsa import LocalTsa  # noqa: E402
 
 LEVELS = ("B-B", "B-T", "B-LT", "B-LTA")
 SIGNERS = [{"id": "s-1", "name": "Bench Signer", "role": "buyer"}]
@@ -48,8 +50,11 @@ def pki_delta(pki: LtvPki, before: Any, n: int) -> dict[str, float]:
     return {k: round(diff.get(k, 0) / max(1, n), 2) for k in ("tsa", "ocsp", "crl", "certs")}
 
 
-def daemon_for(pki: LtvPki, workdir: Path, level: str, jobs: int) -> Daemon:
+def daemon_for(pki: LtvPki, workdir: Path, level: str, jobs: int, tsa_url: str) -> Daemon:
     cfg = pki.casesignd_config("signer", level=level)
+    for policy in cfg["policies"]:
+        if "tsa_url" in policy:
+            policy["tsa_url"] = tsa_url
     d = Daemon(workdir / level, {**cfg, "logging": {"level": "warning"},
                                  "workers": {"concurrency": 8, "max_queue_depth": jobs + 50}},
                env={"CASESIGND_STRICT_LABELS": "0"})
@@ -86,7 +91,7 @@ def kiosk_idle(d: Daemon, doc: bytes, duration_s: float, warm: int = 5) -> tuple
 
 def measure_casesignd(mode: str, pki: LtvPki, workdir: Path, level: str, doc: bytes,
                       args: argparse.Namespace) -> dict[str, Any]:
-    d = daemon_for(pki, workdir, level, args.jobs)
+    d = daemon_for(pki, workdir, level, args.jobs, args.tsa_url)
     try:
         assert d.proc is not None
         if mode == "kiosk":
@@ -125,7 +130,7 @@ def measure_casesignd(mode: str, pki: LtvPki, workdir: Path, level: str, doc: by
         d.stop()
 
 
-def measure_pyhanko(pki: LtvPki, doc: bytes, n: int) -> dict[str, Any]:
+def measure_pyhanko(pki: LtvPki, doc: bytes, n: int, tsa_url: str) -> dict[str, Any]:
     """pyHanko signing at B-LTA in this process, one signature after another."""
     import aiohttp
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
@@ -144,7 +149,7 @@ def measure_pyhanko(pki: LtvPki, doc: bytes, n: int) -> dict[str, Any]:
                                         embed_validation_info=True, use_pades_lta=True,
                                         validation_context=vc)
             pdf_signer = PdfSigner(meta, signer,
-                                   timestamper=HTTPTimeStamper(pki.tsa_url, session=session))
+                                   timestamper=HTTPTimeStamper(tsa_url, session=session))
             for i in range(n + 3):
                 if i == 3:
                     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
@@ -184,6 +189,9 @@ def main(mode: str, argv: list[str] | None = None) -> None:
     ap.add_argument("--jobs", type=int, default=200, help="batch jobs per level (sign)")
     ap.add_argument("--duration-s", type=float, default=10.0, help="per level (kiosk)")
     ap.add_argument("--pyhanko-n", type=int, default=40, help="pyHanko's B-LTA signatures")
+    ap.add_argument("--tsa", choices=("local", "certomancer"), default="local",
+                    help="local: a small RFC 3161 server with the PKI's TSA key (about a "
+                    "millisecond an answer); certomancer: Certomancer's own (about 30 ms)")
     args = ap.parse_args(argv)
     levels = LEVELS[:LEVELS.index(args.level) + 1]
     with tempfile.TemporaryDirectory(prefix="casesignd-levels-") as tmp:
@@ -191,10 +199,17 @@ def main(mode: str, argv: list[str] | None = None) -> None:
         doc = reportlab_pdf(workdir / "doc.pdf").read_bytes()
         pki_dir = workdir / "pki"
         pki_dir.mkdir()
-        with serve_ltv_pki(pki_dir, kind="ec") as pki:
+        with serve_ltv_pki(pki_dir, kind="ec") as pki, contextlib.ExitStack() as stack:
+            args.tsa_url = pki.tsa_url
+            if args.tsa == "local":
+                t = pki["tsa"]
+                local = stack.enter_context(
+                    LocalTsa(devpki.Identity(t.key, t.cert, [pki.intermediate])))
+                args.tsa_url = local.url
             rows = [measure_casesignd(mode, pki, workdir, level, doc, args) for level in levels]
-            rows.append(measure_pyhanko(pki, doc, args.pyhanko_n))
-    print(f"PAdES levels, {mode}: one-page PDF, EC P-256 keys, PKI on loopback")
+            rows.append(measure_pyhanko(pki, doc, args.pyhanko_n, args.tsa_url))
+    print(f"PAdES levels, {mode}: one-page PDF, EC P-256 keys, PKI on loopback, "
+          f"{args.tsa} TSA")
     print("(per signature: cpu_ms is casesignd's processes, or pyHanko's process with the PKI;"
           " tsa/ocsp/crl/certs are requests the PKI saw)")
     print(table(rows))

@@ -120,6 +120,13 @@ class Switchboard:
 
 
 class _QuietHandler(WSGIRequestHandler):
+    def setup(self) -> None:
+        super().setup()
+        # The server writes a response's headers and body separately: with Nagle's
+        # algorithm the body waits for the client's delayed ACK (40 ms a request),
+        # which no real TSA or responder would add.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_request(self, *args: object, **kwargs: object) -> None:
         return None
 

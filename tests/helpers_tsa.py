@@ -20,7 +20,7 @@ import pytest
 from asn1crypto import algos, cms, core, tsp
 from asn1crypto import x509 as ax509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import padding
+from cryptography.hazmat.primitives.asymmetric import ec, padding
 
 from casesignd import devpki
 
@@ -32,7 +32,7 @@ def _asn1_cert(cert: object) -> ax509.Certificate:
 
 
 def make_response(ident: devpki.Identity, request_der: bytes, serial: int, nonce_delta: int = 0) -> bytes:
-    """A granted TimeStampResp for ``request_der`` signed by ``ident`` (RSA)."""
+    """A granted TimeStampResp for ``request_der`` signed by ``ident`` (RSA or EC)."""
     req = tsp.TimeStampReq.load(request_der)
     tst = tsp.TSTInfo(
         {
@@ -61,7 +61,12 @@ def make_response(ident: devpki.Identity, request_der: bytes, serial: int, nonce
             ),
         ]
     )
-    signature = ident.key.sign(attrs.dump(), padding.PKCS1v15(), hashes.SHA256())  # type: ignore[call-arg,union-attr]
+    if isinstance(ident.key, ec.EllipticCurvePrivateKey):
+        signature = ident.key.sign(attrs.dump(), ec.ECDSA(hashes.SHA256()))
+        algorithm = "sha256_ecdsa"
+    else:
+        signature = ident.key.sign(attrs.dump(), padding.PKCS1v15(), hashes.SHA256())
+        algorithm = "sha256_rsa"
     signer_info = cms.SignerInfo(
         {
             "version": "v1",
@@ -75,7 +80,7 @@ def make_response(ident: devpki.Identity, request_der: bytes, serial: int, nonce
             ),
             "digest_algorithm": algos.DigestAlgorithm({"algorithm": "sha256"}),
             "signed_attrs": attrs,
-            "signature_algorithm": algos.SignedDigestAlgorithm({"algorithm": "sha256_rsa"}),
+            "signature_algorithm": algos.SignedDigestAlgorithm({"algorithm": algorithm}),
             "signature": signature,
         }
     )
@@ -107,6 +112,10 @@ class LocalTsa:
         tsa = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Headers and body are written separately: without this the body waits
+            # for the client's delayed ACK (40 ms), which no real TSA adds.
+            disable_nagle_algorithm = True
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
