@@ -41,14 +41,21 @@ from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
+from .attachments import (
+    CHUNK_BYTES,
+    Attachment,
+    catalog_updates,
+    filespec,
+    taken_names,
+    write_embedded_file,
+)
 from .errors import (
     CertifiedPdf,
     MalformedPdf,
     PermanentJobError,
     SignatureTooLarge,
-    SizeMismatch,
 )
-from .pdfstructure import Structure, field_names, name_tree_items, read_structure
+from .pdfstructure import Structure, field_names, read_structure
 from .pdfsyntax import (
     indirect,
     name_object,
@@ -65,18 +72,7 @@ from .pdfsyntax import (
     xref_table,
 )
 
-CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path``."""
-
-    path: Path
-    name: str
-    media_type: str
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -209,51 +205,6 @@ def _copy_hashing(src: IO[bytes], out: IO[bytes], hasher: Any) -> int:
     return copied
 
 
-def _hash_file(path: Path) -> tuple[int, bytes, bytes]:
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    size = 0
-    buf = bytearray(CHUNK_BYTES)
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            view = memoryview(buf)[:n]
-            md5.update(view)
-            sha.update(view)
-            size += n
-    return size, md5.digest(), sha.digest()
-
-
-def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetime) -> bytes:
-    """An embedded file stream (§7.11.4, Tables 44-46); returns the file's SHA-256."""
-    size, md5, sha = _hash_file(att.path)
-    params = g.DictionaryObject(
-        {
-            name_object("Size"): g.NumberObject(size),
-            name_object("CheckSum"): g.ByteStringObject(md5),
-            name_object("ModDate"): text_object(pdf_date(when)),  # when it was embedded (Table 46)
-        }
-    )
-    head = g.DictionaryObject(
-        {
-            name_object("Type"): name_object("EmbeddedFile"),
-            name_object("Subtype"): g.NameObject("/" + (att.media_type or "application/octet-stream")),
-            name_object("Params"): params,
-            name_object("Length"): g.NumberObject(size),
-        }
-    )
-    w.begin(num)
-    w.write(serialize(head) + b"\nstream\n")
-    copied = 0
-    buf = bytearray(CHUNK_BYTES)
-    with open(att.path, "rb") as f:
-        while n := f.readinto(buf):
-            w.write(memoryview(buf)[:n])
-            copied += n
-    if copied != size:
-        raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
-    w.write(b"\nendstream\nendobj\n")
-    return sha
-
-
 def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
     entries = [
         b"/Type /Sig",
@@ -278,38 +229,6 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
     contents = b"/Contents <" + b"0" * (2 * contents_bytes) + b">"
     # ByteRange before Contents: the placeholder is patched once offsets are known.
     return body[:-2] + placeholder + b"\n" + contents + b"\n>>"
-
-
-def _catalog_updates(
-    s: Structure, new_num: Callable[[], int], filespecs: list[tuple[str, int]]
-) -> tuple[g.DictionaryObject, list[tuple[int, int, g.PdfObject]]]:
-    """The new catalog and the other rewritten objects for the attachments."""
-    catalog = g.DictionaryObject(s.catalog)
-    extra: list[tuple[int, int, g.PdfObject]] = []
-    if not filespecs:
-        return catalog, extra
-    names_raw = raw(s.catalog, "/Names")
-    names = g.DictionaryObject(names_raw.get_object()) if names_raw is not None else g.DictionaryObject()
-    entries: dict[bytes, tuple[Any, Any]] = {}
-    if "/EmbeddedFiles" in names:
-        for key, value in name_tree_items(raw(names, "/EmbeddedFiles")):
-            entries[string_key(key)] = (key, value)
-    for name, num in filespecs:
-        key = text_object(name)
-        entries[string_key(key)] = (key, indirect(num))
-    tree_num = new_num()
-    flat = g.ArrayObject(x for k in sorted(entries) for x in entries[k])
-    extra.append((tree_num, 0, g.DictionaryObject({name_object("Names"): flat})))
-    names[name_object("EmbeddedFiles")] = indirect(tree_num)
-    if isinstance(names_raw, g.IndirectObject):
-        extra.append((names_raw.idnum, names_raw.generation, names))
-    else:
-        catalog[name_object("Names")] = names
-    af = resolved(s.catalog, "/AF")
-    af_list = list(af.get_object()) if af is not None else []
-    # /AF (PDF 2.0 §14.13, PDF/A-3): the attachments are associated with the document.
-    catalog[name_object("AF")] = g.ArrayObject([*af_list, *(indirect(num) for _, num in filespecs)])
-    return catalog, extra
 
 
 def prepare(
@@ -439,16 +358,13 @@ def _write_update(
         next_num[0] += 1
         return next_num[0] - 1
 
-    taken: set[str] = set()
-    names = resolved(s.catalog, "/Names")
-    if isinstance(names, g.DictionaryObject) and "/EmbeddedFiles" in names:
-        taken = {str(k) for k, _ in name_tree_items(raw(names, "/EmbeddedFiles"))}
+    taken = taken_names(s)
     planned: list[tuple[Attachment, str, int, bytes]] = []
     for att in attachments:
         name = unique_name(att.name, taken)
         taken.add(name)
         num = new_num()
-        sha = _write_embedded_file(w, num, att, meta.signing_time)
+        sha = write_embedded_file(w, num, att, meta.signing_time)
         planned.append((att, name, num, sha))
     # Everything after the streams is small and built in memory, so the ByteRange
     # can be patched before it reaches the disk.
@@ -458,22 +374,9 @@ def _write_update(
     filespecs: list[tuple[str, int]] = []
     for att, name, stream_num, sha in planned:
         num = new_num()
-        desc = f"{att.description}; " if att.description else ""
-        spec = g.DictionaryObject(
-            {
-                name_object("Type"): name_object("Filespec"),
-                name_object("F"): text_object(name),
-                name_object("UF"): text_object(name),
-                name_object("EF"): g.DictionaryObject(
-                    {name_object("F"): indirect(stream_num), name_object("UF"): indirect(stream_num)}
-                ),
-                name_object("Desc"): text_object(f"{desc}SHA-256 {sha.hex()}"),
-                name_object("AFRelationship"): name_object("Supplement"),
-            }
-        )
-        put_object(tail, xref, base, num, 0, serialize(spec))
+        put_object(tail, xref, base, num, 0, serialize(filespec(att, name, stream_num, sha)))
         filespecs.append((name, num))
-    catalog, extra = _catalog_updates(s, new_num, filespecs)
+    catalog, extra = catalog_updates(s, new_num, filespecs)
     sig_num, field_num = new_num(), new_num()
     widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
 
