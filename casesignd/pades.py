@@ -5,9 +5,9 @@ operation stays with the key:
 
 1. :func:`prepare` (worker process, picklable in and out) copies the source to
    the destination in bounded memory while hashing it, then appends one
-   incremental update holding the attachments, the signature field and the
-   signature dictionary with a zeroed /Contents placeholder. It returns the
-   SHA-256 over the ByteRange.
+   incremental update holding the attachments, the signature field (locking the
+   form's fields, :mod:`casesignd.pdfform`) and the signature dictionary with a
+   zeroed /Contents placeholder. It returns the SHA-256 over the ByteRange.
 2. :func:`casesignd.cms.build_signed_attrs`, the key's ``sign`` and
    :func:`casesignd.cms.assemble` make the CMS (and a timestamp may be added).
 3. :func:`finalize` writes the CMS into the placeholder in place.
@@ -55,6 +55,7 @@ from .errors import (
     PermanentJobError,
     SignatureTooLarge,
 )
+from .pdfform import field_lock, fieldmdp_reference, locked_appearances
 from .pdfstructure import Structure, field_names, read_structure
 from .pdfsyntax import (
     indirect,
@@ -139,7 +140,8 @@ def reason_text(meta: SignatureMeta) -> str:
 
 
 def check_docmdp(level: int | None, attachments: int) -> None:
-    """Refuse an update a certification signature forbids (§12.8.2.2, Table 254).
+    """Refuse an update a certification signature (or a signed field's /Lock, PDF 2.0
+    §12.7.5.5) forbids (§12.8.2.2, Table 254).
 
     P=1 allows no change; P=2 and P=3 allow a new signature but not embedded files.
     """
@@ -205,7 +207,9 @@ def _copy_hashing(src: IO[bytes], out: IO[bytes], hasher: Any) -> int:
     return copied
 
 
-def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
+def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: bytes = b"") -> bytes:
+    """The signature dictionary (§12.8.1, Table 252); ``reference`` its /Reference
+    entry (the field lock)."""
     entries = [
         b"/Type /Sig",
         b"/Filter /Adobe.PPKLite",
@@ -219,6 +223,8 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
     if meta.location:
         entries.append(b"/Location " + pdf_text(meta.location))
     entries.append(b"/Prop_Build <</App <</Name /casesignd>>>>")
+    if reference:
+        entries.append(reference)
     signers = b" ".join(
         b"<</Id " + pdf_text(p.id) + b" /Name " + pdf_text(p.name) + b" /Role " + pdf_text(p.role) + b">>"
         for p in meta.parties)
@@ -366,6 +372,9 @@ def _write_update(
         num = new_num()
         sha = write_embedded_file(w, num, att, meta.signing_time)
         planned.append((att, name, num, sha))
+    for num, gen, body in locked_appearances(s.form, s.reader):
+        w.begin(num, gen)
+        w.write(body + b"\nendobj\n")
     # Everything after the streams is small and built in memory, so the ByteRange
     # can be patched before it reaches the disk.
     tail = io.BytesIO()
@@ -379,6 +388,11 @@ def _write_update(
     catalog, extra = catalog_updates(s, new_num, filespecs)
     sig_num, field_num = new_num(), new_num()
     widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
+    lock = field_lock(s.form)
+    if lock is not None:  # Table 233: /Lock is an indirect reference
+        lock_num = new_num()
+        widget[name_object("Lock")] = indirect(lock_num)
+        put_object(tail, xref, base, lock_num, 0, lock)
 
     extra.append((s.root_ref.idnum, s.root_ref.generation, catalog))
     seen: set[int] = set()
@@ -389,7 +403,8 @@ def _write_update(
         put_object(tail, xref, base, num, gen, serialize(obj))
     put_object(tail, xref, base, field_num, 0, serialize(widget))
     sig_at = tail.tell()
-    put_object(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
+    put_object(tail, xref, base, sig_num, 0, _signature_dict(
+        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref)))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
 
