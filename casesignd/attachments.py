@@ -1,8 +1,21 @@
 """Evidence files in the signing update: embedded file streams, their file
-specifications and the catalog's name tree (PDF 32000-1 §7.11.3, §7.11.4).
+specifications and the catalog's name tree (PDF 32000-1 §7.11.3, §7.11.4), or, in a
+document that carries a signature already, their digests alone.
 
 :mod:`casesignd.pades` writes the update; this module writes the parts of it that
 carry the files, streamed from disk in bounded memory.
+
+The signature dictionary's /CasesignCase lists every evidence file it covers
+(/Evidence [<< /Name /MediaType /Size /SHA256 >> ...]) and says how they are bound
+(/EvidenceBinding): /Embedded, the files are in the document; /Digest, the document
+carried a signature already and the files are not in it. No form of embedded file
+keeps an earlier signature valid: an update that adds a name tree or /AF to the
+catalog is a change beyond form filling (PDF 32000-1 §12.8.2.2, Table 254: DocMDP
+P=2 allows filling in forms and signing), and pyHanko's difference analysis classes
+it as a modification of the signed document (``ModificationLevel.OTHER``); its rules
+whitelist no object an embedded file could hang from (the signature dictionary is
+approved alone, not what it references). A digest in the signed dictionary binds
+the evidence's content as firmly; the caller keeps the files.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from .pdfsyntax import (
     indirect,
     name_object,
     pdf_date,
+    pdf_text,
     raw,
     resolved,
     serialize,
@@ -40,6 +54,43 @@ class Attachment:
     name: str
     media_type: str
     description: str = ""
+
+
+@dataclass(frozen=True)
+class Bound:
+    """An evidence file as the signature dictionary lists it."""
+
+    name: str
+    media_type: str
+    size: int
+    sha256: bytes
+
+
+EMBEDDED = "embedded"
+DIGEST = "digest"
+
+
+def evidence_binding(signed: bool, count: int) -> str:
+    """How ``count`` evidence files are bound to a document that carries a signature
+    already (``signed``) or not: :data:`EMBEDDED`, :data:`DIGEST`, or "" for none."""
+    if not count:
+        return ""
+    return DIGEST if signed else EMBEDDED
+
+
+def bound_by_digest(att: Attachment) -> Bound:
+    size, _md5, sha = hash_file(att.path)
+    return Bound(att.name, att.media_type, size, sha)
+
+
+def evidence_entries(bound: list[Bound], binding: str) -> bytes:
+    """The /CasesignCase entries for the evidence (see the module docstring)."""
+    if not bound:
+        return b""
+    items = b" ".join(
+        b"<</Name " + pdf_text(b.name) + b" /MediaType " + pdf_text(b.media_type)
+        + b" /Size %d /SHA256 (%s)>>" % (b.size, b.sha256.hex().encode()) for b in bound)
+    return b" /EvidenceBinding /" + binding.capitalize().encode() + b" /Evidence [" + items + b"]"
 
 
 class ObjectWriter(Protocol):
@@ -64,8 +115,9 @@ def hash_file(path: Path) -> tuple[int, bytes, bytes]:
     return size, md5.digest(), sha.digest()
 
 
-def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, when: dt.datetime) -> bytes:
-    """An embedded file stream (§7.11.4, Tables 44-46); returns the file's SHA-256."""
+def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
+                        when: dt.datetime) -> Bound:
+    """An embedded file stream (§7.11.4, Tables 44-46), embedded under ``name``."""
     size, md5, sha = hash_file(att.path)
     params = g.DictionaryObject(
         {
@@ -93,7 +145,7 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, when: dt.dat
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")
-    return sha
+    return Bound(name, att.media_type, size, sha)
 
 
 def filespec(att: Attachment, name: str, stream_num: int, sha: bytes) -> g.DictionaryObject:

@@ -20,8 +20,15 @@ Where the signature records the case (what a verifier sees):
 - /Reason: a readable line with the policy version, the case and the signers;
 - /Prop_Build /App /Name /casesignd (PDF Signature Build Dictionary Specification);
 - /CasesignCase, a private dictionary (PDF 32000-1 §7.12.2 allows additional
-  entries): /PolicyVersion, /CaseId, /Signers [<< /Id /Name /Role >> ...].
-Attachment SHA-256 digests are in each file specification's /Desc.
+  entries): /PolicyVersion, /CaseId, /Signers [<< /Id /Name /Role >> ...], and for
+  evidence /EvidenceBinding and /Evidence [<< /Name /MediaType /Size /SHA256 >> ...].
+Embedded files' SHA-256 digests are also in each file specification's /Desc.
+
+What the update adds to a document that carries signatures keeps them valid: an
+invisible signature field (its widget in page 1's /Annots) with its lock, the
+signature dictionary, and evidence bound by digest rather than embedded
+(:mod:`casesignd.attachments`); the document's /SigFlags, /Info and metadata are
+left as they are.
 """
 
 from __future__ import annotations
@@ -43,8 +50,13 @@ from pypdf.errors import PyPdfError
 
 from .attachments import (
     CHUNK_BYTES,
+    DIGEST,
     Attachment,
+    Bound,
+    bound_by_digest,
     catalog_updates,
+    evidence_binding,
+    evidence_entries,
     filespec,
     taken_names,
     write_embedded_file,
@@ -101,13 +113,15 @@ class SignatureMeta:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A prepared file: ``contents_offset`` is the byte offset of the '<' of /Contents."""
+    """A prepared file: ``contents_offset`` is the byte offset of the '<' of /Contents;
+    ``evidence`` how the attachments are bound (:func:`casesignd.attachments.evidence_binding`)."""
 
     path: Path
     digest: bytes
     contents_offset: int
     contents_bytes: int
     size: int
+    evidence: str = ""
 
 
 @dataclass(frozen=True)
@@ -139,17 +153,13 @@ def reason_text(meta: SignatureMeta) -> str:
 # --- what the update may do -----------------------------------------------------
 
 
-def check_docmdp(level: int | None, attachments: int) -> None:
+def check_docmdp(level: int | None) -> None:
     """Refuse an update a certification signature (or a signed field's /Lock, PDF 2.0
-    §12.7.5.5) forbids (§12.8.2.2, Table 254).
-
-    P=1 allows no change; P=2 and P=3 allow a new signature but not embedded files.
-    """
+    §12.7.5.5) forbids (§12.8.2.2, Table 254): P=1 allows no change; P=2 and P=3 allow
+    a new signature, and evidence is then bound by digest, not embedded."""
     if level == 1:
         raise CertifiedPdf("the document is certified against any change; it cannot be signed",
                            code="certified_no_changes", field="items[0]")
-    if level is not None and attachments:
-        raise CertifiedPdf(f"the PDF is certified (DocMDP P={level}): files cannot be embedded")
 
 
 # --- writing the update ----------------------------------------------------------
@@ -207,9 +217,10 @@ def _copy_hashing(src: IO[bytes], out: IO[bytes], hasher: Any) -> int:
     return copied
 
 
-def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: bytes = b"") -> bytes:
+def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: bytes = b"",
+                    evidence: bytes = b"") -> bytes:
     """The signature dictionary (§12.8.1, Table 252); ``reference`` its /Reference
-    entry (the field lock)."""
+    entry (the field lock), ``evidence`` the /CasesignCase entries binding evidence."""
     entries = [
         b"/Type /Sig",
         b"/Filter /Adobe.PPKLite",
@@ -229,7 +240,8 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: byte
         b"<</Id " + pdf_text(p.id) + b" /Name " + pdf_text(p.name) + b" /Role " + pdf_text(p.role) + b">>"
         for p in meta.parties)
     entries.append(b"/CasesignCase <</PolicyVersion " + pdf_text(meta.policy_version)
-                   + b" /CaseId " + pdf_text(meta.case_id) + b" /Signers [" + signers + b"]>>")
+                   + b" /CaseId " + pdf_text(meta.case_id) + b" /Signers [" + signers + b"]"
+                   + evidence + b">>")
     body = b"<<" + b"\n".join(entries) + b"\n>>"
     placeholder = b"/ByteRange [0 %s %s %s]" % ((b"0" * _BYTE_RANGE_WIDTH,) * 3)
     contents = b"/Contents <" + b"0" * (2 * contents_bytes) + b">"
@@ -267,13 +279,14 @@ def _prepare(
     hasher = hashlib.sha256()
     with open(src, "rb") as f:
         s = _structure(f, reader)
-        check_docmdp(s.docmdp, len(attachments))
+        check_docmdp(s.docmdp)
         f.seek(0)
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)
             start, total = _append_update(s, _Writer(out, copied, hasher), attachments, meta,
                                           contents_bytes)
-    return Prepared(dst, hasher.digest(), start, contents_bytes, total)
+    return Prepared(dst, hasher.digest(), start, contents_bytes, total,
+                    evidence_binding(s.signed, len(attachments)))
 
 
 @dataclass(frozen=True)
@@ -304,7 +317,7 @@ def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 163
     parsed twice."""
     hasher = hashlib.sha256()
     s = _structure(io.BytesIO(data), reader)
-    check_docmdp(s.docmdp, 0)
+    check_docmdp(s.docmdp)
     hasher.update(data)
     out = io.BytesIO()
     start, _total = _append_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)
@@ -364,14 +377,19 @@ def _write_update(
         next_num[0] += 1
         return next_num[0] - 1
 
+    binding = evidence_binding(s.signed, len(attachments))
+    bound: list[Bound] = []
     taken = taken_names(s)
-    planned: list[tuple[Attachment, str, int, bytes]] = []
+    planned: list[tuple[Attachment, int, Bound]] = []
     for att in attachments:
-        name = unique_name(att.name, taken)
-        taken.add(name)
+        if binding == DIGEST:  # earlier signatures stay valid (see casesignd.attachments)
+            bound.append(bound_by_digest(att))
+            continue
         num = new_num()
-        sha = write_embedded_file(w, num, att, meta.signing_time)
-        planned.append((att, name, num, sha))
+        b = write_embedded_file(w, num, att, unique_name(att.name, taken), meta.signing_time)
+        taken.add(b.name)
+        bound.append(b)
+        planned.append((att, num, b))
     for num, gen, body in locked_appearances(s.form, s.reader):
         w.begin(num, gen)
         w.write(body + b"\nendobj\n")
@@ -381,10 +399,10 @@ def _write_update(
     xref = dict(w.xref)
     base = w.offset
     filespecs: list[tuple[str, int]] = []
-    for att, name, stream_num, sha in planned:
+    for att, stream_num, b in planned:
         num = new_num()
-        put_object(tail, xref, base, num, 0, serialize(filespec(att, name, stream_num, sha)))
-        filespecs.append((name, num))
+        put_object(tail, xref, base, num, 0, serialize(filespec(att, b.name, stream_num, b.sha256)))
+        filespecs.append((b.name, num))
     catalog, extra = catalog_updates(s, new_num, filespecs)
     sig_num, field_num = new_num(), new_num()
     widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
@@ -404,7 +422,8 @@ def _write_update(
     put_object(tail, xref, base, field_num, 0, serialize(widget))
     sig_at = tail.tell()
     put_object(tail, xref, base, sig_num, 0, _signature_dict(
-        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref)))
+        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref),
+        evidence=evidence_entries(bound, binding)))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
 
@@ -444,7 +463,8 @@ def _signature_field(
         }
     )
     acro[name_object("Fields")] = g.ArrayObject([*fields, indirect(field_num)])
-    acro[name_object("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
+    if not s.signed:  # pyHanko counts changed /SigFlags as a change to the signed form
+        acro[name_object("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
     if isinstance(acro_raw, g.IndirectObject):
         extra.append((acro_raw.idnum, acro_raw.generation, acro))
     else:

@@ -21,6 +21,9 @@ form_field_rules.py compares the stream's last change with the signed revision f
 equality), and under a lock that is a violation: a document timestamp, a DSS or a
 later signature would break the service's signature. A stream restated in the signed
 revision is its own; identical objects are no change for the earlier signatures.
+
+A document whose form holds a signature already is updated so that the earlier
+signatures stay valid (see :mod:`casesignd.attachments`).
 """
 
 from __future__ import annotations

@@ -40,6 +40,11 @@ class Structure:
     docmdp: int | None = None
     form: Form = Form()
 
+    @property
+    def signed(self) -> bool:
+        """Whether the document carries a signature already (certifying or not)."""
+        return bool(self.form.signed) or self.docmdp is not None
+
 
 def last_startxref(f: IO[bytes]) -> int:
     f.seek(0, os.SEEK_END)

@@ -111,6 +111,7 @@ def form_pdfs(directory: Path) -> dict[str, Path]:
     viewers to draw the fields (/NeedAppearances), which the checks refuse as
     ambiguous (each reader draws its own): qpdf draws them once
     (``--generate-appearances``), as a form filler would before signing."""
+    directory.mkdir(parents=True, exist_ok=True)
     out = {"reportlab": reportlab_form_pdf(directory / "reportlab-form.pdf")}
     for name, make in (("libreoffice", libreoffice_form_pdf), ("pdflatex", pdflatex_form_pdf)):
         sub = directory / name
