@@ -5,10 +5,10 @@ The service's signature locks the form (FieldMDP, §12.8.2.4): the signature fie
 carries a /Lock (§12.7.4.5, Table 233) and the signature dictionary the same policy
 as a FieldMDP transform in /Reference (§12.8.1, Table 253), so a field value changed
 by a later update fails validation. The lock names the fields (/Action /Include)
-rather than saying /All: a validator counts a later signature as a change to its own
-new field, and under /All every later approval signature would break the lock
-(pyHanko's difference analysis refuses it), while the point is only that what the
-form said when the service signed stays said. Fields added later are not covered by
+rather than saying /All: pyHanko's difference analysis counts a later signature as a
+change to its own new field, so under /All every later approval signature would
+break the lock, while the point is only that what the form said when the service
+signed stays said. Fields added later are not covered by
 the lock; pyHanko refuses any non-signature field added after a signature. A form
 without such fields gets no lock: there is nothing to lock.
 
