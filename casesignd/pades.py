@@ -5,9 +5,9 @@ operation stays with the key:
 
 1. :func:`prepare` (worker process, picklable in and out) copies the source to
    the destination in bounded memory while hashing it, then appends one
-   incremental update holding the attachments, the signature field and the
-   signature dictionary with a zeroed /Contents placeholder. It returns the
-   SHA-256 over the ByteRange.
+   incremental update holding the attachments, the signature field (locking the
+   form's fields, :mod:`casesignd.pdfform`) and the signature dictionary with a
+   zeroed /Contents placeholder. It returns the SHA-256 over the ByteRange.
 2. :func:`casesignd.cms.build_signed_attrs`, the key's ``sign`` and
    :func:`casesignd.cms.assemble` make the CMS (and a timestamp may be added).
 3. :func:`finalize` writes the CMS into the placeholder in place.
@@ -20,8 +20,15 @@ Where the signature records the case (what a verifier sees):
 - /Reason: a readable line with the policy version, the case and the signers;
 - /Prop_Build /App /Name /casesignd (PDF Signature Build Dictionary Specification);
 - /CasesignCase, a private dictionary (PDF 32000-1 §7.12.2 allows additional
-  entries): /PolicyVersion, /CaseId, /Signers [<< /Id /Name /Role >> ...].
-Attachment SHA-256 digests are in each file specification's /Desc.
+  entries): /PolicyVersion, /CaseId, /Signers [<< /Id /Name /Role >> ...], and for
+  evidence /EvidenceBinding and /Evidence [<< /Name /MediaType /Size /SHA256 >> ...].
+Embedded files' SHA-256 digests are also in each file specification's /Desc.
+
+What the update adds to a document that carries signatures keeps them valid: an
+invisible signature field (its widget in page 1's /Annots) with its lock, the
+signature dictionary, and evidence bound by digest rather than embedded
+(:mod:`casesignd.attachments`); the document's /SigFlags, /Info and metadata are
+left as they are.
 """
 
 from __future__ import annotations
@@ -41,14 +48,27 @@ from pypdf import PdfReader
 from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
+from .attachments import (
+    CHUNK_BYTES,
+    DIGEST,
+    Attachment,
+    Bound,
+    bound_by_digest,
+    catalog_updates,
+    evidence_binding,
+    evidence_entries,
+    filespec,
+    taken_names,
+    write_embedded_file,
+)
 from .errors import (
     CertifiedPdf,
     MalformedPdf,
     PermanentJobError,
     SignatureTooLarge,
-    SizeMismatch,
 )
-from .pdfstructure import Structure, field_names, name_tree_items, read_structure
+from .pdfform import field_lock, fieldmdp_reference, locked_appearances
+from .pdfstructure import Structure, field_names, read_structure
 from .pdfsyntax import (
     indirect,
     name_object,
@@ -65,18 +85,7 @@ from .pdfsyntax import (
     xref_table,
 )
 
-CHUNK_BYTES = 1024 * 1024
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
-
-
-@dataclass(frozen=True)
-class Attachment:
-    """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path``."""
-
-    path: Path
-    name: str
-    media_type: str
-    description: str = ""
 
 
 @dataclass(frozen=True)
@@ -104,13 +113,15 @@ class SignatureMeta:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A prepared file: ``contents_offset`` is the byte offset of the '<' of /Contents."""
+    """A prepared file: ``contents_offset`` is the byte offset of the '<' of /Contents;
+    ``evidence`` how the attachments are bound (:func:`casesignd.attachments.evidence_binding`)."""
 
     path: Path
     digest: bytes
     contents_offset: int
     contents_bytes: int
     size: int
+    evidence: str = ""
 
 
 @dataclass(frozen=True)
@@ -142,16 +153,13 @@ def reason_text(meta: SignatureMeta) -> str:
 # --- what the update may do -----------------------------------------------------
 
 
-def check_docmdp(level: int | None, attachments: int) -> None:
-    """Refuse an update a certification signature forbids (§12.8.2.2, Table 254).
-
-    P=1 allows no change; P=2 and P=3 allow a new signature but not embedded files.
-    """
+def check_docmdp(level: int | None) -> None:
+    """Refuse an update a certification signature (or a signed field's /Lock, PDF 2.0
+    §12.7.5.5) forbids (§12.8.2.2, Table 254): P=1 allows no change; P=2 and P=3 allow
+    a new signature, and evidence is then bound by digest, not embedded."""
     if level == 1:
         raise CertifiedPdf("the document is certified against any change; it cannot be signed",
                            code="certified_no_changes", field="items[0]")
-    if level is not None and attachments:
-        raise CertifiedPdf(f"the PDF is certified (DocMDP P={level}): files cannot be embedded")
 
 
 # --- writing the update ----------------------------------------------------------
@@ -209,52 +217,10 @@ def _copy_hashing(src: IO[bytes], out: IO[bytes], hasher: Any) -> int:
     return copied
 
 
-def _hash_file(path: Path) -> tuple[int, bytes, bytes]:
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
-    size = 0
-    buf = bytearray(CHUNK_BYTES)
-    with open(path, "rb") as f:
-        while n := f.readinto(buf):
-            view = memoryview(buf)[:n]
-            md5.update(view)
-            sha.update(view)
-            size += n
-    return size, md5.digest(), sha.digest()
-
-
-def _write_embedded_file(w: _Writer, num: int, att: Attachment, when: dt.datetime) -> bytes:
-    """An embedded file stream (§7.11.4, Tables 44-46); returns the file's SHA-256."""
-    size, md5, sha = _hash_file(att.path)
-    params = g.DictionaryObject(
-        {
-            name_object("Size"): g.NumberObject(size),
-            name_object("CheckSum"): g.ByteStringObject(md5),
-            name_object("ModDate"): text_object(pdf_date(when)),  # when it was embedded (Table 46)
-        }
-    )
-    head = g.DictionaryObject(
-        {
-            name_object("Type"): name_object("EmbeddedFile"),
-            name_object("Subtype"): g.NameObject("/" + (att.media_type or "application/octet-stream")),
-            name_object("Params"): params,
-            name_object("Length"): g.NumberObject(size),
-        }
-    )
-    w.begin(num)
-    w.write(serialize(head) + b"\nstream\n")
-    copied = 0
-    buf = bytearray(CHUNK_BYTES)
-    with open(att.path, "rb") as f:
-        while n := f.readinto(buf):
-            w.write(memoryview(buf)[:n])
-            copied += n
-    if copied != size:
-        raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
-    w.write(b"\nendstream\nendobj\n")
-    return sha
-
-
-def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
+def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: bytes = b"",
+                    evidence: bytes = b"") -> bytes:
+    """The signature dictionary (§12.8.1, Table 252); ``reference`` its /Reference
+    entry (the field lock), ``evidence`` the /CasesignCase entries binding evidence."""
     entries = [
         b"/Type /Sig",
         b"/Filter /Adobe.PPKLite",
@@ -268,48 +234,19 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int) -> bytes:
     if meta.location:
         entries.append(b"/Location " + pdf_text(meta.location))
     entries.append(b"/Prop_Build <</App <</Name /casesignd>>>>")
+    if reference:
+        entries.append(reference)
     signers = b" ".join(
         b"<</Id " + pdf_text(p.id) + b" /Name " + pdf_text(p.name) + b" /Role " + pdf_text(p.role) + b">>"
         for p in meta.parties)
     entries.append(b"/CasesignCase <</PolicyVersion " + pdf_text(meta.policy_version)
-                   + b" /CaseId " + pdf_text(meta.case_id) + b" /Signers [" + signers + b"]>>")
+                   + b" /CaseId " + pdf_text(meta.case_id) + b" /Signers [" + signers + b"]"
+                   + evidence + b">>")
     body = b"<<" + b"\n".join(entries) + b"\n>>"
     placeholder = b"/ByteRange [0 %s %s %s]" % ((b"0" * _BYTE_RANGE_WIDTH,) * 3)
     contents = b"/Contents <" + b"0" * (2 * contents_bytes) + b">"
     # ByteRange before Contents: the placeholder is patched once offsets are known.
     return body[:-2] + placeholder + b"\n" + contents + b"\n>>"
-
-
-def _catalog_updates(
-    s: Structure, new_num: Callable[[], int], filespecs: list[tuple[str, int]]
-) -> tuple[g.DictionaryObject, list[tuple[int, int, g.PdfObject]]]:
-    """The new catalog and the other rewritten objects for the attachments."""
-    catalog = g.DictionaryObject(s.catalog)
-    extra: list[tuple[int, int, g.PdfObject]] = []
-    if not filespecs:
-        return catalog, extra
-    names_raw = raw(s.catalog, "/Names")
-    names = g.DictionaryObject(names_raw.get_object()) if names_raw is not None else g.DictionaryObject()
-    entries: dict[bytes, tuple[Any, Any]] = {}
-    if "/EmbeddedFiles" in names:
-        for key, value in name_tree_items(raw(names, "/EmbeddedFiles")):
-            entries[string_key(key)] = (key, value)
-    for name, num in filespecs:
-        key = text_object(name)
-        entries[string_key(key)] = (key, indirect(num))
-    tree_num = new_num()
-    flat = g.ArrayObject(x for k in sorted(entries) for x in entries[k])
-    extra.append((tree_num, 0, g.DictionaryObject({name_object("Names"): flat})))
-    names[name_object("EmbeddedFiles")] = indirect(tree_num)
-    if isinstance(names_raw, g.IndirectObject):
-        extra.append((names_raw.idnum, names_raw.generation, names))
-    else:
-        catalog[name_object("Names")] = names
-    af = resolved(s.catalog, "/AF")
-    af_list = list(af.get_object()) if af is not None else []
-    # /AF (PDF 2.0 §14.13, PDF/A-3): the attachments are associated with the document.
-    catalog[name_object("AF")] = g.ArrayObject([*af_list, *(indirect(num) for _, num in filespecs)])
-    return catalog, extra
 
 
 def prepare(
@@ -342,13 +279,14 @@ def _prepare(
     hasher = hashlib.sha256()
     with open(src, "rb") as f:
         s = _structure(f, reader)
-        check_docmdp(s.docmdp, len(attachments))
+        check_docmdp(s.docmdp)
         f.seek(0)
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)
             start, total = _append_update(s, _Writer(out, copied, hasher), attachments, meta,
                                           contents_bytes)
-    return Prepared(dst, hasher.digest(), start, contents_bytes, total)
+    return Prepared(dst, hasher.digest(), start, contents_bytes, total,
+                    evidence_binding(s.signed, len(attachments)))
 
 
 @dataclass(frozen=True)
@@ -379,7 +317,7 @@ def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 163
     parsed twice."""
     hasher = hashlib.sha256()
     s = _structure(io.BytesIO(data), reader)
-    check_docmdp(s.docmdp, 0)
+    check_docmdp(s.docmdp)
     hasher.update(data)
     out = io.BytesIO()
     start, _total = _append_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)
@@ -439,43 +377,40 @@ def _write_update(
         next_num[0] += 1
         return next_num[0] - 1
 
-    taken: set[str] = set()
-    names = resolved(s.catalog, "/Names")
-    if isinstance(names, g.DictionaryObject) and "/EmbeddedFiles" in names:
-        taken = {str(k) for k, _ in name_tree_items(raw(names, "/EmbeddedFiles"))}
-    planned: list[tuple[Attachment, str, int, bytes]] = []
+    binding = evidence_binding(s.signed, len(attachments))
+    bound: list[Bound] = []
+    taken = taken_names(s)
+    planned: list[tuple[Attachment, int, Bound]] = []
     for att in attachments:
-        name = unique_name(att.name, taken)
-        taken.add(name)
+        if binding == DIGEST:  # earlier signatures stay valid (see casesignd.attachments)
+            bound.append(bound_by_digest(att))
+            continue
         num = new_num()
-        sha = _write_embedded_file(w, num, att, meta.signing_time)
-        planned.append((att, name, num, sha))
+        b = write_embedded_file(w, num, att, unique_name(att.name, taken), meta.signing_time)
+        taken.add(b.name)
+        bound.append(b)
+        planned.append((att, num, b))
+    for num, gen, body in locked_appearances(s.form, s.reader):
+        w.begin(num, gen)
+        w.write(body + b"\nendobj\n")
     # Everything after the streams is small and built in memory, so the ByteRange
     # can be patched before it reaches the disk.
     tail = io.BytesIO()
     xref = dict(w.xref)
     base = w.offset
     filespecs: list[tuple[str, int]] = []
-    for att, name, stream_num, sha in planned:
+    for att, stream_num, b in planned:
         num = new_num()
-        desc = f"{att.description}; " if att.description else ""
-        spec = g.DictionaryObject(
-            {
-                name_object("Type"): name_object("Filespec"),
-                name_object("F"): text_object(name),
-                name_object("UF"): text_object(name),
-                name_object("EF"): g.DictionaryObject(
-                    {name_object("F"): indirect(stream_num), name_object("UF"): indirect(stream_num)}
-                ),
-                name_object("Desc"): text_object(f"{desc}SHA-256 {sha.hex()}"),
-                name_object("AFRelationship"): name_object("Supplement"),
-            }
-        )
-        put_object(tail, xref, base, num, 0, serialize(spec))
-        filespecs.append((name, num))
-    catalog, extra = _catalog_updates(s, new_num, filespecs)
+        put_object(tail, xref, base, num, 0, serialize(filespec(att, b.name, stream_num, b.sha256)))
+        filespecs.append((b.name, num))
+    catalog, extra = catalog_updates(s, new_num, filespecs)
     sig_num, field_num = new_num(), new_num()
     widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
+    lock = field_lock(s.form)
+    if lock is not None:  # Table 233: /Lock is an indirect reference
+        lock_num = new_num()
+        widget[name_object("Lock")] = indirect(lock_num)
+        put_object(tail, xref, base, lock_num, 0, lock)
 
     extra.append((s.root_ref.idnum, s.root_ref.generation, catalog))
     seen: set[int] = set()
@@ -486,7 +421,9 @@ def _write_update(
         put_object(tail, xref, base, num, gen, serialize(obj))
     put_object(tail, xref, base, field_num, 0, serialize(widget))
     sig_at = tail.tell()
-    put_object(tail, xref, base, sig_num, 0, _signature_dict(meta, contents_bytes))
+    put_object(tail, xref, base, sig_num, 0, _signature_dict(
+        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref),
+        evidence=evidence_entries(bound, binding)))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
 
@@ -526,7 +463,8 @@ def _signature_field(
         }
     )
     acro[name_object("Fields")] = g.ArrayObject([*fields, indirect(field_num)])
-    acro[name_object("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
+    if not s.signed:  # pyHanko counts changed /SigFlags as a change to the signed form
+        acro[name_object("SigFlags")] = g.NumberObject(3)  # SignaturesExist | AppendOnly (§12.7.2)
     if isinstance(acro_raw, g.IndirectObject):
         extra.append((acro_raw.idnum, acro_raw.generation, acro))
     else:

@@ -1,6 +1,6 @@
 """What an incremental update needs of the document it follows (PDF 32000-1 §7.5.6):
 its last cross-reference section, its trailer and catalog, its first page, the names
-and fields already there, and the DocMDP level of a certification signature.
+and fields already there, the signatures it carries and the DocMDP level they set.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pypdf import generic as g
 from . import pdfparse
 from .errors import EncryptedPdf, MalformedPdf
 from .pdfcheck import docmdp_permission
+from .pdfform import Form, read_form
 from .pdfsyntax import raw, resolved
 
 _STARTXREF = re.compile(rb"startxref\s+(\d+)")
@@ -35,7 +36,14 @@ class Structure:
     page: g.DictionaryObject
     trailer: g.DictionaryObject
     ends_with_eol: bool = True
-    docmdp: int | None = None  # P of a certification signature, if any
+    # P of a certification signature, or of a signed field's /Lock, the strictest
+    docmdp: int | None = None
+    form: Form = Form()
+
+    @property
+    def signed(self) -> bool:
+        """Whether the document carries a signature already (certifying or not)."""
+        return bool(self.form.signed) or self.docmdp is not None
 
 
 def last_startxref(f: IO[bytes]) -> int:
@@ -89,6 +97,8 @@ def read_structure(f: IO[bytes], reader: PdfReader | None = None) -> Structure:
     size = max([size, *(n + 1 for n in reader.xref_objStm)], default=size)
     f.seek(-1, os.SEEK_END)
     last = f.read(1)
+    form = read_form(catalog)
+    levels = [p for p in (docmdp_permission(catalog), form.lock_p) if p is not None]
     return Structure(
         reader=reader,
         startxref=startxref,
@@ -100,7 +110,8 @@ def read_structure(f: IO[bytes], reader: PdfReader | None = None) -> Structure:
         page=page,
         trailer=trailer,
         ends_with_eol=last in (b"\n", b"\r"),
-        docmdp=docmdp_permission(catalog),
+        docmdp=min(levels, default=None),
+        form=form,
     )
 
 

@@ -7,6 +7,7 @@ every name character by character, most of the time of a one-page preparation).
 from __future__ import annotations
 
 import datetime as dt
+import decimal
 import io
 import re
 from collections.abc import Iterable
@@ -83,12 +84,24 @@ def emit(obj: Any, out: list[bytes]) -> None:
         out.append(obj.encode("ascii"))
     elif kind is g.NumberObject:
         out.append(b"%d" % obj)
+    elif kind is g.FloatObject:
+        out.append(real_text(obj))
     elif kind is g.IndirectObject:
         out.append(b"%d %d R" % (obj.idnum, obj.generation))
     else:
         buf = io.BytesIO()
         obj.write_to_stream(buf)
         out.append(buf.getvalue())
+
+
+def real_text(value: float) -> bytes:
+    """A real number as PDF syntax (§7.3.3: no exponent) that reads back as the value
+    it was read from: the shortest decimal that round-trips the float. pypdf writes
+    eight significant digits, so an object rewritten by the update (a page whose
+    /Annots is direct) would change its /MediaBox, and a validator comparing the
+    revisions (pyHanko) would see the page modified."""
+    text = format(decimal.Decimal(repr(float(value))), "f")
+    return text.encode("ascii")
 
 
 def text_object(s: str) -> g.TextStringObject | g.ByteStringObject:

@@ -19,7 +19,8 @@ through the same steps, so what the key signs is decided in one place:
    damage). A document pypdf cannot read at all is refused ``malformed_pdf``: a
    repair is trusted only where two independent readers agree on it;
 4. **prepare** (:mod:`casesignd.pades`), reusing the parse of step 1 or 3, with the
-   one DocMDP rule (:func:`casesignd.pades.check_docmdp`);
+   one DocMDP rule (:func:`casesignd.pades.check_docmdp`); evidence is embedded, or
+   bound by digest when the document carries a signature already;
 5. **sign** (:func:`sign_with`) under a key slot, and **finish**: the CMS into the
    placeholder.
 
@@ -72,6 +73,10 @@ class Checked:
     normalized: bool
     reasons: tuple[str, ...]
     pages: int
+    # How evidence is bound: "embedded", or "digest" (the document carried a
+    # signature: digests in the signature dictionary, the files not in the document;
+    # casesignd.attachments); "" without evidence.
+    evidence: str = ""
 
     def audit_detail(self) -> dict[str, Any]:
         """For the ``signed`` audit event: digests and structural reasons, no content."""
@@ -79,6 +84,8 @@ class Checked:
                                   "normalized": self.normalized}
         if self.normalized:
             detail.update(source_sha256=self.source_sha256, normalize_reasons=list(self.reasons))
+        if self.evidence:
+            detail.update(evidence=self.evidence)
         return detail
 
 
@@ -241,7 +248,7 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
         _close(reader)
         if source != src:
             Path(source).unlink(missing_ok=True)
-    return checked, prepared
+    return dataclasses.replace(checked, evidence=prepared.evidence), prepared
 
 
 def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.SignatureMeta,

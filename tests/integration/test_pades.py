@@ -202,17 +202,21 @@ def test_signing_twice_keeps_the_first_signature(
 
 
 def test_attachments_merge_with_an_existing_name_tree(samples: dict[str, Path], pki: Pki, tmp_path: Path) -> None:
-    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
-    a.write_bytes(b"one")
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=str(samples["classic"]))
+    writer.add_attachment("e.txt", b"one")
+    attached = tmp_path / "attached.pdf"
+    writer.write(attached)
+    b = tmp_path / "b.txt"
     b.write_bytes(b"two")
-    once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
-    pipeline.sign_file(samples["classic"], once, pki.signer("ec"), meta=sample_meta(),
-                    attachments=[pades.Attachment(a, "e.txt", "text/plain")])
-    pipeline.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
-                    attachments=[pades.Attachment(b, "e.txt", "text/plain")])
-    assert embedded_files(twice) == {"e.txt": b"one", "e (2).txt": b"two"}
-    statuses = pyhanko_statuses(twice, [pki.ca.cert])
-    assert all(s.intact and s.valid for s in statuses)
+    out = tmp_path / "signed.pdf"
+    outcome = pipeline.sign_file(attached, out, pki.signer("ec"), meta=sample_meta(),
+                                 attachments=[pades.Attachment(b, "e.txt", "text/plain")])
+    assert outcome.checked.evidence == "embedded"
+    assert embedded_files(out) == {"e.txt": b"one", "e (2).txt": b"two"}
+    (status,) = pyhanko_statuses(out, [pki.ca.cert])
+    assert status.intact and status.valid
 
 
 def _corpus_names() -> list[str]:
@@ -256,7 +260,13 @@ def test_good_corpus_signs_and_validates(
     report = pdfsig(out, nssdir)
     assert report.count("Signature is Valid") == len(statuses), report
     assert report.rstrip().endswith("Certificate is Trusted."), report
-    assert embedded_files(out)["evidence.txt"] == att.read_bytes()
+    if len(statuses) == 1:
+        assert outcome.checked.evidence == "embedded"
+        assert embedded_files(out)["evidence.txt"] == att.read_bytes()
+    else:  # signed before: the evidence is bound by digest, and the earlier signature holds
+        assert outcome.checked.evidence == "digest" and "evidence.txt" not in embedded_files(out)
+        assert all(s.modification_level <= ModificationLevel.FORM_FILLING and s.docmdp_ok
+                   for s in statuses[:-1])
     reports = ours(out, [pki.ca.cert])
     assert reports[-1].passed and reports[-1].modification == "none", reports[-1].describe()
     assert all(r.intact for r in reports)
@@ -379,22 +389,33 @@ def test_concurrent_signing_shares_one_key(samples: dict[str, Path], pki: Pki, t
     assert all(ours(tmp_path / f"s{i}.pdf", [pki.ca.cert])[0].passed for i in range(8))
 
 
-def test_attachments_after_an_earlier_signature_are_a_visible_modification(
+def test_evidence_after_an_earlier_signature_is_bound_by_digest(
     samples: dict[str, Path], pki: Pki, tmp_path: Path
 ) -> None:
-    """Embedding files is not a change DocMDP allows after a signature (§12.8.2.2):
-    the earlier signature stays intact and valid, but validators that analyse later
-    revisions (pyHanko) say the document was modified beyond form filling."""
+    """Embedding files is not a change DocMDP allows after a signature (§12.8.2.2), and
+    pyHanko would class it beyond form filling: after a signature, the evidence is
+    listed by digest in the signature dictionary instead, and the earlier signature
+    keeps its form-filling level."""
     att = tmp_path / "late.txt"
     att.write_bytes(b"late evidence")
     once, twice = tmp_path / "once.pdf", tmp_path / "twice.pdf"
     pipeline.sign_file(samples["reportlab"], once, pki.signer("ec"), meta=sample_meta())
-    pipeline.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
-                    attachments=[pades.Attachment(att, "late.txt", "text/plain")])
+    outcome = pipeline.sign_file(once, twice, pki.signer("ec"), meta=sample_meta(),
+                                 attachments=[pades.Attachment(att, "late.txt", "text/plain")])
+    assert outcome.checked.evidence == "digest"
+    assert outcome.checked.audit_detail()["evidence"] == "digest"
     first, second = pyhanko_statuses(twice, [pki.ca.cert])
-    assert first.intact and first.valid and first.trusted
-    assert first.modification_level == ModificationLevel.OTHER and not first.docmdp_ok
+    assert first.intact and first.valid and first.trusted and first.docmdp_ok
+    assert first.modification_level == ModificationLevel.FORM_FILLING
     assert second.bottom_line
+    assert embedded_files(twice) == {}
+    with open(twice, "rb") as f:
+        sig = PdfReader(f).trailer["/Root"]["/AcroForm"]["/Fields"][-1].get_object()["/V"]
+        case = sig["/CasesignCase"]
+        assert case["/EvidenceBinding"] == "/Digest"
+        assert [dict(e) for e in case["/Evidence"]] == [{
+            "/Name": "late.txt", "/MediaType": "text/plain", "/Size": len(b"late evidence"),
+            "/SHA256": hashlib.sha256(b"late evidence").hexdigest()}]
 
 
 def _certify(src: Path, dst: Path, pki: Pki, perm: str) -> Path:
@@ -417,9 +438,14 @@ def test_certified_inputs_follow_their_docmdp(samples: dict[str, Path], pki: Pki
     fillable = _certify(samples["reportlab"], tmp_path / "p2.pdf", pki, "FILL_FORMS")
     att = tmp_path / "a.txt"
     att.write_bytes(b"x")
-    with pytest.raises(CertifiedPdf):
-        pipeline.sign_file(fillable, tmp_path / "o2.pdf", pki.signer("ec"), meta=sample_meta(),
-                        attachments=[pades.Attachment(att, "a.txt", "text/plain")])
+    # P=2 allows signing, not embedding: the evidence is bound by digest.
+    outcome = pipeline.sign_file(fillable, tmp_path / "o2.pdf", pki.signer("ec"),
+                                 meta=sample_meta(),
+                                 attachments=[pades.Attachment(att, "a.txt", "text/plain")])
+    assert outcome.checked.evidence == "digest" and embedded_files(tmp_path / "o2.pdf") == {}
+    certification = pyhanko_statuses(tmp_path / "o2.pdf", [pki.ca.cert])[0]
+    assert certification.docmdp_ok
+    assert certification.modification_level == ModificationLevel.FORM_FILLING
     out = tmp_path / "o3.pdf"
     pipeline.sign_file(fillable, out, pki.signer("ec"), meta=sample_meta())
     assert_validates(out, pki, nssdir)

@@ -230,3 +230,38 @@ def test_a_lone_stored_contract_is_signed_in_memory_and_kept_with_its_record(dae
     redo = d.wait_job(again.json()["job_id"])
     assert redo["state"] == "ready" and redo["result"]["artifact_id"] == done[0]["result"]["artifact_id"]
     assert "signed" not in [e["type"] for e in d.events(redo["job_id"])]
+
+
+def test_a_signed_contract_keeps_its_signature_and_its_evidence_is_bound_by_digest(daemon, tmp_path):
+    # A contract another party signed already: the service's update must not break that
+    # signature, so the evidence is listed by digest in the service's signature rather
+    # than embedded (embedding is a change beyond form filling), and the signed event
+    # says so.
+    from pyhanko.sign.diff_analysis import ModificationLevel
+    from pyhanko.sign.validation.status import SignatureCoverageLevel
+
+    from tests.helpers_presigned import last_signature, other_signer, pyhanko_sign, regular_statuses
+
+    d = daemon
+    other = other_signer(tmp_path)
+    contract = pyhanko_sign(reportlab_pdf(tmp_path / "c.pdf").read_bytes(), other, "Buyer")
+    note = b"delivered on time\n"
+    m = manifest("PRE-1", upload(d, "PRE-1", contract),
+                 [("photo-1.png", "image/png", upload(d, "PRE-1", PNG)),
+                  ("note.txt", "text/plain", upload(d, "PRE-1", note))])
+    job = d.wait_job(d.submit(m).json()["job_id"])
+    assert job["state"] == "ready", job
+    got = d.request("GET", job["result"]["download_url"], auth=False)
+    out = tmp_path / "signed.pdf"
+    out.write_bytes(got.body)
+    earlier, ours = regular_statuses(out, [*trust(d), other.ca_cert])
+    assert earlier.intact and earlier.valid and earlier.trusted and earlier.docmdp_ok
+    assert earlier.modification_level <= ModificationLevel.FORM_FILLING, earlier.diff_result
+    assert ours.bottom_line and ours.coverage == SignatureCoverageLevel.ENTIRE_FILE
+    assert embedded_files(out) == {}
+    _field, sig = last_signature(out)
+    assert sig["/CasesignCase"]["/EvidenceBinding"] == "/Digest"
+    assert {e["/Name"]: e["/SHA256"] for e in sig["/CasesignCase"]["/Evidence"]} == {
+        "photo-1.png": hashlib.sha256(PNG).hexdigest(), "note.txt": hashlib.sha256(note).hexdigest()}
+    (signed,) = [e for e in d.events(job["job_id"]) if e["type"] == "signed"]
+    assert signed["detail"]["evidence"] == "digest"

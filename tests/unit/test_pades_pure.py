@@ -9,6 +9,7 @@ import pytest
 from asn1crypto import tsp
 
 from casesignd import devpki, tsa
+from casesignd.attachments import Bound, evidence_binding, evidence_entries
 from casesignd.errors import CertifiedPdf, TsaUnavailable
 from casesignd.pades import Party, SignatureMeta, check_docmdp, reason_text
 from casesignd.pdfsyntax import pdf_date, unique_name, xref_runs
@@ -116,16 +117,39 @@ def test_bad_responses_are_tsa_unavailable(tsa_ident: devpki.Identity, mutate, m
     assert info.value.retryable
 
 
-@pytest.mark.parametrize(
-    ("level", "attachments", "refused"),
-    [(None, 0, False), (None, 3, False), (1, 0, True), (2, 0, False), (3, 0, False), (2, 1, True), (3, 2, True)],
-)
-def test_docmdp_decision(level: int | None, attachments: int, refused: bool) -> None:
+@pytest.mark.parametrize(("level", "refused"), [(None, False), (1, True), (2, False), (3, False)])
+def test_docmdp_decision(level: int | None, refused: bool) -> None:
+    # P=2 and P=3 allow a further signature; the evidence is then bound by digest.
     if refused:
-        with pytest.raises(CertifiedPdf):
-            check_docmdp(level, attachments)
+        with pytest.raises(CertifiedPdf) as info:
+            check_docmdp(level)
+        assert info.value.code == "certified_no_changes"
     else:
-        check_docmdp(level, attachments)
+        check_docmdp(level)
+
+
+@pytest.mark.parametrize(
+    ("signed", "count", "binding"),
+    [(False, 0, ""), (True, 0, ""), (False, 2, "embedded"), (True, 1, "digest")],
+)
+def test_evidence_is_embedded_unless_the_document_carries_a_signature(
+    signed: bool, count: int, binding: str
+) -> None:
+    assert evidence_binding(signed, count) == binding
+
+
+def test_evidence_entries_read_back() -> None:
+    import io
+
+    from pypdf.generic import read_object
+
+    bound = [Bound("фото (1).jpg", "image/jpeg", 5, hashlib.sha256(b"photo").digest()),
+             Bound("note.txt", "text/plain", 0, hashlib.sha256(b"").digest())]
+    assert evidence_entries([], "digest") == b""
+    case = read_object(io.BytesIO(b"<<" + evidence_entries(bound, "digest") + b">>"), None)
+    assert case["/EvidenceBinding"] == "/Digest"
+    assert [(e["/Name"], e["/MediaType"], e["/Size"], e["/SHA256"]) for e in case["/Evidence"]] == [
+        (b.name, b.media_type, b.size, b.sha256.hex()) for b in bound]
 
 
 @pytest.mark.parametrize("text", ["", "plain", "a (b) c\\d", "Zoë Ünal", "日本語", "tab\there",

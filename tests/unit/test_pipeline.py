@@ -55,6 +55,10 @@ def test_audit_detail_holds_digests_and_reasons_only() -> None:
     assert rewritten.audit_detail() == {"received_sha256": "a" * 64, "normalized": True,
                                         "source_sha256": "b" * 64,
                                         "normalize_reasons": ["no %%EOF"]}
+    # With evidence, how it is bound: "digest" when the contract carried a signature.
+    bound = Checked("a" * 64, "a" * 64, False, (), 1, evidence="digest")
+    assert bound.audit_detail() == {"received_sha256": "a" * 64, "normalized": False,
+                                    "evidence": "digest"}
 
 
 def test_a_repair_finding_never_quotes_the_document() -> None:

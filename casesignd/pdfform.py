@@ -1,0 +1,153 @@
+"""The document's interactive form as the service's signature sees it (PDF 32000-1
+§12.7.3): which fields the signature locks, and which signatures are there already.
+
+The service's signature locks the form (FieldMDP, §12.8.2.4): the signature field
+carries a /Lock (§12.7.4.5, Table 233) and the signature dictionary the same policy
+as a FieldMDP transform in /Reference (§12.8.1, Table 253), so a field value changed
+by a later update fails validation. The lock names the fields (/Action /Include)
+rather than saying /All: pyHanko's difference analysis counts a later signature as a
+change to its own new field, so under /All every later approval signature would
+break the lock, while the point is only that what the form said when the service
+signed stays said. Fields added later are not covered by
+the lock; pyHanko refuses any non-signature field added after a signature. A form
+without such fields gets no lock: there is nothing to lock.
+
+The update also restates, unchanged, the appearance streams of the locked fields
+(:func:`locked_appearances`). pyHanko 0.38's difference analysis, for every revision
+after a signature, reports each field appearance stream last written in another
+revision than the signed one as an in-place appearance update of that field
+(``_allow_in_place_appearance_update`` in pyhanko/sign/diff_analysis/rules/
+form_field_rules.py compares the stream's last change with the signed revision for
+equality), and under a lock that is a violation: a document timestamp, a DSS or a
+later signature would break the service's signature. A stream restated in the signed
+revision is its own; identical objects are no change for the earlier signatures.
+
+A document whose form holds a signature already is updated so that the earlier
+signatures stay valid (see :mod:`casesignd.attachments`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pypdf import generic as g
+
+from .errors import LimitExceeded
+from .pdfsyntax import name_object, pdf_text, raw, resolved, serialize
+
+MAX_FIELDS = 100_000  # field dictionaries walked, in all
+MAX_DEPTH = 32  # the field hierarchy (§12.7.3.1) is shallow; deeper is hostile
+
+
+@dataclass(frozen=True)
+class Form:
+    """What the signing update needs of the form: the fully qualified names
+    (§12.7.3.2) of its terminal fields other than signature fields (what the lock
+    covers), the signature fields that hold a signature, and the strictest DocMDP
+    permission a signed field's /Lock sets (PDF 2.0 §12.7.5.5, /P), if any."""
+
+    lockable: tuple[str, ...] = ()
+    signed: tuple[str, ...] = ()
+    lock_p: int | None = None
+    # (number, generation) of the appearance streams of the lockable fields
+    appearances: tuple[tuple[int, int], ...] = ()
+
+
+def read_form(catalog: g.DictionaryObject) -> Form:
+    """The :class:`Form` of the document whose catalog is ``catalog``. A field tree
+    that is not a tree (a field listed twice, a cycle) is read once per field."""
+    acro = resolved(catalog, "/AcroForm")
+    fields = resolved(acro, "/Fields") if isinstance(acro, g.DictionaryObject) else None
+    if not isinstance(fields, g.ArrayObject):
+        return Form()
+    lockable: list[str] = []
+    signed: list[str] = []
+    lock_ps: list[int] = []
+    appearances: dict[tuple[int, int], None] = {}
+    seen: set[tuple[int, int]] = set()
+    # (reference, parent's fully qualified name, inherited /FT, depth), in document order
+    todo: list[tuple[Any, str, Any, int]] = [(ref, "", None, 0) for ref in reversed(fields)]
+    while todo:
+        ref, parent, inherited_ft, depth = todo.pop()
+        if depth > MAX_DEPTH or len(seen) >= MAX_FIELDS:
+            raise LimitExceeded("the form's field hierarchy is too deep or too large")
+        if not isinstance(ref, g.IndirectObject):
+            continue  # fields are indirect objects (§12.7.3.1); pyHanko skips others too
+        if (ref.idnum, ref.generation) in seen:
+            continue
+        seen.add((ref.idnum, ref.generation))
+        node = ref.get_object()
+        name = raw(node, "/T") if isinstance(node, g.DictionaryObject) else None
+        if name is None:
+            continue  # a widget annotation of its parent, not a field
+        qualified = f"{parent}.{name}" if parent else str(name)
+        ft = resolved(node, "/FT") or inherited_ft
+        kids = [k for k in resolved(node, "/Kids", None) or []
+                if isinstance(k, g.IndirectObject) and _has_name(k)]
+        if kids:
+            todo.extend((k, qualified, ft, depth + 1) for k in reversed(kids))
+        elif ft != "/Sig":
+            lockable.append(qualified)
+            appearances.update(dict.fromkeys(_appearance_streams(node)))
+        elif "/V" in node:
+            signed.append(qualified)
+            p = _lock_p(node)
+            if p is not None:
+                lock_ps.append(p)
+    return Form(tuple(lockable), tuple(signed), min(lock_ps, default=None), tuple(appearances))
+
+
+def _appearance_streams(node: g.DictionaryObject) -> list[tuple[int, int]]:
+    """The appearance streams pyHanko's in-place rule looks at: those the field's own
+    /AP names directly under /N, /R and /D, unless the field has states (/AS)."""
+    ap = resolved(node, "/AP")
+    if "/AS" in node or not isinstance(ap, g.DictionaryObject):
+        return []
+    refs = [raw(ap, key) for key in ("/N", "/R", "/D")]
+    return [(r.idnum, r.generation) for r in refs
+            if isinstance(r, g.IndirectObject) and isinstance(r.get_object(), g.StreamObject)]
+
+
+def locked_appearances(form: Form, reader: Any) -> list[tuple[int, int, bytes]]:
+    """The appearance streams of the locked fields, each restated as it is (see the
+    module docstring): (number, generation, the object's body)."""
+    out = []
+    for num, gen in form.appearances:
+        stream = g.IndirectObject(num, gen, reader).get_object()
+        head = g.DictionaryObject(stream)
+        head[name_object("Length")] = g.NumberObject(len(stream._data))
+        out.append((num, gen, serialize(head) + b"\nstream\n" + stream._data + b"\nendstream"))
+    return out
+
+
+def _has_name(ref: g.IndirectObject) -> bool:
+    node = ref.get_object()
+    return isinstance(node, g.DictionaryObject) and "/T" in node
+
+
+def _lock_p(sig_field: g.DictionaryObject) -> int | None:
+    lock = resolved(sig_field, "/Lock")
+    p = resolved(lock, "/P") if isinstance(lock, g.DictionaryObject) else None
+    return int(p) if isinstance(p, int) else None
+
+
+def _fieldmdp(form: Form) -> bytes:
+    return b"/Action /Include /Fields [" + b" ".join(pdf_text(n) for n in form.lockable) + b"]"
+
+
+def field_lock(form: Form) -> bytes | None:
+    """The signature field's /Lock dictionary (Table 233), locking the form's
+    fields; None when there are none."""
+    return b"<</Type /SigFieldLock " + _fieldmdp(form) + b">>" if form.lockable else None
+
+
+def fieldmdp_reference(form: Form, root_ref: g.IndirectObject) -> bytes:
+    """The signature dictionary's /Reference entry for :func:`field_lock`'s lock
+    (Tables 253 and 256, /V the FieldMDP version), empty when there is no lock.
+    /Data, which FieldMDP requires, is the catalog, as pyHanko writes it."""
+    if not form.lockable:
+        return b""
+    return (b"/Reference [<</Type /SigRef /TransformMethod /FieldMDP /Data %d %d R"
+            b" /TransformParams <</Type /TransformParams " % (root_ref.idnum, root_ref.generation)
+            + _fieldmdp(form) + b" /V /1.2>>>>]")
