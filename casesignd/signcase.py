@@ -4,7 +4,9 @@ Admission is cheap and pure (shapes, sizes, references, policy). The run fetches
 every item into the attempt's private directory with its digest checked, validates
 deeply (PDF structure and active content, sniffed media types, malware scan), and
 only then uses the signing key: one PAdES signature over the contract with every
-evidence item embedded. Each signature key (case, document digests, signer
+evidence item embedded (or, in a contract that already carries signatures, bound by
+its digest in the signature dictionary, so that the earlier signatures stay valid:
+:mod:`casesignd.attachments`). Each signature key (case, document digests, signer
 identities, policy version) is signed at most once; a retry finds the recorded
 signature and returns it.
 """
@@ -474,8 +476,8 @@ class SignCaseKind:
                     await asyncio.to_thread(media.check_evidence, it["media_type"], path,
                                             policy.evidence_media_types, f"items[{i}].media_type")
                 if it["role"] == "evidence" and it["media_type"] == "application/pdf":
-                    # Evidence is embedded as it was received (its digest is declared):
-                    # it is never rewritten, so it must be unambiguous as it is. The
+                    # Evidence is embedded (or bound by digest) as it was received: it
+                    # is never rewritten, so it must be unambiguous as it is. The
                     # contract is checked by the signing pipeline.
                     await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
 
