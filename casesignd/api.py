@@ -347,7 +347,7 @@ async def readyz(request: web.Request) -> web.Response:
         ok = await s.scanner.ping()
         checks["scanner"] = {"ok": bool(ok)}
     ready = all(c["ok"] for c in checks.values())
-    return json_response({"ready": ready, "checks": checks}, 200 if ready else 503)
+    return json_response({"ready": ready, "node": s.node, "checks": checks}, 200 if ready else 503)
 
 
 async def metrics(request: web.Request) -> web.Response:

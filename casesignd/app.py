@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import select
+import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +26,7 @@ from aiohttp import web
 from . import sdnotify
 from .artifacts import ArtifactStore
 from .config import Config
+from .errors import ConfigError
 from .holds import KeyHolds
 from .keys import FileSlots, KeySlots
 from .kinds import Artifact, JobKind
@@ -42,17 +45,34 @@ from .worker import Pool
 log = logging.getLogger("casesignd.app")
 
 
+_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+
+
+def node_name(value: str | None) -> str:
+    """A daemon's node name (``serve --node``): the one given, else the host name's
+    first label; a name that could not be a directory's is refused."""
+    name = value if value else socket.gethostname().split(".")[0]
+    if not _NODE.fullmatch(name):
+        raise ConfigError("serve --node", f"a node name is 1-63 of A-Z a-z 0-9 . _ -, "
+                          f"not starting with . _ or -: {name[:80]!r}")
+    return name
+
+
 class Services:
     """Everything a request handler or a running job may use."""
 
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, node: str | None = None) -> None:
         self.config = cfg
+        # This daemon's name among those on one store: its working files and key-slot
+        # locks are its own (storage.temp_dir/NAME), its leases carry the name.
+        self.node = node_name(node)
         self.metrics = Metrics()
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
         self.store = SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
         state_dir = cfg.path(cfg.storage.state_dir)
-        self.temp = TempManager(cfg.path(cfg.storage.temp_dir), cfg.storage.temp_quota_bytes,
+        temp_root = cfg.path(cfg.storage.temp_dir)
+        self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
                                 retry_delay_s=cfg.storage.temp_quota_retry_s)
         self.objects = ObjectStore(state_dir / "objects")
         self.artifacts: ArtifactStore | None = None
@@ -67,8 +87,8 @@ class Services:
         batch_slots = max(1, cfg.signing.key_slots - cfg.kiosk.reserved_key_slots)
         self.key_slots = KeySlots(
             cfg.signing.key_slots, cfg.kiosk.reserved_key_slots,
-            # Beside the store's own lock: one daemon per store.
-            shared=FileSlots(Path(f"{cfg.path(cfg.store.path)}.key-slots"), batch_slots))
+            # The node's own: beside its working files, out of their sweep.
+            shared=FileSlots(temp_root / f"{self.node}.key-slots", batch_slots))
         self.holds = KeyHolds(self.store)
         # The signing certificate's checks and, from B-LT up, its chains' revocation
         # data; it learns the certificate when the key is loaded.

@@ -142,7 +142,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise CasesignError(f"the daemon cannot start: {e}", code="unavailable") from None
 
     config = str(config_path_from(args.config, os.environ))
-    return int(server.serve(config, args.listen))
+    return int(server.serve(config, args.listen, args.node))
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
@@ -374,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
     c.add_argument("--listen", metavar="HOST:PORT", help="override server.listen")
+    c.add_argument("--node", metavar="NAME",
+                   help="this daemon's name among those on one store (default: the host "
+                   "name): its working files live under storage.temp_dir/NAME")
 
     c = command("sign", cmd_sign, "sign one PDF synchronously (POST /v1/sign)", client=True)
     c.add_argument("file", metavar="FILE")

@@ -28,9 +28,9 @@ from .logs import log_event
 log = logging.getLogger("casesignd.server")
 
 
-def build_app(cfg: Config) -> web.Application:
+def build_app(cfg: Config, node: str | None = None) -> web.Application:
     """The aiohttp application with every service attached and its lifecycle."""
-    services = Services(cfg)
+    services = Services(cfg, node)
     app = web.Application(
         client_max_size=cfg.server.max_json_bytes,
         middlewares=api.middlewares(services),
@@ -62,8 +62,8 @@ def reload(services: Services, config_path: str) -> None:
     log_event(log, "config.reloaded", count=len(fresh.tenants))
 
 
-async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
-    app = build_app(cfg)
+async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | None) -> int:
+    app = build_app(cfg, node)
     services = app[SERVICES]
     runner = web.AppRunner(app, access_log=None, handle_signals=False,
                            shutdown_timeout=cfg.workers.shutdown_grace_s)
@@ -80,7 +80,7 @@ async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
         log_event(log, "server.listen_failed", level=logging.ERROR, error=str(e))
         await runner.cleanup()
         return 1
-    log_event(log, "server.listening", route=site.name)
+    log_event(log, "server.listening", route=site.name, node=services.node)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -121,7 +121,7 @@ async def _serve(cfg: Config, config_path: str, listen: str | None) -> int:
     return 0
 
 
-def serve(config_path: str, listen: str | None = None) -> int:
+def serve(config_path: str, listen: str | None = None, node: str | None = None) -> int:
     """Run the daemon until SIGTERM; the exit status for the command line."""
     try:
         cfg = config_mod.load(config_path)
@@ -138,7 +138,7 @@ def serve(config_path: str, listen: str | None = None) -> int:
     # which would put 5 ms on every durable step of a kiosk request.
     sys.setswitchinterval(0.0005)
     try:
-        return asyncio.run(_serve(cfg, config_path, listen))
+        return asyncio.run(_serve(cfg, config_path, listen, node))
     except ConfigError as e:
         print(f"config error: {e.key}: {e.message}", file=sys.stderr)
         return 2

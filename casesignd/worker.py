@@ -15,7 +15,6 @@ import contextlib
 import logging
 import os
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ class PoolServices(JobServices, Protocol):
     what it hands to the jobs it runs."""
 
     temp: TempManager
+    node: str  # this daemon's name among those on one store (serve --node)
 
     async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any: ...
     async def refresh_state(self) -> None: ...
@@ -129,7 +129,8 @@ class Pool:
         self.kinds = kinds
         self.store = store
         self.recorder = recorder
-        self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        # On every lease and every event a worker writes: which daemon, which process.
+        self.owner = f"{services.node}:{os.getpid()}:{secrets.token_hex(4)}"
         self.running: dict[str, _Running] = {}
         self.batch_running = 0
         self.inflight_bytes = 0

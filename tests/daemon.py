@@ -121,13 +121,20 @@ class Daemon:
         self.token = envfile["CASESIGND_TOKEN"]
         self.log_path = state / "daemon.log"
         self.db = state / self.config["store"]["path"]
+        self.node = "test-node"
+
+    @property
+    def temp_area(self) -> Path:
+        """This daemon's own working files: storage.temp_dir/NODE."""
+        return self.dir / self.config["storage"].get("temp_dir", "tmp") / self.node
 
     # --- process -------------------------------------------------------------------
 
     def start(self, wait: bool = True) -> Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "casesignd", "serve", "--config", str(self.config_path)],
+            [sys.executable, "-m", "casesignd", "serve", "--config", str(self.config_path),
+             "--node", self.node],
             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
         log.close()
         if wait:

@@ -515,7 +515,7 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
 
 
 def temp_leftovers(d: Daemon) -> int:
-    tmp = d.dir / d.config["storage"].get("temp_dir", "tmp")
+    tmp = d.temp_area
     return sum(1 for _ in tmp.rglob("*")) if tmp.is_dir() else 0
 
 

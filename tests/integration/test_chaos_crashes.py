@@ -52,7 +52,7 @@ def run_chaos(daemon_factory, tmp_path, n_jobs: int, kills: int, seed: int) -> N
         assert report.audit_chain == "intact" and report.temp_files_left == 0
         # A graceful stop after the storm leaves the temp directory empty as well.
         assert d.stop() == 0
-        assert list((d.dir / "tmp").iterdir()) == []
+        assert list(d.temp_area.iterdir()) == []
         # No process of any killed daemon lives on (CPU workers, their forkserver).
         assert leftover_processes(d) == []
 

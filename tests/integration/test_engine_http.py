@@ -177,7 +177,7 @@ def test_kill9_at_random_moments_loses_nothing_and_runs_each_job_once(daemon_fac
     d.stop()
     out = d.cli("audit", "verify", "--config", str(d.config_path))
     assert out.returncode == 0, out.stdout + out.stderr
-    assert list((d.dir / "tmp").iterdir()) == []
+    assert list(d.temp_area.iterdir()) == []
 
 
 def test_changing_one_audit_row_is_found_and_named(daemon):

@@ -171,7 +171,7 @@ def test_kill9_during_a_kiosk_request_leaves_nothing_half_done(daemon_factory, t
     out.write_bytes(replay.body)
     assert_valid(out, d, tmp_path)
     assert [e["type"] for e in d.events(replay.headers["X-Job-Id"])].count("signed") == 1
-    assert list((d.dir / "tmp").iterdir()) == []
+    assert list(d.temp_area.iterdir()) == []
 
 
 def _busy_slots(d) -> str:

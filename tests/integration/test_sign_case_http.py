@@ -132,7 +132,7 @@ def test_bad_contracts_fail_with_their_code_and_nothing_is_signed(daemon, tmp_pa
     assert job["state"] == "failed" and job["error"]["code"] == code, job
     assert job["error"]["category"] == "permanent_input" and job["attempts"] == 1
     assert "signed" not in [e["type"] for e in d.events(job["job_id"])]
-    assert list((d.dir / "tmp").iterdir()) == []
+    assert list(d.temp_area.iterdir()) == []
 
 
 def test_manifest_validation_names_the_field(daemon, tmp_path):

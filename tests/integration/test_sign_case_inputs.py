@@ -22,7 +22,7 @@ def test_eicar_in_the_evidence_fails_the_job_and_the_worker_keeps_going(
     assert job["attempts"] == 1
     types = [e["type"] for e in d.events(job["job_id"])]
     assert "signed" not in types and "signature_recorded" not in types
-    assert list((d.dir / "tmp").iterdir()) == []
+    assert list(d.temp_area.iterdir()) == []
     clean = upload(d, "MAL-1", b"a clean note\n")
     ok = d.wait_job(d.submit(manifest("MAL-1", contract, [("note.txt", "text/plain", clean)])).json()["job_id"])
     assert ok["state"] == "ready", ok
