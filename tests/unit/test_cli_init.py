@@ -419,14 +419,15 @@ def test_serve_hands_over_config_and_listen(monkeypatch: pytest.MonkeyPatch,
 
     calls: list = []
     fake = types.ModuleType("casesignd.server")
-    fake.serve = lambda config_path, listen: calls.append((config_path, listen)) or 0  # type: ignore[attr-defined]
+    fake.serve = lambda config_path, listen, node: calls.append((config_path, listen, node)) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "casesignd.server", fake)
     monkeypatch.setattr(casesignd, "server", fake, raising=False)
     monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     assert cli.main(["serve"]) == 0
-    assert cli.main(["serve", "--config", str(tmp_path / "c.toml"), "--listen", "127.0.0.1:1"]) == 0
+    assert cli.main(["serve", "--config", str(tmp_path / "c.toml"), "--listen", "127.0.0.1:1",
+                     "--node", "n2"]) == 0
     monkeypatch.setenv("CASESIGND_CONFIG", "/etc/casesignd/config.toml")
     assert cli.main(["serve"]) == 0
-    assert calls == [("casesignd-state/config.toml", None),
-                     (str(tmp_path / "c.toml"), "127.0.0.1:1"),
-                     ("/etc/casesignd/config.toml", None)]
+    assert calls == [("casesignd-state/config.toml", None, None),
+                     (str(tmp_path / "c.toml"), "127.0.0.1:1", "n2"),
+                     ("/etc/casesignd/config.toml", None, None)]
