@@ -27,8 +27,9 @@ from ..errors import StoreUnavailable
 from .records import Job, new_id
 
 
-def load_statements() -> dict[str, str]:
-    text = resources.files("casesignd").joinpath("sql/queries.sql").read_text("utf-8")
+def load_statements(path: str = "sql/queries.sql") -> dict[str, str]:
+    """The named statements of a .sql file in the package ("-- name: NAME" blocks)."""
+    text = resources.files("casesignd").joinpath(path).read_text("utf-8")
     out: dict[str, str] = {}
     name = None
     lines: list[str] = []
@@ -44,8 +45,9 @@ def load_statements() -> dict[str, str]:
     return out
 
 
-def migrations() -> list[tuple[int, str]]:
-    files = resources.files("casesignd").joinpath("sql")
+def migrations(directory: str = "sql") -> list[tuple[int, str]]:
+    """The numbered migrations (NNNN_name.sql) of a package directory, in order."""
+    files = resources.files("casesignd").joinpath(directory)
     found = []
     for entry in files.iterdir():
         stem = entry.name.split("_", 1)[0]
