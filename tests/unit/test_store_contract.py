@@ -1,6 +1,7 @@
 """The store contract: every Store implementation passes these (SQLite, the embedded
-one, and the one in memory). A test of what only a file gives (a lock, SQL constraints,
-triggers) runs against SQLite alone."""
+one, PostgreSQL, and the one in memory). A test of what only a file gives (a lock, SQL
+constraints, triggers) runs against SQLite alone. PostgreSQL runs on a throwaway
+cluster (tests/helpers_postgres.py), a fresh database per test."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from casesignd.holds import KeyHolds
 from casesignd.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, SqliteStore, new_id
 from casesignd.store.memory import MemoryStore
+from casesignd.store.postgres import PostgresStore
 
 
 class Clock:
@@ -27,11 +29,13 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["sqlite", "memory"])
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
 async def store_and_clock(request, tmp_path):
     clock = Clock()
     if request.param == "memory":
         store = MemoryStore(clock=clock)
+    elif request.param == "postgres":
+        store = PostgresStore(request.getfixturevalue("postgres_dsn"), clock=clock)
     else:
         store = SqliteStore(tmp_path / "store.db", clock=clock)
     await store.open()
@@ -44,10 +48,12 @@ def store(store_and_clock):
     return store_and_clock[0]
 
 
-def chain(store, tmp_path) -> audit.AuditReport:
+async def chain(store, tmp_path) -> audit.AuditReport:
     """The whole audit chain of ``store``, verified."""
     if isinstance(store, MemoryStore):
         return audit.verify_rows(store.all_events())
+    if isinstance(store, PostgresStore):
+        return await asyncio.to_thread(audit.verify_postgres, store.dsn)
     return audit.verify_file(tmp_path / "store.db")
 
 
@@ -206,8 +212,17 @@ async def test_audit_chain_verifies_and_is_append_only(store, tmp_path):
     job, _ = await admit(store)
     claimed = await store.claim("w", 10, 1 << 30, ["test"])
     await store.conclude(claimed.lease, Finish())
-    report = chain(store, tmp_path)
+    report = await chain(store, tmp_path)
     assert report.ok and report.checked == 3
+    if isinstance(store, PostgresStore):
+        import psycopg
+
+        with psycopg.connect(store.dsn, autocommit=True) as conn:
+            for sql in ("UPDATE events SET actor = 'x' WHERE seq = 2", "DELETE FROM events",
+                        "TRUNCATE events"):
+                with pytest.raises(psycopg.IntegrityError):
+                    conn.execute(sql)
+        return
     if not isinstance(store, SqliteStore):
         return
     conn = sqlite3.connect(tmp_path / "store.db")
@@ -224,7 +239,7 @@ async def test_a_failed_operation_does_not_break_the_batch_or_chain(store, tmp_p
         admit(store, key="k1", body={"different": True}), admit(store, key="k2"),
         return_exceptions=True)
     assert isinstance(outcomes[0], IdempotencyKeyReused) and outcomes[1][1]
-    assert chain(store, tmp_path).ok
+    assert (await chain(store, tmp_path)).ok
 
 
 async def test_a_second_process_cannot_open_the_store(store, tmp_path):
