@@ -127,6 +127,11 @@ class PostgresStore:
     def commit_batches(self) -> int:
         return self._writer.batches
 
+    @property
+    def reruns(self) -> int:
+        """Batches run again after a deadlock with another daemon's transaction."""
+        return self._writer.reruns
+
     # --- admission -------------------------------------------------------------------
 
     async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:

@@ -139,6 +139,7 @@ class Writer:
         self.q = statements
         self.clock = clock
         self.batches = 0
+        self.reruns = 0  # batches run again after a deadlock or serialization failure
         self._conn: PgConnection | None = None
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -278,6 +279,7 @@ class Writer:
                     await self._rollback(conn)
                     if isinstance(e, TRANSIENT) and retries < MAX_RETRIES:
                         retries += 1
+                        self.reruns += 1
                         continue
                     for _op, fut in pending:
                         self._resolve(fut, None, unavailable(e))
@@ -290,6 +292,7 @@ class Writer:
             if isinstance(failure, psycopg.Error):
                 if isinstance(failure, TRANSIENT) and retries < MAX_RETRIES:
                     retries += 1
+                    self.reruns += 1
                     continue
                 if conn.broken or isinstance(failure, psycopg.OperationalError):
                     for _op, fut in pending:
