@@ -35,7 +35,7 @@ from .objects import ObjectStore
 from .recorder import Recorder
 from .renewal import keep_renewing
 from .sources import Fetcher
-from .store import SqliteStore
+from .store import make_store
 from .tempfiles import TempManager
 from .worker import Pool
 
@@ -50,7 +50,7 @@ class Services:
         self.metrics = Metrics()
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
-        self.store = SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
+        self.store = make_store(cfg)
         state_dir = cfg.path(cfg.storage.state_dir)
         self.temp = TempManager(cfg.path(cfg.storage.temp_dir), cfg.storage.temp_quota_bytes,
                                 retry_delay_s=cfg.storage.temp_quota_retry_s)

@@ -256,3 +256,33 @@ async def test_a_deadlock_between_the_daemons_reruns_the_batch(daemons, postgres
     # The survivor recorded both keys; the rerun found both recorded.
     assert sorted([got_a, got_b]) == [[0, 0], [1, 1]]
     verified(postgres_dsn)
+
+
+def test_the_cli_migrates_and_verifies_a_postgres_store(postgres_dsn, tmp_path, capsys):
+    from casesignd import cli
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[store]\nkind = "postgres"\ndsn = "{postgres_dsn}"\n')
+    assert cli.main(["store", "migrate", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == f"job store postgres {postgres_dsn}: schema version 1\n"
+
+    async def write() -> None:
+        store = PostgresStore(postgres_dsn)
+        await store.open()
+        job, _ = await store.admit(new_job("cli"), actor="api:t1", max_queue_depth=10)
+        claimed = await store.claim("node-a:w", 10.0, 1 << 30, ["test"])
+        await store.conclude(claimed.lease, Finish())
+        await store.close()
+
+    asyncio.run(write())
+    assert cli.main(["audit", "verify", "--config", str(config)]) == 0
+    assert capsys.readouterr().out == "audit chain intact: 3 events\n"
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        # Someone with the database's owner rights rewrites history around the trigger.
+        conn.execute("ALTER TABLE events DISABLE TRIGGER events_append_only")
+        conn.execute("UPDATE events SET actor = 'someone else' WHERE seq = 2")
+    assert cli.main(["audit", "verify", "--config", str(config)]) == 1
+    assert capsys.readouterr().out.startswith("audit chain broken at event seq=2 ")
+    config.write_text(f'[store]\nkind = "postgres"\ndsn = "host={tmp_path} dbname=none"\n')
+    assert cli.main(["store", "migrate", "--config", str(config)]) == 1
+    assert "error: store_unavailable: the job store cannot be reached" in capsys.readouterr().err
