@@ -14,17 +14,20 @@ them together across daemons:
   (:mod:`casesignd.store.postgres_writer`);
 - lease times are the database's clock, one for every daemon.
 
-Writes go through the writer (group commit); reads use a small pool of connections.
+Writes go through the writer's thread (group commit); reads use a small pool of
+asyncio connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 import psycopg
+from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
@@ -47,10 +50,15 @@ from .sqlite_writer import load_statements
 
 # A claim locks this many queued jobs past its limit to choose, oldest first, those
 # that fit its byte budget together.
-CLAIM_SCAN_EXTRA = 16
+CLAIM_SCAN_EXTRA = 0
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500
 _SIG = ("artifact_id", "sha256", "size", "job_id", "created_at")
+
+
+def _job_of(row: DictRow) -> Job:
+    """The job in a row that carries more than the job's columns."""
+    return Job(**{k: row[k] for k in Job.__struct_fields__})
 
 
 class PostgresStore:
@@ -71,22 +79,21 @@ class PostgresStore:
         self._writer = Writer(self._connect, self.q, clock)
         self._readers = readers
         self._timeout_s = connect_timeout_s
-        self._pool: AsyncConnectionPool[PgConnection] | None = None
+        self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
 
-    async def _connect(self) -> PgConnection:
+    def _connect(self) -> PgConnection:
         try:
-            return await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, row_factory=dict_row, **self._kwargs)
+            return psycopg.connect(self.dsn, autocommit=True, row_factory=dict_row, **self._kwargs)
         except psycopg.Error as e:
             raise unavailable(e, "the job store cannot be reached") from e
 
     async def open(self) -> None:
         """Apply migrations (under an advisory lock), start the writer, open the readers."""
-        self.schema_version = await self._writer.start()
-        pool: AsyncConnectionPool[PgConnection] = AsyncConnectionPool(
+        self.schema_version = await asyncio.to_thread(self._writer.start)
+        pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=self._readers, open=False, timeout=self._timeout_s,
             kwargs={"autocommit": True, "row_factory": dict_row, **self._kwargs},
             name="casesignd-readers")
@@ -94,12 +101,12 @@ class PostgresStore:
             await pool.open(wait=True, timeout=self._timeout_s)
         except psycopg.Error as e:  # PoolTimeout is one
             await pool.close()
-            await self._writer.stop()
+            await asyncio.to_thread(self._writer.stop)
             raise unavailable(e, "the job store cannot be reached") from e
         self._pool = pool
 
     async def close(self) -> None:
-        await self._writer.stop()
+        await asyncio.to_thread(self._writer.stop)
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
@@ -142,15 +149,16 @@ class PostgresStore:
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row."""
 
-        async def op(tx: Tx) -> tuple[Job, bool]:
-            row = await tx.one("admit_job", **new.__dict__, job_id=new_id("job", new.created_at),
+        def op(tx: Tx) -> tuple[Job, bool]:
+            row = tx.one("admit_job", **new.__dict__, job_id=new_id("job", new.created_at),
                                now=tx.now, max_queue_depth=max_queue_depth,
+                               waiting_pending=tx.waiting_pending,
                                admission_ms=max(0.0, (tx.now - new.created_at) * 1000.0))
             if row is not None:
                 job = row_job(row)
                 tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
                 return job, True
-            row = await tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+            row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
             if row is None:
                 raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
             job = row_job(row)
@@ -163,9 +171,9 @@ class PostgresStore:
         return await self._write(op)
 
     @staticmethod
-    async def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
+    def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
         """A kiosk flight's job row, admitted at ``now`` (the flight's clock)."""
-        row = await tx.one("insert_job", **new.__dict__, job_id=job_id, now=now,
+        row = tx.one("insert_job", **new.__dict__, job_id=job_id, now=now,
                            admission_ms=max(0.0, (now - new.created_at) * 1000.0))
         if row is None:
             # The flight holds its key (casesignd.holds), so another row with it is an
@@ -193,30 +201,30 @@ class PostgresStore:
     async def record_flight(self, flight: Flight) -> Job | None:
         """Write a kiosk request's whole job in one transaction (see SqliteStore)."""
 
-        async def op(tx: Tx) -> Job | None:
+        def op(tx: Tx) -> Job | None:
             outcome = flight.outcome
             if isinstance(outcome, Finish) and not flight.persisted:
-                return await self._flight_succeeded(tx, flight, outcome)
-            row = await tx.one("get_job_any", job_id=flight.job_id) if flight.persisted else None
-            job = row_job(row) if row is not None else await self._flight_job(tx, flight)
-            return await self._conclude_op(job.lease, outcome)(tx)
+                return self._flight_succeeded(tx, flight, outcome)
+            row = tx.one("get_job_any", job_id=flight.job_id) if flight.persisted else None
+            job = row_job(row) if row is not None else self._flight_job(tx, flight)
+            return self._conclude_op(job.lease, outcome)(tx)
 
         return await self._write(op)
 
     async def persist_flight(self, flight: Flight) -> Job:
         """Write a kiosk request's job as running (admitted and claimed)."""
 
-        async def op(tx: Tx) -> Job:
-            row = await tx.one("get_job_any", job_id=flight.job_id)
-            return row_job(row) if row is not None else await self._flight_job(tx, flight)
+        def op(tx: Tx) -> Job:
+            row = tx.one("get_job_any", job_id=flight.job_id)
+            return row_job(row) if row is not None else self._flight_job(tx, flight)
 
         flight.persisted = True  # before the write: see Flight.persisted
         return await self._write(op)
 
-    async def _flight_succeeded(self, tx: Tx, flight: Flight, outcome: Finish) -> Job:
+    def _flight_succeeded(self, tx: Tx, flight: Flight, outcome: Finish) -> Job:
         new = flight.new
         result = outcome.result()
-        row = await tx.one(
+        row = tx.one(
             "insert_flight_succeeded", **new.__dict__, job_id=flight.job_id,
             admitted_at=flight.admitted_at, claimed_at=flight.claimed_at, now=tx.now,
             admission_ms=max(0.0, (flight.admitted_at - new.created_at) * 1000.0),
@@ -229,19 +237,19 @@ class PostgresStore:
                  {"kind": job.kind, "declared_bytes": job.declared_bytes}, attempt=0)
         tx.event(job, "claimed", worker, {"series": job.series, "path": "kiosk"})
         if outcome.signature is not None:
-            await self._sign_record(tx, msgspec.structs.replace(job, lease_owner=flight.owner),
+            self._sign_record(tx, msgspec.structs.replace(job, lease_owner=flight.owner),
                                     outcome, outcome.signature)
         tx.event(job, "succeeded", worker, {"result": result})
         if outcome.artifact is not None:
-            await self._put_artifact(tx, job, outcome)
+            self._put_artifact(tx, job, outcome)
         return job
 
-    async def _flight_job(self, tx: Tx, flight: Flight) -> Job:
+    def _flight_job(self, tx: Tx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
-        job = await self._insert_job(tx, flight.new, flight.actor, flight.job_id, flight.admitted_at)
+        job = self._insert_job(tx, flight.new, flight.actor, flight.job_id, flight.admitted_at)
         # The lease runs from now: the claim's own time is the flight's.
         lease_s = flight.lease_s + max(0.0, tx.now - flight.claimed_at)
-        row = await tx.one("claim_job", job_id=job.job_id, owner=flight.owner,
+        row = tx.one("claim_job", job_id=job.job_id, owner=flight.owner,
                            now=flight.claimed_at, lease_s=lease_s)
         assert row is not None
         job = row_job(row)
@@ -261,8 +269,8 @@ class PostgresStore:
         byte budget together, in one statement, each with the signature recorded for
         its signature key."""
 
-        async def op(tx: Tx) -> list[Claimed]:
-            rows = await tx.all("claim_batch", owner=owner, now=tx.now, lease_s=lease_s,
+        def op(tx: Tx) -> list[Claimed]:
+            rows = tx.all("claim_batch", owner=owner, now=tx.now, lease_s=lease_s,
                                 budget=budget_bytes, kinds=kinds, limit=limit,
                                 scan=limit + CLAIM_SCAN_EXTRA)
             out = []
@@ -271,7 +279,7 @@ class PostgresStore:
                 if row["sig_artifact_id"] is not None:
                     recorded = {"tenant": row["tenant"], "sig_key": row["sig_key"]} | {
                         k: row[f"sig_{k}"] for k in _SIG}
-                job = Job(**{k: row[k] for k in Job.__struct_fields__})
+                job = _job_of(row)
                 tx.event(job, "claimed", f"worker:{owner}",
                          {"series": job.series, "queue_wait_ms": round(job.queue_wait_ms, 3)})
                 out.append(Claimed(job, recorded))
@@ -282,8 +290,8 @@ class PostgresStore:
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
         """Take the lease of one queued job by id (None when it is not queued)."""
 
-        async def op(tx: Tx) -> Job | None:
-            row = await tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
+        def op(tx: Tx) -> Job | None:
+            row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
             if row is None:
                 return None
             job = row_job(row)
@@ -295,8 +303,8 @@ class PostgresStore:
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases, in one statement; returns the ones that are no longer held."""
 
-        async def op(tx: Tx) -> list[Lease]:
-            rows = await tx.all("renew", now=tx.now, lease_s=lease_s,
+        def op(tx: Tx) -> list[Lease]:
+            rows = tx.all("renew", now=tx.now, lease_s=lease_s,
                                 job_ids=[lease.job_id for lease in leases],
                                 attempts=[lease.attempt for lease in leases],
                                 owners=[lease.owner for lease in leases])
@@ -307,11 +315,11 @@ class PostgresStore:
 
     def _fenced(self, name: str, lease: Lease, event: str, detail: dict[str, Any],
                 **params: Any) -> Op:
-        async def op(tx: Tx) -> Job | None:
-            row = await tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
+        def op(tx: Tx) -> Job | None:
+            row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
                                now=tx.now, **params)
             if row is None:
-                await self._stale(tx, lease, event)
+                self._stale(tx, lease, event)
                 return None
             job = row_job(row)
             tx.event(job, event, f"worker:{lease.owner}", detail)
@@ -319,10 +327,10 @@ class PostgresStore:
         return op
 
     @staticmethod
-    async def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
+    def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
         """A stale worker: its lease expired and the job moved on. The lost attempt is
         recorded against the job, and its result dropped."""
-        cur = await tx.one("get_job_any", job_id=lease.job_id)
+        cur = tx.one("get_job_any", job_id=lease.job_id)
         if cur is not None:
             tx.event(row_job(cur), "stale_result_dropped", f"worker:{lease.owner}",
                      {"wanted": wanted}, attempt=lease.attempt)
@@ -342,59 +350,59 @@ class PostgresStore:
                 detail["waiting"] = True
             retry = outcome
 
-            async def op(tx: Tx) -> Job | None:
-                return await self._fenced("retry_later", lease, "retry_scheduled", detail,
-                                          code=retry.code, next_at=tx.now + retry.delay_s,
-                                          count=1 if retry.counts else 0)(tx)
+            def op(tx: Tx) -> Job | None:
+                return self._fenced("retry_later", lease, "retry_scheduled", detail,
+                                    code=retry.code, next_at=tx.now + retry.delay_s,
+                                    count=1 if retry.counts else 0)(tx)
 
             return op
         return self._fenced("fail", lease, "failed",
                             {**outcome.detail, "category": outcome.category, "code": outcome.code},
                             category=outcome.category, code=outcome.code)
 
-    async def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
+    def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
         result = outcome.result()
-        row = await tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
+        row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
                            now=tx.now, result=audit.canonical(result).decode())
         if row is None:
-            await self._stale(tx, lease, "succeeded")
+            self._stale(tx, lease, "succeeded")
             return None
         job = row_job(row)
         if outcome.signature is not None:
-            named = await self._sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
+            named = self._sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
                                             outcome, outcome.signature)
             if named is not outcome:  # recorded before: the result names that record
                 outcome, result = named, named.result()
-                row = await tx.one("set_result", job_id=job.job_id,
+                row = tx.one("set_result", job_id=job.job_id,
                                    result=audit.canonical(result).decode())
                 assert row is not None
                 job = row_job(row)
         tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
         if outcome.artifact is not None:
-            await self._put_artifact(tx, job, outcome)
+            self._put_artifact(tx, job, outcome)
         return job
 
-    async def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
+    def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
         """Record ``sig`` for ``job`` (its bytes first, when kept here); the finish that
         names the recorded signature."""
         if sig.inline is not None:
-            await tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline)
-        record = await self._record_signature(tx, job, sig.sig_key, sig.artifact.record(), sig.signed)
+            tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline)
+        record = self._record_signature(tx, job, sig.sig_key, sig.artifact.record(), sig.signed)
         if outcome.artifact is None or record["artifact_id"] == outcome.artifact.artifact_id:
             return outcome
         return outcome.with_artifact(Artifact(record["artifact_id"], record["sha256"],
                                               record["size"], outcome.artifact.media_type))
 
     @staticmethod
-    async def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
+    def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
         artifact = outcome.artifact
         assert artifact is not None
-        await tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
+        tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
                      size=artifact.size, media_type=artifact.media_type, tenant=job.tenant,
                      job_id=job.job_id, now=tx.now,
                      timestamp_expires_at=artifact.timestamp_expires_at)
         if outcome.renews is not None:
-            await tx.run("mark_renewed", artifact_id=outcome.renews, tenant=job.tenant,
+            tx.run("mark_renewed", artifact_id=outcome.renews, tenant=job.tenant,
                          renewed_by=artifact.artifact_id)
 
     async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]:
@@ -413,14 +421,14 @@ class PostgresStore:
         statement, which skips the jobs another transaction holds: any daemon may run
         it at any time."""
 
-        async def op(tx: Tx) -> list[Job]:
-            rows = await tx.all("reclaim", now=tx.now, max_lost=max_lost, everything=everything,
+        def op(tx: Tx) -> list[Job]:
+            rows = tx.all("reclaim", now=tx.now, max_lost=max_lost, everything=everything,
                                 cap=None if everything else SWEEP_CAP)
             rows.sort(key=(lambda r: r["job_id"]) if everything
                       else (lambda r: (r["old_expires"], r["job_id"])))
             out = []
             for row in rows:
-                job = Job(**{k: row[k] for k in Job.__struct_fields__})
+                job = _job_of(row)
                 tx.event(job, "lease_expired", "system",
                          {"owner": row["old_owner"], "lost_leases": job.lost_leases,
                           "at_start": everything}, attempt=job.attempt)
@@ -434,8 +442,8 @@ class PostgresStore:
     async def promote_due(self) -> list[Job]:
         """retry_wait → queued for jobs whose backoff has passed."""
 
-        async def op(tx: Tx) -> list[Job]:
-            rows = await tx.all("promote_due", now=tx.now, cap=SWEEP_CAP)
+        def op(tx: Tx) -> list[Job]:
+            rows = tx.all("promote_due", now=tx.now, cap=SWEEP_CAP)
             jobs = sorted((row_job(r) for r in rows), key=lambda j: (j.next_attempt_at, j.job_id))
             for job in jobs:
                 tx.event(job, "requeued", "system", {})
@@ -444,24 +452,24 @@ class PostgresStore:
         return await self._write(op)
 
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
-        async def op(tx: Tx) -> Job:
-            row = await tx.one("cancel", job_id=job_id, tenant=tenant, now=tx.now)
+        def op(tx: Tx) -> Job:
+            row = tx.one("cancel", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
-                if await tx.one("get_job", job_id=job_id, tenant=tenant) is None:
+                if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
                     raise NotFound("no such job", code="job_not_found")
                 raise Conflict("only a queued job that no worker holds can be canceled",
                                code="not_cancelable")
-            job = row_job(row)
+            job = _job_of(row)
             tx.event(job, "canceled", actor, {})
             return job
 
         return await self._write(op)
 
     async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
-        async def op(tx: Tx) -> Job:
-            row = await tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now)
+        def op(tx: Tx) -> Job:
+            row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
-                if await tx.one("get_job", job_id=job_id, tenant=tenant) is None:
+                if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
                     raise NotFound("no such job", code="job_not_found")
                 raise Conflict("only a failed job can be retried", code="not_failed")
             job = row_job(row)
@@ -475,7 +483,7 @@ class PostgresStore:
     async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None:
         """An event that changes no state (e.g. ``signed``), chained like the others."""
 
-        async def op(tx: Tx) -> None:
+        def op(tx: Tx) -> None:
             tx.event(job, type, actor, detail)
 
         await self._write(op)
@@ -487,13 +495,13 @@ class PostgresStore:
         return await self._write(lambda tx: self._record_signature(tx, job, sig_key, artifact, signed))
 
     @staticmethod
-    async def _record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
+    def _record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
                                 signed: dict[str, Any] | None) -> dict[str, Any]:
         params = {"tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
                   "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
                   "now": tx.now}
-        if not await tx.run("put_signature", **params):  # recorded before: that record stands
-            row = await tx.one("get_signature", tenant=job.tenant, sig_key=sig_key)
+        if not tx.run("put_signature", **params):  # recorded before: that record stands
+            row = tx.one("get_signature", tenant=job.tenant, sig_key=sig_key)
             assert row is not None
             return dict(row)
         row = {k: v for k, v in params.items() if k != "now"} | {"created_at": tx.now}
@@ -509,8 +517,8 @@ class PostgresStore:
         """A write round trip: raises StoreUnavailable when the store cannot take writes
         (unreachable, or a standby that is read-only)."""
 
-        async def op(tx: Tx) -> bool:
-            row = await tx.one("writable")
+        def op(tx: Tx) -> bool:
+            row = tx.one("writable")
             return bool(row and row["in_recovery"])
 
         if await self._write(op):

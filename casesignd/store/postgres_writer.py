@@ -1,35 +1,42 @@
-"""The PostgreSQL store's writing connection, committing in groups, and its migrations.
+"""The PostgreSQL store's writing connection, on its own thread, committing in groups,
+and its migrations.
 
-One asyncio task owns the daemon's writing connection. It takes every operation
-waiting in its queue and runs them in one transaction (group commit), as the SQLite
-store's writer thread does: an operation that raises is taken out and the others run
-again in a fresh transaction, so it leaves nothing behind; a deadlock with another
-daemon's transaction (PostgreSQL aborts one of the two) runs the whole batch again.
+As the SQLite store's writer does, one thread owns the daemon's writing connection,
+takes every operation waiting in its queue and runs them in one transaction (group
+commit): an operation that raises is taken out and the others run again in a fresh
+transaction, so it leaves nothing behind; a deadlock with another daemon's
+transaction (PostgreSQL aborts one of the two) runs the whole batch again. A thread
+with psycopg's blocking connection, not an asyncio task: a statement then costs a
+third of what the asyncio connection's wake-ups cost, and the statements of a batch
+run one after the other anyway.
 
 The audit chain is one for every daemon. An operation's events are kept aside while
 it runs; just before COMMIT the writer locks the chain's head row (``SELECT ... FOR
 UPDATE``), chains the batch's events after the head it finds, inserts them and moves
-the head, in one statement. Two writers therefore chain one after the other, never
-after the same event, and the lock is held only for the tail of a transaction.
+the head, in one statement, pipelined with the batch's changes to the jobs per state
+and the COMMIT. Two writers therefore chain one after the other, never after the
+same event, and the lock is held only for the tail of a transaction.
 
-Times: every statement gets the transaction's ``now`` as a parameter, read from the
-database (``now()``, one clock for every daemon's leases) when the transaction begins,
-or from an injected clock (tests).
+Times: every statement gets the transaction's ``now`` as a parameter, the database's
+``now()`` (one clock for every daemon's leases) read as the transaction begins, or an
+injected clock's (tests).
 
-Wake-ups stay polling: a LISTEN/NOTIFY seam would sit in :meth:`Writer._commit`,
-after a commit that queued jobs (debounced: NOTIFY takes a database-wide lock at
-commit).
+Wake-ups stay polling. A LISTEN/NOTIFY seam would sit in :meth:`Writer._commit`,
+after a commit that queued jobs, debounced: NOTIFY takes a database-wide lock at
+commit, and PgBouncer in transaction mode breaks LISTEN.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import queue
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from .. import audit
@@ -37,8 +44,8 @@ from ..errors import StoreUnavailable
 from .records import Job, new_id
 from .sqlite_writer import migrations
 
-PgConnection = AsyncConnection[DictRow]
-Connect = Callable[[], Awaitable[PgConnection]]
+PgConnection = psycopg.Connection[DictRow]
+Connect = Callable[[], PgConnection]
 
 # A deadlock or a serialization failure aborts the transaction but is no fault of any
 # operation in it: the batch runs again, up to this many times.
@@ -50,32 +57,64 @@ def unavailable(e: BaseException, what: str = "the job store cannot take writes"
     return StoreUnavailable(what, detail={"postgres": str(e).strip()})
 
 
+# The statements that change a job's state, and the state the jobs they return were
+# in (None: inserted; a statement that cannot tell returns it as old_state). Every job
+# they return is counted out of that state and into its own (job_counts), so the
+# counts change in the statements that change the states; a test checks that every
+# statement of queries.sql that sets a job's state is named here.
+STATE_CHANGES: dict[str, str | None] = {
+    "admit_job": None, "insert_job": None, "insert_flight_succeeded": None,
+    "claim_batch": "queued", "claim_job": "queued",
+    "finish": "running", "retry_later": "running", "fail": "running", "release": "running",
+    "reclaim": "running", "promote_due": "retry_wait", "cancel": None, "replay": "failed",
+}
+
+
 class Tx:
     """One operation's view of the writer's transaction."""
 
-    __slots__ = ("conn", "q", "now", "events")
+    __slots__ = ("conn", "q", "now", "events", "counts")
 
     def __init__(self, conn: PgConnection, q: dict[str, str], now: float,
-                 events: list[dict[str, Any]]) -> None:
+                 events: list[dict[str, Any]], counts: dict[str, int]) -> None:
         self.conn = conn
         self.q = q
         self.now = now
-        # Chained when the batch commits (see Writer._append): a seq is known only
-        # under the head's lock.
+        # Chained when the batch commits (Writer._append): a seq is known only under
+        # the head's lock.
         self.events = events
+        # Jobs per state that this transaction moved so far, added to job_counts
+        # when it commits.
+        self.counts = counts
 
-    async def one(self, name: str, **params: Any) -> DictRow | None:
-        cur = await self.conn.execute(self.q[name], params)
-        return await cur.fetchone()
+    def _count(self, name: str, rows: list[DictRow]) -> None:
+        if name in STATE_CHANGES:
+            before = STATE_CHANGES[name]
+            for row in rows:
+                old = row.get("old_state", before)
+                if old is not None:
+                    self.counts[old] = self.counts.get(old, 0) - 1
+                self.counts[row["state"]] = self.counts.get(row["state"], 0) + 1
 
-    async def all(self, name: str, **params: Any) -> list[DictRow]:
-        cur = await self.conn.execute(self.q[name], params)
-        return await cur.fetchall()
+    @property
+    def waiting_pending(self) -> int:
+        """Jobs this transaction added to the waiting states (queued, retry_wait)."""
+        return self.counts.get("queued", 0) + self.counts.get("retry_wait", 0)
 
-    async def run(self, name: str, **params: Any) -> int:
+    def one(self, name: str, **params: Any) -> DictRow | None:
+        row = self.conn.execute(self.q[name], params).fetchone()
+        if row is not None:
+            self._count(name, [row])
+        return row
+
+    def all(self, name: str, **params: Any) -> list[DictRow]:
+        rows = self.conn.execute(self.q[name], params).fetchall()
+        self._count(name, rows)
+        return rows
+
+    def run(self, name: str, **params: Any) -> int:
         """Execute a statement that returns no rows; how many rows it changed."""
-        cur = await self.conn.execute(self.q[name], params)
-        return cur.rowcount
+        return self.conn.execute(self.q[name], params).rowcount
 
     def event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
@@ -94,22 +133,21 @@ class Tx:
         })
 
 
-Op = Callable[[Tx], Awaitable[Any]]
-_Item = tuple[Op, "asyncio.Future[Any]"]
+Op = Callable[[Tx], Any]
+_Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 
 
-async def migrate(conn: PgConnection, q: dict[str, str]) -> int:
+def migrate(conn: PgConnection, q: dict[str, str]) -> int:
     """Apply the numbered migrations (sql/postgres/NNNN_*.sql) the database lacks, in
     one transaction under an advisory lock, so daemons starting together apply them
     once; answers the schema version. A database newer than this code is refused."""
     known = migrations("sql/postgres")
     latest = known[-1][0] if known else 0
-    await conn.execute("BEGIN")
+    conn.execute("BEGIN")
     try:
-        await conn.execute(q["migration_lock"])
-        await conn.execute(q["schema_version_table"])
-        cur = await conn.execute(q["schema_version"])
-        row = await cur.fetchone()
+        conn.execute(q["migration_lock"])
+        conn.execute(q["schema_version_table"])
+        row = conn.execute(q["schema_version"]).fetchone()
         current = int(row["version"]) if row else 0
         if current > latest:
             raise StoreUnavailable(
@@ -117,21 +155,26 @@ async def migrate(conn: PgConnection, q: dict[str, str]) -> int:
                 f"{latest}", detail={"reason": "schema_newer"})
         for version, script in known:
             if version > current:
-                await conn.execute(script)  # no parameters: several statements at once
-                await conn.execute(q["record_version"], {"version": version})
+                conn.execute(script)  # no parameters: several statements at once
+                conn.execute(q["record_version"], {"version": version})
                 current = version
-        await conn.execute("COMMIT")
+        conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(psycopg.Error):
-            await conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
         raise
     return current
 
 
 class Writer:
-    """The daemon's one writing connection, committing in groups."""
+    """The daemon's one writing connection, on its own thread, committing in groups."""
 
     MAX_BATCH = 512
+    # A commit that follows the last one within BUSY_S waits up to GATHER_S for more
+    # (see SQLite's writer): the statements of a batch cost the same round trips
+    # whether the batch is large or small, its commit does not.
+    BUSY_S = 0.02
+    GATHER_S = 0.0005
 
     def __init__(self, connect: Connect, statements: dict[str, str],
                  clock: Callable[[], float] | None) -> None:
@@ -141,81 +184,103 @@ class Writer:
         self.batches = 0
         self.reruns = 0  # batches run again after a deadlock or serialization failure
         self._conn: PgConnection | None = None
-        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
+        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
         self._begin = "BEGIN" if clock is not None else f"BEGIN; {statements['now']}"
 
-    async def start(self) -> int:
-        """Connect, migrate, and start committing; answers the schema version."""
-        conn = await self._connect()
+    def start(self) -> int:
+        """Connect, migrate, and start the thread; answers the schema version. Blocking."""
+        conn = self._session(self._connect())
         try:
-            version = await migrate(conn, self.q)
+            version = migrate(conn, self.q)
         except BaseException:
-            await conn.close()
+            conn.close()
             raise
         self._conn = conn
-        self._task = asyncio.create_task(self._run(), name="casesignd-store-writer")
+        self._thread = threading.Thread(target=self._run, name="casesignd-store-writer",
+                                        daemon=True)
+        self._thread.start()
         return version
 
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._queue.put_nowait(None)
-            await self._task
-            self._task = None
+    def stop(self) -> None:
+        """Commit what is queued, then stop. Blocking."""
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=60)
+            self._thread = None
         if self._conn is not None:
-            await self._conn.close()
+            self._conn.close()
             self._conn = None
 
     def submit(self, op: Op) -> asyncio.Future[Any]:
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self._task is None or self._task.done():
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._thread is None:
             fut.set_exception(StoreUnavailable("the job store is closed"))
         else:
-            self._queue.put_nowait((op, fut))
+            self._queue.put((op, fut, loop))
         return fut
 
-    async def _run(self) -> None:
+    def _session(self, conn: PgConnection) -> PgConnection:
+        conn.execute(self.q["writer_session"])
+        return conn
+
+    def _run(self) -> None:
+        last_commit = 0.0
         while True:
-            item = await self._queue.get()
+            item = self._queue.get()
             if item is None:
                 return
-            # Let the callers that the last commit answered submit their next
-            # operation (a claim after a finish) before this batch closes.
-            await asyncio.sleep(0)
             batch = [item]
+            window_end = time.monotonic() + self.GATHER_S \
+                if time.monotonic() - last_commit < self.BUSY_S else 0.0
             stop = False
-            while len(batch) < self.MAX_BATCH and not self._queue.empty():
-                nxt = self._queue.get_nowait()
+            while len(batch) < self.MAX_BATCH:
+                try:
+                    left = window_end - time.monotonic()
+                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
+                except queue.Empty:
+                    break
                 if nxt is None:
                     stop = True
                     break
                 batch.append(nxt)
-            await self._commit(batch)
+            self._commit(batch)
+            last_commit = time.monotonic()
             if stop:
                 return
 
-    async def _connection(self) -> PgConnection:
+    def _connection(self) -> PgConnection:
         if self._conn is None or self._conn.closed or self._conn.broken:
             if self._conn is not None:
                 with contextlib.suppress(psycopg.Error):
-                    await self._conn.close()
+                    self._conn.close()
             self._conn = None
-            self._conn = await self._connect()
+            self._conn = self._session(self._connect())
         return self._conn
 
-    async def _start_tx(self, conn: PgConnection) -> float:
-        cur = await conn.execute(self._begin)
+    def _start_tx(self, conn: PgConnection) -> float:
+        cur = conn.execute(self._begin)
         if self.clock is not None:
             return self.clock()
         cur.nextset()
-        row = await cur.fetchone()
+        row = cur.fetchone()
         assert row is not None
         return float(row["now"])
 
-    async def _append(self, conn: PgConnection, events: list[dict[str, Any]]) -> None:
-        """Chain ``events`` after the head, under its lock, and move the head."""
-        cur = await conn.execute(self.q["lock_chain_head"])
-        head = await cur.fetchone()
+    def _append(self, conn: PgConnection, events: list[dict[str, Any]],
+                counts: dict[str, int]) -> None:
+        """Chain ``events`` after the head, under its lock, move the head, add
+        ``counts`` to the jobs per state, and commit."""
+        moved = {k: v for k, v in counts.items() if v}
+        if not events:
+            with conn.pipeline():
+                if moved:
+                    conn.execute(self.q["count_states"], {"states": list(moved),
+                                                          "deltas": list(moved.values())})
+                conn.execute("COMMIT")
+            return
+        head = conn.execute(self.q["lock_chain_head"]).fetchone()
         assert head is not None
         seq, prev = int(head["seq"]), str(head["hash"])
         columns: dict[str, list[Any]] = {k: [] for k in audit.FIELDS}
@@ -225,9 +290,17 @@ class Writer:
             ev["hash"] = prev = audit.event_hash(ev)
             for k in audit.FIELDS:
                 columns[k].append(ev[k])
-        async with conn.pipeline():
-            await conn.execute(self.q["append_events"], {**columns, "head_seq": seq, "head_hash": prev})
-            await conn.execute("COMMIT")
+        with conn.pipeline():
+            conn.execute(self.q["append_events"], {**columns, "head_seq": seq, "head_hash": prev})
+            if moved:
+                conn.execute(self.q["count_states"], {"states": list(moved),
+                                                      "deltas": list(moved.values())})
+            conn.execute("COMMIT")
+
+    @staticmethod
+    def _rollback(conn: PgConnection) -> None:
+        with contextlib.suppress(psycopg.Error):
+            conn.execute("ROLLBACK")
 
     @staticmethod
     def _resolve(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
@@ -238,56 +311,58 @@ class Writer:
         else:
             fut.set_result(result)
 
-    async def _rollback(self, conn: PgConnection) -> None:
-        with contextlib.suppress(psycopg.Error):
-            await conn.execute("ROLLBACK")
+    @classmethod
+    def _resolve_all(cls, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        for fut, result, error in outcomes:
+            cls._resolve(fut, result, error)
 
-    async def _commit(self, batch: list[_Item]) -> None:
+    def _deliver(self, outcomes: list[tuple[_Item, Any, BaseException | None]]) -> None:
+        # One wake-up of each event loop per batch, not one per operation.
+        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        for (_op, fut, loop), result, error in outcomes:
+            by_loop.setdefault(loop, []).append((fut, result, error))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
+                loop.call_soon_threadsafe(self._resolve_all, items)
+
+    def _commit(self, batch: list[_Item]) -> None:
         """Run a batch in one transaction; see the module's docstring."""
+        done: list[tuple[_Item, Any, BaseException | None]] = []
         pending = list(batch)
         retries = 0
         while pending:
             try:
-                conn = await self._connection()
-                now = await self._start_tx(conn)
-            except psycopg.Error as e:
-                for _op, fut in pending:
-                    self._resolve(fut, None, unavailable(e))
+                conn = self._connection()
+                now = self._start_tx(conn)
+            except (psycopg.Error, StoreUnavailable) as e:
+                err = e if isinstance(e, StoreUnavailable) else unavailable(e)
+                done.extend((item, None, err) for item in pending)
                 break
             events: list[dict[str, Any]] = []
+            counts: dict[str, int] = {}
             results: list[Any] = []
             failed: int | None = None
             failure: BaseException | None = None
-            for i, (op, _fut) in enumerate(pending):
+            for i, (op, _fut, _loop) in enumerate(pending):
                 try:
-                    results.append(await op(Tx(conn, self.q, now, events)))
-                except asyncio.CancelledError:
-                    await self._rollback(conn)
-                    for _op, fut in pending:
-                        self._resolve(fut, None, StoreUnavailable("the job store is closing"))
-                    raise
+                    results.append(op(Tx(conn, self.q, now, events, counts)))
                 except Exception as e:  # noqa: BLE001 - each op's failure is its own
                     failed, failure = i, e
                     break
             if failed is None:
                 try:
-                    if events:
-                        await self._append(conn, events)
-                    else:
-                        await conn.execute("COMMIT")
+                    self._append(conn, events, counts)
                 except psycopg.Error as e:
-                    await self._rollback(conn)
+                    self._rollback(conn)
                     if isinstance(e, TRANSIENT) and retries < MAX_RETRIES:
                         retries += 1
                         self.reruns += 1
                         continue
-                    for _op, fut in pending:
-                        self._resolve(fut, None, unavailable(e))
+                    done.extend((item, None, unavailable(e)) for item in pending)
                     break
-                for (_op, fut), result in zip(pending, results, strict=True):
-                    self._resolve(fut, result, None)
+                done.extend((item, r, None) for item, r in zip(pending, results, strict=True))
                 break
-            await self._rollback(conn)
+            self._rollback(conn)
             assert failure is not None
             if isinstance(failure, psycopg.Error):
                 if isinstance(failure, TRANSIENT) and retries < MAX_RETRIES:
@@ -295,10 +370,10 @@ class Writer:
                     self.reruns += 1
                     continue
                 if conn.broken or isinstance(failure, psycopg.OperationalError):
-                    for _op, fut in pending:
-                        self._resolve(fut, None, unavailable(failure))
+                    done.extend((item, None, unavailable(failure)) for item in pending)
                     break
                 failure = unavailable(failure)
-            self._resolve(pending[failed][1], None, failure)
+            done.append((pending[failed], None, failure))
             del pending[failed]
         self.batches += 1
+        self._deliver(done)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import time
 
 import psycopg
@@ -230,19 +231,19 @@ async def test_a_deadlock_between_the_daemons_reruns_the_batch(daemons, postgres
     # each waits for the key the other holds, PostgreSQL aborts one of the two, and
     # that writer runs its batch again, which then finds the other's record.
     a, b = daemons
-    holding = asyncio.Barrier(2)
+    holding = threading.Barrier(2, timeout=30)
     job, _ = await a.admit(new_job("dl"), actor="api:t1", max_queue_depth=100)
 
     def op(first: str, second: str):
         runs = []
 
-        async def run(tx):
+        def run(tx):  # on the writer's thread
             runs.append(1)
-            got = [await tx.run("put_signature", tenant="t1", sig_key=first, artifact_id=first,
+            got = [tx.run("put_signature", tenant="t1", sig_key=first, artifact_id=first,
                                 sha256="0" * 64, size=1, job_id=job.job_id, now=tx.now)]
             if len(runs) == 1:
-                await holding.wait()  # both hold their first key
-            got.append(await tx.run("put_signature", tenant="t1", sig_key=second,
+                holding.wait()  # both hold their first key
+            got.append(tx.run("put_signature", tenant="t1", sig_key=second,
                                     artifact_id=second, sha256="0" * 64, size=1,
                                     job_id=job.job_id, now=tx.now))
             tx.event(job, "note", "test", {"got": got})
@@ -286,3 +287,24 @@ def test_the_cli_migrates_and_verifies_a_postgres_store(postgres_dsn, tmp_path, 
     config.write_text(f'[store]\nkind = "postgres"\ndsn = "host={tmp_path} dbname=none"\n')
     assert cli.main(["store", "migrate", "--config", str(config)]) == 1
     assert "error: store_unavailable: the job store cannot be reached" in capsys.readouterr().err
+
+
+async def test_a_claim_reads_the_queue_by_its_index_on_a_table_never_analyzed(postgres_dsn):
+    # A queue planned from statistics taken when it was small reads every queued row
+    # (a bitmap scan, then a sort) on each claim; the writer plans by the index.
+    store = PostgresStore(postgres_dsn)
+    await store.open()
+    try:
+        await asyncio.gather(*(store.admit(new_job(f"p{i}"), actor="api:t1", max_queue_depth=5000)
+                               for i in range(2000)))
+
+        def plan(tx):
+            rows = tx.conn.execute("EXPLAIN " + tx.q["claim_batch"], {
+                "owner": "w", "now": tx.now, "lease_s": 30.0, "budget": 1 << 40,
+                "kinds": ["test"], "limit": 4, "scan": 4}).fetchall()
+            return "\n".join(r["QUERY PLAN"] for r in rows)
+
+        text = await store._write(plan)
+    finally:
+        await store.close()
+    assert "Index Scan using jobs_queued on jobs" in text and "Bitmap" not in text, text

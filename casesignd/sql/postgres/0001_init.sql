@@ -50,41 +50,18 @@ CREATE INDEX jobs_running ON jobs (lease_expires) WHERE state = 'running';
 CREATE INDEX jobs_tenant ON jobs (tenant, job_id);
 CREATE INDEX jobs_tenant_state ON jobs (tenant, state, job_id);
 
--- Jobs per state, kept by a trigger in the same transaction as every change, so that
--- admission checks the queue depth and the gauges read it without counting a deep
--- queue. Each connection adds to its own shard (its backend pid modulo 16): one
--- counter row per state would be locked by every writer until it commits, and the
--- daemons' transactions would queue behind each other on it. Read the sum.
+-- Jobs per state, so that admission checks the queue depth and the gauges read the
+-- states without counting a deep queue. The writer adds each transaction's changes
+-- in its last statements, after it locked the chain's head (casesignd.store.
+-- postgres_writer), so these rows are locked only while the head is: they add no
+-- wait between daemons, and cost one statement per transaction rather than a
+-- trigger per changed row.
 CREATE TABLE job_counts (
-  state  text NOT NULL,
-  shard  integer NOT NULL,
-  n      bigint NOT NULL DEFAULT 0,
-  PRIMARY KEY (state, shard)
+  state  text PRIMARY KEY,
+  n      bigint NOT NULL DEFAULT 0
 );
-INSERT INTO job_counts (state, shard)
-SELECT s, g
-  FROM unnest(ARRAY['queued', 'running', 'retry_wait', 'succeeded', 'failed', 'canceled']) AS s,
-       generate_series(0, 15) AS g;
-
-CREATE FUNCTION jobs_count() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-  my_shard integer := pg_backend_pid() % 16;
-BEGIN
-  IF TG_OP = 'INSERT' THEN
-    UPDATE job_counts SET n = n + 1 WHERE state = NEW.state AND shard = my_shard;
-  ELSIF TG_OP = 'DELETE' THEN
-    UPDATE job_counts SET n = n - 1 WHERE state = OLD.state AND shard = my_shard;
-  ELSE
-    UPDATE job_counts SET n = n + CASE WHEN state = NEW.state THEN 1 ELSE -1 END
-     WHERE shard = my_shard AND state IN (OLD.state, NEW.state);
-  END IF;
-  RETURN NULL;
-END $$;
-
-CREATE TRIGGER jobs_count_insert_delete AFTER INSERT OR DELETE ON jobs
-FOR EACH ROW EXECUTE FUNCTION jobs_count();
-CREATE TRIGGER jobs_count_update AFTER UPDATE OF state ON jobs
-FOR EACH ROW WHEN (OLD.state IS DISTINCT FROM NEW.state) EXECUTE FUNCTION jobs_count();
+INSERT INTO job_counts (state)
+SELECT unnest(ARRAY['queued', 'running', 'retry_wait', 'succeeded', 'failed', 'canceled']);
 
 -- The audit log: one global hash chain, append-only.
 CREATE TABLE events (
