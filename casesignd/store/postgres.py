@@ -48,9 +48,6 @@ from .records import (
 )
 from .sqlite_writer import load_statements
 
-# A claim locks this many queued jobs past its limit to choose, oldest first, those
-# that fit its byte budget together.
-CLAIM_SCAN_EXTRA = 0
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500
 _SIG = ("artifact_id", "sha256", "size", "job_id", "created_at")
@@ -271,8 +268,7 @@ class PostgresStore:
 
         def op(tx: Tx) -> list[Claimed]:
             rows = tx.all("claim_batch", owner=owner, now=tx.now, lease_s=lease_s,
-                                budget=budget_bytes, kinds=kinds, limit=limit,
-                                scan=limit + CLAIM_SCAN_EXTRA)
+                                budget=budget_bytes, kinds=kinds, limit=limit)
             out = []
             for row in rows:
                 recorded = None

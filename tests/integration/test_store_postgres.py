@@ -253,7 +253,8 @@ async def test_a_deadlock_between_the_daemons_reruns_the_batch(daemons, postgres
 
     got_a, got_b = await asyncio.wait_for(
         asyncio.gather(a._write(op("k1", "k2")), b._write(op("k2", "k1"))), 60)
-    assert a.reruns + b.reruns == 1
+    # (The rerun may meet the survivor once more, before it committed, and rerun again.)
+    assert a.reruns + b.reruns >= 1
     # The survivor recorded both keys; the rerun found both recorded.
     assert sorted([got_a, got_b]) == [[0, 0], [1, 1]]
     verified(postgres_dsn)
@@ -301,7 +302,7 @@ async def test_a_claim_reads_the_queue_by_its_index_on_a_table_never_analyzed(po
         def plan(tx):
             rows = tx.conn.execute("EXPLAIN " + tx.q["claim_batch"], {
                 "owner": "w", "now": tx.now, "lease_s": 30.0, "budget": 1 << 40,
-                "kinds": ["test"], "limit": 4, "scan": 4}).fetchall()
+                "kinds": ["test"], "limit": 4}).fetchall()
             return "\n".join(r["QUERY PLAN"] for r in rows)
 
         text = await store._write(plan)

@@ -67,19 +67,19 @@ VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerpri
 ON CONFLICT DO NOTHING
 RETURNING *;
 
--- A claim is one statement: lock up to %(scan)s of the oldest due queued jobs that no
--- other transaction holds (SKIP LOCKED: two daemons claiming at once take different
--- jobs and never wait for each other), take, oldest first, those that fit the byte
--- budget together (the same choice as the SQLite store's one-by-one claim), up to
--- %(limit)s, bump the attempt number that fences every later update, and read the
--- signature recorded for each one's signature key.
+-- A claim is one statement: lock the %(limit)s oldest due queued jobs that each fit
+-- the byte budget and that no other transaction holds (SKIP LOCKED: two daemons
+-- claiming at once take different jobs and never wait for each other; no more rows
+-- are locked than may be taken, each lock is written to the row), take, oldest first,
+-- those that fit the budget together, bump the attempt number that fences every
+-- later update, and read the signature recorded for each one's signature key.
 -- name: claim_batch
 WITH RECURSIVE candidates AS MATERIALIZED (
   SELECT job_id, declared_bytes, next_attempt_at FROM jobs
    WHERE state = 'queued' AND next_attempt_at <= %(now)s::float8
      AND declared_bytes <= %(budget)s::bigint AND kind = ANY(%(kinds)s::text[])
    ORDER BY next_attempt_at, job_id
-   LIMIT %(scan)s
+   LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
 ), ordered AS MATERIALIZED (
   SELECT job_id, declared_bytes, row_number() OVER (ORDER BY next_attempt_at, job_id) AS rn
