@@ -68,11 +68,16 @@ class PostgresStore:
         # None: the database's clock (every daemon's leases on one clock); tests give one.
         self.clock = clock
         self.q = load_statements("sql/postgres/queries.sql")
-        self._kwargs: dict[str, Any] = {"connect_timeout": max(1, int(connect_timeout_s))}
+        # What the dsn leaves out: a password from its file, a name in pg_stat_activity,
+        # a bound on connecting.
+        given = psycopg.conninfo.conninfo_to_dict(dsn)
+        self._kwargs: dict[str, Any] = {}
         if password:
             self._kwargs["password"] = password
-        if "application_name" not in psycopg.conninfo.conninfo_to_dict(dsn):
+        if "application_name" not in given:
             self._kwargs["application_name"] = "casesignd"
+        if "connect_timeout" not in given:
+            self._kwargs["connect_timeout"] = max(1, int(connect_timeout_s))
         self._writer = Writer(self._connect, self.q, clock)
         self._readers = readers
         self._timeout_s = connect_timeout_s
@@ -110,8 +115,8 @@ class PostgresStore:
 
     async def migrate(self) -> int:
         """Apply the migrations and stop: the schema version."""
-        await self.open()
-        await self.close()
+        self.schema_version = await asyncio.to_thread(self._writer.start)
+        await asyncio.to_thread(self._writer.stop)
         return self.schema_version
 
     async def _write(self, op: Op) -> Any:
@@ -148,9 +153,9 @@ class PostgresStore:
 
         def op(tx: Tx) -> tuple[Job, bool]:
             row = tx.one("admit_job", **new.__dict__, job_id=new_id("job", new.created_at),
-                               now=tx.now, max_queue_depth=max_queue_depth,
-                               waiting_pending=tx.waiting_pending,
-                               admission_ms=max(0.0, (tx.now - new.created_at) * 1000.0))
+                         now=tx.now, max_queue_depth=max_queue_depth,
+                         waiting_pending=tx.waiting_pending,
+                         admission_ms=max(0.0, (tx.now - new.created_at) * 1000.0))
             if row is not None:
                 job = row_job(row)
                 tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
@@ -171,7 +176,7 @@ class PostgresStore:
     def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
         """A kiosk flight's job row, admitted at ``now`` (the flight's clock)."""
         row = tx.one("insert_job", **new.__dict__, job_id=job_id, now=now,
-                           admission_ms=max(0.0, (now - new.created_at) * 1000.0))
+                     admission_ms=max(0.0, (now - new.created_at) * 1000.0))
         if row is None:
             # The flight holds its key (casesignd.holds), so another row with it is an
             # admission under way.
@@ -235,7 +240,7 @@ class PostgresStore:
         tx.event(job, "claimed", worker, {"series": job.series, "path": "kiosk"})
         if outcome.signature is not None:
             self._sign_record(tx, msgspec.structs.replace(job, lease_owner=flight.owner),
-                                    outcome, outcome.signature)
+                              outcome, outcome.signature)
         tx.event(job, "succeeded", worker, {"result": result})
         if outcome.artifact is not None:
             self._put_artifact(tx, job, outcome)
@@ -247,7 +252,7 @@ class PostgresStore:
         # The lease runs from now: the claim's own time is the flight's.
         lease_s = flight.lease_s + max(0.0, tx.now - flight.claimed_at)
         row = tx.one("claim_job", job_id=job.job_id, owner=flight.owner,
-                           now=flight.claimed_at, lease_s=lease_s)
+                     now=flight.claimed_at, lease_s=lease_s)
         assert row is not None
         job = row_job(row)
         tx.event(job, "claimed", f"worker:{flight.owner}", {"series": job.series, "path": "kiosk"})
@@ -268,7 +273,7 @@ class PostgresStore:
 
         def op(tx: Tx) -> list[Claimed]:
             rows = tx.all("claim_batch", owner=owner, now=tx.now, lease_s=lease_s,
-                                budget=budget_bytes, kinds=kinds, limit=limit)
+                          budget=budget_bytes, kinds=kinds, limit=limit)
             out = []
             for row in rows:
                 recorded = None
@@ -301,9 +306,9 @@ class PostgresStore:
 
         def op(tx: Tx) -> list[Lease]:
             rows = tx.all("renew", now=tx.now, lease_s=lease_s,
-                                job_ids=[lease.job_id for lease in leases],
-                                attempts=[lease.attempt for lease in leases],
-                                owners=[lease.owner for lease in leases])
+                          job_ids=[lease.job_id for lease in leases],
+                          attempts=[lease.attempt for lease in leases],
+                          owners=[lease.owner for lease in leases])
             held = {(r["job_id"], r["attempt"]) for r in rows}
             return [lease for lease in leases if (lease.job_id, lease.attempt) not in held]
 
@@ -313,7 +318,7 @@ class PostgresStore:
                 **params: Any) -> Op:
         def op(tx: Tx) -> Job | None:
             row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
-                               now=tx.now, **params)
+                         now=tx.now, **params)
             if row is None:
                 self._stale(tx, lease, event)
                 return None
@@ -359,18 +364,18 @@ class PostgresStore:
     def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
         result = outcome.result()
         row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
-                           now=tx.now, result=audit.canonical(result).decode())
+                     now=tx.now, result=audit.canonical(result).decode())
         if row is None:
             self._stale(tx, lease, "succeeded")
             return None
         job = row_job(row)
         if outcome.signature is not None:
             named = self._sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
-                                            outcome, outcome.signature)
+                                      outcome, outcome.signature)
             if named is not outcome:  # recorded before: the result names that record
                 outcome, result = named, named.result()
                 row = tx.one("set_result", job_id=job.job_id,
-                                   result=audit.canonical(result).decode())
+                             result=audit.canonical(result).decode())
                 assert row is not None
                 job = row_job(row)
         tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
@@ -394,12 +399,12 @@ class PostgresStore:
         artifact = outcome.artifact
         assert artifact is not None
         tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
-                     size=artifact.size, media_type=artifact.media_type, tenant=job.tenant,
-                     job_id=job.job_id, now=tx.now,
-                     timestamp_expires_at=artifact.timestamp_expires_at)
+               size=artifact.size, media_type=artifact.media_type, tenant=job.tenant,
+               job_id=job.job_id, now=tx.now,
+               timestamp_expires_at=artifact.timestamp_expires_at)
         if outcome.renews is not None:
             tx.run("mark_renewed", artifact_id=outcome.renews, tenant=job.tenant,
-                         renewed_by=artifact.artifact_id)
+                   renewed_by=artifact.artifact_id)
 
     async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]:
         """(artifact id, tenant, expiry) of B-LTA artifacts not renewed yet whose last
@@ -419,7 +424,7 @@ class PostgresStore:
 
         def op(tx: Tx) -> list[Job]:
             rows = tx.all("reclaim", now=tx.now, max_lost=max_lost, everything=everything,
-                                cap=None if everything else SWEEP_CAP)
+                          cap=None if everything else SWEEP_CAP)
             rows.sort(key=(lambda r: r["job_id"]) if everything
                       else (lambda r: (r["old_expires"], r["job_id"])))
             out = []

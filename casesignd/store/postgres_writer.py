@@ -205,9 +205,17 @@ class Writer:
     def stop(self) -> None:
         """Commit what is queued, then stop. Blocking."""
         if self._thread is not None:
+            thread, self._thread = self._thread, None  # submit refuses from here on
             self._queue.put(None)
-            self._thread.join(timeout=60)
-            self._thread = None
+            thread.join(timeout=60)
+            # Submitted while the thread was stopping: refused, not left waiting.
+            left: list[tuple[_Item, Any, BaseException | None]] = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    item = self._queue.get_nowait()
+                    if item is not None:
+                        left.append((item, None, StoreUnavailable("the job store is closed")))
+            self._deliver(left)
         if self._conn is not None:
             self._conn.close()
             self._conn = None
