@@ -1,6 +1,7 @@
 """The durable store: jobs, their audit events, signatures and artifacts.
 
 - :mod:`.records`: the records and the :class:`Store` protocol (the verbs);
+- :mod:`.sqlfiles`: the named statements and numbered migrations under ``sql/``;
 - :mod:`.sqlite_writer`: SQLite's one writing connection and its group commit;
 - :mod:`.sqlite`: :class:`SqliteStore`, the embedded implementation;
 - :mod:`.postgres_writer`, :mod:`.postgres`: :class:`~.postgres.PostgresStore`, the

@@ -46,7 +46,7 @@ from .records import (
     new_id,
     row_job,
 )
-from .sqlite_writer import load_statements
+from .sqlfiles import load_statements
 
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500

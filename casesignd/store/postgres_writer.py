@@ -42,7 +42,7 @@ from psycopg.rows import DictRow
 from .. import audit
 from ..errors import StoreUnavailable
 from .records import Job, new_id
-from .sqlite_writer import migrations
+from .sqlfiles import migrations
 
 PgConnection = psycopg.Connection[DictRow]
 Connect = Callable[[], PgConnection]

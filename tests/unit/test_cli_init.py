@@ -343,7 +343,7 @@ def test_audit_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper
 
 def test_store_migrate_applies_the_sqlite_migrations(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    from casesignd.store.sqlite_writer import migrations
+    from casesignd.store.sqlfiles import migrations
 
     (tmp_path / "config.toml").write_text('[store]\npath = "jobs.db"\n')
     latest = migrations()[-1][0]

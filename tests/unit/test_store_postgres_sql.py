@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from casesignd.store.postgres_writer import STATE_CHANGES
-from casesignd.store.sqlite_writer import load_statements, migrations
+from casesignd.store.sqlfiles import load_statements, migrations
 
 STATEMENTS = load_statements("sql/postgres/queries.sql")
 
