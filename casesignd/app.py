@@ -38,7 +38,7 @@ from .objects import ObjectStore
 from .recorder import Recorder
 from .renewal import keep_renewing
 from .sources import Fetcher
-from .store import SqliteStore
+from .store import make_store
 from .tempfiles import TempManager
 from .worker import Pool
 
@@ -69,7 +69,7 @@ class Services:
         self.metrics = Metrics()
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
-        self.store = SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
+        self.store = make_store(cfg)
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,

@@ -3,8 +3,8 @@
 Each event's ``hash`` is SHA-256 over the canonical JSON of the event (every field
 but ``hash`` itself, ``prev_hash`` included), so changing, removing or reordering any
 event breaks the chain from that event on. The database refuses UPDATE and DELETE
-on the table (triggers in the schema); :func:`verify_file` catches what a person
-with write access to the file did anyway.
+on the table (triggers in the schema); :func:`verify_file` (SQLite) and
+:func:`verify_postgres` catch what a person with write access did anyway.
 """
 
 from __future__ import annotations
@@ -93,3 +93,19 @@ def verify_file(db_path: Path) -> AuditReport:
         return verify_rows(cur)
     finally:
         conn.close()
+
+
+def verify_postgres(dsn: str, *, password: str | None = None) -> AuditReport:
+    """Verify the whole chain in a PostgreSQL store, read-only, streamed in ``seq``
+    order through a server-side cursor (a chain of millions of events is not held in
+    memory)."""
+    import psycopg  # the PostgreSQL store's driver, loaded only here
+    from psycopg.rows import dict_row
+
+    extra = {"password": password} if password else {}
+    with psycopg.connect(dsn, row_factory=dict_row, **extra) as conn:
+        conn.read_only = True
+        with conn.cursor(name="casesignd_audit_verify") as cur:
+            cur.itersize = 5000
+            cur.execute("SELECT * FROM events ORDER BY seq")
+            return verify_rows(cur)

@@ -241,21 +241,37 @@ def cmd_jobs_events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _store_name(cfg: Any) -> str:
+    """Where the configured store is, for a person (a dsn never holds a password)."""
+    if cfg.store.kind == "postgres":
+        return f"postgres {cfg.store.dsn}"
+    return str(cfg.path(cfg.store.path))
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     import sqlite3
 
     from . import audit, config
 
     cfg = config.load(config_path_from(args.config, os.environ))
-    db = cfg.path(cfg.store.path)
-    if not db.is_file():
-        _err(f"error: no_store: no job store at {db}")
-        return EXIT_FAILED
-    try:
-        report = audit.verify_file(db)
-    except sqlite3.Error as e:
-        _err(f"error: store_unreadable: {db}: {e}")
-        return EXIT_FAILED
+    if cfg.store.kind == "postgres":
+        import psycopg
+
+        try:
+            report = audit.verify_postgres(cfg.store.dsn, password=cfg.store_password())
+        except psycopg.Error as e:
+            _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
+            return EXIT_FAILED
+    else:
+        db = cfg.path(cfg.store.path)
+        if not db.is_file():
+            _err(f"error: no_store: no job store at {db}")
+            return EXIT_FAILED
+        try:
+            report = audit.verify_file(db)
+        except sqlite3.Error as e:
+            _err(f"error: store_unreadable: {db}: {e}")
+            return EXIT_FAILED
     if report.ok:
         _out(f"audit chain intact: {report.checked} events")
         return EXIT_OK
@@ -287,6 +303,16 @@ def _verify_options(args: argparse.Namespace) -> Any:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return VerifyOptions(roots, args.fetch or validation.fetch, validation.fetch_timeout_s)
+def cmd_store_migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from . import config
+    from .store import make_store
+
+    cfg = config.load(config_path_from(args.config, os.environ))
+    version = asyncio.run(make_store(cfg).migrate())
+    _out(f"job store {_store_name(cfg)}: schema version {version}")
+    return EXIT_OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -419,6 +445,13 @@ def build_parser() -> argparse.ArgumentParser:
     audit = sub.add_parser("audit", help="the audit chain", description="the audit chain")
     audit_sub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
     c = command("verify", cmd_audit_verify, "check the whole audit chain", audit_sub)
+    c.add_argument("--config", metavar="PATH",
+                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+
+    store = sub.add_parser("store", help="the job store", description="the job store")
+    store_sub = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
+    c = command("migrate", cmd_store_migrate,
+                "apply the configured store's migrations and say its schema version", store_sub)
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
 

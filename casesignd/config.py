@@ -39,9 +39,21 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     request_timeout_s: float = 60.0
 
 
+STORE_KINDS = ("sqlite", "postgres")
+
+
 class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # "sqlite": the embedded file at path, one daemon. "postgres": the database at
+    # dsn, which any number of daemons may share.
+    kind: str = "sqlite"
     path: str = "casesignd.db"
     busy_timeout_ms: int = 5000
+    # A libpq connection string or URI, without the password.
+    dsn: str = ""
+    # File holding the database password; a bare name is looked up in
+    # $CREDENTIALS_DIRECTORY first. Empty: none (peer, trust or certificate login,
+    # or a ~/.pgpass).
+    password_file: str = ""
 
 
 class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -289,6 +301,16 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             return Path(creds) / value
         return self.path(value)
 
+    def store_password(self) -> str | None:
+        """The PostgreSQL store's password (``store.password_file``), or None."""
+        if not self.store.password_file:
+            return None
+        path = self.credential(self.store.password_file)
+        try:
+            return path.read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as e:
+            raise ConfigError("store.password_file", f"cannot read {path}: {e.strerror}") from None
+
     def policy(self, version: str | None) -> Policy | None:
         want = version or self.default_policy
         for p in self.policies:
@@ -380,8 +402,30 @@ def _check(cfg: Config) -> None:
                           f"expected one of {', '.join(FETCH_MODES)}, got {cfg.validation.fetch!r}")
     if cfg.archive.renew_before_days < 0:
         raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
+    _check_store(cfg.store)
     if cfg.scanner.kind not in ("none", "clamd"):
         raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")
+
+
+def _check_store(store: Store) -> None:
+    if store.kind not in STORE_KINDS:
+        raise ConfigError("store.kind", f"expected one of {', '.join(STORE_KINDS)}, got {store.kind!r}")
+    if store.kind != "postgres":
+        for key, value in (("dsn", store.dsn), ("password_file", store.password_file)):
+            if value:
+                raise ConfigError(f"store.{key}", "applies only with kind = \"postgres\"")
+        return
+    if not store.dsn:
+        raise ConfigError("store.dsn", "kind = \"postgres\" needs a dsn (libpq string or URI)")
+    from psycopg.conninfo import conninfo_to_dict  # only for a PostgreSQL store
+
+    try:
+        params = conninfo_to_dict(store.dsn)
+    except Exception as e:  # psycopg.ProgrammingError; its text never holds the password
+        raise ConfigError("store.dsn", f"not a libpq connection string or URI: {e}") from None
+    if "password" in params:
+        # A config file is read by people and copied around; a password is not kept in it.
+        raise ConfigError("store.dsn", "holds a password: put it in store.password_file")
 
 
 def _key_of(err: msgspec.ValidationError) -> tuple[str, str]:

@@ -1,11 +1,16 @@
 """Queue benchmark: no-op jobs through casesignd's durable engine against huey's
 SqliteHuey, and admission latency over HTTP at a fixed request rate.
 
-    scripts/bench queue [--jobs N] [--rate RPS] [--seconds S]
+    scripts/bench queue [--jobs N] [--rate RPS] [--seconds S] [--store postgres]
 
 Both queues run on a file on the same disk. casesignd's figure includes everything a
 job costs in production: the job row, the claim with its lease, the finish, and one
 hash-chained audit event per transition, committed with synchronous=FULL.
+
+With ``--store postgres`` the same jobs also run through the PostgreSQL store, on a
+throwaway cluster in the same directory (so on the same disk) that syncs its WAL at
+every commit as SQLite does (fsync and synchronous_commit on), and the table gives
+its rate beside SQLite's.
 """
 
 from __future__ import annotations
@@ -19,17 +24,24 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from casesignd import audit, jobs  # noqa: E402
+from casesignd.outcomes import Finish  # noqa: E402
 from casesignd.store import NewJob, SqliteStore  # noqa: E402
 
 
-async def casesignd_engine(n: int, workers: int, directory: Path) -> dict[str, float]:
-    store = SqliteStore(directory / "bench.db")
+async def casesignd_engine(n: int, workers: int, directory: Path,
+                           make: Callable[[], Any] | None = None,
+                           verify: Callable[[], audit.AuditReport] | None = None) -> dict[str, float]:
+    """``n`` no-op jobs admitted, claimed and finished by ``workers`` consumers, on the
+    SQLite store in ``directory`` or on the store ``make`` builds."""
+    store = make() if make is not None else SqliteStore(directory / "bench.db")
     await store.open()
     done = asyncio.Event()
     finished = 0
@@ -61,7 +73,7 @@ async def casesignd_engine(n: int, workers: int, directory: Path) -> dict[str, f
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(work.wait(), 0.05)
                 continue
-            await store.finish(job.lease, {"detail": {}})
+            await store.conclude(job.lease, Finish())
             finished += 1
             if finished >= n:
                 done.set()
@@ -71,9 +83,25 @@ async def casesignd_engine(n: int, workers: int, directory: Path) -> dict[str, f
     took = time.perf_counter() - t0
     batches = store.commit_batches
     await store.close()
-    report = audit.verify_file(directory / "bench.db")
+    report = verify() if verify is not None else audit.verify_file(directory / "bench.db")
     assert report.ok and report.checked == 3 * n, report
     return {"jobs_per_s": n / took, "seconds": took, "commits": batches, "events": report.checked}
+
+
+def postgres_engine(n: int, counts: list[int], directory: Path) -> dict[int, dict[str, float]]:
+    """The same jobs through the PostgreSQL store, a fresh database per run."""
+    from casesignd.store.postgres import PostgresStore
+    from tests.helpers_postgres import running_cluster
+
+    out = {}
+    directory.chmod(0o711)  # the server runs as postgres and must reach its directory
+    with running_cluster(fsync=True, parent=str(directory)) as cluster:
+        for w in counts:
+            dsn = cluster.dsn(cluster.create_database())
+            out[w] = asyncio.run(casesignd_engine(
+                n, w, directory, make=lambda dsn=dsn: PostgresStore(dsn),
+                verify=lambda dsn=dsn: audit.verify_postgres(dsn)))
+    return out
 
 
 def huey_sqlite(n: int, directory: Path) -> dict[str, float]:
@@ -142,6 +170,8 @@ def main() -> None:
                     help="concurrent consumers claiming and finishing jobs (a comma list)")
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                    help="postgres: run the jobs through the PostgreSQL store as well")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", str(ROOT))) as tmp:
         base = Path(tmp)
@@ -151,6 +181,7 @@ def main() -> None:
         for w in counts:
             (base / f"a{w}").mkdir()
             ours[w] = asyncio.run(casesignd_engine(args.jobs, w, base / f"a{w}"))
+        pg = postgres_engine(args.jobs, counts, base) if args.store == "postgres" else {}
         huey = huey_sqlite(args.jobs, base / "b")
         adm = asyncio.run(http_admission(args.rate, args.seconds, base))
     ratio = {w: r["jobs_per_s"] / huey["jobs_per_s"] for w, r in ours.items()}
@@ -159,6 +190,10 @@ def main() -> None:
         print(f"{f'casesignd engine, {w} consumers (durable)':<44} {r['jobs_per_s']:>10.0f} "
               f"{r['seconds']:>9.2f}  {r['events']} audit events in {r['commits']} commits, "
               f"{ratio[w]:.2f}x huey")
+    for w, r in pg.items():
+        print(f"{f'casesignd engine on PostgreSQL, {w} consumers':<44} {r['jobs_per_s']:>10.0f} "
+              f"{r['seconds']:>9.2f}  {r['events']} audit events in {r['commits']} commits, "
+              f"{r['jobs_per_s'] / ours[w]['jobs_per_s']:.2f}x SQLite")
     print(f"{'huey SqliteHuey (enqueue + execute)':<44} {huey['jobs_per_s']:>10.0f} "
           f"{huey['seconds']:>9.2f}  synchronous=FULL (SQLite default), no audit trail")
     print()
@@ -168,6 +203,9 @@ def main() -> None:
     print(json.dumps({
         "jobs": args.jobs,
         "casesignd_jobs_per_s": {str(w): round(r["jobs_per_s"], 1) for w, r in ours.items()},
+        "postgres_jobs_per_s": {str(w): round(r["jobs_per_s"], 1) for w, r in pg.items()},
+        "postgres_vs_sqlite": {str(w): round(r["jobs_per_s"] / ours[w]["jobs_per_s"], 2)
+                               for w, r in pg.items()},
         "huey_jobs_per_s": round(huey["jobs_per_s"], 1),
         "ratio": {str(w): round(x, 2) for w, x in ratio.items()},
         "commits": {str(w): r["commits"] for w, r in ours.items()},

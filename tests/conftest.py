@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.daemon import Daemon
+from tests.helpers_postgres import postgres_cluster, postgres_dsn  # noqa: F401 - fixtures
 
 
 @pytest.fixture

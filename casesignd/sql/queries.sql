@@ -207,3 +207,6 @@ INSERT OR IGNORE INTO artifact_data (artifact_id, data) VALUES (:artifact_id, :d
 
 -- name: get_artifact_data
 SELECT data FROM artifact_data WHERE artifact_id = :artifact_id;
+
+-- name: schema_version
+PRAGMA user_version;

@@ -1,10 +1,19 @@
 """The durable store: jobs, their audit events, signatures and artifacts.
 
 - :mod:`.records`: the records and the :class:`Store` protocol (the verbs);
+- :mod:`.sqlfiles`: the named statements and numbered migrations under ``sql/``;
 - :mod:`.sqlite_writer`: SQLite's one writing connection and its group commit;
 - :mod:`.sqlite`: :class:`SqliteStore`, the embedded implementation;
+- :mod:`.postgres_writer`, :mod:`.postgres`: :class:`~.postgres.PostgresStore`, the
+  same verbs on PostgreSQL, for several daemons on one database;
 - :mod:`.memory`: :class:`MemoryStore`, the same verbs in memory, for tests and tools.
+
+:func:`make_store` builds the one ``[store] kind`` names.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from .records import (
     Claimed,
@@ -21,5 +30,19 @@ from .records import (
 )
 from .sqlite import SqliteStore
 
+if TYPE_CHECKING:
+    from ..config import Config
+    from .postgres import PostgresStore
+
+
+def make_store(cfg: Config) -> SqliteStore | PostgresStore:
+    """The store ``[store] kind`` names, not opened yet."""
+    if cfg.store.kind == "postgres":
+        from .postgres import PostgresStore  # psycopg loads only for this store
+
+        return PostgresStore(cfg.store.dsn, password=cfg.store_password())
+    return SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
+
+
 __all__ = ["Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "SqliteStore", "Store",
-           "in_progress", "new_id", "random_hex", "row_job"]
+           "in_progress", "make_store", "new_id", "random_hex", "row_job"]

@@ -99,6 +99,15 @@ class SqliteStore:
             os.close(self._lock_fd)
             self._lock_fd = None
 
+    async def migrate(self) -> int:
+        """Apply the migrations and stop: the schema version. Refused while a daemon
+        holds the store."""
+        await self.open()
+        try:
+            return int((await self._rows("schema_version"))[0][0])
+        finally:
+            await self.close()
+
     async def _write(self, op: Op) -> Any:
         return await self._writer.submit(op)
 

@@ -18,40 +18,13 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .. import audit
 from ..errors import StoreUnavailable
 from .records import Job, new_id
-
-
-def load_statements() -> dict[str, str]:
-    text = resources.files("casesignd").joinpath("sql/queries.sql").read_text("utf-8")
-    out: dict[str, str] = {}
-    name = None
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith("-- name: "):
-            if name:
-                out[name] = "\n".join(lines).strip()
-            name, lines = line.removeprefix("-- name: ").strip(), []
-        elif name and not line.startswith("--"):
-            lines.append(line)
-    if name:
-        out[name] = "\n".join(lines).strip()
-    return out
-
-
-def migrations() -> list[tuple[int, str]]:
-    files = resources.files("casesignd").joinpath("sql")
-    found = []
-    for entry in files.iterdir():
-        stem = entry.name.split("_", 1)[0]
-        if entry.name.endswith(".sql") and stem.isdigit():
-            found.append((int(stem), entry.read_text("utf-8")))
-    return sorted(found)
+from .sqlfiles import load_statements, migrations
 
 
 class Tx:

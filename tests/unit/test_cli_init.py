@@ -263,14 +263,15 @@ def _run(args: list[str], **kw) -> subprocess.CompletedProcess[str]:
 def test_help_works_and_stays_light() -> None:
     r = _run(["-m", "casesignd.cli", "--help"])
     assert r.returncode == 0, r.stderr
-    for command in ("init", "serve", "sign", "upload", "submit", "jobs", "audit", "verify"):
+    for command in ("init", "serve", "sign", "upload", "submit", "jobs", "audit", "store",
+                    "verify"):
         assert command in r.stdout
     # --help must not pay for the daemon's or the PDF stack's imports.
     probe = ("import sys, contextlib, io\n"
              "from casesignd import cli\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
              "    rc = cli.main(['--help'])\n"
-             "heavy = [m for m in ('aiohttp', 'cryptography', 'pypdf', 'pyhanko') "
+             "heavy = [m for m in ('aiohttp', 'cryptography', 'pypdf', 'pyhanko', 'psycopg') "
              "if m in sys.modules]\n"
              "print(rc, heavy)\n")
     r = _run(["-c", probe])
@@ -339,6 +340,17 @@ def test_audit_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str], tamper
     _events_db(tmp_path / "jobs.db", 3, tamper)
     assert cli.main(["audit", "verify", "--config", str(tmp_path / "config.toml")]) == rc
     assert capsys.readouterr().out == line + "\n"
+
+
+def test_store_migrate_applies_the_sqlite_migrations(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from casesignd.store.sqlfiles import migrations
+
+    (tmp_path / "config.toml").write_text('[store]\npath = "jobs.db"\n')
+    latest = migrations()[-1][0]
+    for _ in range(2):  # and again: nothing left to apply
+        assert cli.main(["store", "migrate", "--config", str(tmp_path / "config.toml")]) == 0
+        assert capsys.readouterr().out == f"job store {tmp_path / 'jobs.db'}: schema version {latest}\n"
 
 
 class _Sig:

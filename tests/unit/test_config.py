@@ -45,6 +45,13 @@ def test_the_example_config_loads_and_names_every_setting():
     ("[[sources]]\nname = 's'\nkind = 'ftp'\n", "sources[0].kind"),
     ("[workers]\nheartbeat_s = 40.0\nlease_s = 30.0\n", "workers.heartbeat_s"),
     ("this is = not toml [", "(file)"),
+    ("[store]\nkind = 'mysql'\n", "store.kind"),
+    ("[store]\nkind = 'postgres'\n", "store.dsn"),
+    ("[store]\nkind = 'postgres'\ndsn = 'host=db bogus=1'\n", "store.dsn"),
+    ("[store]\nkind = 'postgres'\ndsn = 'host=db password=hunter2'\n", "store.dsn"),
+    ("[store]\nkind = 'postgres'\ndsn = 'postgresql://casesignd:hunter2@db/casesignd'\n", "store.dsn"),
+    ("[store]\ndsn = 'host=db'\n", "store.dsn"),
+    ("[store]\npassword_file = 'db.pass'\n", "store.password_file"),
 ])
 def test_bad_config_names_the_key(text, key):
     with pytest.raises(ConfigError) as e:
@@ -70,6 +77,23 @@ def test_credentials_directory_is_searched_for_bare_names(tmp_path, monkeypatch)
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
     assert cfg.credential("signing.p12") == creds / "signing.p12"
     assert cfg.credential("other.p12") == tmp_path / "other.p12"
+
+
+def test_a_postgres_store_reads_its_password_from_the_credentials_directory(tmp_path, monkeypatch):
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    (creds / "db.pass").write_text("from-credentials\n")
+    (tmp_path / "db.pass").write_text("beside-the-config\n")
+    text = "[store]\nkind = 'postgres'\ndsn = 'postgresql:///casesignd?host=/run/postgresql'\npassword_file = 'db.pass'\n"
+    cfg = config.loads(text, base_dir=str(tmp_path))
+    assert cfg.store_password() == "beside-the-config"
+    monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
+    assert cfg.store_password() == "from-credentials"
+    assert config.loads("", base_dir=str(tmp_path)).store_password() is None
+    missing = config.loads(text.replace("db.pass", "nope.pass"), base_dir=str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        missing.store_password()
+    assert e.value.key == "store.password_file"
 
 
 def test_every_setting_in_the_example_has_its_own_comment():

@@ -1,0 +1,351 @@
+-- Named statements of the PostgreSQL store. Each block starts with "-- name: NAME";
+-- parameters are psycopg's %(name)s. Times are passed in (%(now)s): the database's
+-- clock read once per transaction, or a test's clock.
+
+-- Migrations run one daemon at a time: under this lock, held until the transaction
+-- that applies them commits (the key is fixed; any other casesignd waits for it).
+-- name: migration_lock
+SELECT pg_advisory_xact_lock(hashtextextended('casesignd:migrate', 0));
+
+-- name: schema_version_table
+CREATE TABLE IF NOT EXISTS schema_version (
+  version     integer PRIMARY KEY,
+  applied_at  timestamptz NOT NULL DEFAULT now()
+);
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) AS version FROM schema_version;
+
+-- name: record_version
+INSERT INTO schema_version (version) VALUES (%(version)s);
+
+-- The writing connection plans its statements by their indexes, whatever the
+-- statistics say: a queue is small when the table is analyzed and deep an hour later
+-- (or just created and never analyzed), and a claim planned for a small queue reads
+-- every queued row with a bitmap scan and sorts them, on every claim. Every writing
+-- statement has an index that leads to its rows in order (the claim's jobs_queued,
+-- the sweeps' jobs_running and jobs_retry, the keys). So one plan serves every
+-- execution of a statement (psycopg prepares it from its fifth): planning a claim
+-- anew each time would cost three times its execution.
+-- name: writer_session
+SET enable_bitmapscan = off;
+SET enable_seqscan = off;
+SET plan_cache_mode = force_generic_plan;
+
+-- name: now
+SELECT extract(epoch FROM now())::float8 AS now;
+
+-- name: find_idem
+SELECT * FROM jobs WHERE tenant = %(tenant)s AND idem_key = %(idem_key)s;
+
+-- An admission is one statement: the row goes in if the queue has room (the committed
+-- count and what this transaction changed so far, %(waiting_pending)s), and a key
+-- already taken (committed, or being inserted by another daemon, which this waits for)
+-- inserts nothing. The caller tells "taken" from "full" by looking the key up.
+-- name: admit_job
+INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
+                  version, declared_bytes, state, created_at, admitted_at, admission_ms,
+                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key)
+SELECT %(job_id)s, %(tenant)s, %(kind)s, %(case_id)s::text, %(idem_key)s, %(fingerprint)s,
+       %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s::bigint, 'queued',
+       %(created_at)s::float8, %(now)s::float8, %(admission_ms)s::float8, %(now)s::float8,
+       %(now)s::float8, %(correlation_id)s, %(now)s::float8, %(sig_key)s::text
+ WHERE (SELECT sum(n) FROM job_counts WHERE state IN ('queued', 'retry_wait'))
+       + %(waiting_pending)s < %(max_queue_depth)s
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- A kiosk flight's job (its key is held in front of the store, so no lookup first).
+-- name: insert_job
+INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
+                  version, declared_bytes, state, created_at, admitted_at, admission_ms,
+                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key)
+VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerprint)s,
+        %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s, 'queued',
+        %(created_at)s, %(now)s, %(admission_ms)s, %(now)s, %(now)s, %(correlation_id)s,
+        %(now)s, %(sig_key)s)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- A claim is one statement: lock the %(limit)s oldest due queued jobs that each fit
+-- the byte budget and that no other transaction holds (SKIP LOCKED: two daemons
+-- claiming at once take different jobs and never wait for each other; no more rows
+-- are locked than may be taken, each lock is written to the row), take, oldest first,
+-- those that fit the budget together, bump the attempt number that fences every
+-- later update, and read the signature recorded for each one's signature key.
+-- name: claim_batch
+WITH RECURSIVE candidates AS MATERIALIZED (
+  SELECT job_id, declared_bytes, next_attempt_at FROM jobs
+   WHERE state = 'queued' AND next_attempt_at <= %(now)s::float8
+     AND declared_bytes <= %(budget)s::bigint AND kind = ANY(%(kinds)s::text[])
+   ORDER BY next_attempt_at, job_id
+   LIMIT %(limit)s
+   FOR UPDATE SKIP LOCKED
+), ordered AS MATERIALIZED (
+  SELECT job_id, declared_bytes, row_number() OVER (ORDER BY next_attempt_at, job_id) AS rn
+    FROM candidates
+), picked (rn, budget, n, job_id, taken) AS (
+  SELECT 0::bigint, %(budget)s::bigint, 0, NULL::text COLLATE "C", false
+  UNION ALL
+  SELECT o.rn, p.budget - CASE WHEN o.declared_bytes <= p.budget THEN o.declared_bytes ELSE 0 END,
+         p.n + CASE WHEN o.declared_bytes <= p.budget THEN 1 ELSE 0 END,
+         o.job_id, o.declared_bytes <= p.budget
+    FROM picked AS p JOIN ordered AS o ON o.rn = p.rn + 1
+   WHERE p.n < %(limit)s
+), claimed AS (
+  UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, lease_owner = %(owner)s,
+         lease_expires = %(now)s::float8 + %(lease_s)s::float8, claimed_at = %(now)s::float8,
+         first_claimed_at = coalesce(jobs.first_claimed_at, %(now)s::float8),
+         queue_wait_ms = jobs.queue_wait_ms
+           + greatest(0, (%(now)s::float8 - coalesce(jobs.queued_since, %(now)s::float8)) * 1000.0),
+         queued_since = NULL, updated_at = %(now)s::float8
+    FROM picked
+   WHERE picked.taken AND jobs.job_id = picked.job_id
+  RETURNING jobs.*, picked.rn AS claim_rn
+)
+SELECT c.*, s.artifact_id AS sig_artifact_id, s.sha256 AS sig_sha256, s.size AS sig_size,
+       s.job_id AS sig_job_id, s.created_at AS sig_created_at
+  FROM claimed AS c
+  LEFT JOIN signatures AS s ON s.tenant = c.tenant AND s.sig_key = c.sig_key
+ ORDER BY c.claim_rn;
+
+-- A kiosk request that signed, written when done: the row that insert_job, claim_job
+-- and finish leave, in one statement (the flight's clocks; %(now)s is the finish).
+-- name: insert_flight_succeeded
+INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
+                  version, declared_bytes, state, attempt, created_at, admitted_at,
+                  admission_ms, claimed_at, first_claimed_at, finished_at, next_attempt_at,
+                  queue_wait_ms, processing_ms, result, correlation_id, updated_at, sig_key)
+VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerprint)s,
+        %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s, 'succeeded', 1,
+        %(created_at)s, %(admitted_at)s, %(admission_ms)s, %(claimed_at)s, %(claimed_at)s,
+        %(now)s, %(admitted_at)s,
+        greatest(0, (%(claimed_at)s::float8 - %(admitted_at)s::float8) * 1000.0),
+        greatest(0, (%(now)s::float8 - %(claimed_at)s::float8) * 1000.0),
+        %(result)s, %(correlation_id)s, %(now)s, %(sig_key)s)
+ON CONFLICT DO NOTHING
+RETURNING *;
+
+-- The kiosk path takes a job it just admitted (or finds queued) without queueing it.
+-- name: claim_job
+UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = %(owner)s,
+       lease_expires = %(now)s::float8 + %(lease_s)s::float8, claimed_at = %(now)s::float8,
+       first_claimed_at = coalesce(first_claimed_at, %(now)s::float8),
+       queue_wait_ms = queue_wait_ms
+         + greatest(0, (%(now)s::float8 - coalesce(queued_since, %(now)s::float8)) * 1000.0),
+       queued_since = NULL, updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND state = 'queued'
+RETURNING *;
+
+-- Every lease in one statement; the ones it does not return are no longer held.
+-- name: renew
+UPDATE jobs SET lease_expires = %(now)s::float8 + %(lease_s)s::float8, updated_at = %(now)s::float8
+  FROM unnest(%(job_ids)s::text[], %(attempts)s::integer[], %(owners)s::text[])
+       AS lease (job_id, attempt, owner)
+ WHERE jobs.job_id = lease.job_id AND jobs.attempt = lease.attempt
+   AND jobs.lease_owner = lease.owner AND jobs.state = 'running'
+RETURNING jobs.job_id, jobs.attempt;
+
+-- name: finish
+UPDATE jobs SET state = 'succeeded', result = %(result)s, finished_at = %(now)s::float8,
+       processing_ms = processing_ms + greatest(0, (%(now)s::float8 - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(owner)s
+   AND state = 'running'
+RETURNING *;
+
+-- A finish whose signature was recorded before names the recorded one.
+-- name: set_result
+UPDATE jobs SET result = %(result)s WHERE job_id = %(job_id)s RETURNING *;
+
+-- name: retry_later
+UPDATE jobs SET state = 'retry_wait', next_attempt_at = %(next_at)s::float8,
+       failures = failures + %(count)s, error_code = %(code)s, error_category = NULL,
+       processing_ms = processing_ms + greatest(0, (%(now)s::float8 - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(owner)s
+   AND state = 'running'
+RETURNING *;
+
+-- name: fail
+UPDATE jobs SET state = 'failed', failures = failures + 1, error_category = %(category)s,
+       error_code = %(code)s, finished_at = %(now)s::float8,
+       processing_ms = processing_ms + greatest(0, (%(now)s::float8 - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(owner)s
+   AND state = 'running'
+RETURNING *;
+
+-- name: release
+UPDATE jobs SET state = 'queued', next_attempt_at = %(now)s::float8, queued_since = %(now)s::float8,
+       processing_ms = processing_ms + greatest(0, (%(now)s::float8 - claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(owner)s
+   AND state = 'running'
+RETURNING *;
+
+-- Any daemon may run this: one statement takes the running jobs whose lease expired
+-- (or, at start-up, every running job) and that no transaction holds (a conclude under
+-- way wins, or is refused by its fence), and requeues them, or fails as lost those
+-- that lost %(max_lost)s leases.
+-- name: reclaim
+WITH expired AS (
+  SELECT job_id, lease_owner, lease_expires, lost_leases + 1 >= %(max_lost)s AS lost_out
+    FROM jobs
+   WHERE state = 'running' AND (%(everything)s::boolean OR lease_expires < %(now)s::float8)
+   ORDER BY lease_expires, job_id
+   LIMIT %(cap)s
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs SET
+       state = CASE WHEN expired.lost_out THEN 'failed' ELSE 'queued' END,
+       lost_leases = jobs.lost_leases + 1,
+       error_category = CASE WHEN expired.lost_out THEN 'lost' ELSE jobs.error_category END,
+       error_code = CASE WHEN expired.lost_out THEN 'lease_lost' ELSE jobs.error_code END,
+       finished_at = CASE WHEN expired.lost_out THEN %(now)s::float8 ELSE jobs.finished_at END,
+       next_attempt_at = CASE WHEN expired.lost_out THEN jobs.next_attempt_at
+                              ELSE %(now)s::float8 END,
+       queued_since = CASE WHEN expired.lost_out THEN jobs.queued_since ELSE %(now)s::float8 END,
+       processing_ms = jobs.processing_ms
+         + greatest(0, (%(now)s::float8 - jobs.claimed_at) * 1000.0),
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+  FROM expired
+ WHERE jobs.job_id = expired.job_id
+RETURNING jobs.*, expired.lease_owner AS old_owner, expired.lease_expires AS old_expires,
+          expired.lost_out;
+
+-- retry_wait -> queued for jobs whose backoff has passed, in one statement.
+-- name: promote_due
+WITH due AS (
+  SELECT job_id FROM jobs
+   WHERE state = 'retry_wait' AND next_attempt_at <= %(now)s::float8
+   ORDER BY next_attempt_at
+   LIMIT %(cap)s
+   FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs SET state = 'queued', queued_since = %(now)s::float8, updated_at = %(now)s::float8
+  FROM due
+ WHERE jobs.job_id = due.job_id
+RETURNING jobs.*;
+
+-- name: cancel
+WITH waiting AS (
+  SELECT job_id, state FROM jobs
+   WHERE job_id = %(job_id)s AND tenant = %(tenant)s AND state IN ('queued', 'retry_wait')
+   FOR UPDATE
+)
+UPDATE jobs SET state = 'canceled', finished_at = %(now)s::float8, updated_at = %(now)s::float8,
+       queue_wait_ms = jobs.queue_wait_ms
+         + greatest(0, (%(now)s::float8 - coalesce(jobs.queued_since, %(now)s::float8)) * 1000.0),
+       queued_since = NULL
+  FROM waiting
+ WHERE jobs.job_id = waiting.job_id
+RETURNING jobs.*, waiting.state AS old_state;
+
+-- name: replay
+UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases = 0,
+       error_category = NULL, error_code = NULL, finished_at = NULL,
+       next_attempt_at = %(now)s::float8, queued_since = %(now)s::float8,
+       updated_at = %(now)s::float8
+ WHERE job_id = %(job_id)s AND tenant = %(tenant)s AND state = 'failed'
+RETURNING *;
+
+-- name: get_job
+SELECT * FROM jobs WHERE job_id = %(job_id)s AND tenant = %(tenant)s;
+
+-- name: get_job_any
+SELECT * FROM jobs WHERE job_id = %(job_id)s;
+
+-- name: list_jobs
+SELECT * FROM jobs WHERE tenant = %(tenant)s AND job_id < %(cursor)s
+ ORDER BY job_id DESC LIMIT %(limit)s;
+
+-- name: list_jobs_state
+SELECT * FROM jobs WHERE tenant = %(tenant)s AND state = ANY(%(states)s::text[])
+   AND job_id < %(cursor)s
+ ORDER BY job_id DESC LIMIT %(limit)s;
+
+-- The chain head, locked until this transaction commits: taken once per transaction,
+-- after every other statement of it.
+-- name: lock_chain_head
+SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE;
+
+-- A transaction's events, chained after the head it locked, and the new head.
+-- name: append_events
+WITH appended AS (
+  INSERT INTO events (seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
+                      input_digest, policy_version, detail, prev_hash, hash)
+  SELECT * FROM unnest(%(seq)s::bigint[], %(event_id)s::text[], %(job_id)s::text[],
+                       %(tenant)s::text[], %(case_id)s::text[], %(type)s::text[],
+                       %(actor)s::text[], %(at)s::text[], %(attempt)s::integer[],
+                       %(input_digest)s::text[], %(policy_version)s::text[],
+                       %(detail)s::text[], %(prev_hash)s::text[], %(hash)s::text[])
+)
+UPDATE audit_head SET seq = %(head_seq)s, hash = %(head_hash)s WHERE id = 1;
+
+-- A transaction's changes to the jobs per state, after the head's lock.
+-- name: count_states
+UPDATE job_counts SET n = job_counts.n + d.n
+  FROM unnest(%(states)s::text[], %(deltas)s::bigint[]) AS d (state, n)
+ WHERE job_counts.state = d.state;
+
+-- name: job_events
+SELECT * FROM events WHERE job_id = %(job_id)s AND tenant = %(tenant)s ORDER BY seq;
+
+-- name: all_events
+SELECT * FROM events ORDER BY seq;
+
+-- name: state_counts
+SELECT state, n FROM job_counts WHERE n > 0;
+
+-- name: oldest_queued
+SELECT min(queued_since) AS oldest, extract(epoch FROM clock_timestamp())::float8 AS now
+  FROM jobs WHERE state = 'queued';
+
+-- One read for a kiosk request: the job its idempotency key names, if any, and the
+-- signature recorded for its signature key, if any.
+-- name: kiosk_lookup
+SELECT (SELECT job_id FROM jobs WHERE tenant = %(tenant)s AND idem_key = %(idem_key)s) AS job_id,
+       s.artifact_id, s.sha256, s.size
+  FROM (SELECT 1) AS one
+  LEFT JOIN signatures AS s ON s.tenant = %(tenant)s AND s.sig_key = %(sig_key)s;
+
+-- name: get_signature
+SELECT * FROM signatures WHERE tenant = %(tenant)s AND sig_key = %(sig_key)s;
+
+-- Put-once across every daemon: a key another transaction is recording waits for it,
+-- then inserts nothing, and the caller reads the record that stands.
+-- name: put_signature
+INSERT INTO signatures (tenant, sig_key, artifact_id, sha256, size, job_id, created_at)
+VALUES (%(tenant)s, %(sig_key)s, %(artifact_id)s, %(sha256)s, %(size)s, %(job_id)s, %(now)s)
+ON CONFLICT DO NOTHING;
+
+-- name: put_artifact
+INSERT INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at,
+                       timestamp_expires_at)
+VALUES (%(artifact_id)s, %(tenant)s, %(job_id)s, %(sha256)s, %(size)s, %(media_type)s,
+        %(now)s, %(timestamp_expires_at)s)
+ON CONFLICT DO NOTHING;
+
+-- name: mark_renewed
+UPDATE artifacts SET renewed_by = %(renewed_by)s
+ WHERE artifact_id = %(artifact_id)s AND tenant = %(tenant)s AND renewed_by IS NULL;
+
+-- name: due_renewals
+SELECT artifact_id, tenant, timestamp_expires_at FROM artifacts
+ WHERE timestamp_expires_at IS NOT NULL AND renewed_by IS NULL
+   AND timestamp_expires_at <= %(before)s::float8
+ ORDER BY timestamp_expires_at LIMIT %(limit)s;
+
+-- name: get_artifact
+SELECT * FROM artifacts WHERE artifact_id = %(artifact_id)s;
+
+-- name: put_artifact_data
+INSERT INTO artifact_data (artifact_id, data) VALUES (%(artifact_id)s, %(data)s)
+ON CONFLICT DO NOTHING;
+
+-- name: get_artifact_data
+SELECT data FROM artifact_data WHERE artifact_id = %(artifact_id)s;
+
+-- name: writable
+SELECT pg_is_in_recovery() AS in_recovery;
