@@ -270,16 +270,16 @@ SELECT * FROM jobs WHERE tenant = %(tenant)s AND state = ANY(%(states)s::text[])
 -- name: lock_chain_head
 SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE;
 
--- A transaction's events, chained after the head it locked, and the new head.
+-- A transaction's events, chained after the head it locked, and the new head. The
+-- events come as one JSON array (one parameter, decoded by the server) rather than an
+-- array per column.
 -- name: append_events
 WITH appended AS (
   INSERT INTO events (seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
                       input_digest, policy_version, detail, prev_hash, hash)
-  SELECT * FROM unnest(%(seq)s::bigint[], %(event_id)s::text[], %(job_id)s::text[],
-                       %(tenant)s::text[], %(case_id)s::text[], %(type)s::text[],
-                       %(actor)s::text[], %(at)s::text[], %(attempt)s::integer[],
-                       %(input_digest)s::text[], %(policy_version)s::text[],
-                       %(detail)s::text[], %(prev_hash)s::text[], %(hash)s::text[])
+  SELECT seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
+         input_digest, policy_version, detail, prev_hash, hash
+    FROM json_populate_recordset(NULL::events, %(events)s::json)
 )
 UPDATE audit_head SET seq = %(head_seq)s, hash = %(head_hash)s WHERE id = 1;
 
