@@ -98,7 +98,7 @@ class PostgresStore:
         pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=self._readers, open=False, timeout=self._timeout_s,
             kwargs={"autocommit": True, "row_factory": dict_row, **self._kwargs},
-            name="casesignd-readers")
+            configure=self._configure_reader, name="casesignd-readers")
         try:
             await pool.open(wait=True, timeout=self._timeout_s)
         except psycopg.Error as e:  # PoolTimeout is one
@@ -106,6 +106,9 @@ class PostgresStore:
             await asyncio.to_thread(self._writer.stop)
             raise unavailable(e, "the job store cannot be reached") from e
         self._pool = pool
+
+    async def _configure_reader(self, conn: AsyncConnection[DictRow]) -> None:
+        await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
         await asyncio.to_thread(self._writer.stop)

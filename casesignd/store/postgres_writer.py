@@ -260,7 +260,7 @@ class Writer:
         return fut
 
     def _session(self, conn: PgConnection) -> PgConnection:
-        conn.execute(self.q["writer_session"])
+        conn.execute(self.q["session"])
         return conn
 
     def _run(self) -> None:

@@ -306,9 +306,14 @@ async def test_a_claim_reads_the_queue_by_its_index_on_a_table_never_analyzed(po
             return "\n".join(r["QUERY PLAN"] for r in rows)
 
         text = await store._write(plan)
+        # The gauges' read, four times a second, on a reading connection.
+        async with store._pool.connection() as conn:
+            rows = await (await conn.execute("EXPLAIN " + store.q["oldest_queued"])).fetchall()
+        gauge = "\n".join(r["QUERY PLAN"] for r in rows)
     finally:
         await store.close()
     assert "Index Scan using jobs_queued on jobs" in text and "Bitmap" not in text, text
+    assert "jobs_queued" in gauge and "Seq Scan" not in gauge, gauge
 
 
 async def test_steps_sent_together_keep_their_order_and_their_failures_apart(postgres_dsn):

@@ -19,15 +19,16 @@ SELECT coalesce(max(version), 0) AS version FROM schema_version;
 -- name: record_version
 INSERT INTO schema_version (version) VALUES (%(version)s);
 
--- The writing connection plans its statements by their indexes, whatever the
+-- Every connection of the store plans its statements by their indexes, whatever the
 -- statistics say: a queue is small when the table is analyzed and deep an hour later
 -- (or just created and never analyzed), and a claim planned for a small queue reads
--- every queued row with a bitmap scan and sorts them, on every claim. Every writing
--- statement has an index that leads to its rows in order (the claim's jobs_queued,
--- the sweeps' jobs_running and jobs_retry, the keys). So one plan serves every
+-- every queued row with a bitmap scan and sorts them, on every claim; a gauge read
+-- four times a second would scan every job ever kept. Every statement here has an
+-- index that leads to its rows in order (the claim's jobs_queued, the sweeps'
+-- jobs_running and jobs_retry, the keys, a tenant's jobs). So one plan serves every
 -- execution of a statement (psycopg prepares it from its fifth): planning a claim
 -- anew each time would cost three times its execution.
--- name: writer_session
+-- name: session
 SET enable_bitmapscan = off;
 SET enable_seqscan = off;
 SET plan_cache_mode = force_generic_plan;
