@@ -1,7 +1,7 @@
 """Queue benchmark: no-op jobs through casesignd's durable engine against huey's
 SqliteHuey, and admission latency over HTTP at a fixed request rate.
 
-    scripts/bench queue [--jobs N] [--rate RPS] [--seconds S] [--store postgres]
+    scripts/bench queue [--jobs N] [--rate RPS] [--seconds S] [--store postgres] [--repeat N]
 
 Both queues run on a file on the same disk. casesignd's figure includes everything a
 job costs in production: the job row, the claim with its lease, the finish, and one
@@ -10,7 +10,8 @@ hash-chained audit event per transition, committed with synchronous=FULL.
 With ``--store postgres`` the same jobs also run through the PostgreSQL store, on a
 throwaway cluster in the same directory (so on the same disk) that syncs its WAL at
 every commit as SQLite does (fsync and synchronous_commit on), and the table gives
-its rate beside SQLite's.
+its rate beside SQLite's. ``--repeat N`` runs each engine N times, taking turns with
+the other, and shows each one's median run: on a shared machine the load moves.
 """
 
 from __future__ import annotations
@@ -88,20 +89,39 @@ async def casesignd_engine(n: int, workers: int, directory: Path,
     return {"jobs_per_s": n / took, "seconds": took, "commits": batches, "events": report.checked}
 
 
-def postgres_engine(n: int, counts: list[int], directory: Path) -> dict[int, dict[str, float]]:
-    """The same jobs through the PostgreSQL store, a fresh database per run."""
-    from casesignd.store.postgres import PostgresStore
-    from tests.helpers_postgres import running_cluster
+def engines(n: int, counts: list[int], repeat: int, directory: Path, postgres: bool
+            ) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
+    """The SQLite store's runs and, with ``postgres``, the PostgreSQL store's (a fresh
+    database each), taking turns, so that a change in the machine's load falls on
+    both; each store's median run by rate."""
+    sqlite_runs: dict[int, list[dict[str, float]]] = {w: [] for w in counts}
+    pg_runs: dict[int, list[dict[str, float]]] = {w: [] for w in counts}
+    cluster_cm: Any = contextlib.nullcontext()
+    if postgres:
+        from tests.helpers_postgres import running_cluster
 
-    out = {}
-    directory.chmod(0o711)  # the server runs as postgres and must reach its directory
-    with running_cluster(fsync=True, parent=str(directory)) as cluster:
-        for w in counts:
-            dsn = cluster.dsn(cluster.create_database())
-            out[w] = asyncio.run(casesignd_engine(
-                n, w, directory, make=lambda dsn=dsn: PostgresStore(dsn),
-                verify=lambda dsn=dsn: audit.verify_postgres(dsn)))
-    return out
+        directory.chmod(0o711)  # the server runs as postgres and must reach its directory
+        cluster_cm = running_cluster(fsync=True, parent=str(directory))
+    with cluster_cm as cluster:
+        for i in range(repeat):
+            for w in counts:
+                (directory / f"a{w}-{i}").mkdir()
+                sqlite_runs[w].append(asyncio.run(casesignd_engine(n, w, directory / f"a{w}-{i}")))
+                if cluster is None:
+                    continue
+                from casesignd.store.postgres import PostgresStore
+
+                dsn = cluster.dsn(cluster.create_database())
+                pg_runs[w].append(asyncio.run(casesignd_engine(
+                    n, w, directory, make=lambda dsn=dsn: PostgresStore(dsn),
+                    verify=lambda dsn=dsn: audit.verify_postgres(dsn))))
+                cluster.drop_database(dsn.rpartition("dbname=")[2])
+
+    def median(runs: list[dict[str, float]]) -> dict[str, float]:
+        return sorted(runs, key=lambda r: r["jobs_per_s"])[len(runs) // 2]
+
+    return ({w: median(r) for w, r in sqlite_runs.items()},
+            {w: median(r) for w, r in pg_runs.items() if r})
 
 
 def huey_sqlite(n: int, directory: Path) -> dict[str, float]:
@@ -172,16 +192,14 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
                     help="postgres: run the jobs through the PostgreSQL store as well")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="runs of each engine, taking turns; the median is shown")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", str(ROOT))) as tmp:
         base = Path(tmp)
         (base / "b").mkdir()
         counts = [int(w) for w in args.workers.split(",")]
-        ours = {}
-        for w in counts:
-            (base / f"a{w}").mkdir()
-            ours[w] = asyncio.run(casesignd_engine(args.jobs, w, base / f"a{w}"))
-        pg = postgres_engine(args.jobs, counts, base) if args.store == "postgres" else {}
+        ours, pg = engines(args.jobs, counts, max(1, args.repeat), base, args.store == "postgres")
         huey = huey_sqlite(args.jobs, base / "b")
         adm = asyncio.run(http_admission(args.rate, args.seconds, base))
     ratio = {w: r["jobs_per_s"] / huey["jobs_per_s"] for w, r in ours.items()}

@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
 from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
-from .postgres_writer import Op, PgConnection, Tx, Writer, unavailable
+from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
 from .records import (
     Claimed,
     Flight,
@@ -98,7 +98,7 @@ class PostgresStore:
         pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=self._readers, open=False, timeout=self._timeout_s,
             kwargs={"autocommit": True, "row_factory": dict_row, **self._kwargs},
-            name="casesignd-readers")
+            configure=self._configure_reader, name="casesignd-readers")
         try:
             await pool.open(wait=True, timeout=self._timeout_s)
         except psycopg.Error as e:  # PoolTimeout is one
@@ -106,6 +106,9 @@ class PostgresStore:
             await asyncio.to_thread(self._writer.stop)
             raise unavailable(e, "the job store cannot be reached") from e
         self._pool = pool
+
+    async def _configure_reader(self, conn: AsyncConnection[DictRow]) -> None:
+        await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
         await asyncio.to_thread(self._writer.stop)
@@ -151,13 +154,15 @@ class PostgresStore:
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row."""
 
-        def op(tx: Tx) -> tuple[Job, bool]:
-            row = tx.one("admit_job", **new.__dict__, job_id=new_id("job", new.created_at),
-                         now=tx.now, max_queue_depth=max_queue_depth,
-                         waiting_pending=tx.waiting_pending,
-                         admission_ms=max(0.0, (tx.now - new.created_at) * 1000.0))
-            if row is not None:
-                job = row_job(row)
+        def first(tx: Tx) -> tuple[str, dict[str, Any]]:
+            return "admit_job", {**new.__dict__, "job_id": new_id("job", new.created_at),
+                                 "now": tx.now, "max_queue_depth": max_queue_depth,
+                                 "waiting_pending": tx.waiting_pending,
+                                 "admission_ms": max(0.0, (tx.now - new.created_at) * 1000.0)}
+
+        def then(tx: Tx, rows: list[DictRow]) -> tuple[Job, bool]:
+            if rows:
+                job = row_job(rows[0])
                 tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
                 return job, True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
@@ -170,7 +175,7 @@ class PostgresStore:
                     field="Idempotency-Key" if new.idem_key.startswith("key:") else None)
             return job, False
 
-        return await self._write(op)
+        return await self._write(Step(first, then, admits=True))
 
     @staticmethod
     def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
@@ -271,9 +276,7 @@ class PostgresStore:
         byte budget together, in one statement, each with the signature recorded for
         its signature key."""
 
-        def op(tx: Tx) -> list[Claimed]:
-            rows = tx.all("claim_batch", owner=owner, now=tx.now, lease_s=lease_s,
-                          budget=budget_bytes, kinds=kinds, limit=limit)
+        def then(tx: Tx, rows: list[DictRow]) -> list[Claimed]:
             out = []
             for row in rows:
                 recorded = None
@@ -286,7 +289,11 @@ class PostgresStore:
                 out.append(Claimed(job, recorded))
             return out
 
-        return await self._write(op) if limit > 0 else []
+        if limit <= 0:
+            return []
+        return await self._write(Step(lambda tx: ("claim_batch", {
+            "owner": owner, "now": tx.now, "lease_s": lease_s, "budget": budget_bytes,
+            "kinds": kinds, "limit": limit}), then))
 
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
         """Take the lease of one queued job by id (None when it is not queued)."""
@@ -304,28 +311,31 @@ class PostgresStore:
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases, in one statement; returns the ones that are no longer held."""
 
-        def op(tx: Tx) -> list[Lease]:
-            rows = tx.all("renew", now=tx.now, lease_s=lease_s,
-                          job_ids=[lease.job_id for lease in leases],
-                          attempts=[lease.attempt for lease in leases],
-                          owners=[lease.owner for lease in leases])
+        def then(tx: Tx, rows: list[DictRow]) -> list[Lease]:
             held = {(r["job_id"], r["attempt"]) for r in rows}
             return [lease for lease in leases if (lease.job_id, lease.attempt) not in held]
 
-        return await self._write(op) if leases else []
+        if not leases:
+            return []
+        return await self._write(Step(lambda tx: ("renew", {
+            "now": tx.now, "lease_s": lease_s, "job_ids": [lease.job_id for lease in leases],
+            "attempts": [lease.attempt for lease in leases],
+            "owners": [lease.owner for lease in leases]}), then))
 
     def _fenced(self, name: str, lease: Lease, event: str, detail: dict[str, Any],
-                **params: Any) -> Op:
-        def op(tx: Tx) -> Job | None:
-            row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
-                         now=tx.now, **params)
-            if row is None:
+                params: Callable[[Tx], dict[str, Any]] = lambda tx: {}) -> Step:
+        """The update of a running job that ends its attempt, fenced on its lease."""
+
+        def then(tx: Tx, rows: list[DictRow]) -> Job | None:
+            if not rows:
                 self._stale(tx, lease, event)
                 return None
-            job = row_job(row)
+            job = row_job(rows[0])
             tx.event(job, event, f"worker:{lease.owner}", detail)
             return job
-        return op
+
+        return Step(lambda tx: (name, {"job_id": lease.job_id, "attempt": lease.attempt,
+                                       "owner": lease.owner, "now": tx.now, **params(tx)}), then)
 
     @staticmethod
     def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
@@ -344,27 +354,35 @@ class PostgresStore:
 
     def _conclude_op(self, lease: Lease, outcome: Outcome) -> Op:
         if isinstance(outcome, Finish):
-            return lambda tx: self._finish(tx, lease, outcome)
+            if outcome.signature is not None:
+                # It records a signature that a claim later in the batch may read: it
+                # runs alone, not sent ahead (Step).
+                return lambda tx: self._finish(tx, lease, outcome, None)
+            return Step(lambda tx: ("finish", {
+                "job_id": lease.job_id, "attempt": lease.attempt, "owner": lease.owner,
+                "now": tx.now, "result": audit.canonical(outcome.result()).decode()}),
+                lambda tx, rows: self._finish(tx, lease, outcome, rows))
         if isinstance(outcome, RetryLater):
             detail = {**outcome.detail, "code": outcome.code, "delay_s": round(outcome.delay_s, 3)}
             if not outcome.counts:
                 detail["waiting"] = True
             retry = outcome
-
-            def op(tx: Tx) -> Job | None:
-                return self._fenced("retry_later", lease, "retry_scheduled", detail,
-                                    code=retry.code, next_at=tx.now + retry.delay_s,
-                                    count=1 if retry.counts else 0)(tx)
-
-            return op
+            return self._fenced("retry_later", lease, "retry_scheduled", detail,
+                                lambda tx: {"code": retry.code, "next_at": tx.now + retry.delay_s,
+                                            "count": 1 if retry.counts else 0})
+        failed = outcome
         return self._fenced("fail", lease, "failed",
                             {**outcome.detail, "category": outcome.category, "code": outcome.code},
-                            category=outcome.category, code=outcome.code)
+                            lambda tx: {"category": failed.category, "code": failed.code})
 
-    def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
+    def _finish(self, tx: Tx, lease: Lease, outcome: Finish, rows: list[DictRow] | None) -> Job | None:
+        """running → succeeded (``rows``: the finish statement's, when sent ahead)."""
         result = outcome.result()
-        row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
-                     now=tx.now, result=audit.canonical(result).decode())
+        if rows is None:
+            row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
+                         now=tx.now, result=audit.canonical(result).decode())
+        else:
+            row = rows[0] if rows else None
         if row is None:
             self._stale(tx, lease, "succeeded")
             return None

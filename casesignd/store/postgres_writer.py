@@ -7,8 +7,9 @@ commit): an operation that raises is taken out and the others run again in a fre
 transaction, so it leaves nothing behind; a deadlock with another daemon's
 transaction (PostgreSQL aborts one of the two) runs the whole batch again. A thread
 with psycopg's blocking connection, not an asyncio task: a statement then costs a
-third of what the asyncio connection's wake-ups cost, and the statements of a batch
-run one after the other anyway.
+third of what the asyncio connection's wake-ups cost. The hot operations (admit,
+claim, renew, the end of an attempt) are steps (:class:`Step`), whose first statements
+the writer sends together, one round trip for a run of them (pipeline mode).
 
 The audit chain is one for every daemon. An operation's events are kept aside while
 it runs; just before COMMIT the writer locks the chain's head row (``SELECT ... FOR
@@ -36,6 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import psycopg
 from psycopg.rows import DictRow
 
@@ -73,13 +75,14 @@ STATE_CHANGES: dict[str, str | None] = {
 class Tx:
     """One operation's view of the writer's transaction."""
 
-    __slots__ = ("conn", "q", "now", "events", "counts")
+    __slots__ = ("conn", "q", "now", "events", "counts", "admitting")
 
     def __init__(self, conn: PgConnection, q: dict[str, str], now: float,
                  events: list[dict[str, Any]], counts: dict[str, int]) -> None:
         self.conn = conn
         self.q = q
         self.now = now
+        self.admitting = 0  # admissions sent ahead of this one, results unread (Step)
         # Chained when the batch commits (Writer._append): a seq is known only under
         # the head's lock.
         self.events = events
@@ -98,8 +101,9 @@ class Tx:
 
     @property
     def waiting_pending(self) -> int:
-        """Jobs this transaction added to the waiting states (queued, retry_wait)."""
-        return self.counts.get("queued", 0) + self.counts.get("retry_wait", 0)
+        """Jobs this transaction added to the waiting states (queued, retry_wait), so
+        far as it knows (see Step)."""
+        return self.counts.get("queued", 0) + self.counts.get("retry_wait", 0) + self.admitting
 
     def one(self, name: str, **params: Any) -> DictRow | None:
         row = self.conn.execute(self.q[name], params).fetchone()
@@ -135,6 +139,32 @@ class Tx:
 
 Op = Callable[[Tx], Any]
 _Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
+
+
+class Step:
+    """An operation whose first statement is known before it runs (the hot ones: an
+    admission, a claim, a renewal, a fenced end of an attempt without a signature).
+
+    The writer sends the first statements of consecutive steps of a batch together,
+    in pipeline mode, one round trip for all of them, and then runs each step's
+    ``then`` with its statement's rows, in order. The statements still run in the
+    batch's order; what moves is a step's further statements (reads, and artifact
+    rows nothing else in a batch reads), which now run after the next steps' first
+    ones. An admission's queue-depth check counts, before it knows, every admission
+    ahead of it in the run as inserted: near the limit it may refuse a little early.
+    Called as a plain operation, a step runs its statement and then ``then``."""
+
+    __slots__ = ("first", "then", "admits")
+
+    def __init__(self, first: Callable[[Tx], tuple[str, dict[str, Any]]],
+                 then: Callable[[Tx, list[DictRow]], Any], *, admits: bool = False) -> None:
+        self.first = first  # (statement name, parameters), from tx.now and tx.waiting_pending
+        self.then = then
+        self.admits = admits  # it may add a queued job (see above)
+
+    def __call__(self, tx: Tx) -> Any:
+        name, params = self.first(tx)
+        return self.then(tx, tx.all(name, **params))
 
 
 def migrate(conn: PgConnection, q: dict[str, str]) -> int:
@@ -230,7 +260,7 @@ class Writer:
         return fut
 
     def _session(self, conn: PgConnection) -> PgConnection:
-        conn.execute(self.q["writer_session"])
+        conn.execute(self.q["session"])
         return conn
 
     def _run(self) -> None:
@@ -291,15 +321,13 @@ class Writer:
         head = conn.execute(self.q["lock_chain_head"]).fetchone()
         assert head is not None
         seq, prev = int(head["seq"]), str(head["hash"])
-        columns: dict[str, list[Any]] = {k: [] for k in audit.FIELDS}
         for ev in events:
             seq += 1
             ev["seq"], ev["prev_hash"] = seq, prev
             ev["hash"] = prev = audit.event_hash(ev)
-            for k in audit.FIELDS:
-                columns[k].append(ev[k])
+        rows = msgspec.json.encode(events).decode()
         with conn.pipeline():
-            conn.execute(self.q["append_events"], {**columns, "head_seq": seq, "head_hash": prev})
+            conn.execute(self.q["append_events"], {"events": rows, "head_seq": seq, "head_hash": prev})
             if moved:
                 conn.execute(self.q["count_states"], {"states": list(moved),
                                                       "deltas": list(moved.values())})
@@ -333,6 +361,60 @@ class Writer:
             with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
                 loop.call_soon_threadsafe(self._resolve_all, items)
 
+    def _run_ops(self, conn: PgConnection, ops: list[Op], now: float,
+                 events: list[dict[str, Any]], counts: dict[str, int]
+                 ) -> tuple[list[Any], int | None, BaseException | None]:
+        """Run ``ops`` in order in the open transaction, consecutive steps with their
+        first statements pipelined: (results, the index of the op that raised and what
+        it raised, or None)."""
+
+        def tx_for() -> Tx:
+            return Tx(conn, self.q, now, events, counts)
+
+        results: list[Any] = []
+        i = 0
+        while i < len(ops):
+            run = 0
+            while i + run < len(ops) and isinstance(ops[i + run], Step):
+                run += 1
+            if run < 2:
+                try:
+                    results.append(ops[i](tx_for()))
+                except Exception as e:  # noqa: BLE001 - each op's failure is its own
+                    return results, i, e
+                i += 1
+                continue
+            steps = [op for op in ops[i:i + run] if isinstance(op, Step)]
+            firsts, txs, ahead = [], [], 0
+            for step in steps:
+                tx = tx_for()
+                tx.admitting = ahead
+                ahead += step.admits
+                try:
+                    firsts.append(step.first(tx))
+                except Exception as e:  # noqa: BLE001
+                    return results, i + len(txs), e
+                txs.append(tx)
+            cursors: list[psycopg.Cursor[DictRow]] = []
+            try:
+                with conn.pipeline():
+                    for name, params in firsts:
+                        cursors.append(conn.execute(self.q[name], params))
+            except psycopg.Error as e:
+                # The statements before the one that failed have their results.
+                failed = next((k for k, cur in enumerate(cursors) if cur.pgresult is None), 0)
+                return results, i + failed, e
+            for k, (step, tx, cur) in enumerate(zip(steps, txs, cursors, strict=True)):
+                try:
+                    rows = cur.fetchall()
+                    tx.admitting = 0
+                    tx._count(firsts[k][0], rows)
+                    results.append(step.then(tx, rows))
+                except Exception as e:  # noqa: BLE001
+                    return results, i + k, e
+            i += run
+        return results, None, None
+
     def _commit(self, batch: list[_Item]) -> None:
         """Run a batch in one transaction; see the module's docstring."""
         done: list[tuple[_Item, Any, BaseException | None]] = []
@@ -348,15 +430,8 @@ class Writer:
                 break
             events: list[dict[str, Any]] = []
             counts: dict[str, int] = {}
-            results: list[Any] = []
-            failed: int | None = None
-            failure: BaseException | None = None
-            for i, (op, _fut, _loop) in enumerate(pending):
-                try:
-                    results.append(op(Tx(conn, self.q, now, events, counts)))
-                except Exception as e:  # noqa: BLE001 - each op's failure is its own
-                    failed, failure = i, e
-                    break
+            results, failed, failure = self._run_ops(
+                conn, [op for op, _f, _l in pending], now, events, counts)
             if failed is None:
                 try:
                     self._append(conn, events, counts)

@@ -306,6 +306,53 @@ async def test_a_claim_reads_the_queue_by_its_index_on_a_table_never_analyzed(po
             return "\n".join(r["QUERY PLAN"] for r in rows)
 
         text = await store._write(plan)
+        # The gauges' read, four times a second, on a reading connection.
+        async with store._pool.connection() as conn:
+            rows = await (await conn.execute("EXPLAIN " + store.q["oldest_queued"])).fetchall()
+        gauge = "\n".join(r["QUERY PLAN"] for r in rows)
     finally:
         await store.close()
     assert "Index Scan using jobs_queued on jobs" in text and "Bitmap" not in text, text
+    assert "jobs_queued" in gauge and "Seq Scan" not in gauge, gauge
+
+
+async def test_steps_sent_together_keep_their_order_and_their_failures_apart(postgres_dsn):
+    # Consecutive admissions, claims and ends of attempts go to the server together
+    # (pipeline mode). A statement that fails among them is told from the others:
+    # only its caller hears of it, and the rest commit, in order.
+    from casesignd.store.postgres_writer import Step
+
+    store = PostgresStore(postgres_dsn)
+    await store.open()
+    try:
+        bad = Step(lambda tx: ("admit_job", {**new_job("bad").__dict__, "tenant": None,
+                                             "job_id": "job_bad", "now": tx.now,
+                                             "max_queue_depth": 100, "waiting_pending": 0,
+                                             "admission_ms": 0.0}),
+                   lambda tx, rows: rows)
+        # Hold the writer in a batch of its own, so that the four queue up behind it
+        # and make the next batch together.
+        gate = threading.Event()
+        held = asyncio.ensure_future(store._write(lambda tx: gate.wait(10)))
+        await asyncio.sleep(0.1)
+        batches = store.commit_batches
+        together = asyncio.gather(
+            store.admit(new_job("s1"), actor="api:t1", max_queue_depth=100),
+            store.claim("node-a:w", 30.0, 1 << 30, ["test"]),
+            store._write(bad),
+            store.admit(new_job("s2"), actor="api:t1", max_queue_depth=100),
+            return_exceptions=True)
+        await asyncio.sleep(0.1)
+        gate.set()
+        await held
+        first, claimed, failed, last = await together
+        assert store.commit_batches - batches == 2
+        assert isinstance(failed, StoreUnavailable) and "null value" in failed.detail["postgres"]
+        assert first[1] and last[1]
+        # The claim ran after the admission before it, in the batch's order.
+        assert claimed is not None and claimed.job_id == first[0].job_id
+        done = await store.conclude(claimed.lease, Finish())
+        assert done.state == "succeeded"
+    finally:
+        await store.close()
+    verified(postgres_dsn)

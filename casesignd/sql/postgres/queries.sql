@@ -19,15 +19,16 @@ SELECT coalesce(max(version), 0) AS version FROM schema_version;
 -- name: record_version
 INSERT INTO schema_version (version) VALUES (%(version)s);
 
--- The writing connection plans its statements by their indexes, whatever the
+-- Every connection of the store plans its statements by their indexes, whatever the
 -- statistics say: a queue is small when the table is analyzed and deep an hour later
 -- (or just created and never analyzed), and a claim planned for a small queue reads
--- every queued row with a bitmap scan and sorts them, on every claim. Every writing
--- statement has an index that leads to its rows in order (the claim's jobs_queued,
--- the sweeps' jobs_running and jobs_retry, the keys). So one plan serves every
+-- every queued row with a bitmap scan and sorts them, on every claim; a gauge read
+-- four times a second would scan every job ever kept. Every statement here has an
+-- index that leads to its rows in order (the claim's jobs_queued, the sweeps'
+-- jobs_running and jobs_retry, the keys, a tenant's jobs). So one plan serves every
 -- execution of a statement (psycopg prepares it from its fifth): planning a claim
 -- anew each time would cost three times its execution.
--- name: writer_session
+-- name: session
 SET enable_bitmapscan = off;
 SET enable_seqscan = off;
 SET plan_cache_mode = force_generic_plan;
@@ -270,16 +271,16 @@ SELECT * FROM jobs WHERE tenant = %(tenant)s AND state = ANY(%(states)s::text[])
 -- name: lock_chain_head
 SELECT seq, hash FROM audit_head WHERE id = 1 FOR UPDATE;
 
--- A transaction's events, chained after the head it locked, and the new head.
+-- A transaction's events, chained after the head it locked, and the new head. The
+-- events come as one JSON array (one parameter, decoded by the server) rather than an
+-- array per column.
 -- name: append_events
 WITH appended AS (
   INSERT INTO events (seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
                       input_digest, policy_version, detail, prev_hash, hash)
-  SELECT * FROM unnest(%(seq)s::bigint[], %(event_id)s::text[], %(job_id)s::text[],
-                       %(tenant)s::text[], %(case_id)s::text[], %(type)s::text[],
-                       %(actor)s::text[], %(at)s::text[], %(attempt)s::integer[],
-                       %(input_digest)s::text[], %(policy_version)s::text[],
-                       %(detail)s::text[], %(prev_hash)s::text[], %(hash)s::text[])
+  SELECT seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,
+         input_digest, policy_version, detail, prev_hash, hash
+    FROM json_populate_recordset(NULL::events, %(events)s::json)
 )
 UPDATE audit_head SET seq = %(head_seq)s, hash = %(head_hash)s WHERE id = 1;
 
