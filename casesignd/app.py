@@ -69,12 +69,12 @@ class Services:
         self.metrics = Metrics()
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
-        self.store = make_store(cfg)
+        self.store = make_store(cfg, self.node)
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
                                 retry_delay_s=cfg.storage.temp_quota_retry_s)
-        self.objects = ObjectStore(state_dir / "objects")
+        self.objects = ObjectStore(state_dir / "objects", self.node)
         self.artifacts: ArtifactStore | None = None
         self.fetcher: Fetcher | None = None
         self.signer: Any = None
@@ -395,7 +395,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     try:
         s.load_tenants(cfg)
         secret = cfg.credential(cfg.links.secret_file).read_bytes()
-        s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret)
+        s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret, s.node)
         await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
         s.fetcher = Fetcher(cfg.sources, s.objects, max_bytes=cfg.server.max_object_bytes,

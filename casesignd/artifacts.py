@@ -11,7 +11,8 @@ a second, different artifact under one name.
 Layout under ``root`` (directories 0700, files 0600)::
 
     <id[4:6]>/<artifact_id>          e.g. 3f/art_3f...  (fan-out by two hex digits)
-    <id[4:6]>/.<random>.tmp          a publication in flight
+    <id[4:6]>/.<node>.<random>.tmp   a publication in flight (several daemons may
+                                     share ``root``; a node sweeps only its own)
 
 Links (``GET /v1/artifacts/{id}?expires=&sig=``) carry an HMAC-SHA256 over the
 artifact ID, the owning tenant and the expiry, keyed by a key derived from the
@@ -41,7 +42,7 @@ from typing import Any
 import msgspec
 
 from .errors import Forbidden
-from .objects import fsync_dir
+from .objects import fsync_dir, sweep_in_flight
 from .outcomes import Artifact
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
@@ -123,10 +124,11 @@ class DirSyncs:
 class ArtifactStore:
     """Durable result files and their signed links. See the module docstring."""
 
-    def __init__(self, root: Path, link_secret: bytes) -> None:
+    def __init__(self, root: Path, link_secret: bytes, node: str = "local") -> None:
         if len(link_secret) < 16:
             raise ValueError("the link secret must be at least 16 bytes")
         self.root = Path(root)
+        self.node = node
         # Copied per id: keyed once, and a short HMAC then runs without releasing the
         # GIL (a one-shot HMAC releases it, and the event loop waits to get it back).
         self._id_hmac = hmac.new(_subkey(link_secret, b"artifact-id"), digestmod=hashlib.sha256)
@@ -154,7 +156,8 @@ class ArtifactStore:
     # --- files (blocking) ---------------------------------------------------------------
 
     def sweep(self) -> int:
-        """Create the root (0700) and remove publications a crash left half-done.
+        """Create the root (0700) and remove publications a crash of this node left
+        half-done (and any node's a day old: :func:`~casesignd.objects.sweep_in_flight`).
 
         Blocking; call at start-up. Returns the number of temp files removed.
         """
@@ -163,10 +166,7 @@ class ArtifactStore:
         for fanout in self.root.iterdir():
             if not fanout.is_dir() or fanout.is_symlink():
                 continue
-            for tmp in fanout.glob(".*.tmp"):
-                with contextlib.suppress(FileNotFoundError):
-                    tmp.unlink()
-                    removed += 1
+            removed += sweep_in_flight(fanout, f".{self.node}.", ".tmp")
         return removed
 
     def open_path(self, artifact_id: str) -> Path | None:
@@ -198,7 +198,7 @@ class ArtifactStore:
         if final.is_file():
             return self._describe(final, artifact_id, media_type), False
         self._ensure_dirs(final.parent)
-        tmp = final.parent / f".{secrets.token_hex(8)}.tmp"
+        tmp = final.parent / f".{self.node}.{secrets.token_hex(8)}.tmp"
         try:
             digest, size = write(tmp)
             try:

@@ -6,7 +6,7 @@ Layout under ``root`` (directories 0700, files 0600)::
     cases/<H(tenant)>/<H(tenant, case)>/<sha256>
                                           a hard link to the blob: the object
                                           belongs to that tenant and case
-    tmp/<random>.part                     uploads in flight (same file system)
+    tmp/<node>.<random>.part              uploads in flight (same file system)
 
 Tenant names and case IDs never become path components themselves (a case ID may
 be ``..``); ``H`` is a SHA-256 over an unambiguous encoding of them. A blob shared
@@ -16,7 +16,10 @@ links, so another tenant's or case's object is simply absent (:meth:`path`).
 An upload is streamed into ``tmp/`` while hashing, checked, fsynced, linked into
 ``blobs/`` and then into its case, with the directories fsynced, so a crash leaves
 either the whole object or nothing under ``blobs/`` and ``cases/`` (stray
-``tmp/*.part`` files are removed by :meth:`ObjectStore.sweep`).
+``tmp/*.part`` files are removed by :meth:`ObjectStore.sweep`). Several daemons may
+share ``root``: an upload in flight carries its node's name, and a node's sweep
+removes its own at once and another's only once it is a day old (a node that never
+came back).
 
 Blocking calls: :meth:`sweep` and :meth:`path` touch the file system (cheap stat
 calls for ``path``); :meth:`put` is async and offloads its file work to threads.
@@ -30,6 +33,7 @@ import hashlib
 import os
 import re
 import secrets
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +93,27 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+# A file in flight that another node left this long ago is that node's crash, and
+# the node may never come back: any node's sweep removes it.
+STALE_S = 86400.0
+
+
+def sweep_in_flight(directory: Path, own_prefix: str, suffix: str, now: float | None = None) -> int:
+    """Remove the files in flight under ``directory`` (names ending in ``suffix``) that
+    are this node's (names starting with ``own_prefix``) or older than :data:`STALE_S`;
+    leave another live node's alone. Returns the count removed."""
+    cutoff = (time.time() if now is None else now) - STALE_S
+    removed = 0
+    for entry in os.scandir(directory):
+        if not entry.name.endswith(suffix) or not entry.is_file(follow_symlinks=False):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            if entry.name.startswith(own_prefix) or entry.stat(follow_symlinks=False).st_mtime < cutoff:
+                os.unlink(entry.path)
+                removed += 1
+    return removed
+
+
 def _ensure_dir(path: Path, stop: Path) -> None:
     """mkdir -p with 0700, fsyncing each parent whose entries changed (up to ``stop``)."""
     if path.is_dir():
@@ -105,24 +130,22 @@ def _ensure_dir(path: Path, stop: Path) -> None:
 class ObjectStore:
     """Content-addressed objects owned by (tenant, case). See the module docstring."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, node: str = "local") -> None:
         self.root = Path(root)
+        self.node = node
         self._blobs = self.root / "blobs"
         self._cases = self.root / "cases"
         self._tmp = self.root / "tmp"
 
     def sweep(self) -> int:
-        """Create the layout and remove uploads a crashed run left in ``tmp/``.
+        """Create the layout and remove the uploads a crashed run of this node left in
+        ``tmp/`` (and any node's older than :data:`STALE_S`).
 
         Blocking; call at start-up (via ``asyncio.to_thread``). Returns the count removed.
         """
         for d in (self._blobs, self._cases, self._tmp):
             _ensure_dir(d, self.root.parent)
-        removed = 0
-        for entry in os.scandir(self._tmp):
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                removed += 1
+        return sweep_in_flight(self._tmp, f"{self.node}.", ".part")
         return removed
 
     def blob_path(self, sha256: str) -> Path:
@@ -177,7 +200,7 @@ class ObjectStore:
 
         if not self._tmp.is_dir():
             await asyncio.to_thread(self.sweep)
-        tmp = self._tmp / f"{secrets.token_hex(16)}.part"
+        tmp = self._tmp / f"{self.node}.{secrets.token_hex(16)}.part"
         writer = HashingWriter(os.open(tmp, _CREATE_FLAGS, 0o600))
         try:
             try:

@@ -148,7 +148,7 @@ class Pool:
 
     async def start(self) -> None:
         reclaimed = await self.store.reclaim_expired(
-            max_lost=self.cfg.retry.max_lost_leases, everything=True)
+            max_lost=self.cfg.retry.max_lost_leases, at_start_of=self.services.node)
         if reclaimed:
             self.services.metrics.lease_reclaimed(len(reclaimed))
             log_event(log, "pool.reclaimed_at_start", count=len(reclaimed))

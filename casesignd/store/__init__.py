@@ -35,12 +35,13 @@ if TYPE_CHECKING:
     from .postgres import PostgresStore
 
 
-def make_store(cfg: Config) -> SqliteStore | PostgresStore:
-    """The store ``[store] kind`` names, not opened yet."""
+def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresStore:
+    """The store ``[store] kind`` names, not opened yet; ``node``, a daemon's node name
+    (None for a tool that is no daemon)."""
     if cfg.store.kind == "postgres":
         from .postgres import PostgresStore  # psycopg loads only for this store
 
-        return PostgresStore(cfg.store.dsn, password=cfg.store_password())
+        return PostgresStore(cfg.store.dsn, password=cfg.store_password(), node=node)
     return SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
 
 

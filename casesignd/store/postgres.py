@@ -61,10 +61,13 @@ def _job_of(row: DictRow) -> Job:
 class PostgresStore:
     """The store on PostgreSQL; ``dsn`` is a libpq connection string or URI."""
 
-    def __init__(self, dsn: str, *, password: str | None = None,
+    def __init__(self, dsn: str, *, password: str | None = None, node: str | None = None,
                  clock: Callable[[], float] | None = None, readers: int = 4,
                  connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
+        # A daemon's node name: held by a lock for its life (:meth:`open`); None for
+        # tools (migrate, copy, check) that are no node.
+        self.node = node
         # None: the database's clock (every daemon's leases on one clock); tests give one.
         self.clock = clock
         self.q = load_statements("sql/postgres/queries.sql")
@@ -75,13 +78,15 @@ class PostgresStore:
         if password:
             self._kwargs["password"] = password
         if "application_name" not in given:
-            self._kwargs["application_name"] = "casesignd"
+            # pg_stat_activity then says which node each connection is.
+            self._kwargs["application_name"] = f"casesignd:{node}" if node else "casesignd"
         if "connect_timeout" not in given:
             self._kwargs["connect_timeout"] = max(1, int(connect_timeout_s))
         self._writer = Writer(self._connect, self.q, clock)
         self._readers = readers
         self._timeout_s = connect_timeout_s
         self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
+        self._node_lock: AsyncConnection[DictRow] | None = None
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -93,7 +98,42 @@ class PostgresStore:
             raise unavailable(e, "the job store cannot be reached") from e
 
     async def open(self) -> None:
-        """Apply migrations (under an advisory lock), start the writer, open the readers."""
+        """Take the node's lock, apply migrations (under an advisory lock), start the
+        writer, open the readers. A second live daemon of the same node name is refused
+        (StoreUnavailable): its start-up would take back the first one's leases."""
+        if self.node is not None:
+            await self._lock_node(self.node)
+        try:
+            await self._open_rest()
+        except BaseException:
+            await self._unlock_node()
+            raise
+
+    async def _lock_node(self, node: str) -> None:
+        try:
+            conn = await AsyncConnection.connect(self.dsn, autocommit=True, row_factory=dict_row,
+                                                 **self._kwargs)
+        except psycopg.Error as e:
+            raise unavailable(e, "the job store cannot be reached") from e
+        try:
+            row = await (await conn.execute(self.q["node_lock"], {"node": node})).fetchone()
+        except psycopg.Error as e:
+            await conn.close()
+            raise unavailable(e, "the job store cannot be reached") from e
+        if not row or not row["taken"]:
+            await conn.close()
+            raise StoreUnavailable(
+                f"another casesignd daemon named {node!r} is running on this database "
+                f"(application_name casesignd:{node} in pg_stat_activity); give this one "
+                "its own --node", detail={"reason": "node_taken", "node": node})
+        self._node_lock = conn
+
+    async def _unlock_node(self) -> None:
+        if self._node_lock is not None:
+            await self._node_lock.close()  # the session ends, and its lock with it
+            self._node_lock = None
+
+    async def _open_rest(self) -> None:
         self.schema_version = await asyncio.to_thread(self._writer.start)
         pool: AsyncConnectionPool[AsyncConnection[DictRow]] = AsyncConnectionPool(
             self.dsn, min_size=1, max_size=self._readers, open=False, timeout=self._timeout_s,
@@ -115,6 +155,7 @@ class PostgresStore:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
+        await self._unlock_node()
 
     async def migrate(self) -> int:
         """Apply the migrations and stop: the schema version."""
@@ -434,14 +475,18 @@ class PostgresStore:
         """running → queued at shutdown, so that a restart resumes the job at once."""
         return await self._write(self._fenced("release", lease, "released", {}))
 
-    async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]:
-        """Requeue running jobs whose lease expired (or, with ``everything``, every
-        running job). A job that lost ``max_lost`` leases fails as ``lost``. One
-        statement, which skips the jobs another transaction holds: any daemon may run
-        it at any time."""
+    async def reclaim_expired(self, *, max_lost: int, at_start_of: str | None = None) -> list[Job]:
+        """Requeue running jobs whose lease expired. At the start-up of node
+        ``at_start_of``, also every job that node's leases hold: the node lock
+        (:meth:`open`) says no live daemon of that name has them. Other nodes' leases
+        are theirs until they expire. A job that lost ``max_lost`` leases fails as
+        ``lost``. One statement, which skips the jobs another transaction holds: any
+        daemon may run it at any time."""
+        everything = at_start_of is not None
+        prefix = f"{at_start_of}:" if everything else None
 
         def op(tx: Tx) -> list[Job]:
-            rows = tx.all("reclaim", now=tx.now, max_lost=max_lost, everything=everything,
+            rows = tx.all("reclaim", now=tx.now, max_lost=max_lost, node_prefix=prefix,
                           cap=None if everything else SWEEP_CAP)
             rows.sort(key=(lambda r: r["job_id"]) if everything
                       else (lambda r: (r["old_expires"], r["job_id"])))
@@ -543,6 +588,21 @@ class PostgresStore:
         if await self._write(op):
             raise StoreUnavailable("the job store is read-only (a standby)",
                                    detail={"reason": "read_only"})
+        if self.node is not None and not await self._holds_node():
+            # The session that held the node's name ended (the server restarted, the
+            # network broke): take the name again, or say that another daemon has it.
+            await self._unlock_node()
+            await self._lock_node(self.node)
+
+    async def _holds_node(self) -> bool:
+        lock = self._node_lock
+        if lock is None or lock.closed:
+            return False
+        try:
+            await lock.execute("SELECT 1")  # a session ended by the server shows only in use
+        except psycopg.Error:
+            return False
+        return True
 
     # --- reads -----------------------------------------------------------------------
 

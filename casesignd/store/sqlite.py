@@ -422,9 +422,11 @@ class SqliteStore:
         """running → queued at shutdown, so that a restart resumes the job at once."""
         return await self._write(self._fenced("release", lease, "released", {}))
 
-    async def reclaim_expired(self, *, max_lost: int, everything: bool = False) -> list[Job]:
-        """Requeue running jobs whose lease expired (or, at start-up under the store lock,
-        every running job). A job that lost ``max_lost`` leases fails as ``lost``."""
+    async def reclaim_expired(self, *, max_lost: int, at_start_of: str | None = None) -> list[Job]:
+        """Requeue running jobs whose lease expired (or, at the start-up of node
+        ``at_start_of``, every running job: under the store lock no other daemon runs).
+        A job that lost ``max_lost`` leases fails as ``lost``."""
+        everything = at_start_of is not None
 
         def op(tx: Tx) -> list[Job]:
             rows = tx.all("all_running") if everything else tx.all("expired_leases", now=tx.now, cap=500)

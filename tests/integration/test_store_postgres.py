@@ -356,3 +356,46 @@ async def test_steps_sent_together_keep_their_order_and_their_failures_apart(pos
     finally:
         await store.close()
     verified(postgres_dsn)
+
+
+async def test_a_second_live_daemon_of_one_node_name_is_refused(postgres_dsn):
+    first = PostgresStore(postgres_dsn, node="node-a")
+    await first.open()
+    other = PostgresStore(postgres_dsn, node="node-b")
+    await other.open()  # another name is welcome
+    with pytest.raises(StoreUnavailable, match="node-a") as refused:
+        await PostgresStore(postgres_dsn, node="node-a").open()
+    assert refused.value.detail["reason"] == "node_taken"
+    await first.close()  # its session, and the name with it, is gone
+    again = PostgresStore(postgres_dsn, node="node-a")
+    await again.open()
+    await again.ping()
+    for s in (other, again):
+        await s.close()
+
+
+async def test_a_node_name_lost_with_its_session_is_taken_again_by_the_next_ping(postgres_dsn):
+    store = PostgresStore(postgres_dsn, node="node-a")
+    await store.open()
+    with psycopg.connect(postgres_dsn, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_locks"
+                      " WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()")
+    await asyncio.sleep(0.2)
+    await store.ping()  # the name is held again
+    with pytest.raises(StoreUnavailable, match="node-a"):
+        await PostgresStore(postgres_dsn, node="node-a").open()
+    await store.close()
+
+
+async def test_a_node_takes_back_only_its_own_leases_at_start(daemons):
+    a, b = daemons
+    for i in range(4):
+        await a.admit(new_job(f"n{i}"), actor="api:t1", max_queue_depth=100)
+    mine = await a.claim_batch("node-a:100:aa", 600.0, 1 << 30, ["test"], 2)
+    theirs = await b.claim_batch("node-b:200:bb", 600.0, 1 << 30, ["test"], 2)
+    back = await a.reclaim_expired(max_lost=5, at_start_of="node-a")
+    assert sorted(j.job_id for j in back) == sorted(c.job.job_id for c in mine)
+    assert all(j.state == "queued" for j in back)
+    # node-b's leases are node-b's until they expire, and a name is matched whole.
+    assert await a.reclaim_expired(max_lost=5, at_start_of="node") == []
+    assert await b.renew([c.job.lease for c in theirs], 600.0) == []  # none lost

@@ -172,6 +172,8 @@ def test_sweep_removes_half_done_publications(store, tmp_path):
     aid = store.artifact_id("t", "k")
     store.publish(src, aid, "application/pdf")
     fanout = store.open_path(aid).parent
-    (fanout / ".0123456789abcdef.tmp").write_bytes(b"half")
+    (fanout / ".local.0123456789abcdef.tmp").write_bytes(b"half")
+    (fanout / ".other-node.0123456789abcdef.tmp").write_bytes(b"another node's, in flight")
     assert store.sweep() == 1
+    assert (fanout / ".other-node.0123456789abcdef.tmp").exists()
     assert store.open_path(aid).read_bytes() == b"x"

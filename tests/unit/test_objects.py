@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 import stat
+import time
 
 import pytest
 
@@ -167,6 +168,20 @@ async def test_cancelled_upload_leaves_no_partial_file(store):
 def test_sweep_removes_stale_uploads(tmp_path):
     s = ObjectStore(tmp_path / "o")
     s.sweep()
-    (s.root / "tmp" / "abc.part").write_bytes(b"half")
+    (s.root / "tmp" / "local.abc.part").write_bytes(b"half")
     assert s.sweep() == 1
     assert stat.S_IMODE(s.root.stat().st_mode) == 0o700
+
+
+def test_a_node_sweeps_its_own_uploads_and_another_nodes_only_when_a_day_old(tmp_path):
+    a, b = ObjectStore(tmp_path / "o", "node-a"), ObjectStore(tmp_path / "o", "node-b")
+    a.sweep()
+    tmp = a.root / "tmp"
+    (tmp / "node-a.1.part").write_bytes(b"mine, left by my crash")
+    (tmp / "node-b.2.part").write_bytes(b"node-b's, in flight now")
+    (tmp / "node-c.3.part").write_bytes(b"node-c's, from yesterday")
+    day_old = time.time() - 86400 - 60
+    os.utime(tmp / "node-c.3.part", (day_old, day_old))
+    assert a.sweep() == 2
+    assert sorted(os.listdir(tmp)) == ["node-b.2.part"]
+    assert b.sweep() == 1

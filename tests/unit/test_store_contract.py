@@ -185,10 +185,10 @@ async def test_release_requeues_without_counting_a_loss(store):
     assert released.state == "queued" and released.lost_leases == 0
 
 
-async def test_reclaim_everything_at_start(store):
+async def test_reclaim_a_nodes_leases_at_its_start(store):
     await admit(store)
-    await store.claim("w", 1000, 1 << 30, ["test"])
-    (job,) = await store.reclaim_expired(max_lost=5, everything=True)
+    await store.claim("node-a:100:ab12", 1000, 1 << 30, ["test"])
+    (job,) = await store.reclaim_expired(max_lost=5, at_start_of="node-a")
     assert job.state == "queued"
 
 

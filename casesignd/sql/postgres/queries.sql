@@ -7,6 +7,12 @@
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(hashtextextended('casesignd:migrate', 0));
 
+-- One live daemon per node name: this lock, held by a connection of its own for the
+-- daemon's life (the server frees it when that session ends, however it ends). A
+-- node's start-up then takes back every lease of its name at once.
+-- name: node_lock
+SELECT pg_try_advisory_lock(hashtextextended('casesignd:node:' || %(node)s::text, 0)) AS taken;
+
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS schema_version (
   version     integer PRIMARY KEY,
@@ -193,7 +199,9 @@ RETURNING *;
 WITH expired AS (
   SELECT job_id, lease_owner, lease_expires, lost_leases + 1 >= %(max_lost)s AS lost_out
     FROM jobs
-   WHERE state = 'running' AND (%(everything)s::boolean OR lease_expires < %(now)s::float8)
+   WHERE state = 'running'
+     AND (lease_expires < %(now)s::float8
+          OR starts_with(lease_owner, %(node_prefix)s::text))
    ORDER BY lease_expires, job_id
    LIMIT %(cap)s
    FOR UPDATE SKIP LOCKED
