@@ -155,7 +155,7 @@ async def post_job(request: web.Request) -> web.Response:
                                        max_queue_depth=s.config.workers.max_queue_depth)
     if created:
         assert s.pool is not None
-        s.pool.wake()
+        s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
     else:
         s.metrics.idempotent_replay("/v1/jobs")
@@ -213,7 +213,7 @@ async def retry_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}")
     assert s.pool is not None
-    s.pool.wake()
+    s.pool.queued()
     return json_response(job_resource(s, replayed), 202)
 
 

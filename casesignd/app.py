@@ -67,6 +67,7 @@ class Services:
         # locks are its own (storage.temp_dir/NAME), its leases carry the name.
         self.node = node_name(node)
         self.metrics = Metrics()
+        self.metrics.node_info.labels(node=self.node).set(1)
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
         self.store = make_store(cfg, self.node)

@@ -68,6 +68,7 @@ DESCRIPTIONS: dict[str, str] = {
     "store.busy_timeout_ms": "How long a write waits for the SQLite lock.",
     "store.dsn": "PostgreSQL: a libpq connection string or URI, without the password (\"host=/run/postgresql dbname=casesignd\").",
     "store.password_file": "PostgreSQL: file holding the password; a bare name is looked up in $CREDENTIALS_DIRECTORY first. Empty: none.",
+    "store.notify": "PostgreSQL: daemons tell each other of queued jobs (a debounced NOTIFY) and claim them at once; false: they poll (workers.poll_interval_ms, with jitter).",
     "storage": "Where objects, artifacts and working files live.",
     "storage.state_dir": "Objects (uploads) and artifacts (signed results) live under here.",
     "storage.temp_dir": "Per-attempt working files; a size-capped tmpfs under systemd.",

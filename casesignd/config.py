@@ -54,6 +54,9 @@ class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # $CREDENTIALS_DIRECTORY first. Empty: none (peer, trust or certificate login,
     # or a ~/.pgpass).
     password_file: str = ""
+    # PostgreSQL: daemons tell each other of queued jobs with a debounced NOTIFY and
+    # claim them at once; without it they find them at their next poll (with jitter).
+    notify: bool = False
 
 
 class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

@@ -325,6 +325,12 @@ class Metrics:
             registry=r,
         )  # fmt: skip
         self.build_info.labels(version=version).set(1)
+        # Which node this daemon is (serve --node): several on one store are told apart
+        # by it, beside the scrape's own instance label.
+        self.node_info = Gauge(
+            "casesignd_node_info", "Always 1; the node label is this daemon's node name.", ("node",),
+            registry=r,
+        )  # fmt: skip
         # Series for the fixed label sets exist from the start, at 0, so rate() and the
         # failure-ratio alerts see a value before the first job finishes.
         for kind in KINDS:

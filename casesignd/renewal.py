@@ -26,7 +26,7 @@ from .store import Store
 
 
 class _Waker(Protocol):
-    def wake(self) -> None: ...
+    def queued(self) -> None: ...
 
 
 class RenewalServices(Protocol):
@@ -79,7 +79,7 @@ async def renew_due(s: RenewalServices, now: float | None = None) -> int:
             admitted += 1
             log_event(log, "renewal.admitted", job_id=job.job_id, artifact_id=artifact_id)
     if admitted and s.pool is not None:
-        s.pool.wake()
+        s.pool.queued()
     return admitted
 
 

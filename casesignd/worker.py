@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -155,6 +156,7 @@ class Pool:
         for name, coro in (("dispatch", self._dispatch()), ("heartbeat", self._heartbeat()),
                            ("maintain", self._maintain())):
             self._tasks.append(asyncio.create_task(coro, name=f"casesignd-{name}"))
+        self.store.on_announce(self.wake)
         self.started = True
 
     async def stop(self, grace_s: float) -> None:
@@ -180,6 +182,12 @@ class Pool:
         """New work may be there (an admission, a freed slot)."""
         self._wake.set()
 
+    def queued(self) -> None:
+        """Jobs were queued here: this pool claims them, and the other daemons on the
+        store hear of it (``Store.announce``)."""
+        self._wake.set()
+        self.store.announce()
+
     # --- the loops ---------------------------------------------------------------
 
     async def _dispatch(self) -> None:
@@ -204,8 +212,9 @@ class Pool:
                     self._start_job(c.job, signature=c.signature)
                 if len(claimed) == want:
                     continue  # there may be more
+            # Jittered, so that idle daemons on one store do not claim in step.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), poll_s)
+                await asyncio.wait_for(self._wake.wait(), poll_s * random.uniform(0.75, 1.25))
 
     async def _heartbeat(self) -> None:
         while True:
@@ -231,7 +240,7 @@ class Pool:
             await asyncio.sleep(min(0.25, self.cfg.workers.reclaim_interval_s))
             try:
                 if await self.store.promote_due():
-                    self.wake()
+                    self.queued()
                 now = time.monotonic()
                 if now - last_reclaim >= self.cfg.workers.reclaim_interval_s:
                     last_reclaim = now
@@ -249,7 +258,7 @@ class Pool:
                                 r.task.cancel()
                             if job.state == "failed":
                                 self.recorder.finished(job, "failed")
-                        self.wake()
+                        self.queued()
                 await self.services.refresh_state()
             except CasesignError as e:
                 log_event(log, "pool.maintenance_failed", level=logging.WARNING, code=e.code)

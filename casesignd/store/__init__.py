@@ -41,7 +41,8 @@ def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresSt
     if cfg.store.kind == "postgres":
         from .postgres import PostgresStore  # psycopg loads only for this store
 
-        return PostgresStore(cfg.store.dsn, password=cfg.store_password(), node=node)
+        return PostgresStore(cfg.store.dsn, password=cfg.store_password(), node=node,
+                             notify=cfg.store.notify)
     return SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
 
 

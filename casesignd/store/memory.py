@@ -56,6 +56,12 @@ class MemoryStore:
     async def close(self) -> None:
         pass
 
+    def announce(self) -> None:
+        """One daemon per store: its own pool is woken in-process."""
+
+    def on_announce(self, wake: Callable[[], None]) -> None:
+        """One daemon per store: nobody else announces."""
+
     async def ping(self) -> None:
         pass
 

@@ -15,7 +15,11 @@ them together across daemons:
 - lease times are the database's clock, one for every daemon.
 
 Writes go through the writer's thread (group commit); reads use a small pool of
-asyncio connections.
+asyncio connections. The node's own session (its name's lock, its wake-ups) is
+:mod:`casesignd.store.postgres_node`.
+
+Its size: each verb is still written out here as well as in the SQLite store, while
+they move to one shared module.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
 from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
+from .postgres_node import CHANNEL, Announcer, NodeSession
 from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
 from .records import (
     Claimed,
@@ -62,8 +67,8 @@ class PostgresStore:
     """The store on PostgreSQL; ``dsn`` is a libpq connection string or URI."""
 
     def __init__(self, dsn: str, *, password: str | None = None, node: str | None = None,
-                 clock: Callable[[], float] | None = None, readers: int = 4,
-                 connect_timeout_s: float = 10.0) -> None:
+                 notify: bool = False, clock: Callable[[], float] | None = None,
+                 readers: int = 4, connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
         # A daemon's node name: held by a lock for its life (:meth:`open`); None for
         # tools (migrate, copy, check) that are no node.
@@ -86,7 +91,9 @@ class PostgresStore:
         self._readers = readers
         self._timeout_s = connect_timeout_s
         self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
-        self._node_lock: AsyncConnection[DictRow] | None = None
+        self._session = NodeSession(self._connect_async, node, self.q["node_lock"], listen=notify) \
+            if node is not None else None
+        self._announcer = Announcer(self._notify) if notify else None
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -101,37 +108,32 @@ class PostgresStore:
         """Take the node's lock, apply migrations (under an advisory lock), start the
         writer, open the readers. A second live daemon of the same node name is refused
         (StoreUnavailable): its start-up would take back the first one's leases."""
-        if self.node is not None:
-            await self._lock_node(self.node)
+        if self._session is not None:
+            await self._session.take()
         try:
             await self._open_rest()
         except BaseException:
-            await self._unlock_node()
+            if self._session is not None:
+                await self._session.release()
             raise
 
-    async def _lock_node(self, node: str) -> None:
-        try:
-            conn = await AsyncConnection.connect(self.dsn, autocommit=True, row_factory=dict_row,
-                                                 **self._kwargs)
-        except psycopg.Error as e:
-            raise unavailable(e, "the job store cannot be reached") from e
-        try:
-            row = await (await conn.execute(self.q["node_lock"], {"node": node})).fetchone()
-        except psycopg.Error as e:
-            await conn.close()
-            raise unavailable(e, "the job store cannot be reached") from e
-        if not row or not row["taken"]:
-            await conn.close()
-            raise StoreUnavailable(
-                f"another casesignd daemon named {node!r} is running on this database "
-                f"(application_name casesignd:{node} in pg_stat_activity); give this one "
-                "its own --node", detail={"reason": "node_taken", "node": node})
-        self._node_lock = conn
+    async def _connect_async(self) -> AsyncConnection[DictRow]:
+        return await AsyncConnection.connect(self.dsn, autocommit=True, row_factory=dict_row,
+                                             **self._kwargs)
 
-    async def _unlock_node(self) -> None:
-        if self._node_lock is not None:
-            await self._node_lock.close()  # the session ends, and its lock with it
-            self._node_lock = None
+    def on_announce(self, wake: Callable[[], None]) -> None:
+        """Call ``wake`` when another daemon announces queued jobs (``[store] notify``)."""
+        if self._session is not None:
+            self._session.on_wake(wake)
+
+    def announce(self) -> None:
+        """Jobs were queued: with ``[store] notify``, tell the other daemons (debounced);
+        else they find them at their next poll."""
+        if self._announcer is not None:
+            self._announcer.announce()
+
+    async def _notify(self) -> None:
+        await self._rows("notify", channel=CHANNEL)
 
     async def _open_rest(self) -> None:
         self.schema_version = await asyncio.to_thread(self._writer.start)
@@ -155,7 +157,10 @@ class PostgresStore:
         if self._pool is not None:
             await self._pool.close()
             self._pool = None
-        await self._unlock_node()
+        if self._announcer is not None:
+            await self._announcer.close()
+        if self._session is not None:
+            await self._session.release()
 
     async def migrate(self) -> int:
         """Apply the migrations and stop: the schema version."""
@@ -588,21 +593,8 @@ class PostgresStore:
         if await self._write(op):
             raise StoreUnavailable("the job store is read-only (a standby)",
                                    detail={"reason": "read_only"})
-        if self.node is not None and not await self._holds_node():
-            # The session that held the node's name ended (the server restarted, the
-            # network broke): take the name again, or say that another daemon has it.
-            await self._unlock_node()
-            await self._lock_node(self.node)
-
-    async def _holds_node(self) -> bool:
-        lock = self._node_lock
-        if lock is None or lock.closed:
-            return False
-        try:
-            await lock.execute("SELECT 1")  # a session ended by the server shows only in use
-        except psycopg.Error:
-            return False
-        return True
+        if self._session is not None:
+            await self._session.check()
 
     # --- reads -----------------------------------------------------------------------
 

@@ -522,6 +522,12 @@ class SqliteStore:
                      {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]})
         return row
 
+    def announce(self) -> None:
+        """One daemon per store: its own pool is woken in-process."""
+
+    def on_announce(self, wake: Callable[[], None]) -> None:
+        """One daemon per store: nobody else announces."""
+
     async def ping(self) -> None:
         """A write round trip: raises StoreUnavailable when the store cannot take writes.
 

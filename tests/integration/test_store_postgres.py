@@ -399,3 +399,21 @@ async def test_a_node_takes_back_only_its_own_leases_at_start(daemons):
     # node-b's leases are node-b's until they expire, and a name is matched whole.
     assert await a.reclaim_expired(max_lost=5, at_start_of="node") == []
     assert await b.renew([c.job.lease for c in theirs], 600.0) == []  # none lost
+
+
+async def test_with_notify_a_node_hears_of_jobs_another_queued_and_a_burst_is_folded(postgres_dsn):
+    listener = PostgresStore(postgres_dsn, node="node-a", notify=True)
+    sender = PostgresStore(postgres_dsn, node="node-b", notify=True)
+    quiet = PostgresStore(postgres_dsn, node="node-c")  # polls: announces nothing
+    for s in (listener, sender, quiet):
+        await s.open()
+    woken = asyncio.Event()
+    listener.on_announce(woken.set)
+    quiet.announce()
+    for i in range(50):  # a burst of admissions
+        await sender.admit(new_job(f"w{i}"), actor="api:t1", max_queue_depth=100)
+        sender.announce()
+    await asyncio.wait_for(woken.wait(), 10)
+    assert 1 <= sender._announcer.sent < 50
+    for s in (listener, sender, quiet):
+        await s.close()

@@ -13,6 +13,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('casesignd:migrate', 0));
 -- name: node_lock
 SELECT pg_try_advisory_lock(hashtextextended('casesignd:node:' || %(node)s::text, 0)) AS taken;
 
+-- Jobs were queued: the daemons that LISTEN claim at once ([store] notify).
+-- name: notify
+SELECT pg_notify(%(channel)s, '') AS sent;
+
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS schema_version (
   version     integer PRIMARY KEY,
