@@ -146,7 +146,6 @@ class ObjectStore:
         for d in (self._blobs, self._cases, self._tmp):
             _ensure_dir(d, self.root.parent)
         return sweep_in_flight(self._tmp, f"{self.node}.", ".part")
-        return removed
 
     def blob_path(self, sha256: str) -> Path:
         return self._blobs / sha256[:2] / sha256
