@@ -248,6 +248,16 @@ def _store_name(cfg: Any) -> str:
     return str(cfg.path(cfg.store.path))
 
 
+def _missing_store(cfg: Any) -> bool:
+    """A SQLite store whose file is not there, said on stderr (a command that only
+    reads must not create one)."""
+    db = cfg.path(cfg.store.path)
+    if cfg.store.kind == "sqlite" and not db.is_file():
+        _err(f"error: no_store: no job store at {db}")
+        return True
+    return False
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -263,10 +273,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
             return EXIT_FAILED
     else:
-        db = cfg.path(cfg.store.path)
-        if not db.is_file():
-            _err(f"error: no_store: no job store at {db}")
+        if _missing_store(cfg):
             return EXIT_FAILED
+        db = cfg.path(cfg.store.path)
         try:
             report = audit.verify_file(db)
         except sqlite3.Error as e:
@@ -313,6 +322,35 @@ def cmd_store_migrate(args: argparse.Namespace) -> int:
     version = asyncio.run(make_store(cfg).migrate())
     _out(f"job store {_store_name(cfg)}: schema version {version}")
     return EXIT_OK
+
+
+def cmd_store_check(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    import psycopg
+
+    from . import config
+    from .store.check import check_store
+    from .store.snapshot import open_snapshot
+
+    cfg = config.load(config_path_from(args.config, os.environ))
+    if _missing_store(cfg):
+        return EXIT_FAILED
+    try:
+        snap = open_snapshot(cfg)
+        try:
+            report = check_store(snap, cfg.path(cfg.storage.state_dir))
+        finally:
+            snap.close()
+    except (sqlite3.Error, psycopg.Error) as e:
+        _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
+        return EXIT_FAILED
+    if args.json:
+        _dump(report.to_json())
+    else:
+        for line in report.lines():
+            _out(line)
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -454,7 +492,19 @@ def build_parser() -> argparse.ArgumentParser:
                 "apply the configured store's migrations and say its schema version", store_sub)
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
-
+    c = command("check", cmd_store_check,
+                "check the store, its files and its audit chain against each other", store_sub,
+                epilog="Checks that the audit chain verifies (and PostgreSQL's chain head is "
+                "its last event), that the kept jobs per state match the jobs, that every "
+                "artifact the store names has its bytes with the recorded size and SHA-256, "
+                "that every file under artifacts/ is named by the store, and that the objects "
+                "and artifacts named by jobs that may still run are there. Exit 0 when all is "
+                "well, 1 with a list of what is wrong.")
+    c.add_argument("--config", metavar="PATH",
+                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+    c.add_argument("--json", action="store_true",
+                   help='print the report as JSON: {"ok": ..., "counted": {...}, '
+                   '"problems": [{"kind": ..., "message": ...}, ...], ...}')
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "
                 "timestamps too) is TOTAL-PASSED; 1 when one is not, or there is none; "
