@@ -324,6 +324,19 @@ def cmd_store_migrate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_store_copy(args: argparse.Namespace) -> int:
+    from . import config
+    from .store.copy import copy_store
+
+    src, dst = config.load(args.source), config.load(args.target)
+    report = copy_store(src, dst, say=lambda line: _err(f"store copy: {line}"))
+    for note in report.notes:
+        _err(f"note: {note}")
+    for line in report.lines():
+        _out(line)
+    return EXIT_OK
+
+
 def cmd_store_check(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -505,6 +518,21 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true",
                    help='print the report as JSON: {"ok": ..., "counted": {...}, '
                    '"problems": [{"kind": ..., "message": ...}, ...], ...}')
+    c = command("copy", cmd_store_copy,
+                "copy a whole SQLite store, its files and its audit chain into an empty "
+                "PostgreSQL store", store_sub,
+                epilog="Stop the daemon on the source first (a running one is refused). Jobs, "
+                "events, signatures, idempotency keys, artifact records and the artifacts kept "
+                "in the store are copied in one transaction, the audit chain verified before it "
+                "commits; objects and artifact files too, when the two configs name different "
+                "storage.state_dir. A target that holds jobs or events is refused, unless it "
+                "holds this very copy. Interrupted, it leaves no rows behind: run it again. "
+                "Exit 0 copied, 1 refused or failed, 2 a bad config.")
+    c.add_argument("--from", dest="source", required=True, metavar="SRC.toml",
+                   help="config of the store to copy (store.kind = \"sqlite\")")
+    c.add_argument("--to", dest="target", required=True, metavar="DST.toml",
+                   help="config of the store to fill (store.kind = \"postgres\")")
+
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "
                 "timestamps too) is TOTAL-PASSED; 1 when one is not, or there is none; "
