@@ -88,9 +88,9 @@ class CheckReport:
         out = [f"store check: {self.store}, files under {self.state_dir}",
                f"  audit chain: {c('events', 0)} events, head seq {self.head_seq}",
                f"  jobs: {c('jobs', 0)}",
-               f"  artifacts: {c('artifact_records', 0)} named by the store "
-               f"({c('inline_artifacts', 0)} kept in it), {c('artifact_files', 0)} files",
-               f"  objects: {c('objects', 0)} named by jobs that may still run"]
+               f"  artifacts named by the store: {c('artifact_records', 0)} (kept in it: "
+               f"{c('inline_artifacts', 0)}); files under artifacts/: {c('artifact_files', 0)}",
+               f"  objects named by jobs that may still run: {c('objects', 0)}"]
         if self.ok:
             return [*out, "all well"]
         out.append(f"{self.problems_total} problem{'s' if self.problems_total != 1 else ''}:")

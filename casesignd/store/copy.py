@@ -97,14 +97,14 @@ class CopyReport:
                    f"{rows['jobs']} jobs, {rows['events']} events"]
         else:
             out = [f"copied {self.source} into {self.target}: "
-                   + ", ".join(f"{n} {table}" for table, n in rows.items())]
+                   + ", ".join(f"{table} {n}" for table, n in rows.items())]
         if files is None:
             out.append(f"files: {self.state_dirs[1]} is the state_dir of both: nothing to copy")
         else:
-            out.append(f"files: {files.objects} objects and {files.artifacts} artifact files "
-                       f"copied into {self.state_dirs[1]} "
-                       f"({files.objects_there + files.artifacts_there} there already, "
-                       f"{files.case_links} case links), every digest checked")
+            out.append(f"files copied into {self.state_dirs[1]}: objects {files.objects}, "
+                       f"artifact files {files.artifacts}, case links {files.case_links} "
+                       f"(there already: {files.objects_there + files.artifacts_there}), "
+                       "every digest checked")
         out.append(f"audit chain intact: {rows['events']} events, head seq {self.head_seq} "
                    f"({self.head_hash})")
         return out
@@ -267,7 +267,7 @@ def _copy_rows(snap: SqliteSnapshot, conn: psycopg.Connection[DictRow],
     pg = load_statements("sql/postgres/inspect.sql")
     counts: dict[str, int] = {}
     with conn.transaction():
-        conn.execute(q["lock_timeout"])
+        conn.execute(q["settings"])
         conn.execute(q["lock_tables"])
         there = Holding.of(conn.execute(pg["holding"]).fetchone())
         if not there.empty:  # a daemon wrote before the lock
