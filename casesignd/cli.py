@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import (
     Client,
@@ -32,6 +32,9 @@ from .client import (
     load_settings,
 )
 from .errors import CasesignError, ConfigError
+
+if TYPE_CHECKING:
+    from .config import Config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -248,9 +251,8 @@ def _store_name(cfg: Any) -> str:
     return str(cfg.path(cfg.store.path))
 
 
-def _missing_store(cfg: Any) -> bool:
-    """A SQLite store whose file is not there, said on stderr (a command that only
-    reads must not create one)."""
+def _missing_store(cfg: Config) -> bool:
+    """A SQLite store whose file is not there (a reading command must not make one)."""
     db = cfg.path(cfg.store.path)
     if cfg.store.kind == "sqlite" and not db.is_file():
         _err(f"error: no_store: no job store at {db}")
@@ -507,12 +509,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
     c = command("check", cmd_store_check,
                 "check the store, its files and its audit chain against each other", store_sub,
-                epilog="Checks that the audit chain verifies (and PostgreSQL's chain head is "
-                "its last event), that the kept jobs per state match the jobs, that every "
-                "artifact the store names has its bytes with the recorded size and SHA-256, "
-                "that every file under artifacts/ is named by the store, and that the objects "
-                "and artifacts named by jobs that may still run are there. Exit 0 when all is "
-                "well, 1 with a list of what is wrong.")
+                epilog="The audit chain verifies (PostgreSQL's head is its last event), the "
+                "jobs per state kept match the jobs, every artifact the store names has its "
+                "bytes with the recorded size and SHA-256, every file under artifacts/ is named, "
+                "and what jobs that may still run name is there. Exit 0 all well, 1 a list.")
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
     c.add_argument("--json", action="store_true",

@@ -188,10 +188,12 @@ def _copy(snap: SqliteSnapshot, conn: psycopg.Connection[DictRow], src: Config, 
     def files() -> None:
         report.files = _copy_files(snap, src, dst, say)
 
-    if not there.empty:
+    if not there.empty:  # this very copy: its files are checked, its chain again
         files()
         report.already = True
         report.rows = {"jobs": there.jobs, "events": there.events}
+        with conn.transaction():
+            _verify_copy(conn, pg, report.rows, source)
         return report
     report.rows = _copy_rows(snap, conn, columns, source, say, before_commit=files)
     return report
@@ -247,8 +249,8 @@ def _copy_files(snap: SqliteSnapshot, src: Config, dst: Config, say: Say) -> Fil
 def _source_rows(snap: SqliteSnapshot, table: str, cols: list[str]) -> Iterator[tuple[object, ...]]:
     cur = snap.conn.cursor()
     cur.row_factory = None  # tuples, in the order of cols
-    names = ", ".join(f'"{c}"' for c in cols)
-    cur.execute(f'SELECT {names} FROM "{table}" ORDER BY {TABLES[table]}')  # noqa: S608 - names from the schema
+    names = ", ".join(f'"{c}"' for c in cols)  # the schema's own names, no input
+    cur.execute(f'SELECT {names} FROM "{table}" ORDER BY {TABLES[table]}')
     while batch := cur.fetchmany(BATCH_ROWS):
         yield from batch
 
