@@ -84,6 +84,59 @@ def hash_file(path: Path) -> tuple[str, int]:
     return h.hexdigest(), size
 
 
+def artifact_path(root: Path, artifact_id: str) -> Path:
+    """Where the artifact ``artifact_id`` lives under ``root`` (ValueError for what is
+    not an artifact id)."""
+    if not ARTIFACT_ID_PATTERN.match(artifact_id or ""):
+        raise ValueError(f"not an artifact id: {artifact_id!r}")
+    return root / artifact_id[4:6] / artifact_id
+
+
+def write_new(parts: Iterable[bytes], dst: Path) -> tuple[str, int]:
+    """Write ``parts`` to a new file ``dst`` (0600), hashing them; fsynced. SHA-256 hex
+    and size (blocking)."""
+    h = hashlib.sha256()
+    size = 0
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
+        for part in parts:
+            h.update(part)
+            fout.write(part)
+            size += len(part)
+            if size % _SYNC_EVERY_BYTES < len(part):
+                fout.flush()
+                os.fdatasync(fout.fileno())
+        fout.flush()
+        os.fsync(fout.fileno())
+    return h.hexdigest(), size
+
+
+def copy_new(src: Path, dst: Path) -> tuple[str, int]:
+    """:func:`write_new` with the bytes of the file ``src``, read in chunks."""
+    with open(src, "rb") as fin:
+        return write_new(iter(lambda: fin.read(_COPY_CHUNK_BYTES), b""), dst)
+
+
+def link_new(tmp: Path, final: Path, write: Callable[[Path], tuple[str, int]],
+             sync_dir: Callable[[Path], None] = fsync_dir) -> tuple[str, int] | None:
+    """Make ``final`` appear whole or not at all: ``write`` fills the new file ``tmp``
+    (on the same file system, fsynced), which is hard-linked to ``final`` (``link(2)``
+    never replaces a name) before the directory is fsynced; ``tmp`` is removed either
+    way. (SHA-256, size) of what was written, or None when ``final`` existed already
+    (it is kept as it is). Blocking."""
+    try:
+        digest, size = write(tmp)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return None
+        sync_dir(final.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return digest, size
+
+
 class DirSyncs:
     """fsyncs of directories, grouped: a caller whose new entry is in a directory
     waits for an fsync of it that began after the entry was made; callers that come
@@ -149,9 +202,7 @@ class ArtifactStore:
         return "art_" + mac.hexdigest()[:32]
 
     def _final_path(self, artifact_id: str) -> Path:
-        if not ARTIFACT_ID_PATTERN.match(artifact_id or ""):
-            raise ValueError(f"not an artifact id: {artifact_id!r}")
-        return self.root / artifact_id[4:6] / artifact_id
+        return artifact_path(self.root, artifact_id)
 
     # --- files (blocking) ---------------------------------------------------------------
 
@@ -183,14 +234,14 @@ class ArtifactStore:
         Blocking (copy, hash, fsync): run via ``asyncio.to_thread``. ``src`` is copied,
         not moved, so it may live on another file system (the temp tmpfs).
         """
-        return self._publish(artifact_id, media_type, lambda tmp: self._copy(src, tmp))[0]
+        return self._publish(artifact_id, media_type, lambda tmp: copy_new(src, tmp))[0]
 
     def publish_bytes(self, parts: Iterable[bytes], artifact_id: str,
                       media_type: str) -> tuple[Artifact, bool]:
         """:meth:`publish` for a result held in memory: ``parts`` written in order.
         Also says whether these bytes are the ones published (False: an earlier
         publication under the same id is kept). Blocking (write, fsync)."""
-        return self._publish(artifact_id, media_type, lambda tmp: self._write(parts, tmp))
+        return self._publish(artifact_id, media_type, lambda tmp: write_new(parts, tmp))
 
     def _publish(self, artifact_id: str, media_type: str,
                  write: Callable[[Path], tuple[str, int]]) -> tuple[Artifact, bool]:
@@ -198,20 +249,19 @@ class ArtifactStore:
         if final.is_file():
             return self._describe(final, artifact_id, media_type), False
         self._ensure_dirs(final.parent)
-        tmp = final.parent / f".{self.node}.{secrets.token_hex(8)}.tmp"
-        try:
-            digest, size = write(tmp)
-            try:
-                os.link(tmp, final)
-            except FileExistsError:
-                # Someone published first: theirs is the recorded one.
-                return self._describe(final, artifact_id, media_type), False
-            # Grouped with the fsyncs of other publications into the same directory.
-            self.dir_syncs.sync(final.parent)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        # Grouped with the fsyncs of other publications into the same directory.
+        written = link_new(self.temp_path(final, self.node), final, write, self.dir_syncs.sync)
+        if written is None:
+            # Someone published first: theirs is the recorded one.
+            return self._describe(final, artifact_id, media_type), False
+        digest, size = written
         return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type), True
+
+    @staticmethod
+    def temp_path(final: Path, node: str) -> Path:
+        """A name for ``final``'s bytes in flight, beside it: :meth:`sweep` removes it
+        when its node left it behind."""
+        return final.parent / f".{node}.{secrets.token_hex(8)}.tmp"
 
     def _describe(self, path: Path, artifact_id: str, media_type: str) -> Artifact:
         digest, size = hash_file(path)
@@ -223,29 +273,6 @@ class ArtifactStore:
                 with contextlib.suppress(FileExistsError):
                     d.mkdir(mode=0o700, parents=True)
                     fsync_dir(d.parent)
-
-    @staticmethod
-    def _write(parts: Iterable[bytes], dst: Path) -> tuple[str, int]:
-        """Write ``parts`` to a new file ``dst``, hashing them; fsynced (blocking)."""
-        h = hashlib.sha256()
-        size = 0
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
-            for part in parts:
-                h.update(part)
-                fout.write(part)
-                size += len(part)
-                if size % _SYNC_EVERY_BYTES < len(part):
-                    fout.flush()
-                    os.fdatasync(fout.fileno())
-            fout.flush()
-            os.fsync(fout.fileno())
-        return h.hexdigest(), size
-
-    @classmethod
-    def _copy(cls, src: Path, dst: Path) -> tuple[str, int]:
-        with open(src, "rb") as fin:
-            return cls._write(iter(lambda: fin.read(_COPY_CHUNK_BYTES), b""), dst)
 
     # --- links (pure) -----------------------------------------------------------------
 

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .client import (
     Client,
@@ -32,6 +32,9 @@ from .client import (
     load_settings,
 )
 from .errors import CasesignError, ConfigError
+
+if TYPE_CHECKING:
+    from .config import Config
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -248,6 +251,15 @@ def _store_name(cfg: Any) -> str:
     return str(cfg.path(cfg.store.path))
 
 
+def _missing_store(cfg: Config) -> bool:
+    """A SQLite store whose file is not there (a reading command must not make one)."""
+    db = cfg.path(cfg.store.path)
+    if cfg.store.kind == "sqlite" and not db.is_file():
+        _err(f"error: no_store: no job store at {db}")
+        return True
+    return False
+
+
 def cmd_audit_verify(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -263,10 +275,9 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
             _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
             return EXIT_FAILED
     else:
-        db = cfg.path(cfg.store.path)
-        if not db.is_file():
-            _err(f"error: no_store: no job store at {db}")
+        if _missing_store(cfg):
             return EXIT_FAILED
+        db = cfg.path(cfg.store.path)
         try:
             report = audit.verify_file(db)
         except sqlite3.Error as e:
@@ -313,6 +324,48 @@ def cmd_store_migrate(args: argparse.Namespace) -> int:
     version = asyncio.run(make_store(cfg).migrate())
     _out(f"job store {_store_name(cfg)}: schema version {version}")
     return EXIT_OK
+
+
+def cmd_store_copy(args: argparse.Namespace) -> int:
+    from . import config
+    from .store.copy import copy_store
+
+    src, dst = config.load(args.source), config.load(args.target)
+    report = copy_store(src, dst, say=lambda line: _err(f"store copy: {line}"))
+    for note in report.notes:
+        _err(f"note: {note}")
+    for line in report.lines():
+        _out(line)
+    return EXIT_OK
+
+
+def cmd_store_check(args: argparse.Namespace) -> int:
+    import sqlite3
+
+    import psycopg
+
+    from . import config
+    from .store.check import check_store
+    from .store.snapshot import open_snapshot
+
+    cfg = config.load(config_path_from(args.config, os.environ))
+    if _missing_store(cfg):
+        return EXIT_FAILED
+    try:
+        snap = open_snapshot(cfg)
+        try:
+            report = check_store(snap, cfg.path(cfg.storage.state_dir))
+        finally:
+            snap.close()
+    except (sqlite3.Error, psycopg.Error) as e:
+        _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
+        return EXIT_FAILED
+    if args.json:
+        _dump(report.to_json())
+    else:
+        for line in report.lines():
+            _out(line)
+    return EXIT_OK if report.ok else EXIT_FAILED
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -454,6 +507,31 @@ def build_parser() -> argparse.ArgumentParser:
                 "apply the configured store's migrations and say its schema version", store_sub)
     c.add_argument("--config", metavar="PATH",
                    help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+    c = command("check", cmd_store_check,
+                "check the store, its files and its audit chain against each other", store_sub,
+                epilog="The audit chain verifies (PostgreSQL's head is its last event), the "
+                "jobs per state kept match the jobs, every artifact the store names has its "
+                "bytes with the recorded size and SHA-256, every file under artifacts/ is named, "
+                "and what jobs that may still run name is there. Exit 0 all well, 1 a list.")
+    c.add_argument("--config", metavar="PATH",
+                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
+    c.add_argument("--json", action="store_true",
+                   help='print the report as JSON: {"ok": ..., "counted": {...}, '
+                   '"problems": [{"kind": ..., "message": ...}, ...], ...}')
+    c = command("copy", cmd_store_copy,
+                "copy a whole SQLite store, its files and its audit chain into an empty "
+                "PostgreSQL store", store_sub,
+                epilog="Stop the daemon on the source first (a running one is refused). Jobs, "
+                "events, signatures, idempotency keys, artifact records and the artifacts kept "
+                "in the store are copied in one transaction, the audit chain verified before it "
+                "commits; objects and artifact files too, when the two configs name different "
+                "storage.state_dir. A target that holds jobs or events is refused, unless it "
+                "holds this very copy. Interrupted, it leaves no rows behind: run it again. "
+                "Exit 0 copied, 1 refused or failed, 2 a bad config.")
+    c.add_argument("--from", dest="source", required=True, metavar="SRC.toml",
+                   help="config of the store to copy (store.kind = \"sqlite\")")
+    c.add_argument("--to", dest="target", required=True, metavar="DST.toml",
+                   help="config of the store to fill (store.kind = \"postgres\")")
 
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "

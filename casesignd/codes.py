@@ -60,6 +60,12 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("deadline_exceeded", 504, INTERNAL, True, "the kiosk deadline passed; a replay returns it"),
     ("unavailable", 503, INTERNAL, False, "the daemon cannot start: a part is missing"),
     ("init_failed", 500, INTERNAL, False, "init could not write the setup"),
+    ("store_not_empty", 409, PERMANENT, False,
+     "store copy's target holds jobs or events of another store: two chains never mix"),
+    ("schema_mismatch", 409, PERMANENT, False,
+     "store copy's source is not at this casesignd's schema: migrate it first"),
+    ("audit_chain_broken", 500, INTERNAL, False,
+     "an audit chain does not verify: store copy copies none of it"),
     ("internal_error", 500, INTERNAL, False, "a fault of the service; quote the correlation id"),
     # validation (422)
     ("invalid_field", 422, PERMANENT, False, "a field has the wrong type or value"),

@@ -114,12 +114,12 @@ def sweep_in_flight(directory: Path, own_prefix: str, suffix: str, now: float | 
     return removed
 
 
-def _ensure_dir(path: Path, stop: Path) -> None:
+def ensure_dir(path: Path, stop: Path) -> None:
     """mkdir -p with 0700, fsyncing each parent whose entries changed (up to ``stop``)."""
     if path.is_dir():
         return
     if path != stop:
-        _ensure_dir(path.parent, stop)
+        ensure_dir(path.parent, stop)
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
@@ -144,7 +144,7 @@ class ObjectStore:
         Blocking; call at start-up (via ``asyncio.to_thread``). Returns the count removed.
         """
         for d in (self._blobs, self._cases, self._tmp):
-            _ensure_dir(d, self.root.parent)
+            ensure_dir(d, self.root.parent)
         return sweep_in_flight(self._tmp, f"{self.node}.", ".part")
 
     def blob_path(self, sha256: str) -> Path:
@@ -238,14 +238,14 @@ class ObjectStore:
         # link(2) never replaces an existing name, so two concurrent uploads of the
         # same digest or the same (case, digest) settle on one winner without a lock.
         blob = self.blob_path(sha256)
-        _ensure_dir(blob.parent, self.root)
+        ensure_dir(blob.parent, self.root)
         try:
             os.link(tmp, blob)
             fsync_dir(blob.parent)
         except FileExistsError:
             pass
         ref = self._ref_path(tenant, case_id, sha256)
-        _ensure_dir(ref.parent, self.root)
+        ensure_dir(ref.parent, self.root)
         try:
             os.link(blob, ref)
         except FileExistsError:
