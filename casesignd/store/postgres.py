@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
 from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
-from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
+from .postgres_writer import PgConnection, PgTx, Writer, unavailable
 from .records import (
     Claimed,
     Flight,
@@ -47,6 +47,7 @@ from .records import (
     row_job,
 )
 from .sqlfiles import load_statements
+from .tx import Op, Step
 
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500
@@ -195,13 +196,13 @@ class PostgresStore:
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row."""
 
-        def first(tx: Tx) -> tuple[str, dict[str, Any]]:
+        def first(tx: PgTx) -> tuple[str, dict[str, Any]]:
             return "admit_job", {**new.__dict__, "job_id": new_id("job", new.created_at),
                                  "now": tx.now, "max_queue_depth": max_queue_depth,
                                  "waiting_pending": tx.waiting_pending,
                                  "admission_ms": max(0.0, (tx.now - new.created_at) * 1000.0)}
 
-        def then(tx: Tx, rows: list[DictRow]) -> tuple[Job, bool]:
+        def then(tx: PgTx, rows: list[DictRow]) -> tuple[Job, bool]:
             if rows:
                 job = row_job(rows[0])
                 tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
@@ -219,7 +220,7 @@ class PostgresStore:
         return await self._write(Step(first, then, admits=True))
 
     @staticmethod
-    def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
+    def _insert_job(tx: PgTx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
         """A kiosk flight's job row, admitted at ``now`` (the flight's clock)."""
         row = tx.one("insert_job", **new.__dict__, job_id=job_id, now=now,
                      admission_ms=max(0.0, (now - new.created_at) * 1000.0))
@@ -249,7 +250,7 @@ class PostgresStore:
     async def record_flight(self, flight: Flight) -> Job | None:
         """Write a kiosk request's whole job in one transaction (see SqliteStore)."""
 
-        def op(tx: Tx) -> Job | None:
+        def op(tx: PgTx) -> Job | None:
             outcome = flight.outcome
             if isinstance(outcome, Finish) and not flight.persisted:
                 return self._flight_succeeded(tx, flight, outcome)
@@ -262,14 +263,14 @@ class PostgresStore:
     async def persist_flight(self, flight: Flight) -> Job:
         """Write a kiosk request's job as running (admitted and claimed)."""
 
-        def op(tx: Tx) -> Job:
+        def op(tx: PgTx) -> Job:
             row = tx.one("get_job_any", job_id=flight.job_id)
             return row_job(row) if row is not None else self._flight_job(tx, flight)
 
         flight.persisted = True  # before the write: see Flight.persisted
         return await self._write(op)
 
-    def _flight_succeeded(self, tx: Tx, flight: Flight, outcome: Finish) -> Job:
+    def _flight_succeeded(self, tx: PgTx, flight: Flight, outcome: Finish) -> Job:
         new = flight.new
         result = outcome.result()
         row = tx.one(
@@ -292,7 +293,7 @@ class PostgresStore:
             self._put_artifact(tx, job, outcome)
         return job
 
-    def _flight_job(self, tx: Tx, flight: Flight) -> Job:
+    def _flight_job(self, tx: PgTx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
         job = self._insert_job(tx, flight.new, flight.actor, flight.job_id, flight.admitted_at)
         # The lease runs from now: the claim's own time is the flight's.
@@ -317,7 +318,7 @@ class PostgresStore:
         byte budget together, in one statement, each with the signature recorded for
         its signature key."""
 
-        def then(tx: Tx, rows: list[DictRow]) -> list[Claimed]:
+        def then(tx: PgTx, rows: list[DictRow]) -> list[Claimed]:
             out = []
             for row in rows:
                 recorded = None
@@ -339,7 +340,7 @@ class PostgresStore:
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
         """Take the lease of one queued job by id (None when it is not queued)."""
 
-        def op(tx: Tx) -> Job | None:
+        def op(tx: PgTx) -> Job | None:
             row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
             if row is None:
                 return None
@@ -352,7 +353,7 @@ class PostgresStore:
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases, in one statement; returns the ones that are no longer held."""
 
-        def then(tx: Tx, rows: list[DictRow]) -> list[Lease]:
+        def then(tx: PgTx, rows: list[DictRow]) -> list[Lease]:
             held = {(r["job_id"], r["attempt"]) for r in rows}
             return [lease for lease in leases if (lease.job_id, lease.attempt) not in held]
 
@@ -364,10 +365,10 @@ class PostgresStore:
             "owners": [lease.owner for lease in leases]}), then))
 
     def _fenced(self, name: str, lease: Lease, event: str, detail: dict[str, Any],
-                params: Callable[[Tx], dict[str, Any]] = lambda tx: {}) -> Step:
+                params: Callable[[PgTx], dict[str, Any]] = lambda tx: {}) -> Step:
         """The update of a running job that ends its attempt, fenced on its lease."""
 
-        def then(tx: Tx, rows: list[DictRow]) -> Job | None:
+        def then(tx: PgTx, rows: list[DictRow]) -> Job | None:
             if not rows:
                 self._stale(tx, lease, event)
                 return None
@@ -379,7 +380,7 @@ class PostgresStore:
                                        "owner": lease.owner, "now": tx.now, **params(tx)}), then)
 
     @staticmethod
-    def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
+    def _stale(tx: PgTx, lease: Lease, wanted: str) -> None:
         """A stale worker: its lease expired and the job moved on. The lost attempt is
         recorded against the job, and its result dropped."""
         cur = tx.one("get_job_any", job_id=lease.job_id)
@@ -416,7 +417,7 @@ class PostgresStore:
                             {**outcome.detail, "category": outcome.category, "code": outcome.code},
                             lambda tx: {"category": failed.category, "code": failed.code})
 
-    def _finish(self, tx: Tx, lease: Lease, outcome: Finish, rows: list[DictRow] | None) -> Job | None:
+    def _finish(self, tx: PgTx, lease: Lease, outcome: Finish, rows: list[DictRow] | None) -> Job | None:
         """running → succeeded (``rows``: the finish statement's, when sent ahead)."""
         result = outcome.result()
         if rows is None:
@@ -442,7 +443,7 @@ class PostgresStore:
             self._put_artifact(tx, job, outcome)
         return job
 
-    def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
+    def _sign_record(self, tx: PgTx, job: Job, outcome: Finish, sig: Signature) -> Finish:
         """Record ``sig`` for ``job`` (its bytes first, when kept here); the finish that
         names the recorded signature."""
         if sig.inline is not None:
@@ -454,7 +455,7 @@ class PostgresStore:
                                               record["size"], outcome.artifact.media_type))
 
     @staticmethod
-    def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
+    def _put_artifact(tx: PgTx, job: Job, outcome: Finish) -> None:
         artifact = outcome.artifact
         assert artifact is not None
         tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
@@ -485,7 +486,7 @@ class PostgresStore:
         everything = at_start_of is not None
         prefix = f"{at_start_of}:" if everything else None
 
-        def op(tx: Tx) -> list[Job]:
+        def op(tx: PgTx) -> list[Job]:
             rows = tx.all("reclaim", now=tx.now, max_lost=max_lost, node_prefix=prefix,
                           cap=None if everything else SWEEP_CAP)
             rows.sort(key=(lambda r: r["job_id"]) if everything
@@ -506,7 +507,7 @@ class PostgresStore:
     async def promote_due(self) -> list[Job]:
         """retry_wait → queued for jobs whose backoff has passed."""
 
-        def op(tx: Tx) -> list[Job]:
+        def op(tx: PgTx) -> list[Job]:
             rows = tx.all("promote_due", now=tx.now, cap=SWEEP_CAP)
             jobs = sorted((row_job(r) for r in rows), key=lambda j: (j.next_attempt_at, j.job_id))
             for job in jobs:
@@ -516,7 +517,7 @@ class PostgresStore:
         return await self._write(op)
 
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
-        def op(tx: Tx) -> Job:
+        def op(tx: PgTx) -> Job:
             row = tx.one("cancel", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
                 if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
@@ -530,7 +531,7 @@ class PostgresStore:
         return await self._write(op)
 
     async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
-        def op(tx: Tx) -> Job:
+        def op(tx: PgTx) -> Job:
             row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
                 if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
@@ -547,7 +548,7 @@ class PostgresStore:
     async def append_event(self, job: Job, type: str, actor: str, detail: dict[str, Any]) -> None:
         """An event that changes no state (e.g. ``signed``), chained like the others."""
 
-        def op(tx: Tx) -> None:
+        def op(tx: PgTx) -> None:
             tx.event(job, type, actor, detail)
 
         await self._write(op)
@@ -559,7 +560,7 @@ class PostgresStore:
         return await self._write(lambda tx: self._record_signature(tx, job, sig_key, artifact, signed))
 
     @staticmethod
-    def _record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
+    def _record_signature(tx: PgTx, job: Job, sig_key: str, artifact: dict[str, Any],
                                 signed: dict[str, Any] | None) -> dict[str, Any]:
         params = {"tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
                   "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,
@@ -581,7 +582,7 @@ class PostgresStore:
         """A write round trip: raises StoreUnavailable when the store cannot take writes
         (unreachable, or a standby that is read-only)."""
 
-        def op(tx: Tx) -> bool:
+        def op(tx: PgTx) -> bool:
             row = tx.one("writable")
             return bool(row and row["in_recovery"])
 

@@ -8,7 +8,7 @@ transaction, so it leaves nothing behind; a deadlock with another daemon's
 transaction (PostgreSQL aborts one of the two) runs the whole batch again. A thread
 with psycopg's blocking connection, not an asyncio task: a statement then costs a
 third of what the asyncio connection's wake-ups cost. The hot operations (admit,
-claim, renew, the end of an attempt) are steps (:class:`Step`), whose first statements
+claim, renew, the end of an attempt) are steps (:class:`~.tx.Step`), whose first statements
 the writer sends together, one round trip for a run of them (pipeline mode).
 
 The audit chain is one for every daemon. An operation's events are kept aside while
@@ -43,8 +43,9 @@ from psycopg.rows import DictRow
 
 from .. import audit
 from ..errors import StoreUnavailable
-from .records import Job, new_id
+from .records import Job
 from .sqlfiles import migrations
+from .tx import Op, Step, event_row
 
 PgConnection = psycopg.Connection[DictRow]
 Connect = Callable[[], PgConnection]
@@ -72,8 +73,8 @@ STATE_CHANGES: dict[str, str | None] = {
 }
 
 
-class Tx:
-    """One operation's view of the writer's transaction."""
+class PgTx:
+    """One operation's view of the writer's transaction (a :class:`~.tx.Tx`)."""
 
     __slots__ = ("conn", "q", "now", "events", "counts", "admitting")
 
@@ -120,51 +121,15 @@ class Tx:
         """Execute a statement that returns no rows; how many rows it changed."""
         return self.conn.execute(self.q[name], params).rowcount
 
+    # Its statements say ON CONFLICT DO NOTHING: a key taken returns no row.
+    insert = one
+
     def event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
-        self.events.append({
-            "event_id": new_id("evt", self.now),
-            "job_id": job.job_id,
-            "tenant": job.tenant,
-            "case_id": job.case_id,
-            "type": type,
-            "actor": actor,
-            "at": audit.rfc3339(self.now),
-            "attempt": job.attempt if attempt is None else attempt,
-            "input_digest": job.input_digest,
-            "policy_version": job.version,
-            "detail": audit.canonical(detail or {}).decode(),
-        })
+        self.events.append(event_row(job, type, actor, detail, attempt, self.now))
 
 
-Op = Callable[[Tx], Any]
 _Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
-
-
-class Step:
-    """An operation whose first statement is known before it runs (the hot ones: an
-    admission, a claim, a renewal, a fenced end of an attempt without a signature).
-
-    The writer sends the first statements of consecutive steps of a batch together,
-    in pipeline mode, one round trip for all of them, and then runs each step's
-    ``then`` with its statement's rows, in order. The statements still run in the
-    batch's order; what moves is a step's further statements (reads, and artifact
-    rows nothing else in a batch reads), which now run after the next steps' first
-    ones. An admission's queue-depth check counts, before it knows, every admission
-    ahead of it in the run as inserted: near the limit it may refuse a little early.
-    Called as a plain operation, a step runs its statement and then ``then``."""
-
-    __slots__ = ("first", "then", "admits")
-
-    def __init__(self, first: Callable[[Tx], tuple[str, dict[str, Any]]],
-                 then: Callable[[Tx, list[DictRow]], Any], *, admits: bool = False) -> None:
-        self.first = first  # (statement name, parameters), from tx.now and tx.waiting_pending
-        self.then = then
-        self.admits = admits  # it may add a queued job (see above)
-
-    def __call__(self, tx: Tx) -> Any:
-        name, params = self.first(tx)
-        return self.then(tx, tx.all(name, **params))
 
 
 def migrate(conn: PgConnection, q: dict[str, str]) -> int:
@@ -368,8 +333,8 @@ class Writer:
         first statements pipelined: (results, the index of the op that raised and what
         it raised, or None)."""
 
-        def tx_for() -> Tx:
-            return Tx(conn, self.q, now, events, counts)
+        def tx_for() -> PgTx:
+            return PgTx(conn, self.q, now, events, counts)
 
         results: list[Any] = []
         i = 0

@@ -33,7 +33,8 @@ from .records import (
     new_id,
     row_job,
 )
-from .sqlite_writer import Checkpointer, Op, Tx, Writer
+from .sqlite_writer import Checkpointer, SqliteTx, Writer
+from .tx import Op
 
 # Below this much free space on the store's file system the store reports itself
 # unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).
@@ -148,7 +149,7 @@ class SqliteStore:
         a different request, QueueFull past the queue depth."""
         return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth))
 
-    def _admit(self, tx: Tx, new: NewJob, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    def _admit(self, tx: SqliteTx, new: NewJob, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
         """The admission itself."""
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
         if row is not None:
@@ -165,7 +166,7 @@ class SqliteStore:
         return self._insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
 
     @staticmethod
-    def _insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
+    def _insert_job(tx: SqliteTx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
         """The job row, admitted at ``now`` (the kiosk path gives its own clock)."""
         admission_ms = max(0.0, (now - new.created_at) * 1000.0)
         params = {**new.__dict__, "job_id": job_id, "now": now, "admission_ms": admission_ms}
@@ -199,7 +200,7 @@ class SqliteStore:
         job and the flight's own clocks. A job :meth:`persist_flight` wrote earlier is
         carried on instead. None when its lease was lost meanwhile."""
 
-        def op(tx: Tx) -> Job | None:
+        def op(tx: SqliteTx) -> Job | None:
             outcome = flight.outcome
             if isinstance(outcome, Finish) and not flight.persisted:
                 return self._flight_succeeded(tx, flight, outcome)
@@ -213,14 +214,14 @@ class SqliteStore:
         """Write a kiosk request's job as running (admitted and claimed) so that it
         outlives a crash: the request passed its deadline and its work goes on."""
 
-        def op(tx: Tx) -> Job:
+        def op(tx: SqliteTx) -> Job:
             row = tx.one("get_job_any", job_id=flight.job_id)
             return row_job(row) if row is not None else self._flight_job(tx, flight)
 
         flight.persisted = True  # before the write: see Flight.persisted
         return await self._write(op)
 
-    def _flight_succeeded(self, tx: Tx, flight: Flight, outcome: Finish) -> Job:
+    def _flight_succeeded(self, tx: SqliteTx, flight: Flight, outcome: Finish) -> Job:
         """The common case at once: the row that an admission, a claim and a finish
         leave (insert_job, claim_job, finish), in one statement, and their events."""
         new = flight.new
@@ -245,7 +246,7 @@ class SqliteStore:
             self._put_artifact(tx, job, outcome)
         return job
 
-    def _flight_job(self, tx: Tx, flight: Flight) -> Job:
+    def _flight_job(self, tx: SqliteTx, flight: Flight) -> Job:
         # The rows keep the flight's clocks; the events are dated when written.
         # The flight holds its key (reserve), so no job row names it: no lookup.
         job = self._insert_job(tx, flight.new, flight.actor, flight.job_id, flight.admitted_at)
@@ -268,7 +269,7 @@ class SqliteStore:
         its signature key."""
         kinds_json = msgspec.json.encode(kinds).decode()
 
-        def op(tx: Tx) -> list[Claimed]:
+        def op(tx: SqliteTx) -> list[Claimed]:
             out: list[Claimed] = []
             budget = budget_bytes
             while len(out) < limit:
@@ -292,7 +293,7 @@ class SqliteStore:
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
         """Take the lease of one queued job by id (None when it is not queued)."""
 
-        def op(tx: Tx) -> Job | None:
+        def op(tx: SqliteTx) -> Job | None:
             row = tx.one("claim_job", job_id=job_id, owner=owner, now=tx.now, lease_s=lease_s)
             if row is None:
                 return None
@@ -305,7 +306,7 @@ class SqliteStore:
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases; returns the ones that are no longer held."""
 
-        def op(tx: Tx) -> list[Lease]:
+        def op(tx: SqliteTx) -> list[Lease]:
             lost = []
             for lease in leases:
                 cur = tx.conn.execute(tx.q["renew"], {
@@ -319,7 +320,7 @@ class SqliteStore:
 
     def _fenced(self, name: str, lease: Lease, event: str, detail: dict[str, Any],
                 **params: Any) -> Op:
-        def op(tx: Tx) -> Job | None:
+        def op(tx: SqliteTx) -> Job | None:
             row = tx.one(name, job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
                          now=tx.now, **params)
             if row is None:
@@ -331,7 +332,7 @@ class SqliteStore:
         return op
 
     @staticmethod
-    def _stale(tx: Tx, lease: Lease, wanted: str) -> None:
+    def _stale(tx: SqliteTx, lease: Lease, wanted: str) -> None:
         """A stale worker: its lease expired and the job moved on. The lost attempt is
         recorded against the job, and its result dropped."""
         cur = tx.one("get_job_any", job_id=lease.job_id)
@@ -355,7 +356,7 @@ class SqliteStore:
             if not outcome.counts:
                 detail["waiting"] = True
 
-            def retry(tx: Tx) -> Job | None:
+            def retry(tx: SqliteTx) -> Job | None:
                 return self._fenced("retry_later", lease, "retry_scheduled", detail,
                                     code=outcome.code, next_at=tx.now + outcome.delay_s,
                                     count=1 if outcome.counts else 0)(tx)
@@ -365,7 +366,7 @@ class SqliteStore:
                             {**outcome.detail, "category": outcome.category, "code": outcome.code},
                             category=outcome.category, code=outcome.code)
 
-    def _finish(self, tx: Tx, lease: Lease, outcome: Finish) -> Job | None:
+    def _finish(self, tx: SqliteTx, lease: Lease, outcome: Finish) -> Job | None:
         result = outcome.result()
         row = tx.one("finish", job_id=lease.job_id, attempt=lease.attempt, owner=lease.owner,
                      now=tx.now, result=audit.canonical(result).decode())
@@ -385,7 +386,7 @@ class SqliteStore:
             self._put_artifact(tx, job, outcome)
         return job
 
-    def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
+    def _sign_record(self, tx: SqliteTx, job: Job, outcome: Finish, sig: Signature) -> Finish:
         """Record ``sig`` for ``job`` (its bytes first, when kept here); the finish that
         names the recorded signature."""
         if sig.inline is not None:
@@ -400,7 +401,7 @@ class SqliteStore:
                                               record["size"], outcome.artifact.media_type))
 
     @staticmethod
-    def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
+    def _put_artifact(tx: SqliteTx, job: Job, outcome: Finish) -> None:
         artifact = outcome.artifact
         assert artifact is not None
         tx.conn.execute(tx.q["put_artifact"], {
@@ -428,7 +429,7 @@ class SqliteStore:
         A job that lost ``max_lost`` leases fails as ``lost``."""
         everything = at_start_of is not None
 
-        def op(tx: Tx) -> list[Job]:
+        def op(tx: SqliteTx) -> list[Job]:
             rows = tx.all("all_running") if everything else tx.all("expired_leases", now=tx.now, cap=500)
             out = []
             for row in rows:
@@ -452,7 +453,7 @@ class SqliteStore:
     async def promote_due(self) -> list[Job]:
         """retry_wait → queued for jobs whose backoff has passed."""
 
-        def op(tx: Tx) -> list[Job]:
+        def op(tx: SqliteTx) -> list[Job]:
             out = []
             for row in tx.all("due_retries", now=tx.now, cap=500):
                 new_row = tx.one("requeue", job_id=row["job_id"], now=tx.now)
@@ -465,7 +466,7 @@ class SqliteStore:
         return await self._write(op)
 
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
-        def op(tx: Tx) -> Job:
+        def op(tx: SqliteTx) -> Job:
             row = tx.one("cancel", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
                 if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
@@ -479,7 +480,7 @@ class SqliteStore:
         return await self._write(op)
 
     async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
-        def op(tx: Tx) -> Job:
+        def op(tx: SqliteTx) -> Job:
             row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now)
             if row is None:
                 if tx.one("get_job", job_id=job_id, tenant=tenant) is None:
@@ -505,7 +506,7 @@ class SqliteStore:
         return await self._write(lambda tx: self._record_signature(tx, job, sig_key, artifact, signed))
 
     @staticmethod
-    def _record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
+    def _record_signature(tx: SqliteTx, job: Job, sig_key: str, artifact: dict[str, Any],
                           signed: dict[str, Any] | None) -> dict[str, Any]:
         params = {"tenant": job.tenant, "sig_key": sig_key, "artifact_id": artifact["artifact_id"],
                   "sha256": artifact["sha256"], "size": artifact["size"], "job_id": job.job_id,

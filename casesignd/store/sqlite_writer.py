@@ -23,12 +23,14 @@ from typing import Any
 
 from .. import audit
 from ..errors import StoreUnavailable
-from .records import Job, new_id
+from .records import Job
 from .sqlfiles import load_statements, migrations
+from .tx import Op, event_row
 
 
-class Tx:
-    """One operation's view of the writer's transaction, with the audit chain head."""
+class SqliteTx:
+    """One operation's view of the writer's transaction, with the audit chain head
+    (a :class:`~.tx.Tx`)."""
 
     def __init__(self, conn: sqlite3.Connection, q: dict[str, str], chain: list[Any], now: float):
         self.conn = conn
@@ -45,26 +47,22 @@ class Tx:
     def all(self, name: str, **params: Any) -> list[sqlite3.Row]:
         return self.conn.execute(self.q[name], params).fetchall()
 
+    def run(self, name: str, **params: Any) -> int:
+        return self.conn.execute(self.q[name], params).rowcount
+
+    def insert(self, name: str, **params: Any) -> sqlite3.Row | None:
+        try:
+            return self.one(name, **params)
+        except sqlite3.IntegrityError:
+            return None  # the statement is undone, the transaction goes on
+
     def event(
         self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
         attempt: int | None = None,
     ) -> None:
-        seq = self.chain[0] + 1
-        ev = {
-            "event_id": new_id("evt", self.now),
-            "seq": seq,
-            "job_id": job.job_id,
-            "tenant": job.tenant,
-            "case_id": job.case_id,
-            "type": type,
-            "actor": actor,
-            "at": audit.rfc3339(self.now),
-            "attempt": job.attempt if attempt is None else attempt,
-            "input_digest": job.input_digest,
-            "policy_version": job.version,
-            "detail": audit.canonical(detail or {}).decode(),
-            "prev_hash": self.chain[1],
-        }
+        ev = event_row(job, type, actor, detail, attempt, self.now)
+        ev["seq"] = seq = self.chain[0] + 1
+        ev["prev_hash"] = self.chain[1]
         ev["hash"] = audit.event_hash(ev)
         self.events.append(ev)
         self.chain[0], self.chain[1] = seq, ev["hash"]
@@ -74,9 +72,6 @@ class Tx:
         if self.events:
             self.conn.executemany(self.q["insert_event"], self.events)
             self.events.clear()
-
-
-Op = Callable[[Tx], Any]
 
 
 class Writer:
@@ -217,7 +212,7 @@ class Writer:
             failure: BaseException | None = None
             for i, (op, _fut, _loop) in enumerate(pending):
                 try:
-                    tx = Tx(conn, self.statements, self.chain, now)
+                    tx = SqliteTx(conn, self.statements, self.chain, now)
                     results.append(op(tx))
                     tx.flush()
                 except BaseException as e:  # noqa: BLE001 - each op's failure is its own
