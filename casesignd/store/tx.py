@@ -3,8 +3,8 @@ writer's open transaction, and the forms an operation takes (:data:`Op`,
 :class:`Step`).
 
 Both SQL writers offer a Tx (:class:`~.sqlite_writer.SqliteTx`,
-:class:`~.postgres_writer.PgTx`), so that an operation can be written over it once,
-naming its statements, which each engine's queries.sql maps to its own SQL.
+:class:`~.postgres_writer.PgTx`); the verbs (:mod:`.verbs`) are written over it once,
+and name their statements, which each engine's queries.sql maps to its own SQL.
 """
 
 from __future__ import annotations
