@@ -2,6 +2,9 @@
 
 - :mod:`.records`: the records and the :class:`Store` protocol (the verbs);
 - :mod:`.sqlfiles`: the named statements and numbered migrations under ``sql/``;
+- :mod:`.tx`: :class:`~.tx.Tx`, what an operation sees of a writer's transaction;
+- :mod:`.groupcommit`: the writers' queue, batches and commits, for both engines;
+- :mod:`.verbs`: :class:`~.verbs.SqlStore`, the verbs both SQL stores share, over a Tx;
 - :mod:`.sqlite_writer`: SQLite's one writing connection and its group commit;
 - :mod:`.sqlite`: :class:`SqliteStore`, the embedded implementation;
 - :mod:`.postgres_writer`, :mod:`.postgres`: :class:`~.postgres.PostgresStore`, the

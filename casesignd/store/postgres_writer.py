@@ -1,15 +1,14 @@
 """The PostgreSQL store's writing connection, on its own thread, committing in groups,
 and its migrations.
 
-As the SQLite store's writer does, one thread owns the daemon's writing connection,
-takes every operation waiting in its queue and runs them in one transaction (group
-commit): an operation that raises is taken out and the others run again in a fresh
-transaction, so it leaves nothing behind; a deadlock with another daemon's
-transaction (PostgreSQL aborts one of the two) runs the whole batch again. A thread
-with psycopg's blocking connection, not an asyncio task: a statement then costs a
-third of what the asyncio connection's wake-ups cost. The hot operations (admit,
-claim, renew, the end of an attempt) are steps (:class:`Step`), whose first statements
-the writer sends together, one round trip for a run of them (pipeline mode).
+As the SQLite store's writer does (:class:`~.groupcommit.GroupCommit`), one thread
+owns the daemon's writing connection and runs every operation waiting in its queue in
+one transaction; a deadlock with another daemon's transaction (PostgreSQL aborts one
+of the two) runs the whole batch again. A thread with psycopg's blocking connection,
+not an asyncio task: a statement then costs a third of what the asyncio connection's
+wake-ups cost. The hot operations (admit, claim, renew, the end of an attempt) are
+steps (:class:`~.tx.Step`), whose first statements the writer sends together, one
+round trip for a run of them (pipeline mode).
 
 The audit chain is one for every daemon. An operation's events are kept aside while
 it runs; just before COMMIT the writer locks the chain's head row (``SELECT ... FOR
@@ -22,19 +21,18 @@ Times: every statement gets the transaction's ``now`` as a parameter, the databa
 ``now()`` (one clock for every daemon's leases) read as the transaction begins, or an
 injected clock's (tests).
 
-Wake-ups stay polling. A LISTEN/NOTIFY seam would sit in :meth:`Writer._commit`,
+Wake-ups stay polling. A LISTEN/NOTIFY seam would sit in :meth:`Writer._end`,
 after a commit that queued jobs, debounced: NOTIFY takes a database-wide lock at
 commit, and PgBouncer in transaction mode breaks LISTEN.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
 import threading
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -43,16 +41,17 @@ from psycopg.rows import DictRow
 
 from .. import audit
 from ..errors import StoreUnavailable
-from .records import Job, new_id
+from .groupcommit import Done, GroupCommit, Ran
+from .records import Job
 from .sqlfiles import migrations
+from .tx import Op, Step, event_row
 
 PgConnection = psycopg.Connection[DictRow]
 Connect = Callable[[], PgConnection]
 
 # A deadlock or a serialization failure aborts the transaction but is no fault of any
-# operation in it: the batch runs again, up to this many times.
+# operation in it: the batch runs again (up to Writer.MAX_RERUNS times).
 TRANSIENT = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
-MAX_RETRIES = 8
 
 
 def unavailable(e: BaseException, what: str = "the job store cannot take writes") -> StoreUnavailable:
@@ -72,8 +71,8 @@ STATE_CHANGES: dict[str, str | None] = {
 }
 
 
-class Tx:
-    """One operation's view of the writer's transaction."""
+class PgTx:
+    """One operation's view of the writer's transaction (a :class:`~.tx.Tx`)."""
 
     __slots__ = ("conn", "q", "now", "events", "counts", "admitting")
 
@@ -120,51 +119,12 @@ class Tx:
         """Execute a statement that returns no rows; how many rows it changed."""
         return self.conn.execute(self.q[name], params).rowcount
 
+    # Its statements say ON CONFLICT DO NOTHING: a key taken returns no row.
+    insert = one
+
     def event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
-        self.events.append({
-            "event_id": new_id("evt", self.now),
-            "job_id": job.job_id,
-            "tenant": job.tenant,
-            "case_id": job.case_id,
-            "type": type,
-            "actor": actor,
-            "at": audit.rfc3339(self.now),
-            "attempt": job.attempt if attempt is None else attempt,
-            "input_digest": job.input_digest,
-            "policy_version": job.version,
-            "detail": audit.canonical(detail or {}).decode(),
-        })
-
-
-Op = Callable[[Tx], Any]
-_Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
-
-
-class Step:
-    """An operation whose first statement is known before it runs (the hot ones: an
-    admission, a claim, a renewal, a fenced end of an attempt without a signature).
-
-    The writer sends the first statements of consecutive steps of a batch together,
-    in pipeline mode, one round trip for all of them, and then runs each step's
-    ``then`` with its statement's rows, in order. The statements still run in the
-    batch's order; what moves is a step's further statements (reads, and artifact
-    rows nothing else in a batch reads), which now run after the next steps' first
-    ones. An admission's queue-depth check counts, before it knows, every admission
-    ahead of it in the run as inserted: near the limit it may refuse a little early.
-    Called as a plain operation, a step runs its statement and then ``then``."""
-
-    __slots__ = ("first", "then", "admits")
-
-    def __init__(self, first: Callable[[Tx], tuple[str, dict[str, Any]]],
-                 then: Callable[[Tx, list[DictRow]], Any], *, admits: bool = False) -> None:
-        self.first = first  # (statement name, parameters), from tx.now and tx.waiting_pending
-        self.then = then
-        self.admits = admits  # it may add a queued job (see above)
-
-    def __call__(self, tx: Tx) -> Any:
-        name, params = self.first(tx)
-        return self.then(tx, tx.all(name, **params))
+        self.events.append(event_row(job, type, actor, detail, attempt, self.now))
 
 
 def migrate(conn: PgConnection, q: dict[str, str]) -> int:
@@ -196,27 +156,34 @@ def migrate(conn: PgConnection, q: dict[str, str]) -> int:
     return current
 
 
-class Writer:
+@dataclass(slots=True)
+class _Batch:
+    conn: PgConnection
+    now: float
+    # Kept aside until the commit: the events, chained only under the head's lock
+    # (_append), and the jobs per state moved.
+    events: list[dict[str, Any]]
+    counts: dict[str, int]
+
+
+class Writer(GroupCommit[_Batch]):
     """The daemon's one writing connection, on its own thread, committing in groups."""
 
-    MAX_BATCH = 512
-    # A commit that follows the last one within BUSY_S waits up to GATHER_S for more
-    # (see SQLite's writer): the statements of a batch cost the same round trips
-    # whether the batch is large or small, its commit does not.
-    BUSY_S = 0.02
+    # The statements of a batch cost the same round trips whether the batch is large
+    # or small, its commit does not: a shorter gathering than SQLite's.
     GATHER_S = 0.0005
+    MAX_RERUNS = 8
+    ENGINE_ERRORS = (psycopg.Error,)
 
     def __init__(self, connect: Connect, statements: dict[str, str],
                  clock: Callable[[], float] | None) -> None:
+        super().__init__()
         self._connect = connect
         self.q = statements
         self.clock = clock
-        self.batches = 0
-        self.reruns = 0  # batches run again after a deadlock or serialization failure
         self._conn: PgConnection | None = None
-        self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._begin = "BEGIN" if clock is not None else f"BEGIN; {statements['now']}"
+        self._begin_sql = "BEGIN" if clock is not None else f"BEGIN; {statements['now']}"
 
     def start(self) -> int:
         """Connect, migrate, and start the thread; answers the schema version. Blocking."""
@@ -227,7 +194,7 @@ class Writer:
             conn.close()
             raise
         self._conn = conn
-        self._thread = threading.Thread(target=self._run, name="casesignd-store-writer",
+        self._thread = threading.Thread(target=self._serve, name="casesignd-store-writer",
                                         daemon=True)
         self._thread.start()
         return version
@@ -239,7 +206,7 @@ class Writer:
             self._queue.put(None)
             thread.join(timeout=60)
             # Submitted while the thread was stopping: refused, not left waiting.
-            left: list[tuple[_Item, Any, BaseException | None]] = []
+            left: list[Done] = []
             with contextlib.suppress(queue.Empty):
                 while True:
                     item = self._queue.get_nowait()
@@ -250,43 +217,12 @@ class Writer:
             self._conn.close()
             self._conn = None
 
-    def submit(self, op: Op) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        if self._thread is None:
-            fut.set_exception(StoreUnavailable("the job store is closed"))
-        else:
-            self._queue.put((op, fut, loop))
-        return fut
+    def _closed(self) -> bool:
+        return self._thread is None
 
     def _session(self, conn: PgConnection) -> PgConnection:
         conn.execute(self.q["session"])
         return conn
-
-    def _run(self) -> None:
-        last_commit = 0.0
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            batch = [item]
-            window_end = time.monotonic() + self.GATHER_S \
-                if time.monotonic() - last_commit < self.BUSY_S else 0.0
-            stop = False
-            while len(batch) < self.MAX_BATCH:
-                try:
-                    left = window_end - time.monotonic()
-                    nxt = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is None:
-                    stop = True
-                    break
-                batch.append(nxt)
-            self._commit(batch)
-            last_commit = time.monotonic()
-            if stop:
-                return
 
     def _connection(self) -> PgConnection:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -298,7 +234,7 @@ class Writer:
         return self._conn
 
     def _start_tx(self, conn: PgConnection) -> float:
-        cur = conn.execute(self._begin)
+        cur = conn.execute(self._begin_sql)
         if self.clock is not None:
             return self.clock()
         cur.nextset()
@@ -333,43 +269,40 @@ class Writer:
                                                       "deltas": list(moved.values())})
             conn.execute("COMMIT")
 
-    @staticmethod
-    def _rollback(conn: PgConnection) -> None:
+    # --- one transaction (GroupCommit) -----------------------------------------------
+
+    def _begin(self) -> _Batch:
+        try:
+            conn = self._connection()
+            now = self._start_tx(conn)
+        except psycopg.Error as e:
+            raise unavailable(e) from e
+        return _Batch(conn, now, [], {})
+
+    def _end(self, batch: _Batch) -> None:
+        self._append(batch.conn, batch.events, batch.counts)
+
+    def _rollback(self, batch: _Batch) -> None:
         with contextlib.suppress(psycopg.Error):
-            conn.execute("ROLLBACK")
+            batch.conn.execute("ROLLBACK")
 
-    @staticmethod
-    def _resolve(fut: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-        if fut.done():
-            return
-        if error is not None:
-            fut.set_exception(error)
-        else:
-            fut.set_result(result)
+    def _translate(self, error: BaseException) -> BaseException:
+        return unavailable(error) if isinstance(error, psycopg.Error) else error
 
-    @classmethod
-    def _resolve_all(cls, outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
-        for fut, result, error in outcomes:
-            cls._resolve(fut, result, error)
+    def _transient(self, error: BaseException) -> bool:
+        return isinstance(error, TRANSIENT)
 
-    def _deliver(self, outcomes: list[tuple[_Item, Any, BaseException | None]]) -> None:
-        # One wake-up of each event loop per batch, not one per operation.
-        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-        for (_op, fut, loop), result, error in outcomes:
-            by_loop.setdefault(loop, []).append((fut, result, error))
-        for loop, items in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # a loop closed meanwhile
-                loop.call_soon_threadsafe(self._resolve_all, items)
+    def _fails_all(self, error: BaseException, batch: _Batch) -> bool:
+        return isinstance(error, psycopg.Error) and (
+            batch.conn.broken or isinstance(error, psycopg.OperationalError))
 
-    def _run_ops(self, conn: PgConnection, ops: list[Op], now: float,
-                 events: list[dict[str, Any]], counts: dict[str, int]
-                 ) -> tuple[list[Any], int | None, BaseException | None]:
+    def _run_ops(self, batch: _Batch, ops: list[Op]) -> Ran:
         """Run ``ops`` in order in the open transaction, consecutive steps with their
-        first statements pipelined: (results, the index of the op that raised and what
-        it raised, or None)."""
+        first statements pipelined."""
+        conn = batch.conn
 
-        def tx_for() -> Tx:
-            return Tx(conn, self.q, now, events, counts)
+        def tx_for() -> PgTx:
+            return PgTx(conn, self.q, batch.now, batch.events, batch.counts)
 
         results: list[Any] = []
         i = 0
@@ -414,49 +347,3 @@ class Writer:
                     return results, i + k, e
             i += run
         return results, None, None
-
-    def _commit(self, batch: list[_Item]) -> None:
-        """Run a batch in one transaction; see the module's docstring."""
-        done: list[tuple[_Item, Any, BaseException | None]] = []
-        pending = list(batch)
-        retries = 0
-        while pending:
-            try:
-                conn = self._connection()
-                now = self._start_tx(conn)
-            except (psycopg.Error, StoreUnavailable) as e:
-                err = e if isinstance(e, StoreUnavailable) else unavailable(e)
-                done.extend((item, None, err) for item in pending)
-                break
-            events: list[dict[str, Any]] = []
-            counts: dict[str, int] = {}
-            results, failed, failure = self._run_ops(
-                conn, [op for op, _f, _l in pending], now, events, counts)
-            if failed is None:
-                try:
-                    self._append(conn, events, counts)
-                except psycopg.Error as e:
-                    self._rollback(conn)
-                    if isinstance(e, TRANSIENT) and retries < MAX_RETRIES:
-                        retries += 1
-                        self.reruns += 1
-                        continue
-                    done.extend((item, None, unavailable(e)) for item in pending)
-                    break
-                done.extend((item, r, None) for item, r in zip(pending, results, strict=True))
-                break
-            self._rollback(conn)
-            assert failure is not None
-            if isinstance(failure, psycopg.Error):
-                if isinstance(failure, TRANSIENT) and retries < MAX_RETRIES:
-                    retries += 1
-                    self.reruns += 1
-                    continue
-                if conn.broken or isinstance(failure, psycopg.OperationalError):
-                    done.extend((item, None, unavailable(failure)) for item in pending)
-                    break
-                failure = unavailable(failure)
-            done.append((pending[failed], None, failure))
-            del pending[failed]
-        self.batches += 1
-        self._deliver(done)
