@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
-from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
+from ..outcomes import Finish, Outcome, RetryLater
 from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
 from .records import (
     Claimed,
@@ -285,8 +285,8 @@ class PostgresStore:
                  {"kind": job.kind, "declared_bytes": job.declared_bytes}, attempt=0)
         tx.event(job, "claimed", worker, {"series": job.series, "path": "kiosk"})
         if outcome.signature is not None:
-            self._sign_record(tx, msgspec.structs.replace(job, lease_owner=flight.owner),
-                              outcome, outcome.signature)
+            job, outcome = self._sign_record(tx, job, flight.owner, outcome)
+            result = outcome.result()
         tx.event(job, "succeeded", worker, {"result": result})
         if outcome.artifact is not None:
             self._put_artifact(tx, job, outcome)
@@ -429,29 +429,29 @@ class PostgresStore:
             return None
         job = row_job(row)
         if outcome.signature is not None:
-            named = self._sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
-                                      outcome, outcome.signature)
-            if named is not outcome:  # recorded before: the result names that record
-                outcome, result = named, named.result()
-                row = tx.one("set_result", job_id=job.job_id,
-                             result=audit.canonical(result).decode())
-                assert row is not None
-                job = row_job(row)
+            job, outcome = self._sign_record(tx, job, lease.owner, outcome)
+            result = outcome.result()
         tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
         if outcome.artifact is not None:
             self._put_artifact(tx, job, outcome)
         return job
 
-    def _sign_record(self, tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
-        """Record ``sig`` for ``job`` (its bytes first, when kept here); the finish that
-        names the recorded signature."""
+    def _sign_record(self, tx: Tx, job: Job, owner: str, outcome: Finish) -> tuple[Job, Finish]:
+        """Record the signature of ``outcome`` for ``job`` (its bytes first, when kept
+        here); the job and the finish, both naming the recorded signature."""
+        sig = outcome.signature
+        assert sig is not None
         if sig.inline is not None:
             tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline)
-        record = self._record_signature(tx, job, sig.sig_key, sig.artifact.record(), sig.signed)
-        if outcome.artifact is None or record["artifact_id"] == outcome.artifact.artifact_id:
-            return outcome
-        return outcome.with_artifact(Artifact(record["artifact_id"], record["sha256"],
-                                              record["size"], outcome.artifact.media_type))
+        record = self._record_signature(tx, msgspec.structs.replace(job, lease_owner=owner),
+                                        sig.sig_key, sig.artifact.record(), sig.signed)
+        named = outcome.naming(record)
+        if named is None:
+            return job, outcome
+        # Recorded before: the result names that record.
+        row = tx.one("set_result", job_id=job.job_id, result=audit.canonical(named.result()).decode())
+        assert row is not None
+        return row_job(row), named
 
     @staticmethod
     def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
