@@ -368,7 +368,8 @@ class _Run:
         started = time.perf_counter()
         signed: bytes | None = None
         try:
-            async with signing_lock(new.tenant, self.sig_key):
+            async with signing_lock(s, new.tenant, self.sig_key, self.recorded) as recorded:
+                self.recorded = recorded
                 flight.claimed_at = time.time()
                 if log.isEnabledFor(logging.DEBUG):  # not even its fields otherwise
                     log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())

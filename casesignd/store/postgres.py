@@ -34,6 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
 from ..outcomes import Finish, Outcome, RetryLater
+from .postgres_keys import SignatureKeys
 from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
 from .records import (
     Claimed,
@@ -87,6 +88,9 @@ class PostgresStore:
         self._timeout_s = connect_timeout_s
         self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
         self._node_lock: AsyncConnection[DictRow] | None = None
+        # Signature keys held across the daemons while a job of one signs.
+        self.signature_keys = SignatureKeys(lambda: AsyncConnection.connect(
+            self.dsn, autocommit=True, row_factory=dict_row, **self._kwargs), self.q)
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -151,6 +155,7 @@ class PostgresStore:
         await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
+        await self.signature_keys.close()
         await asyncio.to_thread(self._writer.stop)
         if self._pool is not None:
             await self._pool.close()

@@ -7,6 +7,7 @@ and a dead daemon's leases taken back by the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -146,6 +147,52 @@ async def test_a_signature_is_recorded_once_across_daemons(daemons, postgres_dsn
         for i, store in enumerate([a, b] * 10)))
     assert len({r["artifact_id"] for r in records}) == 1
     verified(postgres_dsn)
+
+
+async def holding(store: PostgresStore, sig_key: str) -> dict | None:
+    """Hold ``sig_key`` on ``store`` and let go at once: what was recorded under it."""
+    async with store.signature_keys.hold("t1", sig_key) as recorded:
+        return recorded
+
+
+async def test_a_signature_key_is_held_by_one_daemon_at_a_time(daemons):
+    a, b = daemons
+    await a.admit(dataclasses.replace(new_job("h1"), sig_key="sig-held"), actor="api:t1",
+                  max_queue_depth=100)
+    (claimed,) = await a.claim_batch("node-a:w", 30.0, 1 << 30, ["test"], 1)
+    art = Artifact("art_" + "c" * 32, "cc" * 32, 3)
+    async with a.signature_keys.hold("t1", "sig-held") as recorded:
+        assert recorded is None
+        waiting = asyncio.ensure_future(holding(b, "sig-held"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await a.conclude(claimed.job.lease, Finish(art, signature=Signature("sig-held", art, {})))
+    # Once b holds the key, it reads what a recorded before letting go.
+    seen = await asyncio.wait_for(waiting, 10)
+    assert seen is not None and seen["sha256"] == art.sha256
+
+
+async def test_a_daemons_end_frees_the_keys_it_held(daemons):
+    a, b = daemons
+    held = contextlib.AsyncExitStack()
+    await held.enter_async_context(b.signature_keys.hold("t1", "sig-dead"))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(holding(a, "sig-dead"), 0.5)
+    await b.signature_keys.close()  # its session ends, as when the daemon dies
+    assert await asyncio.wait_for(holding(a, "sig-dead"), 5) is None
+    await held.aclose()  # nothing left to give back
+
+
+async def test_a_hold_given_up_while_waiting_leaves_the_key_free(daemons):
+    a, b = daemons
+    async with a.signature_keys.hold("t1", "sig-cancel"):
+        waiting = asyncio.ensure_future(holding(b, "sig-cancel"))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert await asyncio.wait_for(holding(a, "sig-cancel"), 5) is None
+    assert await asyncio.wait_for(holding(b, "sig-cancel"), 5) is None
 
 
 async def test_the_audit_chain_stays_one_chain_when_both_daemons_write(daemons, postgres_dsn):

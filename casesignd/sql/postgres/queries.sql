@@ -13,6 +13,17 @@ SELECT pg_advisory_xact_lock(hashtextextended('casesignd:migrate', 0));
 -- name: node_lock
 SELECT pg_try_advisory_lock(hashtextextended('casesignd:node:' || %(node)s::text, 0)) AS taken;
 
+-- A signature key held across the daemons while a job of it signs (see
+-- casesignd/store/postgres_keys.py): a session lock on a connection of its own,
+-- freed by the server when that session ends.
+-- name: signature_key_lock
+SELECT pg_try_advisory_lock(
+  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS taken;
+
+-- name: signature_key_unlock
+SELECT pg_advisory_unlock(
+  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS held;
+
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS schema_version (
   version     integer PRIMARY KEY,
