@@ -249,3 +249,19 @@ def shared_nodes(state: Path, names: list[str], overrides: dict[str, Any] | None
     first.node = names[0]
     first.log_path = state / f"daemon-{names[0]}.log"
     return [first, *(first.sibling(name) for name in names[1:])]
+
+
+def start_all(nodes: list[Daemon], timeout_s: float = 90.0) -> None:
+    """Start ``nodes`` side by side, then wait until each is ready."""
+    for n in nodes:
+        n.start(wait=False)
+    for n in nodes:
+        n.wait_ready(timeout_s=timeout_s)
+
+
+def kill_all(nodes: list[Daemon]) -> None:
+    """Kill whichever of ``nodes`` still runs (at a test's end)."""
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait(timeout=10)

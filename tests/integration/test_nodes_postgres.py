@@ -4,6 +4,7 @@ PostgreSQL" describes.
 
 The nodes are started once for the module (starting three takes a while on two
 cores); a test that kills one restarts it, and each test begins with all three up.
+The longer crash loop is test_chaos_nodes.py.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from tests.daemon import Daemon, Response, shared_nodes
+from tests.daemon import Daemon, Response, kill_all, shared_nodes, start_all
+from tests.helpers_chaos import files_in_flight
 from tests.helpers_ops import case_manifest, kiosk_sign, scrape, value
 from tests.helpers_pki import pyhanko_statuses, reportlab_pdf
 
@@ -49,10 +51,7 @@ def cluster(postgres_cluster, tmp_path_factory) -> Iterator[list[Daemon]]:
         start_all(nodes)
         yield nodes
     finally:
-        for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
-                n.proc.wait(timeout=10)
+        kill_all(nodes)
         postgres_cluster.drop_database(db)
 
 
@@ -61,13 +60,6 @@ def nodes(cluster) -> list[Daemon]:
     """The three nodes, all running (one a failed test left dead is started again)."""
     start_all([n for n in cluster if n.proc is None or n.proc.poll() is not None])
     return cluster
-
-
-def start_all(nodes: list[Daemon]) -> None:
-    for n in nodes:
-        n.start(wait=False)
-    for n in nodes:
-        n.wait_ready(timeout_s=90)
 
 
 # --- what the tests read ---------------------------------------------------------------
@@ -148,16 +140,6 @@ def assert_signed_by_the_service(pdf: bytes, node: Daemon, tmp_path) -> None:
     ca = x509.load_pem_x509_certificate((node.dir / "ca.pem").read_bytes())
     statuses = pyhanko_statuses(path, [ca])
     assert statuses and all(s.intact and s.valid and s.trusted for s in statuses)
-
-
-def files_in_flight(node: Daemon) -> list[str]:
-    """Uploads and publications in flight in the shared state directory, and working
-    files in the node's temp area."""
-    state = node.dir
-    found = [*(state / "objects" / "tmp").glob("*.part"), *(state / "artifacts").rglob(".*.tmp")]
-    if node.temp_area.is_dir():
-        found += list(node.temp_area.iterdir())
-    return sorted(str(p.relative_to(state)) for p in found)
 
 
 # --- the tests ---------------------------------------------------------------------------
