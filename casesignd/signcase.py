@@ -265,7 +265,7 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
 # the commit of its own. Jobs of one signature key under different idempotency keys
 # (blind retries, a kiosk request beside a batch job) would otherwise each find none
 # and each sign. In this process: a lock per key being worked on. Across the daemons
-# of one store: the store's own hold (PostgreSQL's ``signature_keys``); a store of one
+# of one store: the store's own hold (PostgreSQL's ``held_keys``); a store of one
 # daemon (SQLite, its file locked) has none and needs none.
 _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -283,9 +283,9 @@ async def signing_lock(services: JobServices, tenant: str, sig_key: str,
     _SIGNING[key] = (lock, users + 1)
     try:
         async with lock:
-            shared = getattr(services.store, "signature_keys", None)
+            shared = getattr(services.store, "held_keys", None)
             if shared is not None:
-                async with shared.hold(tenant, sig_key) as recorded:
+                async with shared.signature(tenant, sig_key) as recorded:
                     yield recorded
             elif waited:
                 yield await services.store.get_signature(tenant, sig_key)

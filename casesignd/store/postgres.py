@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull, StoreUnavailable
 from ..outcomes import Finish, Outcome, RetryLater
-from .postgres_keys import SignatureKeys
+from .postgres_keys import HeldKeys
 from .postgres_writer import Op, PgConnection, Step, Tx, Writer, unavailable
 from .records import (
     Claimed,
@@ -88,8 +88,8 @@ class PostgresStore:
         self._timeout_s = connect_timeout_s
         self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
         self._node_lock: AsyncConnection[DictRow] | None = None
-        # Signature keys held across the daemons while a job of one signs.
-        self.signature_keys = SignatureKeys(lambda: AsyncConnection.connect(
+        # Signature and idempotency keys held across the daemons (postgres_keys.py).
+        self.held_keys = HeldKeys(lambda: AsyncConnection.connect(
             self.dsn, autocommit=True, row_factory=dict_row, **self._kwargs), self.q)
         self.schema_version = 0
 
@@ -155,7 +155,7 @@ class PostgresStore:
         await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
-        await self.signature_keys.close()
+        await self.held_keys.close()
         await asyncio.to_thread(self._writer.stop)
         if self._pool is not None:
             await self._pool.close()
@@ -196,7 +196,8 @@ class PostgresStore:
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
-        a different request, QueueFull past the queue depth. Two daemons admitting one
+        a different request, QueueFull past the queue depth, Conflict ``in_progress``
+        while a kiosk request on any daemon holds the key. Two daemons admitting one
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row."""
 
@@ -212,6 +213,8 @@ class PostgresStore:
                 tx.event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
                 return job, True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+            if row is None and tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]:
+                raise in_progress()  # a kiosk request on some daemon holds the key
             if row is None:
                 raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
             job = row_job(row)

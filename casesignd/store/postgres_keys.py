@@ -1,17 +1,22 @@
-"""Signature keys held across the daemons of one PostgreSQL database.
+"""Keys held across the daemons of one PostgreSQL database: what in one daemon is a
+lock in its memory.
 
-A job holds its signature key from its look at the recorded signature until its own
-is committed (:func:`casesignd.signcase.signing_lock`), so that daemons working on
-jobs of one key at the same time never both sign it. A held key is a session-level
-advisory lock on one connection per daemon, kept for that: the server frees every
-lock of the session when it ends, however the daemon ends. A key that another daemon
-holds is tried again until it is free; waits are rare (two jobs of one key at once)
-and never tie up the connection. Once the key is held, the signature recorded for it
-is read in the same round trip, by a statement that starts after the lock is taken,
-so it sees what the last holder committed.
+- A signature key, held by a job from its look at the recorded signature until its
+  own is committed (:func:`casesignd.signcase.signing_lock`), so that daemons working
+  on jobs of one key at the same time never both sign it. A key another daemon holds
+  is tried again until it is free: waits are rare (two jobs of one key at once) and
+  never tie up the connection. Once it is held, the signature recorded for it is read
+  in the same round trip, by a statement that starts after the lock is taken, so it
+  sees what the last holder committed.
+- An idempotency key, held by a kiosk request that writes its job only when it is
+  done (:class:`casesignd.holds.KeyHolds`); an admission of the key on any daemon
+  meets the hold and answers ``in_progress`` (``admit_job`` tries the same lock for
+  its transaction), and a kiosk request meets an admission under way the same way.
 
-Session locks stack within a session: two holds of one key in one daemon would both
-succeed. The in-process lock of :func:`~casesignd.signcase.signing_lock` comes first.
+Each held key is a session-level advisory lock on one connection per daemon, kept for
+that: the server frees every lock of the session when it ends, however the daemon
+ends. Session locks stack within a session, so two holds of one key in one daemon
+would both succeed: the in-process locks come first.
 """
 
 from __future__ import annotations
@@ -29,11 +34,13 @@ from .postgres_writer import unavailable
 
 _FIRST_RETRY_S = 0.01
 _MAX_RETRY_S = 0.2
+# The statements that take and give back each kind of key (sql/postgres/queries.sql).
+_SIGNATURE = ("signature_key_lock", "signature_key_unlock")
+_IDEMPOTENCY = ("idem_key_lock", "idem_key_unlock")
 
 
-class SignatureKeys:
-    """Hold signature keys across daemons: ``async with keys.hold(tenant, sig_key) as
-    recorded``. ``connect`` opens a connection of this daemon's own."""
+class HeldKeys:
+    """Keys held across daemons. ``connect`` opens a connection of this daemon's own."""
 
     def __init__(self, connect: Callable[[], Awaitable[AsyncConnection[DictRow]]],
                  statements: dict[str, str]) -> None:
@@ -44,18 +51,13 @@ class SignatureKeys:
         self._returning: set[asyncio.Task[None]] = set()
 
     @contextlib.asynccontextmanager
-    async def hold(self, tenant: str, sig_key: str) -> AsyncIterator[dict[str, Any] | None]:
-        """Hold ``sig_key`` of ``tenant``; yields the signature recorded for it (None)."""
+    async def signature(self, tenant: str, sig_key: str) -> AsyncIterator[dict[str, Any] | None]:
+        """Hold ``sig_key`` of ``tenant``, waiting while another daemon holds it; yields
+        the signature recorded for it (None)."""
         params = {"tenant": tenant, "sig_key": sig_key}
         wait_s = _FIRST_RETRY_S
         while True:
-            attempt = asyncio.ensure_future(self._take(params))
-            try:
-                taken, recorded = await asyncio.shield(attempt)
-            except asyncio.CancelledError:
-                # The statement goes on: a lock it takes is nobody's, and goes back.
-                attempt.add_done_callback(lambda done: self._give_back_unused(done, params))
-                raise
+            taken, recorded = await self._try(_SIGNATURE, params, read="get_signature")
             if taken:
                 break
             await asyncio.sleep(wait_s)
@@ -63,39 +65,64 @@ class SignatureKeys:
         try:
             yield recorded
         finally:
-            await asyncio.shield(self._give_back(params))
+            await asyncio.shield(self._give_back(_SIGNATURE[1], params))
+
+    async def take_idempotency_key(self, tenant: str, idem_key: str) -> bool:
+        """Hold ``idem_key`` of ``tenant`` if no daemon holds it, nor admits it now."""
+        taken, _ = await self._try(_IDEMPOTENCY, {"tenant": tenant, "idem_key": idem_key})
+        return taken
+
+    def give_back_idempotency_key(self, tenant: str, idem_key: str) -> None:
+        """Let go of a key :meth:`take_idempotency_key` took (done in the background)."""
+        self._in_background(self._give_back(_IDEMPOTENCY[1],
+                                            {"tenant": tenant, "idem_key": idem_key}))
 
     async def close(self) -> None:
         async with self._busy:
             await self._drop()
 
-    async def _take(self, params: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    async def _try(self, statements: tuple[str, str], params: dict[str, Any],
+                   read: str | None = None) -> tuple[bool, dict[str, Any] | None]:
+        """Try the lock once (and read ``read`` after it): whether it was taken."""
+        attempt = asyncio.ensure_future(self._take(statements[0], params, read))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            # The statement goes on: a lock it takes is nobody's, and goes back.
+            attempt.add_done_callback(lambda done: self._unused(done, statements[1], params))
+            raise
+
+    async def _take(self, lock: str, params: dict[str, Any],
+                    read: str | None) -> tuple[bool, dict[str, Any] | None]:
         async with self._busy:
             try:
                 conn = await self._connection()
                 async with conn.pipeline():
-                    lock = await conn.execute(self.q["signature_key_lock"], params)
-                    read = await conn.execute(self.q["get_signature"], params)
-                taken = await lock.fetchone()
-                recorded = await read.fetchone()
+                    taken_cur = await conn.execute(self.q[lock], params)
+                    read_cur = await conn.execute(self.q[read], params) if read else None
+                taken = await taken_cur.fetchone()
+                recorded = await read_cur.fetchone() if read_cur is not None else None
             except psycopg.Error as e:
                 await self._drop()
                 raise unavailable(e, "the job store cannot be reached") from e
         return bool(taken and taken["taken"]), dict(recorded) if recorded else None
 
-    def _give_back_unused(self, attempt: asyncio.Future[Any], params: dict[str, Any]) -> None:
+    def _unused(self, attempt: asyncio.Future[Any], unlock: str, params: dict[str, Any]) -> None:
         if attempt.cancelled() or attempt.exception() is not None or not attempt.result()[0]:
             return
-        task = asyncio.ensure_future(self._give_back(params))
+        self._in_background(self._give_back(unlock, params))
+
+    def _in_background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
         self._returning.add(task)
         task.add_done_callback(self._returning.discard)
 
-    async def _give_back(self, params: dict[str, Any]) -> None:
+    async def _give_back(self, unlock: str, params: dict[str, Any]) -> None:
         async with self._busy:
             if self._conn is None:
                 return  # the session ended, and its locks with it
             try:
-                await self._conn.execute(self.q["signature_key_unlock"], params)
+                await self._conn.execute(self.q[unlock], params)
             except psycopg.Error:
                 await self._drop()
 

@@ -23,7 +23,7 @@ from cryptography import x509
 
 from tests.daemon import Daemon, Response, kill_all, shared_nodes, start_all
 from tests.helpers_chaos import files_in_flight
-from tests.helpers_ops import case_manifest, kiosk_sign, scrape, value
+from tests.helpers_ops import SIGNERS, case_manifest, kiosk_sign, scrape, upload, value
 from tests.helpers_pki import pyhanko_statuses, reportlab_pdf
 
 NAMES = ["node-a", "node-b", "node-c"]
@@ -304,6 +304,30 @@ def test_the_kiosk_answers_on_a_surviving_node_while_another_is_dead(nodes, tmp_
     types = [e["type"] for e in b.events(retry.headers["X-Job-Id"])]
     assert types.count("signed") == 1 and types.count("succeeded") == 1, types
     c.start()
+
+
+def test_a_key_a_kiosk_request_holds_on_one_node_is_in_progress_on_the_others(nodes, tmp_path):
+    a, b, _c = nodes
+    doc = reportlab_pdf(tmp_path / "held.pdf", text="a held key").read_bytes()
+    # The kiosk request as a batch job of the same document, under the same key.
+    body = {"kind": "sign_case", "case_id": "HELD-1", "signers": SIGNERS,
+            "items": [{"role": "contract", "name": "document.pdf",
+                       "media_type": "application/pdf", **upload(b, "HELD-1", doc)}]}
+    with ThreadPoolExecutor(1) as pool:
+        kiosk = pool.submit(kiosk_sign, a, "HELD-1", doc, "held-1")
+        wait_for(lambda: metric(a, "casesignd_key_slots_in_use", pool="kiosk") >= 1, 30,
+                 "node-a's kiosk request never signed")
+        # While node-a signs under the key, its admission on node-b is in progress.
+        during = b.submit(body, key="held-1")
+        assert during.status == 409 and during.json()["error"]["code"] == "in_progress", \
+            during.body
+        answer = kiosk.result(timeout=60)
+    assert answer.status == 200, answer.body[:300]
+    # Once it is written, the key names the kiosk's job on every node.
+    after = b.submit(body, key="held-1")
+    assert after.status == 200 and after.json()["job_id"] == answer.headers["X-Job-Id"]
+    types = [e["type"] for e in b.events(answer.headers["X-Job-Id"])]
+    assert types.count("signed") == 1, types
 
 
 def test_a_second_daemon_with_a_live_nodes_name_is_refused_at_start(nodes):
