@@ -66,8 +66,7 @@ class Services:
         # This daemon's name among those on one store: its working files and key-slot
         # locks are its own (storage.temp_dir/NAME), its leases carry the name.
         self.node = node_name(node)
-        self.metrics = Metrics()
-        self.metrics.node_info.labels(node=self.node).set(1)
+        self.metrics = Metrics(node=self.node)
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
         self.store = make_store(cfg, self.node)

@@ -5,6 +5,11 @@ until then no row names its idempotency key. It holds the key here instead: an
 admission of a held key is answered ``in_progress``, and a kiosk request meets an
 admission of its key under way the same way. Everything here runs on the event loop,
 so the checks and the counts need no lock.
+
+That covers one daemon. A store that several daemons share holds the key across them
+as well (PostgreSQL's ``held_keys``: a kiosk request takes it after its own hold here,
+and the store's admission meets it), so that a request on one daemon and an admission
+of its key on another meet the same way.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ class KeyHolds:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._held: dict[tuple[str, str], object] = {}  # key -> the holder's token
+        # Across the daemons of the store, when it has several (else None), and the
+        # keys held there.
+        self._shared = store.held_keys
+        self._across: set[tuple[str, str]] = set()
         self._admitting: dict[tuple[str, str], int] = {}  # admissions under way per key
 
     async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
@@ -53,6 +62,10 @@ class KeyHolds:
             raise in_progress()
         self._held[key] = token
         try:
+            if self._shared is not None:
+                if not await self._shared.take_idempotency_key(tenant, idem_key):
+                    raise in_progress()  # a request on another daemon holds it, or admits it
+                self._across.add(key)
             job, recorded = await self.store.lookup_key(tenant, idem_key, sig_key)
         except BaseException:
             self.unreserve(tenant, idem_key, token)
@@ -62,8 +75,12 @@ class KeyHolds:
         return job, recorded
 
     def unreserve(self, tenant: str, idem_key: str, token: object) -> None:
-        if self._held.get((tenant, idem_key)) is token:
-            del self._held[(tenant, idem_key)]
+        key = (tenant, idem_key)
+        if self._held.get(key) is token:
+            del self._held[key]
+            if key in self._across:
+                self._across.discard(key)
+                self._shared.give_back_idempotency_key(tenant, idem_key)
 
     async def record_flight(self, flight: Flight) -> Job | None:
         """``Store.record_flight``; the key is free once it is written (the row answers

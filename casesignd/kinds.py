@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import audit, jobs
 from .artifacts import ArtifactStore
@@ -28,6 +28,8 @@ from .store import NewJob, Store
 
 if TYPE_CHECKING:  # pyHanko is imported by the daemon, not by every user of the protocol
     from .longterm import LongTerm
+
+T = TypeVar("T")
 
 __all__ = ["Admission", "Artifact", "Finish", "JobContext", "JobKind", "JobServices", "RunFn"]
 
@@ -117,6 +119,10 @@ class JobContext(Protocol):
 
     async def check_lease(self) -> None:
         """Raise if this attempt no longer holds its lease (do not publish then)."""
+
+    async def hold(self, held: AbstractAsyncContextManager[T]) -> T:
+        """Enter ``held`` until this attempt's outcome is recorded (or dropped), beyond
+        the end of ``run``; what it yields."""
 
 
 class JobKind(Protocol):

@@ -229,6 +229,7 @@ class Metrics:
         self,
         *,
         version: str = __version__,
+        node: str = "local",
         strict: bool | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -320,17 +321,13 @@ class Metrics:
             ("path",),
             registry=r,
         )
+        # The node label is the daemon's name (serve --node): with several daemons on one
+        # store, it says which one a scrape came from; the job figures are the store's.
         self.build_info = Gauge(
-            "casesignd_build_info", "Always 1; the version label says which build.", ("version",),
-            registry=r,
+            "casesignd_build_info", "Always 1; the labels say which build and which node.",
+            ("version", "node"), registry=r,
         )  # fmt: skip
-        self.build_info.labels(version=version).set(1)
-        # Which node this daemon is (serve --node): several on one store are told apart
-        # by it, beside the scrape's own instance label.
-        self.node_info = Gauge(
-            "casesignd_node_info", "Always 1; the node label is this daemon's node name.", ("node",),
-            registry=r,
-        )  # fmt: skip
+        self.build_info.labels(version=version, node=node).set(1)
         # Series for the fixed label sets exist from the start, at 0, so rate() and the
         # failure-ratio alerts see a value before the first job finishes.
         for kind in KINDS:

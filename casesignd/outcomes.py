@@ -59,6 +59,17 @@ class Finish:
     def with_artifact(self, artifact: Artifact) -> Finish:
         return Finish(artifact, self.detail, self.signature, self.renews)
 
+    def naming(self, record: dict[str, Any]) -> Finish | None:
+        """This finish naming the recorded signature ``record`` (artifact_id, sha256,
+        size) instead of its own, or None when it names that record already. Every
+        job of one signature key names one artifact id (the key's), so a second
+        signature of the key differs from the recorded one by its bytes alone."""
+        if self.artifact is None or (self.artifact.artifact_id, self.artifact.sha256) == (
+                record["artifact_id"], record["sha256"]):
+            return None
+        return self.with_artifact(Artifact(record["artifact_id"], record["sha256"],
+                                           record["size"], self.artifact.media_type))
+
 
 @dataclass(frozen=True)
 class RetryLater:

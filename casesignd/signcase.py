@@ -261,22 +261,36 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     return SignedPdf(work.checked, appended)
 
 
-# One lock per signature key being worked on in this process. Jobs of one signature
-# key under different idempotency keys (blind retries, a kiosk request beside a batch
-# job) would otherwise each find no recorded signature and each sign. One process per
-# store (the store's lock) makes an in-process lock enough.
+# One holder per signature key at a time, from its look at the recorded signature to
+# the commit of its own. Jobs of one signature key under different idempotency keys
+# (blind retries, a kiosk request beside a batch job) would otherwise each find none
+# and each sign. In this process: a lock per key being worked on. Across the daemons
+# of one store: the store's own hold (PostgreSQL's ``held_keys``); a store of one
+# daemon (SQLite, its file locked) has none and needs none.
 _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
 
 @contextlib.asynccontextmanager
-async def signing_lock(tenant: str, sig_key: str) -> AsyncIterator[None]:
+async def signing_lock(services: JobServices, tenant: str, sig_key: str,
+                       known: dict[str, Any] | None) -> AsyncIterator[dict[str, Any] | None]:
+    """Hold ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
+    once held: ``known`` (read with the claim), unless another holder came first and
+    may have recorded one since. Hold it until the outcome is committed."""
     key = (tenant, sig_key)
     lock, users = _SIGNING.get(key, (None, 0))
+    waited = users > 0
     lock = lock or asyncio.Lock()
     _SIGNING[key] = (lock, users + 1)
     try:
         async with lock:
-            yield
+            shared = services.store.held_keys
+            if shared is not None:
+                async with shared.signature(tenant, sig_key) as recorded:
+                    yield recorded
+            elif waited:
+                yield await services.store.get_signature(tenant, sig_key)
+            else:
+                yield known
     finally:
         lock, users = _SIGNING[key]
         if users <= 1:
@@ -369,16 +383,18 @@ class SignCaseKind:
 
     async def run(self, ctx: JobContext) -> Finish:
         sig_key = ctx.job.sig_key or signature_key(ctx.input)
-        async with signing_lock(ctx.tenant, sig_key):
-            return await self._run(ctx, sig_key)
-
-    async def _run(self, ctx: JobContext, sig_key: str) -> Finish:
-        s = ctx.services
-        normalized = ctx.input
         # Read with the claim; a job admitted before the store kept signature keys
         # looks it up.
-        recorded = ctx.recorded_signature if ctx.job.sig_key is not None \
-            else await s.store.get_signature(ctx.tenant, sig_key)
+        known = ctx.recorded_signature if ctx.job.sig_key is not None \
+            else await ctx.services.store.get_signature(ctx.tenant, sig_key)
+        # Held until the outcome (with the signature) is committed, not only while
+        # this runs: the next holder must find the signature recorded.
+        recorded = await ctx.hold(signing_lock(ctx.services, ctx.tenant, sig_key, known))
+        return await self._run(ctx, sig_key, recorded)
+
+    async def _run(self, ctx: JobContext, sig_key: str, recorded: dict[str, Any] | None) -> Finish:
+        s = ctx.services
+        normalized = ctx.input
         if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
             # Signed before (a crash after signing, or a replay): never sign twice.
             return Finish(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],

@@ -4,8 +4,9 @@ The pool is bounded three ways: jobs at once (``workers.concurrency``), bytes in
 flight (a job's declared size is reserved before it is claimed, inside the claim
 statement), and signing-key access (key slots, held only around the key operation).
 Leases are renewed by a heartbeat while the work runs; leases that expire are
-reclaimed periodically, and at start-up every lease is reclaimed at once because
-the store lock proves that nobody else holds one.
+reclaimed periodically, and at start-up the leases of this daemon's node name are
+reclaimed at once, because the store's lock (SQLite's file, PostgreSQL's lock on the
+name) proves that no live daemon holds them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .errors import CasesignError, TransientJobError
 from .kinds import JobKind, JobServices
@@ -31,6 +32,7 @@ from .store import Job, Lease, Store
 from .tempfiles import TempManager
 
 log = logging.getLogger("casesignd.worker")
+T = TypeVar("T")
 
 class LeaseLost(CasesignError):
     """This attempt no longer holds its lease; its result must not be published."""
@@ -81,6 +83,8 @@ class JobCtx:
         # The signature recorded for this job's signature key when it was claimed.
         self.recorded_signature = running.signature
         self.area: Any = None  # casesignd.tempfiles.Area, when the kind needs one
+        # What the attempt holds until its outcome is recorded (a signature key).
+        self.held = contextlib.AsyncExitStack()
         self.phases: dict[str, float] = {}
         self._pool = pool
         self._running = running
@@ -115,6 +119,9 @@ class JobCtx:
     async def check_lease(self) -> None:
         if self._running.lost or self._pool.stopping_hard:
             raise LeaseLost("the lease of this attempt is no longer held")
+
+    async def hold(self, held: contextlib.AbstractAsyncContextManager[T]) -> T:
+        return await self.held.enter_async_context(held)
 
 
 class Pool:
@@ -336,6 +343,8 @@ class Pool:
             self.last_progress = time.monotonic()
             self.progress += 1
             self.wake()
+            # Let go of what the attempt held only now that its outcome is recorded.
+            await asyncio.shield(ctx.held.aclose())
 
     async def _attempt(self, kind: JobKind, job: Job, ctx: JobCtx) -> Finish:
         """The kind's run, in a temp area when it needs one; checked against the lease."""

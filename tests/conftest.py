@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon import Daemon
+from tests.daemon import Daemon, kill_all
 from tests.helpers_postgres import postgres_cluster, postgres_dsn  # noqa: F401 - fixtures
 
 
@@ -23,10 +23,7 @@ def daemon_factory(tmp_path) -> Iterator[Callable[..., Daemon]]:
         return d.start() if start else d
 
     yield make
-    for d in made:
-        if d.proc is not None and d.proc.poll() is None:
-            d.proc.kill()
-            d.proc.wait(timeout=10)
+    kill_all(made)
 
 
 @pytest.fixture

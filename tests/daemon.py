@@ -2,11 +2,13 @@
 
 The daemon runs as a separate process (``python -m casesignd serve``) on a fresh
 setup made by ``casesignd init``, with a real SQLite file, so tests can ``kill -9``
-it and start it again on the same state.
+it and start it again on the same state. :func:`shared_nodes` makes several daemons
+of one setup (one config file, one state directory) for a store they can share.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import signal
@@ -122,6 +124,19 @@ class Daemon:
         self.log_path = state / "daemon.log"
         self.db = state / self.config["store"]["path"]
         self.node = "test-node"
+        self.listen: str | None = None  # serve --listen, when not the config's own
+
+    def sibling(self, node: str) -> Daemon:
+        """Another daemon of this setup: the same config file and state directory, its
+        own node name, port (``serve --listen``) and log. Not started."""
+        twin = copy.copy(self)
+        twin.node = node
+        twin.port = free_port()
+        twin.url = f"http://127.0.0.1:{twin.port}"
+        twin.listen = f"127.0.0.1:{twin.port}"
+        twin.proc = None
+        twin.log_path = self.dir / f"daemon-{node}.log"
+        return twin
 
     @property
     def temp_area(self) -> Path:
@@ -134,7 +149,7 @@ class Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "casesignd", "serve", "--config", str(self.config_path),
-             "--node", self.node],
+             "--node", self.node, *(["--listen", self.listen] if self.listen else [])],
             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
         log.close()
         if wait:
@@ -223,3 +238,30 @@ class Daemon:
         env = {**self.env, "CASESIGND_URL": self.url, "CASESIGND_TOKEN": self.token}
         return subprocess.run([sys.executable, "-m", "casesignd", *args], capture_output=True,
                               text=True, env=env, timeout=timeout_s, cwd=self.dir)
+
+
+def shared_nodes(state: Path, names: list[str], overrides: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> list[Daemon]:
+    """Daemons named ``names`` on one setup made in ``state`` (one ``casesignd init``,
+    one config file with ``overrides``): what several daemons on one PostgreSQL
+    database and a shared state directory look like. Not started."""
+    first = Daemon(state, overrides, env)
+    first.node = names[0]
+    first.log_path = state / f"daemon-{names[0]}.log"
+    return [first, *(first.sibling(name) for name in names[1:])]
+
+
+def start_all(nodes: list[Daemon], timeout_s: float = 90.0) -> None:
+    """Start ``nodes`` side by side, then wait until each is ready."""
+    for n in nodes:
+        n.start(wait=False)
+    for n in nodes:
+        n.wait_ready(timeout_s=timeout_s)
+
+
+def kill_all(nodes: list[Daemon]) -> None:
+    """Kill whichever of ``nodes`` still runs (at a test's end)."""
+    for n in nodes:
+        if n.proc is not None and n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait(timeout=10)

@@ -7,10 +7,13 @@
   of an earlier signature under a new key, contracts from a trickling HTTP source),
   ``render_invoice`` jobs with and without a signature, and kiosk requests.
 - :class:`Driver`: submits the workload from client threads that retry through
-  restarts with the same Idempotency-Key, and records what was acknowledged.
+  restarts with the same Idempotency-Key, and records what was acknowledged; given
+  several daemons of one store (tests/daemon.py: shared_nodes), a client that finds
+  one down or busy tries the next.
 - :func:`Driver.run_with_kills`: ``kill -9`` at aimed and random moments, restarting.
-- :func:`check_invariants`: what must hold afterwards, read from the API, the SQLite
-  file, the artifact directory, independent validators and ``casesignd audit verify``.
+- :func:`check_invariants`: what must hold afterwards, read from the API, the store
+  (the SQLite file or the PostgreSQL database), the artifact directory, independent
+  validators and ``casesignd audit verify``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import http.client
+import itertools
 import json
 import random
 import sqlite3
@@ -191,11 +195,14 @@ class Tally:
 
 
 class Driver:
-    """Client threads that push a workload through a daemon that keeps dying."""
+    """Client threads that push a workload through a daemon, or several daemons of one
+    store, that keep dying."""
 
-    def __init__(self, d: Daemon, plan: list[Planned], *, kiosk_threads: int = 2,
+    def __init__(self, d: Daemon | list[Daemon], plan: list[Planned], *, kiosk_threads: int = 2,
                  give_up_s: float = 300.0) -> None:
-        self.d = d
+        self.nodes = d if isinstance(d, list) else [d]
+        self.d = self.nodes[0]
+        self._turns = itertools.count()
         self.plan = plan
         self.tally = Tally()
         self.kiosk_threads = kiosk_threads
@@ -206,10 +213,12 @@ class Driver:
     # --- clients ---------------------------------------------------------------------
 
     def _call(self, fn: Any) -> Any:
-        """Call until the daemon answers something other than 'come back later'."""
+        """``fn(daemon)`` until a daemon answers something other than 'come back later';
+        each try goes to the next daemon."""
         while time.monotonic() < self.give_up_at:
+            node = self.nodes[next(self._turns) % len(self.nodes)]
             try:
-                r = fn()
+                r = fn(node)
             except CLIENT_ERRORS:
                 r = None
             if r is not None and not (r.status in (409, 429, 503)
@@ -224,12 +233,12 @@ class Driver:
         for p in items:
             for case, data in p.uploads:
                 sha = hashlib.sha256(data).hexdigest()
-                r = self._call(lambda case=case, data=data, sha=sha: self.d.request(
+                r = self._call(lambda node, case=case, data=data, sha=sha: node.request(
                     "PUT", f"/v1/cases/{case}/objects/{sha}", raw=data, timeout_s=20,
                     headers={"Content-Type": "application/octet-stream"}))
                 if r.status not in (200, 201):
                     self._unexpected(f"upload {p.key}: {r.status} {r.body[:200]!r}")
-            r = self._call(lambda p=p: self.d.submit(p.body, key=p.key))
+            r = self._call(lambda node, p=p: node.submit(p.body, key=p.key))
             if r.status in (200, 202):
                 with self._lock:
                     self.tally.acked[p.key] = r.json()["job_id"]
@@ -240,7 +249,7 @@ class Driver:
         for p in items:
             body, ctype = multipart(p.body, p.document)
             while True:
-                r = self._call(lambda body=body, ctype=ctype, p=p: self.d.request(
+                r = self._call(lambda node, body=body, ctype=ctype, p=p: node.request(
                     "POST", "/v1/sign", raw=body, timeout_s=60,
                     headers={"Content-Type": ctype, "Idempotency-Key": p.key}))
                 job_id = r.headers.get("X-Job-Id")
@@ -260,11 +269,13 @@ class Driver:
                 break
 
     def _failed(self, job_id: str) -> bool:
-        try:
-            r = self.d.request("GET", f"/v1/jobs/{job_id}", timeout_s=10)
-        except CLIENT_ERRORS:
-            return False
-        return r.status == 200 and r.json()["state"] in ("failed", "canceled")
+        for node in self.nodes:
+            try:
+                r = node.request("GET", f"/v1/jobs/{job_id}", timeout_s=10)
+            except CLIENT_ERRORS:
+                continue
+            return r.status == 200 and r.json()["state"] in ("failed", "canceled")
+        return False
 
     def _unexpected(self, what: str) -> None:
         with self._lock:
@@ -293,35 +304,40 @@ class Driver:
     # --- kills -----------------------------------------------------------------------
 
     def run_with_kills(self, kills: int, *, source: ThreadedSource | None = None,
-                       seed: int = 11, sign_delay_s: float = 0.0) -> None:
-        """Start the clients and kill -9 the daemon ``kills`` times, restarting it each
-        time. Kills rotate over aims: mid-download (a request to ``source`` in flight),
-        mid-signature (a job running, then part of the signing delay), and at random."""
+                       seed: int = 11, sign_delay_s: float = 0.0,
+                       down_s: tuple[float, float] = (0.0, 0.3)) -> None:
+        """Start the clients and kill -9 a daemon ``kills`` times (each in turn),
+        restarting it after ``down_s`` (a random span). Kills rotate over aims:
+        mid-download (a request to ``source`` in flight), mid-signature (the daemon
+        holding a running job, then part of the signing delay), and at random."""
         rng = random.Random(seed)
         aims = ["download", "sign", "random"] if source is not None else ["sign", "random"]
         self.start_clients()
         for i in range(kills):
             if self.clients_done() and not self._busy():
                 break
+            victim = self.nodes[i % len(self.nodes)]
             aim = aims[i % len(aims)]
             if aim == "download":
                 hit = _wait_for(lambda: source.inflight > 0, 8.0)  # type: ignore[union-attr]
                 time.sleep(rng.uniform(0.0, 0.2))
                 aim = aim if hit else "random"
             elif aim == "sign":
-                hit = _wait_for(self._busy, 8.0)
+                hit = _wait_for(lambda victim=victim: self._busy(victim), 8.0)
                 time.sleep(rng.uniform(0.05, max(0.1, sign_delay_s)))
                 aim = aim if hit else "random"
             else:
                 time.sleep(rng.uniform(0.1, 1.5))
-            self.d.kill9()
+            victim.kill9()
             self.tally.kills[aim] = self.tally.kills.get(aim, 0) + 1
-            time.sleep(rng.uniform(0.0, 0.3))
-            self.d.start()
+            time.sleep(rng.uniform(*down_s))
+            victim.start()
             time.sleep(rng.uniform(0.3, 1.0))
 
-    def _busy(self) -> bool:
-        return db_scalar(self.d.db, "SELECT count(*) FROM jobs WHERE state = 'running'") > 0
+    def _busy(self, node: Daemon | None = None) -> bool:
+        """Whether a job runs (under a lease of ``node``, when given)."""
+        owners = store_rows(self.d, "SELECT lease_owner FROM jobs WHERE state = 'running'")
+        return any(node is None or r["lease_owner"].startswith(f"{node.node}:") for r in owners)
 
 
 def _code(r: Any) -> str:
@@ -358,13 +374,26 @@ def db_rows(db: Path, sql: str, *params: Any) -> list[sqlite3.Row]:
         conn.close()
 
 
+def store_rows(d: Daemon, sql: str) -> list[Any]:
+    """Rows of ``d``'s store, by column name, read while it runs: its SQLite file, or
+    its PostgreSQL database (``[store] kind = "postgres"``)."""
+    store = d.config["store"]
+    if store.get("kind") != "postgres":
+        return db_rows(d.db, sql)
+    import psycopg
+    from psycopg.rows import dict_row
+
+    with psycopg.connect(store["dsn"], row_factory=dict_row) as conn:
+        return conn.execute(sql.encode()).fetchall()
+
+
 def wait_all_terminal(d: Daemon, timeout_s: float) -> int:
     """Wait until no job is queued, running or waiting to retry; the number left."""
     deadline = time.monotonic() + timeout_s
     left = -1
     while time.monotonic() < deadline:
-        left = db_scalar(d.db, "SELECT count(*) FROM jobs WHERE state NOT IN "
-                               "('succeeded', 'failed', 'canceled')")
+        left = store_rows(d, "SELECT count(*) AS n FROM jobs WHERE state NOT IN "
+                             "('succeeded', 'failed', 'canceled')")[0]["n"]
         if left == 0:
             return 0
         time.sleep(0.2)
@@ -407,9 +436,9 @@ def _artifact_files(d: Daemon, work: Path) -> dict[str, Path]:
     files = {f.name: f for f in root.rglob("*") if f.is_file()} if root.is_dir() else {}
     inline = work / "inline-artifacts"
     inline.mkdir(parents=True, exist_ok=True)
-    for row in db_rows(d.db, "SELECT artifact_id, data FROM artifact_data"):
+    for row in store_rows(d, "SELECT artifact_id, data FROM artifact_data"):
         path = inline / row["artifact_id"]
-        path.write_bytes(row["data"])
+        path.write_bytes(bytes(row["data"]))
         files[row["artifact_id"]] = path
     return files
 
@@ -417,12 +446,13 @@ def _artifact_files(d: Daemon, work: Path) -> dict[str, Path]:
 def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
                      cli_sample: int = 2, validate_all: bool = True,
                      expect_all_succeeded: bool = True, trust_extra: list[Any] | None = None,
-                     ) -> Report:
+                     nodes: list[Daemon] | None = None) -> Report:
     """Check every invariant of issue 7 on ``d`` (running, all jobs terminal).
-    ``trust_extra``: more trust anchors (x509 certificates), e.g. a TSA's CA."""
+    ``trust_extra``: more trust anchors (x509 certificates), e.g. a TSA's CA;
+    ``nodes``: every daemon of ``d``'s store, whose temp areas must be empty too."""
     rep = Report(jobs_acked=len(tally.acked))
     problems = rep.problems
-    jobs = {r["job_id"]: r for r in db_rows(d.db, "SELECT * FROM jobs")}
+    jobs = {r["job_id"]: r for r in store_rows(d, "SELECT * FROM jobs")}
     rep.jobs_in_store = len(jobs)
     # Acknowledged means durable, and every job ends.
     for key, job_id in tally.acked.items():
@@ -441,8 +471,8 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
         if api.status != 200:
             problems.append(f"GET job {job_id}: {api.status}")
     # One outcome per job, one artifact per job, one signature per signature key.
-    events: dict[str, list[sqlite3.Row]] = {}
-    for ev in db_rows(d.db, "SELECT * FROM events ORDER BY seq"):
+    events: dict[str, list[Any]] = {}
+    for ev in store_rows(d, "SELECT * FROM events ORDER BY seq"):
         events.setdefault(ev["job_id"], []).append(ev)
     signed_per_key: dict[tuple[str, str], int] = {}
     named: dict[str, str] = {}  # artifact id -> sha256 named by succeeded jobs
@@ -471,7 +501,7 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
             signed_artifacts.add(art["artifact_id"])
         if job_id in tally.kiosk_sha256 and tally.kiosk_sha256[job_id] != art["sha256"]:
             problems.append(f"kiosk job {job_id} answered other bytes than its artifact")
-    sig_rows = {(r["tenant"], r["sig_key"]): r for r in db_rows(d.db, "SELECT * FROM signatures")}
+    sig_rows = {(r["tenant"], r["sig_key"]): r for r in store_rows(d, "SELECT * FROM signatures")}
     for sk, n in signed_per_key.items():
         if n > 1:
             rep.signatures_doubled += n - 1
@@ -488,7 +518,7 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
             rep.artifacts_duplicated += 1
             problems.append(f"signature row {sk[1][:12]}… differs from its jobs' artifact")
     files = _artifact_files(d, work)
-    table = {r["artifact_id"]: r for r in db_rows(d.db, "SELECT * FROM artifacts")}
+    table = {r["artifact_id"]: r for r in store_rows(d, "SELECT * FROM artifacts")}
     for art_id in set(files) - set(named):
         rep.artifacts_unexplained += 1
         problems.append(f"artifact file {art_id} is named by no job")
@@ -508,7 +538,7 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
     rep.audit_chain = "intact" if audit.returncode == 0 else "broken"
     if audit.returncode != 0:
         problems.append(f"audit verify: {audit.stdout.strip()} {audit.stderr.strip()}")
-    rep.temp_files_left = temp_leftovers(d)
+    rep.temp_files_left = sum(temp_leftovers(n) for n in (nodes or [d]))
     if rep.temp_files_left:
         problems.append(f"{rep.temp_files_left} entries left in the temp directory")
     return rep
@@ -517,6 +547,16 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
 def temp_leftovers(d: Daemon) -> int:
     tmp = d.temp_area
     return sum(1 for _ in tmp.rglob("*")) if tmp.is_dir() else 0
+
+
+def files_in_flight(d: Daemon) -> list[str]:
+    """Uploads and publications in flight in ``d``'s state directory (which several
+    daemons may share), and the working files in its own temp area."""
+    state = d.dir
+    found = [*(state / "objects" / "tmp").glob("*.part"), *(state / "artifacts").rglob(".*.tmp")]
+    if d.temp_area.is_dir():
+        found += list(d.temp_area.iterdir())
+    return sorted(str(p.relative_to(state)) for p in found)
 
 
 def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, rep: Report,

@@ -21,7 +21,7 @@ import msgspec
 
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
-from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
+from ..outcomes import Finish, Outcome, RetryLater, Signature
 from .records import (
     Claimed,
     Flight,
@@ -29,6 +29,7 @@ from .records import (
     Job,
     Lease,
     NewJob,
+    SharedKeys,
     in_progress,
     new_id,
 )
@@ -55,6 +56,9 @@ class MemoryStore:
 
     async def close(self) -> None:
         pass
+
+    # One daemon per store: no key needs holding across daemons.
+    held_keys: SharedKeys | None = None
 
     def announce(self) -> None:
         """One daemon per store: its own pool is woken in-process."""
@@ -231,10 +235,7 @@ class MemoryStore:
         if sig.inline is not None:
             self._data.setdefault(sig.artifact.artifact_id, sig.inline)
         record = self._record(job, sig.sig_key, sig.artifact.record(), sig.signed, now)
-        if outcome.artifact is None or record["artifact_id"] == outcome.artifact.artifact_id:
-            return outcome
-        return outcome.with_artifact(Artifact(record["artifact_id"], record["sha256"],
-                                              record["size"], outcome.artifact.media_type))
+        return outcome.naming(record) or outcome
 
     def _put_artifact(self, job: Job, outcome: Finish, now: float) -> None:
         artifact = outcome.artifact
@@ -430,7 +431,11 @@ class MemoryStore:
                     {"kind": job.kind, "declared_bytes": job.declared_bytes}, attempt=0, now=now)
         self._event(job, "claimed", worker, {"series": job.series, "path": "kiosk"}, now=now)
         if outcome.signature is not None:
-            self._sign_record(_replace(job, lease_owner=flight.owner), outcome, outcome.signature, now)
+            named = self._sign_record(_replace(job, lease_owner=flight.owner), outcome,
+                                      outcome.signature, now)
+            if named is not outcome:  # recorded before: the result names that record
+                outcome, result = named, named.result()
+                job = self._put(_replace(job, result=audit.canonical(result).decode()))
         self._event(job, "succeeded", worker, {"result": result}, now=now)
         if outcome.artifact is not None:
             self._put_artifact(job, outcome, now)

@@ -32,9 +32,10 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreUnavailable
 from . import verbs
+from .postgres_keys import HeldKeys
 from .postgres_node import CHANNEL, Announcer, NodeSession
 from .postgres_writer import PgConnection, PgTx, Writer, unavailable
-from .records import Claimed, Job, Lease, NewJob, new_id, row_job
+from .records import Claimed, Job, Lease, NewJob, SharedKeys, in_progress, new_id, row_job
 from .sqlfiles import load_statements
 from .tx import Op, Step
 
@@ -74,6 +75,9 @@ class PostgresStore(verbs.SqlStore):
         self._session = NodeSession(self._connect_async, node, self.q["node_lock"], listen=notify) \
             if node is not None else None
         self._announcer = Announcer(self._notify) if notify else None
+        # Signature and idempotency keys held across the daemons (postgres_keys.py).
+        self._held = HeldKeys(self._connect_async, self.q)
+        self.held_keys: SharedKeys | None = self._held
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -133,6 +137,7 @@ class PostgresStore(verbs.SqlStore):
         await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
+        await self._held.close()
         await asyncio.to_thread(self._writer.stop)
         if self._pool is not None:
             await self._pool.close()
@@ -176,7 +181,8 @@ class PostgresStore(verbs.SqlStore):
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
-        a different request, QueueFull past the queue depth. Two daemons admitting one
+        a different request, QueueFull past the queue depth, Conflict ``in_progress``
+        while a kiosk request on any daemon holds the key. Two daemons admitting one
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row. Engine-specific: it inserts first, in one
         pipelined step (SQLite looks the key up first, under its one writer)."""
@@ -191,6 +197,8 @@ class PostgresStore(verbs.SqlStore):
             if rows:
                 return verbs.admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+            if row is None and tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]:
+                raise in_progress()  # a kiosk request on some daemon holds the key
             if row is None:
                 raise verbs.queue_full()
             return verbs.same_request(row, new)

@@ -9,6 +9,7 @@ overwrite a newer outcome.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import secrets
 import threading
@@ -139,9 +140,23 @@ class IdempotencyKeyReused(CasesignError):
     status = 422
 
 
+class SharedKeys(Protocol):
+    """Keys held across the daemons of one store (PostgreSQL's advisory locks): a
+    signature key while a job of it signs, an idempotency key while a kiosk request
+    has written no job yet. A store of one daemon has none and needs none."""
+
+    def signature(self, tenant: str, sig_key: str
+                  ) -> contextlib.AbstractAsyncContextManager[dict[str, Any] | None]: ...
+    async def take_idempotency_key(self, tenant: str, idem_key: str) -> bool: ...
+    def give_back_idempotency_key(self, tenant: str, idem_key: str) -> None: ...
+
+
 class Store(Protocol):
     """The verbs the engine needs. Every implementation runs the same contract tests
     (tests/unit/test_store_contract.py)."""
+
+    # Keys held across daemons; None for a store of one daemon.
+    held_keys: SharedKeys | None
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...

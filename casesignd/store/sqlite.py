@@ -23,7 +23,7 @@ import msgspec
 
 from ..errors import StoreUnavailable
 from . import verbs
-from .records import Claimed, Job, Lease, NewJob, new_id, row_job
+from .records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
 from .sqlite_writer import Checkpointer, SqliteTx, Writer
 from .tx import Op
 
@@ -215,6 +215,9 @@ class SqliteStore(verbs.SqlStore):
             if new_row is not None:
                 out.append(row_job(new_row))
         return out
+
+    # One daemon per store: no key needs holding across daemons.
+    held_keys: SharedKeys | None = None
 
     def announce(self) -> None:
         """One daemon per store: its own pool is woken in-process."""

@@ -21,7 +21,7 @@ import msgspec
 
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
-from ..outcomes import Artifact, Finish, Outcome, RetryLater, Signature
+from ..outcomes import Finish, Outcome, RetryLater
 from .records import Claimed, Flight, IdempotencyKeyReused, Job, Lease, NewJob, in_progress, row_job
 from .tx import Op, Row, Step, Tx
 
@@ -104,8 +104,8 @@ def _flight_succeeded(tx: Tx, flight: Flight, outcome: Finish) -> Job:
     worker = f"worker:{flight.owner}"
     tx.event(job, "claimed", worker, {"series": job.series, "path": "kiosk"})
     if outcome.signature is not None:
-        _sign_record(tx, msgspec.structs.replace(job, lease_owner=flight.owner), outcome,
-                     outcome.signature)
+        job, outcome = _sign_record(tx, job, flight.owner, outcome)
+        result = outcome.result()
     tx.event(job, "succeeded", worker, {"result": result})
     if outcome.artifact is not None:
         _put_artifact(tx, job, outcome)
@@ -212,31 +212,32 @@ def _finish(tx: Tx, lease: Lease, outcome: Finish, rows: Sequence[Row] | None) -
         return None
     job = row_job(row)
     if outcome.signature is not None:
-        named = _sign_record(tx, msgspec.structs.replace(job, lease_owner=lease.owner),
-                             outcome, outcome.signature)
-        if named is not outcome:  # recorded before: the result names that record
-            outcome, result = named, named.result()
-            row = tx.one("set_result", job_id=job.job_id, result=audit.canonical(result).decode())
-            assert row is not None
-            job = row_job(row)
+        job, outcome = _sign_record(tx, job, lease.owner, outcome)
+        result = outcome.result()
     tx.event(job, "succeeded", f"worker:{lease.owner}", {"result": result})
     if outcome.artifact is not None:
         _put_artifact(tx, job, outcome)
     return job
 
 
-def _sign_record(tx: Tx, job: Job, outcome: Finish, sig: Signature) -> Finish:
-    """Record ``sig`` for ``job`` (its bytes first, when kept here); the finish that
-    names the recorded signature."""
+def _sign_record(tx: Tx, job: Job, owner: str, outcome: Finish) -> tuple[Job, Finish]:
+    """Record the signature of ``outcome`` for ``job`` (its bytes first, when kept
+    here); the job and the finish, both naming the recorded signature."""
+    sig = outcome.signature
+    assert sig is not None
     if sig.inline is not None:
         # With the signature, whatever becomes of this attempt: a recorded
         # signature always has its bytes.
         tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline)
-    record = record_signature(tx, job, sig.sig_key, sig.artifact.record(), sig.signed)
-    if outcome.artifact is None or record["artifact_id"] == outcome.artifact.artifact_id:
-        return outcome
-    return outcome.with_artifact(Artifact(record["artifact_id"], record["sha256"],
-                                          record["size"], outcome.artifact.media_type))
+    record = record_signature(tx, msgspec.structs.replace(job, lease_owner=owner),
+                              sig.sig_key, sig.artifact.record(), sig.signed)
+    named = outcome.naming(record)
+    if named is None:
+        return job, outcome
+    # Recorded before: the result names that record.
+    row = tx.one("set_result", job_id=job.job_id, result=audit.canonical(named.result()).decode())
+    assert row is not None
+    return row_job(row), named
 
 
 def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:

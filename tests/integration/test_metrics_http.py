@@ -56,7 +56,7 @@ FAMILIES = {
     "casesignd_stale_results", "casesignd_rejections", "casesignd_idempotent_replays",
     "casesignd_jobs", "casesignd_oldest_queued_job_age_seconds", "casesignd_inflight_bytes",
     "casesignd_temp_used_bytes", "casesignd_temp_free_bytes", "casesignd_key_slots_in_use",
-    "casesignd_workers_busy", "casesignd_build_info", "casesignd_node_info",
+    "casesignd_workers_busy", "casesignd_build_info",
 }  # the parser names counter families without their "_total"
 
 

@@ -12,7 +12,7 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from cryptography import x509
 
-from tests.helpers_ops import upload
+from tests.helpers_ops import scrape, upload, value
 from tests.helpers_pki import embedded_files, nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
@@ -75,6 +75,29 @@ def test_case_packet_is_signed_once_and_downloadable_by_link(daemon, tmp_path):
     assert again["result"]["artifact_id"] == res["artifact_id"]
     assert again["result"]["sha256"] == res["sha256"]
     assert "signed" not in [e["type"] for e in d.events(again["job_id"])]
+
+
+def test_jobs_of_one_signature_key_at_once_use_the_key_once(daemon_factory, tmp_path):
+    """Blind retries of one packet under new keys, while the first still signs: each
+    waits for the one signing, and returns its signature without using the key."""
+    d = daemon_factory(env={"CASESIGND_TEST_SIGN_DELAY_MS": "300"})
+    contract = reportlab_pdf(tmp_path / "contract.pdf").read_bytes()
+    note = b"signed once\n"
+    packets = {
+        "in memory": manifest("ONCE-1", upload(d, "ONCE-1", contract), []),
+        "with evidence": manifest("ONCE-2", upload(d, "ONCE-2", contract),
+                                  [("note.txt", "text/plain", upload(d, "ONCE-2", note))])}
+    for name, m in packets.items():
+        ids = [d.submit(m, key=f"{name} {i}").json()["job_id"] for i in range(3)]
+        jobs = [d.wait_job(job_id) for job_id in ids]
+        assert {j["state"] for j in jobs} == {"ready"}
+        assert len({(j["result"]["artifact_id"], j["result"]["sha256"]) for j in jobs}) == 1, name
+        for j in jobs:
+            got = d.request("GET", j["result"]["download_url"], auth=False)
+            assert hashlib.sha256(got.body).hexdigest() == j["result"]["sha256"], name
+        assert sum([e["type"] for e in d.events(j["job_id"])].count("signed") for j in jobs) == 1
+    _, samples, _ = scrape(d)
+    assert value(samples, "casesignd_phase_seconds_count", kind="sign_case", phase="sign") == 2
 
 
 def test_download_links_refuse_tampering_and_expiry_and_other_tenants(daemon, tmp_path):

@@ -7,6 +7,7 @@ and a dead daemon's leases taken back by the other."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 import time
@@ -15,9 +16,10 @@ import psycopg
 import pytest
 
 from casesignd import audit, jobs
-from casesignd.errors import StoreUnavailable
+from casesignd.errors import Conflict, StoreUnavailable
+from casesignd.holds import KeyHolds
 from casesignd.outcomes import Artifact, Finish, RetryLater, Signature
-from casesignd.store import IdempotencyKeyReused, NewJob
+from casesignd.store import Flight, IdempotencyKeyReused, NewJob, new_id
 from casesignd.store.postgres import PostgresStore
 
 
@@ -146,6 +148,101 @@ async def test_a_signature_is_recorded_once_across_daemons(daemons, postgres_dsn
         for i, store in enumerate([a, b] * 10)))
     assert len({r["artifact_id"] for r in records}) == 1
     verified(postgres_dsn)
+
+
+async def holding(store: PostgresStore, sig_key: str) -> dict | None:
+    """Hold ``sig_key`` on ``store`` and let go at once: what was recorded under it."""
+    async with store.held_keys.signature("t1", sig_key) as recorded:
+        return recorded
+
+
+async def test_a_signature_key_is_held_by_one_daemon_at_a_time(daemons):
+    a, b = daemons
+    await a.admit(dataclasses.replace(new_job("h1"), sig_key="sig-held"), actor="api:t1",
+                  max_queue_depth=100)
+    (claimed,) = await a.claim_batch("node-a:w", 30.0, 1 << 30, ["test"], 1)
+    art = Artifact("art_" + "c" * 32, "cc" * 32, 3)
+    async with a.held_keys.signature("t1", "sig-held") as recorded:
+        assert recorded is None
+        waiting = asyncio.ensure_future(holding(b, "sig-held"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        await a.conclude(claimed.job.lease, Finish(art, signature=Signature("sig-held", art, {})))
+    # Once b holds the key, it reads what a recorded before letting go.
+    seen = await asyncio.wait_for(waiting, 10)
+    assert seen is not None and seen["sha256"] == art.sha256
+
+
+async def test_a_daemons_end_frees_the_keys_it_held(daemons):
+    a, b = daemons
+    held = contextlib.AsyncExitStack()
+    await held.enter_async_context(b.held_keys.signature("t1", "sig-dead"))
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(holding(a, "sig-dead"), 0.5)
+    await b._held.close()  # its session ends, as when the daemon dies
+    assert await asyncio.wait_for(holding(a, "sig-dead"), 5) is None
+    await held.aclose()  # nothing left to give back
+
+
+async def test_a_hold_given_up_while_waiting_leaves_the_key_free(daemons):
+    a, b = daemons
+    async with a.held_keys.signature("t1", "sig-cancel"):
+        waiting = asyncio.ensure_future(holding(b, "sig-cancel"))
+        await asyncio.sleep(0.2)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert await asyncio.wait_for(holding(a, "sig-cancel"), 5) is None
+    assert await asyncio.wait_for(holding(b, "sig-cancel"), 5) is None
+
+
+async def test_a_key_a_kiosk_request_holds_on_one_daemon_is_in_progress_on_the_other(daemons):
+    a, b = daemons
+    on_a, on_b = KeyHolds(a), KeyHolds(b)
+    now = time.time()
+    f = Flight(new=new_job("kiosk-held"), job_id=new_id("job", now), actor="api:t1",
+               owner="node-a:w", lease_s=30.0, admitted_at=now, claimed_at=now)
+    assert await on_a.reserve("t1", f.new.idem_key, "sig-k", f.token) == (None, None)
+    # Until its job is written, the key is in progress for an admission or a kiosk
+    # request on the other daemon.
+    for attempt in (on_b.admit(f.new, actor="api:t1", max_queue_depth=100),
+                    on_b.reserve("t1", f.new.idem_key, "sig-k", object())):
+        with pytest.raises(Conflict) as e:
+            await attempt
+        assert e.value.code == "in_progress"
+    art = Artifact("art_" + "d" * 32, "dd" * 32, 3)
+    f.outcome = Finish(art, signature=Signature("sig-k", art, {}, b"pdf"))
+    done = await on_a.record_flight(f)
+    # Written: the key names the job on both daemons.
+    job, created = await on_b.admit(f.new, actor="api:t1", max_queue_depth=100)
+    assert not created and job.job_id == done.job_id == f.job_id
+    existing, _ = await on_b.reserve("t1", f.new.idem_key, "sig-k", object())
+    assert existing is not None and existing.job_id == f.job_id
+
+
+async def test_an_admission_under_way_on_one_daemon_is_in_progress_for_a_kiosk_on_the_other(
+        daemons):
+    a, b = daemons
+    new = new_job("admitting")
+    gate = threading.Event()
+
+    def admitting(tx) -> None:
+        # An admission's transaction, stopped after it took its key (shared).
+        assert not tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]
+        gate.wait(10)
+
+    held = asyncio.ensure_future(b._write(admitting))
+    await asyncio.sleep(0.2)
+    try:
+        with pytest.raises(Conflict) as e:
+            await KeyHolds(a).reserve("t1", new.idem_key, "sig-a", object())
+        assert e.value.code == "in_progress"
+        # Admissions do not hold each other up.
+        job, created = await a.admit(new, actor="api:t1", max_queue_depth=100)
+        assert created
+    finally:
+        gate.set()
+        await held
 
 
 async def test_the_audit_chain_stays_one_chain_when_both_daemons_write(daemons, postgres_dsn):

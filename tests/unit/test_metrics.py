@@ -84,7 +84,7 @@ def test_every_family_is_exposed_with_units_in_names() -> None:
     assert sample(m, "casesignd_phase_seconds_count", kind="sign_case", phase="sign") == 1
     assert sample(m, "casesignd_job_retries_total", reason="tsa_unavailable") == 1
     assert sample(m, "casesignd_rejections_total", code="queue_full") == 1
-    assert sample(m, "casesignd_build_info", version="0.1.0") == 1
+    assert sample(m, "casesignd_build_info", version="0.1.0", node="local") == 1
     assert sample(m, "casesignd_http_request_seconds_count", route="/v1/jobs", status="202") == 1
 
 

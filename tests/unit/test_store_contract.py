@@ -458,6 +458,33 @@ async def test_a_flight_persisted_as_it_is_recorded_is_written_once(store_and_cl
         "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
 
 
+async def test_a_second_signature_of_one_key_names_the_recorded_bytes(store_and_clock):
+    # Two jobs of one signature key that both signed: the artifact id is the key's, so
+    # both name the same id, but only the first bytes are kept. The later finish, and
+    # the later kiosk flight, must name those bytes, not their own.
+    store, clock = store_and_clock
+    art_id = "art_" + "3" * 32
+    first = Artifact(art_id, "aa" * 32, 3)
+    await admit(store, key="b1", body={"n": 1})
+    await admit(store, key="b2", body={"n": 2})
+    a, b = await store.claim_batch("w", 30, 1 << 30, ["test"], 2)
+    await store.conclude(a.job.lease, Finish(first, signature=Signature("sig-twice", first, {}, b"AAA")))
+    mine = Artifact(art_id, "bb" * 32, 4)
+    done = await store.conclude(b.job.lease,
+                                Finish(mine, signature=Signature("sig-twice", mine, {}, b"BBBB")))
+    f = flight(clock, key="kiosk-twice")
+    await store.lookup_key("t1", f.new.idem_key, "sig-twice")
+    f.outcome = Finish(mine, signature=Signature("sig-twice", mine, {}, b"BBBB"))
+    flown = await store.record_flight(f)
+    for job in (done, flown, await store.get_job("t1", flown.job_id)):
+        assert job.result_dict()["artifact"] == {**first.record(), "media_type": "application/pdf"}
+    assert await store.artifact_data(art_id) == b"AAA"
+    assert (await store.get_artifact(art_id))["sha256"] == first.sha256
+    for job in (done, flown):
+        succeeded = [e for e in await store.events("t1", job.job_id) if e["type"] == "succeeded"]
+        assert succeeded[0]["detail"]["result"]["artifact"]["sha256"] == first.sha256
+
+
 async def test_a_claim_takes_several_jobs_in_one_go_within_the_budget(store):
     for i in range(5):
         await admit(store, key=f"b{i}", body={"i": i}, size=10)

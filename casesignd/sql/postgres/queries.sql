@@ -17,6 +17,35 @@ SELECT pg_try_advisory_lock(hashtextextended('casesignd:node:' || %(node)s::text
 -- name: notify
 SELECT pg_notify(%(channel)s, '') AS sent;
 
+-- A signature key held across the daemons while a job of it signs (see
+-- casesignd/store/postgres_keys.py): a session lock on a connection of its own,
+-- freed by the server when that session ends.
+-- name: signature_key_lock
+SELECT pg_try_advisory_lock(
+  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS taken;
+
+-- name: signature_key_unlock
+SELECT pg_advisory_unlock(
+  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS held;
+
+-- An idempotency key held across the daemons by a kiosk request until its job is
+-- written (the same connection). admit_job takes the same lock, shared, for its
+-- transaction: a kiosk request and an admission of one key meet as "in progress",
+-- two admissions do not (they meet at the key's UNIQUE constraint).
+-- name: idem_key_lock
+SELECT pg_try_advisory_lock(hashtext('casesignd:idem:' || %(tenant)s::text),
+                            hashtext(%(idem_key)s::text)) AS taken;
+
+-- name: idem_key_unlock
+SELECT pg_advisory_unlock(hashtext('casesignd:idem:' || %(tenant)s::text),
+                          hashtext(%(idem_key)s::text)) AS held;
+
+-- Whether a kiosk request on some daemon holds an idempotency key (an admission that
+-- inserted nothing, with no row of its key: held, or else the queue is full).
+-- name: idem_key_held
+SELECT NOT pg_try_advisory_xact_lock_shared(hashtext('casesignd:idem:' || %(tenant)s::text),
+                                            hashtext(%(idem_key)s::text)) AS held;
+
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS schema_version (
   version     integer PRIMARY KEY,
@@ -50,9 +79,11 @@ SELECT extract(epoch FROM now())::float8 AS now;
 SELECT * FROM jobs WHERE tenant = %(tenant)s AND idem_key = %(idem_key)s;
 
 -- An admission is one statement: the row goes in if the queue has room (the committed
--- count and what this transaction changed so far, %(waiting_pending)s), and a key
--- already taken (committed, or being inserted by another daemon, which this waits for)
--- inserts nothing. The caller tells "taken" from "full" by looking the key up.
+-- count and what this transaction changed so far, %(waiting_pending)s) and no kiosk
+-- request holds its key (idem_key_lock; this transaction then holds it, shared), and a
+-- key already taken (committed, or being inserted by another daemon, which this waits
+-- for) inserts nothing. The caller tells "taken" from "held" and "full" by looking the
+-- key up.
 -- name: admit_job
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
@@ -63,6 +94,8 @@ SELECT %(job_id)s, %(tenant)s, %(kind)s, %(case_id)s::text, %(idem_key)s, %(fing
        %(now)s::float8, %(correlation_id)s, %(now)s::float8, %(sig_key)s::text
  WHERE (SELECT sum(n) FROM job_counts WHERE state IN ('queued', 'retry_wait'))
        + %(waiting_pending)s < %(max_queue_depth)s
+   AND coalesce(pg_try_advisory_xact_lock_shared(hashtext('casesignd:idem:' || %(tenant)s::text),
+                                                 hashtext(%(idem_key)s::text)), true)
 ON CONFLICT DO NOTHING
 RETURNING *;
 
