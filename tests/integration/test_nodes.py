@@ -20,7 +20,8 @@ def test_a_node_keeps_to_its_own_working_files_and_names_its_leases(daemon_facto
     ready = d.request("GET", "/readyz", auth=False).json()
     assert ready["node"] == "test-node"
     metrics = d.request("GET", "/metrics", auth=False).body.decode()
-    assert 'node="test-node"' in next(l for l in metrics.splitlines() if l.startswith("casesignd_build_info{"))
+    info = next(line for line in metrics.splitlines() if line.startswith("casesignd_build_info{"))
+    assert 'node="test-node"' in info
     contract = reportlab_pdf(tmp_path / "c.pdf").read_bytes()
     body = case_manifest(d, "NODE-1", contract, [("note.txt", "text/plain", b"a note\n")])
     job = d.wait_job(d.submit(body).json()["job_id"])
