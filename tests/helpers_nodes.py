@@ -13,6 +13,7 @@ nodes that are up, one after another, so a client sees one service.
 from __future__ import annotations
 
 import itertools
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,14 @@ class Nodes:
             n.wait_ready(timeout_s)
         return self
 
-    def stop(self) -> list[int]:
-        """SIGTERM to every node that is up, at once; their exit codes."""
+    def stop(self) -> int:
+        """SIGTERM to every node that is up, at once: 0 when each stopped cleanly, else
+        the first other exit status."""
         for n in self.nodes:
             if n.up():
-                n.signal(15)
-        return [n.stop() for n in self.nodes]
+                n.signal(signal.SIGTERM)
+        codes = [n.stop() for n in self.nodes]
+        return next((c for c in codes if c != 0), 0)
 
     def kill_all(self) -> None:
         for n in self.nodes:
