@@ -138,19 +138,37 @@ def nodes_phase(base: Path, n_jobs: int, kills: int, seed: int, count: int) -> d
             once, problems = ready_once(nodes, driver.tally)
             report.problems += problems
             wall = time.monotonic() - started - check_s
-            claims = Counter(r["actor"].split(":")[1] for r in db_rows(
-                dsn, "SELECT actor FROM events WHERE type = 'claimed'"))
-            cut = Counter(json.loads(r["detail"])["owner"].split(":")[0] for r in db_rows(
-                dsn, "SELECT detail FROM events WHERE type = 'lease_expired'"))
+            figures = _node_figures(dsn)
         finally:
             nodes.kill_all()
     return {"phase": f"{count} nodes", "jobs": len(plan), "kills": dict(driver.tally.kills),
-            "kills_by_node": dict(sorted(driver.tally.node_kills.items())),
-            "claims_by_node": dict(sorted(claims.items())),
-            "attempts_cut_by_kills": sum(cut.values()),
-            "attempts_cut_by_node": dict(sorted(cut.items())),
+            "kills_by_node": dict(sorted(driver.tally.node_kills.items())), **figures,
             "ready_exactly_once": once, "client_retries": driver.tally.client_retries,
             "seconds": round(wall, 1), "report": report}
+
+
+def _node_figures(dsn: str) -> dict[str, Any]:
+    """From the audit trail: claims per node (a claim's actor is worker:NODE:...), the
+    attempts cut per node (a lease_expired event names the old owner, NODE:...), and
+    how many of those the next claim gave to another node."""
+    claims: Counter[str] = Counter()
+    cut: Counter[str] = Counter()
+    cut_from: dict[str, str] = {}  # job id -> the node whose lease expired last
+    elsewhere = 0
+    for r in db_rows(dsn, "SELECT job_id, type, actor, detail FROM events "
+                          "WHERE type IN ('claimed', 'lease_expired') ORDER BY seq"):
+        if r["type"] == "claimed":
+            node = r["actor"].split(":")[1]
+            claims[node] += 1
+            elsewhere += cut_from.pop(r["job_id"], node) != node
+        else:
+            node = json.loads(r["detail"])["owner"].split(":")[0]
+            cut[node] += 1
+            cut_from[r["job_id"]] = node
+    return {"claims_by_node": dict(sorted(claims.items())),
+            "attempts_cut_by_kills": sum(cut.values()),
+            "attempts_cut_by_node": dict(sorted(cut.items())),
+            "taken_back_by_another_node": elsewhere}
 
 
 def fault_phase(base: Path, n_jobs: int, seed: int, max_attempts: int) -> dict[str, Any]:
@@ -268,7 +286,8 @@ def main() -> int:
               f"{r.signatures_checked:>8} {r.audit_chain:>7} {r.temp_files_left:>5}  {injected}")
         if "kills_by_node" in p:
             print(f"  kills by node {p['kills_by_node']}, claims by node {p['claims_by_node']}, "
-                  f"attempts cut by node {p['attempts_cut_by_node']}; "
+                  f"attempts cut by node {p['attempts_cut_by_node']} "
+                  f"({p['taken_back_by_another_node']} taken back by another node); "
                   f"{p['ready_exactly_once']} of {r.jobs_acked} acknowledged jobs ready with "
                   "exactly one succeeded event")
         for problem in r.problems[:20]:
@@ -301,7 +320,8 @@ def main() -> int:
     for p in phases:
         if "kills_by_node" in p:
             out.update({"nodes": args.nodes, **{k: p[k] for k in (
-                "kills_by_node", "claims_by_node", "attempts_cut_by_node", "ready_exactly_once")}})
+                "kills_by_node", "claims_by_node", "attempts_cut_by_node",
+                "taken_back_by_another_node", "ready_exactly_once")}})
     print(json.dumps(out, sort_keys=True))
     losses = ("jobs_lost", "jobs_failed", "artifacts_duplicated", "invalid_signatures",
               "temp_files_left", "problems")

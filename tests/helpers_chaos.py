@@ -345,7 +345,8 @@ class Driver:
             victim = None
             if i % 2 == 0 and _wait_for(lambda: bool(self._holding(nodes)), 8.0):
                 time.sleep(rng.uniform(0.05, max(0.1, sign_delay_s)))
-                victim = next((n for n in self._holding(nodes) if n.up()), None)
+                holding = [n for n in self._holding(nodes) if n.up()]
+                victim = rng.choice(holding) if holding else None
             aim = "sign" if victim is not None else "random"
             if victim is None:
                 time.sleep(rng.uniform(0.1, 1.5))
