@@ -79,8 +79,9 @@ def _finish(d: Daemon | Nodes, driver: Driver, work: Path, **kw: Any) -> tuple[R
     report.problems += driver.tally.unexpected
     if len(driver.tally.acked) < len(driver.plan):
         report.problems.append(f"only {len(driver.tally.acked)} of {len(driver.plan)} acknowledged")
-    if d.stop() != 0:
-        report.problems.append("the daemon did not stop cleanly")
+    code = d.stop()
+    if code != 0:
+        report.problems.append(f"the daemon did not stop cleanly (exit status {code})")
     # What a stopped daemon left in its own working files; its key-slot locks
     # (tmp/NODE.key-slots) are kept by design.
     report.temp_files_left += temp_leftovers(d)
@@ -135,6 +136,10 @@ def nodes_phase(base: Path, n_jobs: int, kills: int, seed: int, count: int) -> d
             driver.run_with_node_kills(kills, seed=seed, sign_delay_s=SIGN_DELAY_MS / 1000,
                                        down_s=LEASE_S + 2)
             report, check_s = _finish(nodes, driver, base / "nodes-check")
+            for node in nodes.nodes:
+                if nodes.exit_codes.get(node.node, 0) != 0:
+                    report.problems.append(f"node {node.node} exited {nodes.exit_codes[node.node]}: "
+                                           f"{node.logs()[-1500:]}")
             once, problems = ready_once(nodes, driver.tally)
             report.problems += problems
             wall = time.monotonic() - started - check_s

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,7 @@ class Nodes:
                                                                     "dsn": dsn}}), env)
         self.nodes = [Node(self.base, f"n{i + 1}") for i in range(count)]
         self.dsn = dsn
+        self.exit_codes: dict[str, int] = {}  # by node, from the last stop()
         self._turn = itertools.count()
 
     # --- what a single daemon offers, for the whole service ----------------------------
@@ -106,14 +108,24 @@ class Nodes:
             n.wait_ready(timeout_s)
         return self
 
-    def stop(self) -> int:
-        """SIGTERM to every node that is up, at once: 0 when each stopped cleanly, else
-        the first other exit status."""
+    def stop(self, timeout_s: float = 30.0) -> int:
+        """SIGTERM to every node that is up, at once, and once only (a second one may
+        land after a daemon's loop is gone, and kill it): 0 when each stopped
+        cleanly, else the first other exit status."""
         for n in self.nodes:
             if n.up():
                 n.signal(signal.SIGTERM)
-        codes = [n.stop() for n in self.nodes]
-        return next((c for c in codes if c != 0), 0)
+        deadline = time.monotonic() + timeout_s
+        self.exit_codes = {}
+        for n in self.nodes:
+            if n.proc is None:
+                continue
+            try:
+                self.exit_codes[n.node] = n.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                n.kill9()
+                raise
+        return next((c for c in self.exit_codes.values() if c != 0), 0)
 
     def kill_all(self) -> None:
         for n in self.nodes:
