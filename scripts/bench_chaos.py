@@ -1,6 +1,7 @@
 """Chaos benchmark: crashes and faults at a larger scale than the tests.
 
     scripts/bench chaos [--jobs N] [--kills K] [--fault-jobs M] [--seed S] [--keep]
+    scripts/bench chaos --store postgres [--nodes 3] [--jobs N] [--kills K] [--seed S]
 
 Two phases, each on its own fresh daemon (``casesignd init`` in a temp directory):
 
@@ -11,10 +12,18 @@ Two phases, each on its own fresh daemon (``casesignd init`` in a temp directory
 2. faults: M jobs while the HTTP source answers 5xx and stalls in bursts, the TSA
    flaps between 503 and up, and the temp quota holds about two jobs at once.
 
-After each phase the invariants of tests/helpers_chaos.py are checked. The last line
-is one JSON object: jobs submitted, crashes and faults injected, jobs lost, artifacts
-duplicated, invalid signatures, the audit chain status and files left in temp. The
-exit status is 1 when any loss figure is not zero.
+With ``--store postgres``, the crash phase instead runs on ``--nodes`` daemons sharing
+one state directory and one PostgreSQL database (a throwaway cluster), the clients
+spread over them, while one node at a time is killed -9 and restarted (every fourth
+stays down past its leases, so the others take its jobs back); the fault phase is the
+single daemon's and is not run.
+
+After each phase the invariants of tests/helpers_chaos.py are checked, and on several
+daemons also that every acknowledged job ended ready exactly once (one ``succeeded``
+event each). The last line is one JSON object: jobs submitted, crashes and faults
+injected, jobs lost, artifacts duplicated, invalid signatures, the audit chain status
+and files left in temp (and on several daemons the kills, claims and cut attempts of
+each node). The exit status is 1 when any loss figure is not zero.
 """
 
 from __future__ import annotations
@@ -27,11 +36,14 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import loadavg  # noqa: E402
 
 from casesignd import devpki  # noqa: E402
 from tests.daemon import Daemon  # noqa: E402
@@ -43,15 +55,21 @@ from tests.helpers_chaos import (  # noqa: E402
     db_rows,
     leftover_processes,
     make_workload,
+    ready_once,
+    temp_leftovers,
     wait_all_terminal,
 )
 from tests.helpers_http_source import Body, Hang, Status  # noqa: E402
+from tests.helpers_nodes import Nodes  # noqa: E402
 from tests.helpers_tsa import LocalTsa  # noqa: E402
+from tests.pgcluster import running_cluster  # noqa: E402
 
 SIGN_DELAY_MS = 150
+SIGN_DELAY_ENV = {"CASESIGND_TEST_SIGN_DELAY_MS": str(SIGN_DELAY_MS)}
+LEASE_S = 10.0
 
 
-def _finish(d: Daemon, driver: Driver, work: Path, **kw: Any) -> tuple[Report, float]:
+def _finish(d: Daemon | Nodes, driver: Driver, work: Path, **kw: Any) -> tuple[Report, float]:
     started = time.monotonic()
     driver.join_clients(600)
     left = wait_all_terminal(d, 600)
@@ -61,23 +79,29 @@ def _finish(d: Daemon, driver: Driver, work: Path, **kw: Any) -> tuple[Report, f
     report.problems += driver.tally.unexpected
     if len(driver.tally.acked) < len(driver.plan):
         report.problems.append(f"only {len(driver.tally.acked)} of {len(driver.plan)} acknowledged")
-    if d.stop() != 0:
-        report.problems.append("the daemon did not stop cleanly")
-    report.temp_files_left += sum(1 for _ in (d.dir / "tmp").rglob("*"))
+    code = d.stop()
+    if code != 0:
+        report.problems.append(f"the daemon did not stop cleanly (exit status {code})")
+    # What a stopped daemon left in its own working files; its key-slot locks
+    # (tmp/NODE.key-slots) are kept by design.
+    report.temp_files_left += temp_leftovers(d)
     orphans = leftover_processes(d)
     if orphans:
         report.problems.append(f"{len(orphans)} processes outlived the daemon")
     return report, time.monotonic() - started
 
 
-def crash_phase(base: Path, n_jobs: int, kills: int, seed: int) -> dict[str, Any]:
-    with ThreadedSource() as source:
-        d = Daemon(base / "crash", {
-            "sources": [{"name": "remote", "kind": "http", "base_url": source.base_url,
+def _crash_config(source: ThreadedSource) -> dict[str, Any]:
+    """The crash phases' daemon settings: the scripted source, short leases."""
+    return {"sources": [{"name": "remote", "kind": "http", "base_url": source.base_url,
                          "read_timeout_s": 10.0}],
             "kiosk": {"deadline_ms": 20000},
-            "workers": {"concurrency": 4, "lease_s": 10.0, "heartbeat_s": 2.0}},
-            env={"CASESIGND_TEST_SIGN_DELAY_MS": str(SIGN_DELAY_MS)})
+            "workers": {"concurrency": 4, "lease_s": LEASE_S, "heartbeat_s": 2.0}}
+
+
+def crash_phase(base: Path, n_jobs: int, kills: int, seed: int) -> dict[str, Any]:
+    with ThreadedSource() as source:
+        d = Daemon(base / "crash", _crash_config(source), env=SIGN_DELAY_ENV)
         try:
             plan = make_workload(base / "crash-work", n_jobs, seed=seed, source=source)
             started = time.monotonic()
@@ -93,6 +117,63 @@ def crash_phase(base: Path, n_jobs: int, kills: int, seed: int) -> dict[str, Any
     return {"phase": "crashes", "jobs": len(plan), "kills": dict(driver.tally.kills),
             "attempts_cut_by_kills": reclaimed, "client_retries": driver.tally.client_retries,
             "seconds": round(wall, 1), "report": report}
+
+
+def nodes_phase(base: Path, n_jobs: int, kills: int, seed: int, count: int) -> dict[str, Any]:
+    """The crash phase on ``count`` daemons (``serve --node n1`` ...) sharing one state
+    directory and one PostgreSQL database: the clients spread over them, one node at a
+    time killed -9 and restarted (tests/helpers_chaos.py's ``run_with_node_kills``).
+    The cluster keeps running throughout, so it needs no fsync: a daemon's kill -9
+    loses nothing a committed transaction holds."""
+    with running_cluster() as cluster, cluster.fresh_database() as dsn, \
+            ThreadedSource() as source:
+        nodes = Nodes(base / "nodes", dsn, count, _crash_config(source), env=SIGN_DELAY_ENV)
+        try:
+            plan = make_workload(base / "nodes-work", n_jobs, seed=seed, source=source)
+            started = time.monotonic()
+            nodes.start()
+            driver = Driver(nodes, plan, give_up_s=1800)
+            driver.run_with_node_kills(kills, seed=seed, sign_delay_s=SIGN_DELAY_MS / 1000,
+                                       down_s=LEASE_S + 2)
+            report, check_s = _finish(nodes, driver, base / "nodes-check")
+            for node in nodes.nodes:
+                if nodes.exit_codes.get(node.node, 0) != 0:
+                    report.problems.append(f"node {node.node} exited {nodes.exit_codes[node.node]}: "
+                                           f"{node.logs()[-1500:]}")
+            once, problems = ready_once(nodes, driver.tally)
+            report.problems += problems
+            wall = time.monotonic() - started - check_s
+            figures = _node_figures(dsn)
+        finally:
+            nodes.kill_all()
+    return {"phase": f"{count} nodes", "jobs": len(plan), "kills": dict(driver.tally.kills),
+            "kills_by_node": dict(sorted(driver.tally.node_kills.items())), **figures,
+            "ready_exactly_once": once, "client_retries": driver.tally.client_retries,
+            "seconds": round(wall, 1), "report": report}
+
+
+def _node_figures(dsn: str) -> dict[str, Any]:
+    """From the audit trail: claims per node (a claim's actor is worker:NODE:...), the
+    attempts cut per node (a lease_expired event names the old owner, NODE:...), and
+    how many of those the next claim gave to another node."""
+    claims: Counter[str] = Counter()
+    cut: Counter[str] = Counter()
+    cut_from: dict[str, str] = {}  # job id -> the node whose lease expired last
+    elsewhere = 0
+    for r in db_rows(dsn, "SELECT job_id, type, actor, detail FROM events "
+                          "WHERE type IN ('claimed', 'lease_expired') ORDER BY seq"):
+        if r["type"] == "claimed":
+            node = r["actor"].split(":")[1]
+            claims[node] += 1
+            elsewhere += cut_from.pop(r["job_id"], node) != node
+        else:
+            node = json.loads(r["detail"])["owner"].split(":")[0]
+            cut[node] += 1
+            cut_from[r["job_id"]] = node
+    return {"claims_by_node": dict(sorted(claims.items())),
+            "attempts_cut_by_kills": sum(cut.values()),
+            "attempts_cut_by_node": dict(sorted(cut.items())),
+            "taken_back_by_another_node": elsewhere}
 
 
 def fault_phase(base: Path, n_jobs: int, seed: int, max_attempts: int) -> dict[str, Any]:
@@ -178,15 +259,22 @@ def main() -> int:
                          "attempt, so the default of 6 fails jobs under sustained temp pressure")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep the state directories")
+    ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                    help="postgres: the crash phase on --nodes daemons sharing one PostgreSQL "
+                         "database and state directory, instead of both phases on one daemon")
+    ap.add_argument("--nodes", type=int, default=3, help="daemons, with --store postgres")
     args = ap.parse_args()
+    load0 = loadavg.snapshot()
     # The scripted source's stalls end in writes to clients that gave up: not news.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
     base = Path(tempfile.mkdtemp(prefix="casesignd-chaos-"))
     phases = []
     try:
-        if args.jobs:
+        if args.store == "postgres":
+            phases.append(nodes_phase(base, args.jobs, args.kills, args.seed, args.nodes))
+        elif args.jobs:
             phases.append(crash_phase(base, args.jobs, args.kills, args.seed))
-        if args.fault_jobs:
+        if args.fault_jobs and args.store == "sqlite":
             phases.append(fault_phase(base, args.fault_jobs, args.seed + 1,
                                       args.fault_max_attempts))
     finally:
@@ -196,19 +284,27 @@ def main() -> int:
           f"{'checked':>8} {'audit':>7} {'temp':>5}  injected")
     for p in phases:
         r: Report = p["report"]
-        injected = (p.get("kills") if p["phase"] == "crashes"
+        injected = (p["kills"] if "kills" in p
                     else {"tsa_flaps": p["tsa_flaps"], "source_faults": p["source_faults"]})
         print(f"{p['phase']:<8} {p['jobs']:>6} {p['seconds']:>8} {r.jobs_lost:>5} "
               f"{r.artifacts_duplicated + r.signatures_doubled:>4} {r.signatures_invalid:>8} "
               f"{r.signatures_checked:>8} {r.audit_chain:>7} {r.temp_files_left:>5}  {injected}")
+        if "kills_by_node" in p:
+            print(f"  kills by node {p['kills_by_node']}, claims by node {p['claims_by_node']}, "
+                  f"attempts cut by node {p['attempts_cut_by_node']} "
+                  f"({p['taken_back_by_another_node']} taken back by another node); "
+                  f"{p['ready_exactly_once']} of {r.jobs_acked} acknowledged jobs ready with "
+                  "exactly one succeeded event")
         for problem in r.problems[:20]:
             print(f"  problem: {problem}")
+    load1 = loadavg.snapshot()
+    print(loadavg.describe(load0, load1))
     reports = [p["report"] for p in phases]
     out = {
         "jobs_submitted": sum(p["jobs"] for p in phases),
         "jobs_acknowledged": sum(r.jobs_acked for r in reports),
-        "crashes_injected": sum(sum(p["kills"].values()) for p in phases if p["phase"] == "crashes"),
-        "crash_aims": next((p["kills"] for p in phases if p["phase"] == "crashes"), {}),
+        "crashes_injected": sum(sum(p["kills"].values()) for p in phases if "kills" in p),
+        "crash_aims": next((p["kills"] for p in phases if "kills" in p), {}),
         "attempts_cut_by_crashes": sum(p.get("attempts_cut_by_kills", 0) for p in phases),
         "faults_injected": sum(p.get("tsa_flaps", 0) + p.get("source_faults", 0) for p in phases),
         "fault_retries_by_code": next((p["job_retries_by_code"] for p in phases
@@ -223,7 +319,14 @@ def main() -> int:
         "temp_files_left": sum(r.temp_files_left for r in reports),
         "problems": sum(len(r.problems) for r in reports),
         "seconds": {p["phase"]: p["seconds"] for p in phases},
+        "store": args.store,
+        "load_average": {"start": load0, "end": load1},
     }
+    for p in phases:
+        if "kills_by_node" in p:
+            out.update({"nodes": args.nodes, **{k: p[k] for k in (
+                "kills_by_node", "claims_by_node", "attempts_cut_by_node",
+                "taken_back_by_another_node", "ready_exactly_once")}})
     print(json.dumps(out, sort_keys=True))
     losses = ("jobs_lost", "jobs_failed", "artifacts_duplicated", "invalid_signatures",
               "temp_files_left", "problems")

@@ -7,11 +7,14 @@ Both queues run on a file on the same disk. casesignd's figure includes everythi
 job costs in production: the job row, the claim with its lease, the finish, and one
 hash-chained audit event per transition, committed with synchronous=FULL.
 
-With ``--store postgres`` the same jobs also run through the PostgreSQL store, on a
+With ``--store postgres`` the same jobs also run through the PostgreSQL store and
+through procrastinate (scripts/procrastinate_queue.py, in its own database), on one
 throwaway cluster in the same directory (so on the same disk) that syncs its WAL at
-every commit as SQLite does (fsync and synchronous_commit on), and the table gives
-its rate beside SQLite's. ``--repeat N`` runs each engine N times, taking turns with
-the other, and shows each one's median run: on a shared machine the load moves.
+every commit as SQLite does (fsync and synchronous_commit on), with the same number
+of consumers; the table gives the PostgreSQL store's rate beside SQLite's (the
+target: at least half of it) and beside procrastinate's. ``--repeat N`` runs each
+engine N times, taking turns with the others, and shows each one's median run: on a
+shared machine the load moves. The load average is printed with the figures.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import loadavg  # noqa: E402
 
 from casesignd import audit, jobs  # noqa: E402
 from casesignd.outcomes import Finish  # noqa: E402
@@ -89,39 +94,52 @@ async def casesignd_engine(n: int, workers: int, directory: Path,
     return {"jobs_per_s": n / took, "seconds": took, "commits": batches, "events": report.checked}
 
 
+# The engines of a run with --store postgres, besides casesignd on SQLite.
+POSTGRES_ENGINES = ("postgres", "procrastinate", "procrastinate_workers")
+
+
 def engines(n: int, counts: list[int], repeat: int, directory: Path, postgres: bool
-            ) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
-    """The SQLite store's runs and, with ``postgres``, the PostgreSQL store's (a fresh
-    database each), taking turns, so that a change in the machine's load falls on
-    both; each store's median run by rate."""
-    sqlite_runs: dict[int, list[dict[str, float]]] = {w: [] for w in counts}
-    pg_runs: dict[int, list[dict[str, float]]] = {w: [] for w in counts}
+            ) -> dict[str, dict[int, dict[str, float]]]:
+    """Each engine's median run by rate, per consumers count: casesignd on SQLite and,
+    with ``postgres``, casesignd's PostgreSQL store and procrastinate (both forms) on
+    one throwaway cluster, a fresh database each run. The engines take turns, so that
+    a change in the machine's load falls on all of them."""
+    names = ("sqlite", *POSTGRES_ENGINES) if postgres else ("sqlite",)
+    runs: dict[str, dict[int, list[dict[str, float]]]] = {e: {w: [] for w in counts} for e in names}
     cluster_cm: Any = contextlib.nullcontext()
     if postgres:
-        from tests.helpers_postgres import running_cluster
+        from tests.pgcluster import running_cluster
 
         directory.chmod(0o711)  # the server runs as postgres and must reach its directory
         cluster_cm = running_cluster(fsync=True, parent=str(directory))
     with cluster_cm as cluster:
         for i in range(repeat):
             for w in counts:
-                (directory / f"a{w}-{i}").mkdir()
-                sqlite_runs[w].append(asyncio.run(casesignd_engine(n, w, directory / f"a{w}-{i}")))
-                if cluster is None:
-                    continue
-                from casesignd.store.postgres import PostgresStore
-
-                dsn = cluster.dsn(cluster.create_database())
-                pg_runs[w].append(asyncio.run(casesignd_engine(
-                    n, w, directory, make=lambda dsn=dsn: PostgresStore(dsn),
-                    verify=lambda dsn=dsn: audit.verify_postgres(dsn))))
-                cluster.drop_database(dsn.rpartition("dbname=")[2])
+                for name in names:
+                    runs[name][w].append(_one_run(name, n, w, directory / f"{name}-{w}-{i}", cluster))
 
     def median(runs: list[dict[str, float]]) -> dict[str, float]:
         return sorted(runs, key=lambda r: r["jobs_per_s"])[len(runs) // 2]
 
-    return ({w: median(r) for w, r in sqlite_runs.items()},
-            {w: median(r) for w, r in pg_runs.items() if r})
+    return {e: {w: median(r) for w, r in by_w.items()} for e, by_w in runs.items()}
+
+
+def _one_run(engine: str, n: int, workers: int, directory: Path, cluster: Any) -> dict[str, float]:
+    """One run of ``engine``: SQLite in ``directory``, the others on a fresh database."""
+    if engine == "sqlite":
+        directory.mkdir()
+        return asyncio.run(casesignd_engine(n, workers, directory))
+    with cluster.fresh_database() as dsn:
+        if engine == "postgres":
+            from casesignd.store.postgres import PostgresStore
+
+            return asyncio.run(casesignd_engine(n, workers, directory,
+                                                make=lambda: PostgresStore(dsn),
+                                                verify=lambda: audit.verify_postgres(dsn)))
+        import procrastinate_queue
+
+        return asyncio.run(procrastinate_queue.run(
+            n, workers, dsn, separate_workers=engine == "procrastinate_workers"))
 
 
 def huey_sqlite(n: int, directory: Path) -> dict[str, float]:
@@ -183,6 +201,27 @@ async def http_admission(rate: float, seconds: float, directory: Path) -> dict[s
             "max_ms": latencies[-1], "accepted": statuses.get(202, 0)}
 
 
+def _pg_rows(figures: dict[str, dict[int, dict[str, float]]]) -> list[str]:
+    """The table's rows of the PostgreSQL engines, per consumers count."""
+    sqlite = figures["sqlite"]
+    rows = []
+    for w, r in figures.get("postgres", {}).items():
+        vs = r["jobs_per_s"] / sqlite[w]["jobs_per_s"]
+        best = max(figures["procrastinate"][w]["jobs_per_s"],
+                   figures["procrastinate_workers"][w]["jobs_per_s"])
+        rows.append(f"{f'casesignd engine on PostgreSQL, {w} consumers':<44} "
+                    f"{r['jobs_per_s']:>10.0f} {r['seconds']:>9.2f}  {r['events']} audit events "
+                    f"in {r['commits']} commits, {vs:.2f}x SQLite (target 0.5: "
+                    f"{'met' if vs >= 0.5 else 'MISSED'}), {r['jobs_per_s'] / best:.2f}x "
+                    f"procrastinate's best")
+        for engine, label in (("procrastinate", f"procrastinate, 1 worker x {w} concurrency"),
+                              ("procrastinate_workers", f"procrastinate, {w} workers x 1")):
+            p = figures[engine][w]
+            rows.append(f"{label:<44} {p['jobs_per_s']:>10.0f} {p['seconds']:>9.2f}  "
+                        f"{p['events']} event rows, no hash chain")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--jobs", type=int, default=5000)
@@ -191,39 +230,52 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=500.0)
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
-                    help="postgres: run the jobs through the PostgreSQL store as well")
+                    help="postgres: run the jobs through the PostgreSQL store and "
+                         "procrastinate as well")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of each engine, taking turns; the median is shown")
     args = ap.parse_args()
+    load0 = loadavg.snapshot()
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR", str(ROOT))) as tmp:
         base = Path(tmp)
         (base / "b").mkdir()
         counts = [int(w) for w in args.workers.split(",")]
-        ours, pg = engines(args.jobs, counts, max(1, args.repeat), base, args.store == "postgres")
+        figures = engines(args.jobs, counts, max(1, args.repeat), base, args.store == "postgres")
         huey = huey_sqlite(args.jobs, base / "b")
         adm = asyncio.run(http_admission(args.rate, args.seconds, base))
+    load1 = loadavg.snapshot()
+    ours, pg = figures["sqlite"], figures.get("postgres", {})
     ratio = {w: r["jobs_per_s"] / huey["jobs_per_s"] for w, r in ours.items()}
     print(f"{'queue':<44} {'jobs/s':>10} {'seconds':>9}  notes")
     for w, r in ours.items():
         print(f"{f'casesignd engine, {w} consumers (durable)':<44} {r['jobs_per_s']:>10.0f} "
               f"{r['seconds']:>9.2f}  {r['events']} audit events in {r['commits']} commits, "
               f"{ratio[w]:.2f}x huey")
-    for w, r in pg.items():
-        print(f"{f'casesignd engine on PostgreSQL, {w} consumers':<44} {r['jobs_per_s']:>10.0f} "
-              f"{r['seconds']:>9.2f}  {r['events']} audit events in {r['commits']} commits, "
-              f"{r['jobs_per_s'] / ours[w]['jobs_per_s']:.2f}x SQLite")
+    for row in _pg_rows(figures):
+        print(row)
     print(f"{'huey SqliteHuey (enqueue + execute)':<44} {huey['jobs_per_s']:>10.0f} "
           f"{huey['seconds']:>9.2f}  synchronous=FULL (SQLite default), no audit trail")
     print()
+    print(f"{args.jobs} no-op jobs a run, the median of {max(1, args.repeat)} runs each; "
+          "casesignd's audit trail on (hash-chained, verified after each run)")
     print(f"admission over HTTP at {adm['rate_rps']:.0f} req/s, {adm['requests']} requests: "
           f"p50 {adm['p50_ms']:.2f} ms, p99 {adm['p99_ms']:.2f} ms, max {adm['max_ms']:.2f} ms, "
           f"{adm['accepted']} accepted")
+    print(loadavg.describe(load0, load1))
+    vs_sqlite = {str(w): round(r["jobs_per_s"] / ours[w]["jobs_per_s"], 2) for w, r in pg.items()}
+
+    def rates(engine: str) -> dict[str, float]:
+        return {str(w): round(r["jobs_per_s"], 1) for w, r in figures.get(engine, {}).items()}
+
     print(json.dumps({
         "jobs": args.jobs,
-        "casesignd_jobs_per_s": {str(w): round(r["jobs_per_s"], 1) for w, r in ours.items()},
-        "postgres_jobs_per_s": {str(w): round(r["jobs_per_s"], 1) for w, r in pg.items()},
-        "postgres_vs_sqlite": {str(w): round(r["jobs_per_s"] / ours[w]["jobs_per_s"], 2)
-                               for w, r in pg.items()},
+        "repeat": max(1, args.repeat),
+        "casesignd_jobs_per_s": rates("sqlite"),
+        "postgres_jobs_per_s": rates("postgres"),
+        "postgres_vs_sqlite": vs_sqlite,
+        "postgres_within_2x_of_sqlite": all(x >= 0.5 for x in vs_sqlite.values()) if pg else None,
+        "procrastinate_jobs_per_s": {"one_worker": rates("procrastinate"),
+                                     "workers": rates("procrastinate_workers")} if pg else {},
         "huey_jobs_per_s": round(huey["jobs_per_s"], 1),
         "ratio": {str(w): round(x, 2) for w, x in ratio.items()},
         "commits": {str(w): r["commits"] for w, r in ours.items()},
@@ -232,6 +284,7 @@ def main() -> None:
         "admission_p99_ms": round(adm["p99_ms"], 3),
         "admission_max_ms": round(adm["max_ms"], 3),
         "admission_requests": adm["requests"],
+        "load_average": {"start": load0, "end": load1},
     }))
 
 

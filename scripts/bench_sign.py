@@ -7,6 +7,7 @@ its last line, one JSON object with p50 latency, throughput and peak RSS per
 engine and document, plus the machine's SHA-256 file-hashing speed.
 
     .venv/bin/python scripts/bench_sign.py [--quick] [--no-large] [--large-mb 200]
+    scripts/bench sign --store postgres [--nodes 1,2,3]   (scripts/e2e_nodes.py)
 
 endesive 3.0.1 cannot be imported as installed: it pulls in certvalidator →
 oscrypto 1.3.0, whose libcrypto version probe fails on OpenSSL ≥ 3.0.10. The
@@ -216,11 +217,23 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
 # --- main ----------------------------------------------------------------------------
 
 
+def _store(argv: list[str]) -> str:
+    """The --store asked for (the multi-daemon benchmark has options of its own)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--store", default="sqlite")
+    return pre.parse_known_args(argv)[0].store
+
+
 def main() -> None:
     if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
         from bench_levels import main as levels
 
         levels("sign", sys.argv[1:])
+        return
+    if _store(sys.argv[1:]) == "postgres":  # several daemons: scripts/e2e_nodes.py
+        from e2e_nodes import main as nodes
+
+        nodes(sys.argv[1:])
         return
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
@@ -238,6 +251,10 @@ def main() -> None:
         "--dir", default="/dev/shm" if Path("/dev/shm").is_dir() else None,
         help="working directory (default: tmpfs, so the disk of a shared machine adds no noise)",
     )
+    ap.add_argument("--store", choices=("sqlite", "postgres"), default="sqlite",
+                    help="postgres: signing jobs end to end through 1, 2, 3 daemons on one "
+                         "PostgreSQL database beside SQLite's one (its own options: "
+                         "--store postgres --help)")
     args = ap.parse_args()
 
     from casesignd import devpki

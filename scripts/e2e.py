@@ -74,27 +74,32 @@ def body(sha: str, size: int, i: int, tag: str) -> dict[str, Any]:
             "signers": [{"id": f"signer-{tag}-{i}", "name": "Bench", "role": "buyer"}]}
 
 
-def _aiohttp_client(d: Daemon, sha: str, size: int, jobs: int, tag: str) -> list[dict]:
+def aiohttp_client(urls: list[str], token: str, sha: str, size: int, jobs: int,
+                   tag: str) -> list[dict]:
+    """The bench client: 32 submitters on kept-alive connections, each to one of
+    ``urls`` in turn (daemons of one service), then every job polled until it ends."""
     import aiohttp
 
     async def run() -> list[dict]:
         ids: list[str] = []
-        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {d.token}"}) as s:
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as s:
             queue: asyncio.Queue[int] = asyncio.Queue()
             for i in range(jobs):
                 queue.put_nowait(i)
 
-            async def submitter() -> None:
+            async def submitter(k: int) -> None:
+                url = urls[k % len(urls)]
                 while not queue.empty():
                     i = queue.get_nowait()
-                    async with s.post(f"{d.url}/v1/jobs", json=body(sha, size, i, tag)) as r:
+                    async with s.post(f"{url}/v1/jobs", json=body(sha, size, i, tag)) as r:
                         ids.append((await r.json())["job_id"])
 
-            await asyncio.gather(*(submitter() for _ in range(32)))
+            await asyncio.gather(*(submitter(k) for k in range(32)))
             out = []
-            for job_id in ids:
+            for n, job_id in enumerate(ids):
+                url = urls[n % len(urls)]
                 while True:
-                    async with s.get(f"{d.url}/v1/jobs/{job_id}") as r:
+                    async with s.get(f"{url}/v1/jobs/{job_id}") as r:
                         job = await r.json()
                     if job["state"] in ("ready", "failed"):
                         out.append(job)
@@ -161,6 +166,19 @@ def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
     return done, len(done) / (last_ready[0] - started), polls[0] / max(1, len(done))
 
 
+def upload_and_warm(service: Any, urls: list[str], doc: bytes, warm_jobs: int) -> str:
+    """Upload the contract every job signs (case E2E-1) to ``service`` (a daemon, or
+    several of one store) and run ``warm_jobs`` jobs through ``urls`` first, so that the
+    worker processes are started and their imports done; the contract's digest."""
+    sha = hashlib.sha256(doc).hexdigest()
+    r = service.request("PUT", f"/v1/cases/E2E-1/objects/{sha}", raw=doc,
+                        headers={"Content-Type": "application/pdf"})
+    assert r.status in (200, 201), r.body
+    warm = aiohttp_client(urls, service.token, sha, len(doc), warm_jobs, "warm")
+    assert all(j["state"] == "ready" for j in warm), warm
+    return sha
+
+
 def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
         concurrency: int = 8) -> dict[str, Any]:
     """One daemon, ``jobs`` jobs through ``client``; the figures."""
@@ -172,33 +190,33 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
                env=env)
     d.start()
     try:
-        sha = hashlib.sha256(doc).hexdigest()
-        r = d.request("PUT", f"/v1/cases/E2E-1/objects/{sha}", raw=doc,
-                      headers={"Content-Type": "application/pdf"})
-        assert r.status in (200, 201), r.body
-        # A few jobs first: the worker processes are started and their imports done.
-        warm = _aiohttp_client(d, sha, len(doc), 8, "warm")
-        assert all(j["state"] == "ready" for j in warm), warm
+        sha = upload_and_warm(d, [d.url], doc, 8)
         assert d.proc is not None
         cpu0 = tree_cpu_s(d.proc.pid)
         polls = None
         if client == "plain":
             done, seen_rate, polls = _plain_client(d, sha, len(doc), jobs, "run")
         else:
-            done, seen_rate = _aiohttp_client(d, sha, len(doc), jobs, "run"), None
+            done, seen_rate = aiohttp_client([d.url], d.token, sha, len(doc), jobs, "run"), None
         cpu = tree_cpu_s(d.proc.pid) - cpu0
     finally:
         d.stop()
-    start = min(_ts(j["created_at"]) for j in done)
-    end = max(_ts(j["created_at"]) + j["timings"]["total_ms"] / 1000 for j in done)
-    ready = sum(j["state"] == "ready" for j in done)
-    processing = sorted(j["timings"]["processing_ms"] for j in done)
-    out = {"client": client, "jobs": len(done), "ready": ready,
-           "jobs_per_s": round(ready / (end - start), 1),
-           "cpu_ms_per_job": round(cpu * 1000 / max(1, ready), 2),
-           "processing_p50_ms": round(processing[len(processing) // 2], 2)}
+    out = {"client": client, **summarize(done, cpu)}
     if seen_rate is not None:
         out["client_seen_jobs_per_s"] = round(seen_rate, 1)
     if polls is not None:
         out["polls_per_job"] = round(polls, 2)
     return out
+
+
+def summarize(done: list[dict], cpu_s: float) -> dict[str, Any]:
+    """The figures of finished jobs: rate by their own clocks (first admission to last
+    finish), CPU per ready job, the median processing time."""
+    start = min(_ts(j["created_at"]) for j in done)
+    end = max(_ts(j["created_at"]) + j["timings"]["total_ms"] / 1000 for j in done)
+    ready = sum(j["state"] == "ready" for j in done)
+    processing = sorted(j["timings"]["processing_ms"] for j in done)
+    return {"jobs": len(done), "ready": ready,
+            "jobs_per_s": round(ready / (end - start), 1),
+            "cpu_ms_per_job": round(cpu_s * 1000 / max(1, ready), 2),
+            "processing_p50_ms": round(processing[len(processing) // 2], 2)}

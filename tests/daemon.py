@@ -145,11 +145,15 @@ class Daemon:
 
     # --- process -------------------------------------------------------------------
 
+    def serve_args(self) -> list[str]:
+        """What ``casesignd serve`` is given after its name."""
+        return ["--config", str(self.config_path), "--node", self.node,
+                *(["--listen", self.listen] if self.listen else [])]
+
     def start(self, wait: bool = True) -> Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "casesignd", "serve", "--config", str(self.config_path),
-             "--node", self.node, *(["--listen", self.listen] if self.listen else [])],
+            [sys.executable, "-m", "casesignd", "serve", *self.serve_args()],
             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
         log.close()
         if wait:

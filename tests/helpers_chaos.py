@@ -12,8 +12,9 @@
   one down or busy tries the next.
 - :func:`Driver.run_with_kills`: ``kill -9`` at aimed and random moments, restarting.
 - :func:`check_invariants`: what must hold afterwards, read from the API, the store
-  (the SQLite file or the PostgreSQL database), the artifact directory, independent
-  validators and ``casesignd audit verify``.
+  (the SQLite file, or the PostgreSQL database of several daemons:
+  tests/helpers_nodes.py), the artifact directory, independent validators and
+  ``casesignd audit verify``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 from casesignd.signcase import signature_key
 from tests.daemon import Daemon, multipart  # noqa: F401 - multipart re-exported for the tests
 from tests.helpers_http_source import ScriptedServer, Step, Trickle
+from tests.helpers_nodes import Node, Nodes
 from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00"
@@ -191,16 +193,19 @@ class Tally:
     kiosk_sha256: dict[str, str] = field(default_factory=dict)  # job id -> bytes answered
     unexpected: list[str] = field(default_factory=list)
     client_retries: int = 0
-    kills: dict[str, int] = field(default_factory=dict)
+    kills: dict[str, int] = field(default_factory=dict)  # by aim
+    node_kills: dict[str, int] = field(default_factory=dict)  # by node, for several daemons
 
 
 class Driver:
     """Client threads that push a workload through a daemon, or several daemons of one
     store, that keep dying."""
 
-    def __init__(self, d: Daemon | list[Daemon], plan: list[Planned], *, kiosk_threads: int = 2,
+    def __init__(self, d: Daemon | list[Daemon] | Nodes, plan: list[Planned], *, kiosk_threads: int = 2,
                  give_up_s: float = 300.0) -> None:
-        self.nodes = d if isinstance(d, list) else [d]
+        self.group = d if isinstance(d, Nodes) else None
+        self.nodes: list[Daemon] = list(d.nodes) if isinstance(d, Nodes) else \
+            (d if isinstance(d, list) else [d])
         self.d = self.nodes[0]
         self._turns = itertools.count()
         self.plan = plan
@@ -339,6 +344,44 @@ class Driver:
         owners = store_rows(self.d, "SELECT lease_owner FROM jobs WHERE state = 'running'")
         return any(node is None or r["lease_owner"].startswith(f"{node.node}:") for r in owners)
 
+    def run_with_node_kills(self, kills: int, *, seed: int = 11, sign_delay_s: float = 0.0,
+                            down_s: float = 0.0) -> None:
+        """Start the clients (spread over the nodes) and kill -9 one node ``kills`` times,
+        restarting it each time while the others serve. Every other kill aims at a node
+        holding a job, part of the signing delay into it; the rest at a random node at a
+        random moment. Every fourth victim stays down ``down_s`` (past its leases, so
+        that the others take its jobs back); the rest restart at once and take back
+        their own."""
+        nodes = self.group
+        assert nodes is not None, "several daemons: tests/helpers_nodes.py"
+        rng = random.Random(seed)
+        self.start_clients()
+        for i in range(kills):
+            if self.clients_done() and not self._busy():
+                break
+            victim = None
+            if i % 2 == 0 and _wait_for(lambda: bool(self._holding(nodes)), 8.0):
+                time.sleep(rng.uniform(0.05, max(0.1, sign_delay_s)))
+                holding = [n for n in self._holding(nodes) if n.up()]
+                victim = rng.choice(holding) if holding else None
+            aim = "sign" if victim is not None else "random"
+            if victim is None:
+                time.sleep(rng.uniform(0.1, 1.5))
+                victim = rng.choice([n for n in nodes.nodes if n.up()])
+            victim.kill9()
+            self.tally.kills[aim] = self.tally.kills.get(aim, 0) + 1
+            self.tally.node_kills[victim.node] = self.tally.node_kills.get(victim.node, 0) + 1
+            time.sleep(down_s if i % 4 == 3 else rng.uniform(0.0, 0.3))
+            victim.start()
+            time.sleep(rng.uniform(0.3, 1.0))
+
+    def _holding(self, nodes: Nodes) -> list[Node]:
+        """The nodes that hold a running job's lease (a lease owner is NODE:...)."""
+        owners = {r["node"] for r in db_rows(nodes.db, "SELECT DISTINCT split_part("
+                                                       "lease_owner, ':', 1) AS node FROM jobs "
+                                                       "WHERE state = 'running'")}
+        return [n for n in nodes.nodes if n.node in owners]
+
 
 def _code(r: Any) -> str:
     try:
@@ -356,8 +399,13 @@ def _wait_for(cond: Any, timeout_s: float) -> bool:
     return False
 
 
-def db_scalar(db: Path, sql: str, *params: Any) -> Any:
-    """One value from the store, read-only (safe while the daemon runs: WAL)."""
+def db_scalar(db: Path | str, sql: str, *params: Any) -> Any:
+    """One value from the store, read-only (safe while the daemon runs: WAL). ``db``:
+    the SQLite file, or a PostgreSQL dsn (a str) for daemons on PostgreSQL, whose
+    tables read the same."""
+    if isinstance(db, str):
+        row = _pg_rows(db, sql, params)[0]
+        return next(iter(row.values()))
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
         return conn.execute(sql, params).fetchone()[0]
@@ -365,7 +413,10 @@ def db_scalar(db: Path, sql: str, *params: Any) -> Any:
         conn.close()
 
 
-def db_rows(db: Path, sql: str, *params: Any) -> list[sqlite3.Row]:
+def db_rows(db: Path | str, sql: str, *params: Any) -> list[Any]:
+    """Rows of the store, by column name (``db`` as for :func:`db_scalar`)."""
+    if isinstance(db, str):
+        return _pg_rows(db, sql, params)
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     conn.row_factory = sqlite3.Row
     try:
@@ -374,20 +425,26 @@ def db_rows(db: Path, sql: str, *params: Any) -> list[sqlite3.Row]:
         conn.close()
 
 
-def store_rows(d: Daemon, sql: str) -> list[Any]:
+def store_rows(d: Daemon | Nodes, sql: str) -> list[Any]:
     """Rows of ``d``'s store, by column name, read while it runs: its SQLite file, or
-    its PostgreSQL database (``[store] kind = "postgres"``)."""
+    its PostgreSQL database (``[store] kind = "postgres"``, or several nodes')."""
+    if isinstance(d, Nodes):
+        return db_rows(d.db, sql)
     store = d.config["store"]
     if store.get("kind") != "postgres":
         return db_rows(d.db, sql)
+    return _pg_rows(store["dsn"], sql, ())
+
+
+def _pg_rows(dsn: str, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
     import psycopg
     from psycopg.rows import dict_row
 
-    with psycopg.connect(store["dsn"], row_factory=dict_row) as conn:
-        return conn.execute(sql.encode()).fetchall()
+    with psycopg.connect(dsn, row_factory=dict_row) as conn:  # placeholders: %s
+        return conn.execute(sql.encode(), params or None).fetchall()
 
 
-def wait_all_terminal(d: Daemon, timeout_s: float) -> int:
+def wait_all_terminal(d: Daemon | Nodes, timeout_s: float) -> int:
     """Wait until no job is queued, running or waiting to retry; the number left."""
     deadline = time.monotonic() + timeout_s
     left = -1
@@ -428,7 +485,7 @@ class Report:
         return {k: v for k, v in self.__dict__.items() if k != "problems"}
 
 
-def _artifact_files(d: Daemon, work: Path) -> dict[str, Path]:
+def _artifact_files(d: Daemon | Nodes, work: Path) -> dict[str, Path]:
     """Every artifact's bytes as a file: the artifact store's own, and those the store
     keeps in its database (written out under ``work`` to be checked the same way; the
     store's copy is the one served when both exist)."""
@@ -443,7 +500,7 @@ def _artifact_files(d: Daemon, work: Path) -> dict[str, Path]:
     return files
 
 
-def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
+def check_invariants(d: Daemon | Nodes, tally: Tally, work: Path, *, pdfsig_sample: int = 3,
                      cli_sample: int = 2, validate_all: bool = True,
                      expect_all_succeeded: bool = True, trust_extra: list[Any] | None = None,
                      nodes: list[Daemon] | None = None) -> Report:
@@ -544,9 +601,24 @@ def check_invariants(d: Daemon, tally: Tally, work: Path, *, pdfsig_sample: int 
     return rep
 
 
-def temp_leftovers(d: Daemon) -> int:
-    tmp = d.temp_area
-    return sum(1 for _ in tmp.rglob("*")) if tmp.is_dir() else 0
+def ready_once(d: Daemon | Nodes, tally: Tally) -> tuple[int, list[str]]:
+    """How many acknowledged jobs ended ready exactly once (state succeeded, one
+    ``succeeded`` event), and what is wrong with the others."""
+    rows = db_rows(d.db, "SELECT j.job_id, j.state, (SELECT count(*) FROM events e WHERE "
+                         "e.job_id = j.job_id AND e.type = 'succeeded') AS n FROM jobs j")
+    seen = {r["job_id"]: (r["state"], r["n"]) for r in rows}
+    problems = []
+    for key, job_id in tally.acked.items():
+        state, n = seen.get(job_id, ("missing", 0))
+        if (state, n) != ("succeeded", 1):
+            problems.append(f"job {job_id} ({key}) is {state} with {n} succeeded events")
+    return len(tally.acked) - len(problems), problems
+
+
+def temp_leftovers(d: Daemon | Nodes) -> int:
+    """Entries left in the daemon's own working files (every node's, for several)."""
+    areas = d.temp_areas if isinstance(d, Nodes) else [d.temp_area]
+    return sum(sum(1 for _ in tmp.rglob("*")) for tmp in areas if tmp.is_dir())
 
 
 def files_in_flight(d: Daemon) -> list[str]:
@@ -559,7 +631,7 @@ def files_in_flight(d: Daemon) -> list[str]:
     return sorted(str(p.relative_to(state)) for p in found)
 
 
-def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, rep: Report,
+def _validate(d: Daemon | Nodes, files: dict[str, Path], signed: list[str], work: Path, rep: Report,
               pdfsig_sample: int, cli_sample: int, validate_all: bool,
               trust_extra: list[Any]) -> None:
     from cryptography import x509
@@ -596,7 +668,7 @@ def _validate(d: Daemon, files: dict[str, Path], signed: list[str], work: Path, 
             rep.problems.append(f"casesignd verify {art_id}: {proc.stdout[-300:]}")
 
 
-def leftover_processes(d: Daemon, timeout_s: float = 10.0) -> list[int]:
+def leftover_processes(d: Daemon | Nodes, timeout_s: float = 10.0) -> list[int]:
     """Processes still running for ``d``'s state directory (the daemon, its forkserver
     and CPU workers name it on their command line); waits up to ``timeout_s`` for
     them to go."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests import helpers_postgres
+from tests import helpers_postgres, pgcluster
 
 
 def test_binaries_are_found_in_debians_versioned_directories(tmp_path, monkeypatch):
@@ -13,7 +13,7 @@ def test_binaries_are_found_in_debians_versioned_directories(tmp_path, monkeypat
         bin_dir = tmp_path / "postgresql" / version / "bin"
         bin_dir.mkdir(parents=True)
         (bin_dir / "initdb").write_text("")
-    monkeypatch.setattr(helpers_postgres.shutil, "which", lambda name: None)
+    monkeypatch.setattr(pgcluster.shutil, "which", lambda name: None)
     debian = tmp_path / "postgresql"
     assert helpers_postgres.find_binary("initdb", debian) == debian / "15/bin/initdb"
     assert helpers_postgres.find_binary("pg_ctl", debian) is None
