@@ -50,7 +50,11 @@ class GroupCommit(Generic[B], abc.ABC):
     def __init__(self) -> None:
         self.batches = 0
         self.reruns = 0  # batches run again after a transient failure
-        self._queue: queue.SimpleQueue[Item | None] = queue.SimpleQueue()
+        # queue.Queue, not SimpleQueue: on CPython 3.11, SimpleQueue.get(timeout=...)
+        # can wait for ever once its deadline passes between two checks (the gather
+        # window below is a millisecond), and the writer then stalls with a batch
+        # gathered and never committed.
+        self._queue: queue.Queue[Item | None] = queue.Queue()
 
     # --- what an engine says ------------------------------------------------------------
 
