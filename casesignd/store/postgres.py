@@ -68,6 +68,12 @@ class PostgresStore(verbs.SqlStore):
             self._kwargs["application_name"] = f"casesignd:{node}" if node else "casesignd"
         if "connect_timeout" not in given:
             self._kwargs["connect_timeout"] = max(1, int(connect_timeout_s))
+        # A host that dies without a TCP reset: its sessions, and the node name and keys
+        # they hold, end within about a minute rather than the kernel's two hours.
+        for key, value in (("keepalives", 1), ("keepalives_idle", 30),
+                           ("keepalives_interval", 10), ("keepalives_count", 3)):
+            if key not in given:
+                self._kwargs[key] = value
         self._writer = Writer(self._connect, self.q, clock)
         self._readers = readers
         self._timeout_s = connect_timeout_s
