@@ -31,20 +31,20 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from ..errors import StoreUnavailable
-from . import verbs
 from .postgres_keys import HeldKeys
 from .postgres_node import CHANNEL, Announcer, NodeSession
 from .postgres_writer import PgConnection, PgTx, Writer, unavailable
 from .records import Claimed, Job, Lease, NewJob, SharedKeys, in_progress, new_id, row_job
 from .sqlfiles import load_statements
 from .tx import Op, Step
+from .verbs import Expired, SqlStore, admitted, claimed, job_of, queue_full, same_request
 
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500
 _SIG = ("artifact_id", "sha256", "size", "job_id", "created_at")
 
 
-class PostgresStore(verbs.SqlStore):
+class PostgresStore(SqlStore):
     """The store on PostgreSQL; ``dsn`` is a libpq connection string or URI."""
 
     def __init__(self, dsn: str, *, password: str | None = None, node: str | None = None,
@@ -201,13 +201,13 @@ class PostgresStore(verbs.SqlStore):
 
         def then(tx: PgTx, rows: Sequence[DictRow]) -> tuple[Job, bool]:
             if rows:
-                return verbs.admitted(tx, row_job(rows[0]), actor), True
+                return admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
             if row is None and tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]:
                 raise in_progress()  # a kiosk request on some daemon holds the key
             if row is None:
-                raise verbs.queue_full()
-            return verbs.same_request(row, new)
+                raise queue_full()
+            return same_request(row, new)
 
         return await self._write(Step(first, then, admits=True))
 
@@ -225,7 +225,7 @@ class PostgresStore(verbs.SqlStore):
                 if row["sig_artifact_id"] is not None:
                     recorded = {"tenant": row["tenant"], "sig_key": row["sig_key"]} | {
                         k: row[f"sig_{k}"] for k in _SIG}
-                out.append(Claimed(verbs.claimed(tx, verbs.job_of(row), owner), recorded))
+                out.append(Claimed(claimed(tx, job_of(row), owner), recorded))
             return out
 
         if limit <= 0:
@@ -250,7 +250,7 @@ class PostgresStore(verbs.SqlStore):
             "owners": [lease.owner for lease in leases]}), then))
 
     def _take_expired(self, tx: PgTx, max_lost: int, at_start_of: str | None
-                      ) -> list[verbs.Expired]:
+                      ) -> list[Expired]:
         """Running jobs whose lease expired. At the start-up of node ``at_start_of``,
         also every job that node's leases hold: the node lock (:meth:`open`) says no
         live daemon of that name has them. Other nodes' leases are theirs until they
@@ -262,7 +262,7 @@ class PostgresStore(verbs.SqlStore):
                       cap=None if everything else SWEEP_CAP)
         rows.sort(key=(lambda r: r["job_id"]) if everything
                   else (lambda r: (r["old_expires"], r["job_id"])))
-        return [verbs.Expired(verbs.job_of(r), r["old_owner"], r["lost_out"]) for r in rows]
+        return [Expired(job_of(r), r["old_owner"], r["lost_out"]) for r in rows]
 
     def _take_due(self, tx: PgTx) -> list[Job]:
         rows = tx.all("promote_due", now=tx.now, cap=SWEEP_CAP)

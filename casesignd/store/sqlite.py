@@ -22,10 +22,10 @@ import aiosqlite
 import msgspec
 
 from ..errors import StoreUnavailable
-from . import verbs
 from .records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
 from .sqlite_writer import Checkpointer, SqliteTx, Writer
 from .tx import Op
+from .verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
 
 # Below this much free space on the store's file system the store reports itself
 # unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).
@@ -35,7 +35,7 @@ MIN_FREE_BYTES = 256 * 1024
 POINT_BUSY_MS = 20
 
 
-class SqliteStore(verbs.SqlStore):
+class SqliteStore(SqlStore):
     """The embedded store: one SQLite file in WAL mode."""
 
     def __init__(
@@ -146,11 +146,11 @@ class SqliteStore(verbs.SqlStore):
         up first (PostgreSQL inserts first, in one pipelined statement)."""
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
         if row is not None:
-            return verbs.same_request(row, new)
+            return same_request(row, new)
         depth = tx.one("queue_depth")[0]
         if depth >= max_queue_depth:
-            raise verbs.queue_full()
-        return verbs.insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
+            raise queue_full()
+        return insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
                           limit: int) -> list[Claimed]:
@@ -168,7 +168,7 @@ class SqliteStore(verbs.SqlStore):
                              budget=budget, kinds=kinds_json)
                 if row is None:
                     break
-                job = verbs.claimed(tx, row_job(row), owner)
+                job = claimed(tx, row_job(row), owner)
                 budget -= job.declared_bytes
                 recorded = None
                 if job.sig_key is not None:
@@ -191,7 +191,7 @@ class SqliteStore(verbs.SqlStore):
         return await self._write(op) if leases else []
 
     def _take_expired(self, tx: SqliteTx, max_lost: int, at_start_of: str | None
-                      ) -> list[verbs.Expired]:
+                      ) -> list[Expired]:
         """Running jobs whose lease expired, or at start-up every running job: under
         the store lock no other daemon runs."""
         if at_start_of is not None:
@@ -205,7 +205,7 @@ class SqliteStore(verbs.SqlStore):
             new_row = tx.one("fail_lost" if lost_out else "reclaim", job_id=old.job_id,
                              attempt=old.attempt, now=tx.now)
             if new_row is not None:
-                out.append(verbs.Expired(row_job(new_row), old.lease_owner, lost_out))
+                out.append(Expired(row_job(new_row), old.lease_owner, lost_out))
         return out
 
     def _take_due(self, tx: SqliteTx) -> list[Job]:
