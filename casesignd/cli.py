@@ -21,8 +21,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import cli_store
+from .cli_common import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
+from .cli_common import dump as _dump
+from .cli_common import err as _err
+from .cli_common import out as _out
 from .client import (
     Client,
     ClientError,
@@ -33,34 +38,10 @@ from .client import (
 )
 from .errors import CasesignError, ConfigError
 
-if TYPE_CHECKING:
-    from .config import Config
-
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
-
 DEFAULT_INIT_DIR = "casesignd-state"
 
 
-class UsageError(Exception):
-    """A problem with what the user typed or pointed at; exit code 2."""
-
-
 # --- helpers --------------------------------------------------------------------------
-
-
-def _out(text: str) -> None:
-    print(text, file=sys.stdout, flush=True)
-
-
-def _err(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def _dump(obj: Any) -> None:
-    _out(json.dumps(obj, indent=2, sort_keys=False))
 
 
 def parse_signer(text: str) -> dict[str, str]:
@@ -244,55 +225,6 @@ def cmd_jobs_events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _store_name(cfg: Any) -> str:
-    """Where the configured store is, for a person (a dsn never holds a password)."""
-    if cfg.store.kind == "postgres":
-        return f"postgres {cfg.store.dsn}"
-    return str(cfg.path(cfg.store.path))
-
-
-def _missing_store(cfg: Config) -> bool:
-    """A SQLite store whose file is not there (a reading command must not make one)."""
-    db = cfg.path(cfg.store.path)
-    if cfg.store.kind == "sqlite" and not db.is_file():
-        _err(f"error: no_store: no job store at {db}")
-        return True
-    return False
-
-
-def cmd_audit_verify(args: argparse.Namespace) -> int:
-    import sqlite3
-
-    from . import audit, config
-
-    cfg = config.load(config_path_from(args.config, os.environ))
-    if cfg.store.kind == "postgres":
-        import psycopg
-
-        try:
-            report = audit.verify_postgres(cfg.store.dsn, password=cfg.store_password())
-        except psycopg.Error as e:
-            _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
-            return EXIT_FAILED
-    else:
-        if _missing_store(cfg):
-            return EXIT_FAILED
-        db = cfg.path(cfg.store.path)
-        try:
-            report = audit.verify_file(db)
-        except sqlite3.Error as e:
-            _err(f"error: store_unreadable: {db}: {e}")
-            return EXIT_FAILED
-    if report.ok:
-        _out(f"audit chain intact: {report.checked} events")
-        return EXIT_OK
-    bad = report.first_bad or {}
-    job = f", job_id={bad['job_id']}" if bad.get("job_id") else ""
-    _out(f"audit chain broken at event seq={bad.get('seq')} "
-         f"(event_id={bad.get('event_id')}{job}): {bad.get('reason')}")
-    return EXIT_FAILED
-
-
 def _verify_options(args: argparse.Namespace) -> Any:
     """Trust anchors from --trust (else the config's validation.trust_roots), the fetch
     mode from --fetch (else the config's), the fetch timeout from the config. The config
@@ -314,60 +246,6 @@ def _verify_options(args: argparse.Namespace) -> Any:
     except ValueError as e:
         raise UsageError(str(e)) from None
     return VerifyOptions(roots, args.fetch or validation.fetch, validation.fetch_timeout_s)
-def cmd_store_migrate(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from . import config
-    from .store import make_store
-
-    cfg = config.load(config_path_from(args.config, os.environ))
-    version = asyncio.run(make_store(cfg).migrate())
-    _out(f"job store {_store_name(cfg)}: schema version {version}")
-    return EXIT_OK
-
-
-def cmd_store_copy(args: argparse.Namespace) -> int:
-    from . import config
-    from .store.copy import copy_store
-
-    src, dst = config.load(args.source), config.load(args.target)
-    report = copy_store(src, dst, say=lambda line: _err(f"store copy: {line}"))
-    for note in report.notes:
-        _err(f"note: {note}")
-    for line in report.lines():
-        _out(line)
-    return EXIT_OK
-
-
-def cmd_store_check(args: argparse.Namespace) -> int:
-    import sqlite3
-
-    import psycopg
-
-    from . import config
-    from .store.check import check_store
-    from .store.snapshot import open_snapshot
-
-    cfg = config.load(config_path_from(args.config, os.environ))
-    if _missing_store(cfg):
-        return EXIT_FAILED
-    try:
-        snap = open_snapshot(cfg)
-        try:
-            report = check_store(snap, cfg.path(cfg.storage.state_dir))
-        finally:
-            snap.close()
-    except (sqlite3.Error, psycopg.Error) as e:
-        _err(f"error: store_unreadable: {_store_name(cfg)}: {str(e).strip()}")
-        return EXIT_FAILED
-    if args.json:
-        _dump(report.to_json())
-    else:
-        for line in report.lines():
-            _out(line)
-    return EXIT_OK if report.ok else EXIT_FAILED
-
-
 def cmd_verify(args: argparse.Namespace) -> int:
     path = _need_file(args.file)
     try:
@@ -495,43 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         c = command(name, fn, text, jobs_sub, client=True)
         c.add_argument("job_id", metavar="ID")
 
-    audit = sub.add_parser("audit", help="the audit chain", description="the audit chain")
-    audit_sub = audit.add_subparsers(dest="audit_command", metavar="ACTION", required=True)
-    c = command("verify", cmd_audit_verify, "check the whole audit chain", audit_sub)
-    c.add_argument("--config", metavar="PATH",
-                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
-
-    store = sub.add_parser("store", help="the job store", description="the job store")
-    store_sub = store.add_subparsers(dest="store_command", metavar="ACTION", required=True)
-    c = command("migrate", cmd_store_migrate,
-                "apply the configured store's migrations and say its schema version", store_sub)
-    c.add_argument("--config", metavar="PATH",
-                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
-    c = command("check", cmd_store_check,
-                "check the store, its files and its audit chain against each other", store_sub,
-                epilog="The audit chain verifies (PostgreSQL's head is its last event), the "
-                "jobs per state kept match the jobs, every artifact the store names has its "
-                "bytes with the recorded size and SHA-256, every file under artifacts/ is named, "
-                "and what jobs that may still run name is there. Exit 0 all well, 1 a list.")
-    c.add_argument("--config", metavar="PATH",
-                   help="config file (default $CASESIGND_CONFIG or casesignd-state/config.toml)")
-    c.add_argument("--json", action="store_true",
-                   help='print the report as JSON: {"ok": ..., "counted": {...}, '
-                   '"problems": [{"kind": ..., "message": ...}, ...], ...}')
-    c = command("copy", cmd_store_copy,
-                "copy a whole SQLite store, its files and its audit chain into an empty "
-                "PostgreSQL store", store_sub,
-                epilog="Stop the daemon on the source first (a running one is refused). Jobs, "
-                "events, signatures, idempotency keys, artifact records and the artifacts kept "
-                "in the store are copied in one transaction, the audit chain verified before it "
-                "commits; objects and artifact files too, when the two configs name different "
-                "storage.state_dir. A target that holds jobs or events is refused, unless it "
-                "holds this very copy. Interrupted, it leaves no rows behind: run it again. "
-                "Exit 0 copied, 1 refused or failed, 2 a bad config.")
-    c.add_argument("--from", dest="source", required=True, metavar="SRC.toml",
-                   help="config of the store to copy (store.kind = \"sqlite\")")
-    c.add_argument("--to", dest="target", required=True, metavar="DST.toml",
-                   help="config of the store to fill (store.kind = \"postgres\")")
+    cli_store.register(sub, command)
 
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "
