@@ -37,6 +37,7 @@ from .metrics import Metrics, StateCache
 from .objects import ObjectStore
 from .recorder import Recorder
 from .renewal import keep_renewing
+from .retention import keep_sweeping
 from .sources import Fetcher
 from .store import make_store
 from .tempfiles import TempManager
@@ -75,6 +76,8 @@ class Services:
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
                                 retry_delay_s=cfg.storage.temp_quota_retry_s)
         self.objects = ObjectStore(state_dir / "objects", self.node)
+        # Every upload has its row, which retention counts from (casesignd.retention).
+        self.objects.record = self.store.put_object
         self.artifacts: ArtifactStore | None = None
         self.fetcher: Fetcher | None = None
         self.signer: Any = None
@@ -414,7 +417,9 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         keeper = asyncio.create_task(s.longterm.keep_fresh(), name="casesignd-revocation")
         renewer = asyncio.create_task(keep_renewing(s), name="casesignd-renewal") \
             if cfg.archive.renew_before_days > 0 else None
+        sweeper = asyncio.create_task(keep_sweeping(s), name="casesignd-retention")
         yield
+        sweeper.cancel()
         warm.cancel()
         keeper.cancel()
         if renewer is not None:

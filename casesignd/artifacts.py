@@ -220,6 +220,16 @@ class ArtifactStore:
             removed += sweep_in_flight(fanout, f".{self.node}.", ".tmp")
         return removed
 
+    def remove(self, artifact_id: str) -> int:
+        """Remove an artifact's file, if it has one; answers the bytes freed. Blocking."""
+        path = self._final_path(artifact_id)
+        try:
+            size = os.stat(path, follow_symlinks=False).st_size
+            os.unlink(path)
+        except FileNotFoundError:
+            return 0
+        return size
+
     def open_path(self, artifact_id: str) -> Path | None:
         """The artifact's file, or None if there is none (or the ID is malformed)."""
         try:

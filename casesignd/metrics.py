@@ -84,6 +84,11 @@ ROUTES = (
 # Why a source read was retried (besides error codes such as source_unavailable).
 SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated")
 TEMPLATE_VERSIONS = ("invoice-v3",)
+# The data lifecycle (casesignd.retention): what a removal removed, and why; the disk
+# areas whose use is a gauge.
+REMOVED = ("job", "artifact", "object")
+REMOVAL_REASONS = ("retention", "erasure")
+DISK_AREAS = ("store", "objects", "artifacts", "temp", "state_volume", "temp_volume")
 
 _STATUS = re.compile(r"^[1-5][0-9]{2}$")
 
@@ -130,6 +135,9 @@ class LabelGuard:
             "template_version": set(TEMPLATE_VERSIONS),
             "code": error_codes(),
             "source_reason": set(SOURCE_RETRY_REASONS),
+            "removed": set(REMOVED),
+            "removal_reason": set(REMOVAL_REASONS),
+            "area": set(DISK_AREAS),
         }
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -179,12 +187,13 @@ class StateCache:
     Keys (all optional): ``jobs`` (``{state: count}``), ``oldest_queued_at_unix``
     (creation time of the oldest queued job, None when none is queued),
     ``inflight_bytes``, ``temp_used_bytes``, ``temp_free_bytes``, ``key_slots_in_use``
-    (``{pool: count}``) and ``workers_busy``.
+    (``{pool: count}``), ``workers_busy``, and ``disk_bytes`` and ``disk_limit_bytes``
+    (``{area: bytes}``, casesignd.retention).
     """
 
     KEYS = frozenset({
         "jobs", "oldest_queued_at_unix", "inflight_bytes", "temp_used_bytes",
-        "temp_free_bytes", "key_slots_in_use", "workers_busy",
+        "temp_free_bytes", "key_slots_in_use", "workers_busy", "disk_bytes", "disk_limit_bytes",
     })  # fmt: skip
 
     def __init__(self) -> None:
@@ -315,6 +324,11 @@ class Metrics:
         self.rejections = Counter(
             "casesignd_rejections_total", "Requests refused, by error code.", ("code",), registry=r
         )
+        self.removals = Counter(
+            "casesignd_removed_total",
+            "Jobs, artifacts and objects removed, by retention or an erasure.",
+            ("what", "reason"), registry=r,
+        )  # fmt: skip
         self.idempotent_replays = Counter(
             "casesignd_idempotent_replays_total",
             "Requests answered from an earlier identical request.",
@@ -411,6 +425,12 @@ class Metrics:
         """A source read is retried (``timeout``, ``http_5xx``... or an error code)."""
         self.source_retries.labels(reason=self._l("source_reason", reason)).inc()
 
+    def removed(self, what: str, reason: str, n: int = 1) -> None:
+        """``n`` things (``job``, ``artifact``, ``object``) removed by ``retention`` or
+        an ``erasure``."""
+        self.removals.labels(what=self._l("removed", what),
+                             reason=self._l("removal_reason", reason)).inc(n)
+
     def lease_expired(self, n: int = 1) -> None:
         self.leases_expired.inc(n)
 
@@ -482,6 +502,14 @@ class Metrics:
         for pool, n in in_use.items():
             slots.add_metric([pool], n)
         yield slots
+        for key, doc in (
+            ("disk_bytes", "Bytes used, by area of the disk the daemon writes."),
+            ("disk_limit_bytes", "What an area may use: its quota, or its volume's size."),
+        ):
+            family = GaugeMetricFamily(f"casesignd_{key}", doc, labels=["area"])
+            for area, n in (s.get(key) or {}).items():
+                family.add_metric([self._l("area", area)], n)
+            yield family
 
     # --- exposition -----------------------------------------------------------------
 

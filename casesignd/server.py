@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from . import api, kiosk, logs, sdnotify
+from . import api, cases, kiosk, logs, sdnotify
 from . import config as config_mod
 from .app import SERVICES, Services, lifecycle
 from .config import Config
@@ -43,6 +43,7 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
     app[SERVICES] = services
     app.cleanup_ctx.append(lifecycle)
     api.add_routes(app)
+    cases.add_routes(app)
     app.router.add_post("/v1/sign", kiosk.post_sign)
     return app
 

@@ -186,9 +186,10 @@ INSERT OR IGNORE INTO signatures (tenant, sig_key, artifact_id, sha256, size, jo
 VALUES (:tenant, :sig_key, :artifact_id, :sha256, :size, :job_id, :now);
 
 -- name: put_artifact
-INSERT OR IGNORE INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at,
-                                 timestamp_expires_at)
-VALUES (:artifact_id, :tenant, :job_id, :sha256, :size, :media_type, :now, :timestamp_expires_at);
+INSERT OR IGNORE INTO artifacts (artifact_id, tenant, case_id, job_id, sha256, size, media_type,
+                                 created_at, timestamp_expires_at)
+VALUES (:artifact_id, :tenant, :case_id, :job_id, :sha256, :size, :media_type, :now,
+        :timestamp_expires_at);
 
 -- name: mark_renewed
 UPDATE artifacts SET renewed_by = :renewed_by

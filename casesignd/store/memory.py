@@ -22,6 +22,7 @@ import msgspec
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater, Signature
+from .memory_lifecycle import MemoryLifecycle
 from .records import (
     Claimed,
     Flight,
@@ -30,6 +31,7 @@ from .records import (
     Lease,
     NewJob,
     SharedKeys,
+    Subject,
     in_progress,
     new_id,
 )
@@ -38,7 +40,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore:
+class MemoryStore(MemoryLifecycle):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -50,6 +52,8 @@ class MemoryStore:
         self._signatures: dict[tuple[str, str], dict[str, Any]] = {}
         self._artifacts: dict[str, dict[str, Any]] = {}
         self._data: dict[str, bytes] = {}
+        self._holds: dict[tuple[str, str], float] = {}
+        self._objects: dict[tuple[str, str, str], list[Any]] = {}
 
     async def open(self) -> None:
         pass
@@ -71,7 +75,7 @@ class MemoryStore:
 
     # --- the pieces every verb uses ---------------------------------------------------
 
-    def _event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
+    def _event(self, job: Subject, type: str, actor: str, detail: dict[str, Any] | None = None,
                attempt: int | None = None, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         seq = self._chain[0] + 1
@@ -241,7 +245,8 @@ class MemoryStore:
         artifact = outcome.artifact
         assert artifact is not None
         self._artifacts.setdefault(artifact.artifact_id, {
-            "artifact_id": artifact.artifact_id, "tenant": job.tenant, "job_id": job.job_id,
+            "artifact_id": artifact.artifact_id, "tenant": job.tenant, "case_id": job.case_id,
+            "job_id": job.job_id,
             "sha256": artifact.sha256, "size": artifact.size, "media_type": artifact.media_type,
             "created_at": now, "timestamp_expires_at": artifact.timestamp_expires_at,
             "renewed_by": None})

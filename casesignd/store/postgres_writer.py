@@ -42,7 +42,7 @@ from psycopg.rows import DictRow
 from .. import audit
 from ..errors import StoreUnavailable
 from .groupcommit import Done, GroupCommit, Ran
-from .records import Job
+from .records import Subject
 from .sqlfiles import migrations
 from .tx import Op, Step, event_row
 
@@ -68,7 +68,10 @@ STATE_CHANGES: dict[str, str | None] = {
     "claim_batch": "queued", "claim_job": "queued",
     "finish": "running", "retry_later": "running", "fail": "running", "release": "running",
     "reclaim": "running", "promote_due": "retry_wait", "cancel": None, "replay": "failed",
+    "erase_cancel": None,
 }
+# The statements that remove jobs: each job they return is counted out of its state.
+STATE_REMOVALS = frozenset({"expire_jobs"})
 
 
 class PgTx:
@@ -90,7 +93,10 @@ class PgTx:
         self.counts = counts
 
     def _count(self, name: str, rows: list[DictRow]) -> None:
-        if name in STATE_CHANGES:
+        if name in STATE_REMOVALS:
+            for row in rows:
+                self.counts[row["state"]] = self.counts.get(row["state"], 0) - 1
+        elif name in STATE_CHANGES:
             before = STATE_CHANGES[name]
             for row in rows:
                 old = row.get("old_state", before)
@@ -122,7 +128,7 @@ class PgTx:
     # Its statements say ON CONFLICT DO NOTHING: a key taken returns no row.
     insert = one
 
-    def event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
+    def event(self, job: Subject, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
         self.events.append(event_row(job, type, actor, detail, attempt, self.now))
 

@@ -15,7 +15,7 @@ import secrets
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import msgspec
 
@@ -75,6 +75,24 @@ def row_job(row: Any) -> Job:
     return Job(**dict(row))
 
 
+class Subject(Protocol):
+    """What an audit event is about: a job, or a case as a whole
+    (:class:`~.lifecycle.CaseRef`, whose ``job_id`` is empty)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def tenant(self) -> str: ...
+    @property
+    def case_id(self) -> str | None: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def input_digest(self) -> str | None: ...
+    @property
+    def version(self) -> str | None: ...
+
+
 @dataclass(frozen=True)
 class Lease:
     """What fences a running job's updates."""
@@ -128,6 +146,49 @@ class Flight:
     # deadline): from then on its record looks for that row, in whatever order the
     # writer takes the two
     persisted: bool = False
+
+
+# --- the data lifecycle (casesignd.store.lifecycle) ----------------------------------
+
+# The areas a retention sweep works through, in this order: job rows first, since a
+# job's end extends its objects' lives.
+Area = Literal["rejected", "jobs", "artifacts", "objects"]
+AREAS: tuple[Area, ...] = ("rejected", "jobs", "artifacts", "objects")
+# What a removal removed.
+What = Literal["job", "artifact", "object"]
+
+
+@dataclass(frozen=True)
+class CaseRef:
+    """What an audit event about a case (not a job) names: ``tx.event`` takes it in
+    place of a job."""
+
+    tenant: str
+    case_id: str | None
+    job_id: str = ""
+    attempt: int = 0
+    input_digest: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Removed:
+    """One thing a sweep or an erasure removed; ``key`` is a job or artifact id, or an
+    object's SHA-256 (the files to remove go by it)."""
+
+    what: What
+    tenant: str
+    case_id: str | None
+    key: str
+    size: int = 0
+
+
+@dataclass(frozen=True)
+class Erased:
+    """A case's erasure: what it removed, and the jobs it canceled."""
+
+    removed: list[Removed]
+    canceled: list[Job]
 
 
 def in_progress() -> Conflict:
@@ -196,6 +257,15 @@ class Store(Protocol):
     async def persist_flight(self, flight: Flight) -> Job: ...
     async def stats(self) -> dict[str, Any]: ...
     async def ping(self) -> None: ...
+    # The data lifecycle (casesignd.store.lifecycle): objects' lives, retention's
+    # removals, legal holds, erasure.
+    async def put_object(self, tenant: str, case_id: str, sha256: str, size: int) -> None: ...
+    async def expire(self, area: Area, cutoff: float, limit: int) -> list[Removed]: ...
+    async def get_hold(self, tenant: str, case_id: str) -> dict[str, Any] | None: ...
+    async def set_hold(self, tenant: str, case_id: str, actor: str,
+                       placed: bool) -> dict[str, Any] | None: ...
+    async def erase_case(self, tenant: str, case_id: str, actor: str) -> Erased: ...
+    async def disk_use(self) -> dict[str, int]: ...
 
 
 _id_lock = threading.Lock()

@@ -20,7 +20,7 @@ from typing import Any
 from .. import audit
 from ..errors import StoreUnavailable
 from .groupcommit import GroupCommit, Ran
-from .records import Job
+from .records import Subject
 from .sqlfiles import load_statements, migrations
 from .tx import Op, event_row
 
@@ -54,7 +54,7 @@ class SqliteTx:
             return None  # the statement is undone, the transaction goes on
 
     def event(
-        self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
+        self, job: Subject, type: str, actor: str, detail: dict[str, Any] | None = None,
         attempt: int | None = None,
     ) -> None:
         ev = event_row(job, type, actor, detail, attempt, self.now)
@@ -91,7 +91,7 @@ class Writer(GroupCommit[_Batch]):
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self.clock = clock
-        self.statements = load_statements()
+        self.statements = load_statements() | load_statements("sql/lifecycle.sql")
         self.chain: list[Any] = [0, audit.GENESIS]
         self.thread = threading.Thread(target=self._run, name="casesignd-store-writer", daemon=True)
         self.ready: asyncio.Future[None] | None = None

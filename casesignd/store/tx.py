@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
 from .. import audit
-from .records import Job, new_id
+from .records import Subject, new_id
 
 
 class Row(Protocol):
@@ -48,13 +48,13 @@ class Tx(Protocol):
         statement alone is undone)."""
         ...
 
-    def event(self, job: Job, type: str, actor: str, detail: dict[str, Any] | None = None,
+    def event(self, job: Subject, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
         """An audit event about ``job``, chained and written with this transaction."""
         ...
 
 
-def event_row(job: Job, type: str, actor: str, detail: dict[str, Any] | None,
+def event_row(job: Subject, type: str, actor: str, detail: dict[str, Any] | None,
               attempt: int | None, now: float) -> dict[str, Any]:
     """An event's columns but its place in the chain (seq, prev_hash, hash), which each
     writer gives it: SQLite's at once, PostgreSQL's under the head's lock at commit."""

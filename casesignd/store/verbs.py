@@ -22,6 +22,7 @@ import msgspec
 from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater
+from .lifecycle import LifecycleVerbs
 from .records import Claimed, Flight, IdempotencyKeyReused, Job, Lease, NewJob, in_progress, row_job
 from .tx import Op, Row, Step, Tx
 
@@ -245,7 +246,7 @@ def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
     assert artifact is not None
     tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
            size=artifact.size, media_type=artifact.media_type, tenant=job.tenant,
-           job_id=job.job_id, now=tx.now, timestamp_expires_at=artifact.timestamp_expires_at)
+           case_id=job.case_id, job_id=job.job_id, now=tx.now, timestamp_expires_at=artifact.timestamp_expires_at)
     if outcome.renews is not None:
         tx.run("mark_renewed", artifact_id=outcome.renews, tenant=job.tenant,
                renewed_by=artifact.artifact_id)
@@ -330,7 +331,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str) -> Job:
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(abc.ABC):
+class SqlStore(LifecycleVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 

@@ -367,10 +367,10 @@ VALUES (%(tenant)s, %(sig_key)s, %(artifact_id)s, %(sha256)s, %(size)s, %(job_id
 ON CONFLICT DO NOTHING;
 
 -- name: put_artifact
-INSERT INTO artifacts (artifact_id, tenant, job_id, sha256, size, media_type, created_at,
-                       timestamp_expires_at)
-VALUES (%(artifact_id)s, %(tenant)s, %(job_id)s, %(sha256)s, %(size)s, %(media_type)s,
-        %(now)s, %(timestamp_expires_at)s)
+INSERT INTO artifacts (artifact_id, tenant, case_id, job_id, sha256, size, media_type,
+                       created_at, timestamp_expires_at)
+VALUES (%(artifact_id)s, %(tenant)s, %(case_id)s, %(job_id)s, %(sha256)s, %(size)s,
+        %(media_type)s, %(now)s, %(timestamp_expires_at)s)
 ON CONFLICT DO NOTHING;
 
 -- name: mark_renewed
