@@ -39,7 +39,7 @@ from .backup import (
     make_parents,
 )
 from .bootstrap import render_config
-from .errors import CasesignError
+from .errors import CasesignError, ConfigError
 
 # Problems a refusal names at most; the rest are counted.
 PROBLEMS_SHOWN = 200
@@ -191,6 +191,8 @@ def restore(src: Path, state: Path, *, dsn: str | None = None,
     text = (src / manifest["config"]["file"]).read_text(encoding="utf-8")
     cfg = restored_config(text, manifest, state, dsn)
     pg = manifest["store"]["kind"] == "postgres"
+    if dsn and not pg:
+        raise ConfigError("--dsn", "applies only to the backup of a PostgreSQL store")
     if pg:
         backup_pg.check_empty(cfg.store.dsn, cfg.store_password())
     state = state.absolute()
