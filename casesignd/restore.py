@@ -163,8 +163,9 @@ def restored_config(text: str, manifest: dict[str, Any], state: Path,
     for source in cfg.sources:  # read where they were: not part of the backup
         if source.root:
             source.root = str(cfg.path(source.root))
-    if cfg.signing.pkcs11 is not None:
-        cfg.signing.pkcs11.module = str(cfg.path(cfg.signing.pkcs11.module))
+    p11 = cfg.signing.pkcs11
+    if p11 is not None and "/" in p11.module:  # a bare name is the loader's to find
+        p11.module = str(cfg.path(p11.module))
     cfg.storage.state_dir, cfg.storage.temp_dir = ".", "tmp"
     if cfg.store.kind == "sqlite":
         cfg.store.path = "casesignd.db"
