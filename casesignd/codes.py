@@ -70,6 +70,13 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
      "store copy's source is not at this casesignd's schema: migrate it first"),
     ("audit_chain_broken", 500, INTERNAL, False,
      "an audit chain does not verify: store copy copies none of it"),
+    ("target_not_empty", 409, PERMANENT, False,
+     "backup and restore write only into a new or empty directory or database"),
+    ("backup_invalid", 422, PERMANENT, False,
+     "a backup without its manifest, or with a file missing, extra or altered"),
+    ("file_vanished", 409, PERMANENT, False,
+     "files the store names kept going away while backing up: run it again"),
+    ("tool_missing", 500, INTERNAL, False, "pg_dump or pg_restore is not installed"),
     ("internal_error", 500, INTERNAL, False, "a fault of the service; quote the correlation id"),
     # validation (422)
     ("invalid_field", 422, PERMANENT, False, "a field has the wrong type or value"),
