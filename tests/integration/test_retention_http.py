@@ -1,0 +1,133 @@
+"""Retention, legal holds and erasure on a real daemon, with every retention set to
+seconds: what is past its time goes and answers 404, the state directory shrinks, a
+held case keeps everything, erasure is 409 under a hold and at once without one,
+what a failed or running job uses stays, and the audit chain verifies throughout."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.daemon import Daemon
+from tests.helpers_ops import case_manifest, contract_pdf, upload
+
+KEEP_S = 2.0
+
+
+def blob(d: Daemon, data: bytes) -> Path:
+    sha = hashlib.sha256(data).hexdigest()
+    return d.dir / "objects" / "blobs" / sha[:2] / sha
+
+
+def tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def wait_until(check, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.2)
+
+
+def signed(d: Daemon, case_id: str, pdf: bytes) -> dict:
+    r = d.submit(case_manifest(d, case_id, pdf))
+    assert r.status == 202, r.body
+    job = d.wait_job(r.json()["job_id"])
+    assert job["state"] == "ready", job
+    return job
+
+
+@pytest.fixture
+def retaining(daemon_factory) -> Daemon:
+    return daemon_factory({
+        # Job rows outlive the objects and artifacts: a failed job keeps its objects
+        # while its row is there.
+        "retention": {"objects_s": KEEP_S, "artifacts_s": KEEP_S, "jobs_s": 2 * KEEP_S,
+                      "rejected_s": KEEP_S, "sweep_interval_s": 0.3},
+        "retry": {"default_max_attempts": 1},
+    })
+
+
+def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retaining, tmp_path):
+    d = retaining
+    pdfs = [contract_pdf(tmp_path, pages=pages) for pages in (1, 2)]
+    gone = signed(d, "GONE-1", pdfs[0])
+    held = signed(d, "HELD-1", pdfs[1])
+    assert d.request("POST", "/v1/cases/HELD-1/hold").status == 201
+    assert d.request("POST", "/v1/cases/HELD-1/hold").status == 200
+    assert d.request("GET", "/v1/cases/HELD-1/hold").json()["hold"] is True
+    # An upload no job uses; one a failed job names; one a running job names.
+    lone, failing, running = b"lone " * 100, b"failing " * 100, b"running " * 100
+    upload(d, "LONE-1", lone)
+    for case_id, data, body in (
+            ("FAIL-1", failing, {"behavior": "fail_transient"}),
+            ("RUN-1", running, {"behavior": "hang", "hang_s": 60})):
+        sha = upload(d, case_id, data)["sha256"]
+        r = d.submit({"kind": "test", "case_id": case_id, "tag": sha, **body})
+        assert r.status == 202, r.body
+        job_id = r.json()["job_id"]
+    d.wait_job(job_id, states=("processing",))
+    peak = tree_bytes(d.dir / "objects") + tree_bytes(d.dir / "artifacts")
+    link = gone["result"]["download_url"]
+    assert d.request("GET", link, auth=False).status == 200
+
+    # The unheld case goes: its object, its artifact (by link and by token), its job row.
+    wait_until(lambda: not blob(d, pdfs[0]).exists() and not blob(d, lone).exists())
+    wait_until(lambda: d.request("GET", link, auth=False).status == 404)
+    # The failed and the running jobs keep their objects.
+    assert blob(d, failing).exists() and blob(d, running).exists()
+    assert d.request("GET", f"/v1/artifacts/{gone['result']['artifact_id']}").status == 404
+    wait_until(lambda: d.request("GET", f"/v1/jobs/{gone['job_id']}").status == 404)
+    assert tree_bytes(d.dir / "objects") + tree_bytes(d.dir / "artifacts") < peak
+    # The held case keeps everything.
+    assert d.job(held["job_id"])["state"] == "ready"
+    assert d.request("GET", held["result"]["download_url"], auth=False).status == 200
+    assert blob(d, pdfs[1]).exists() and blob(d, running).exists()
+
+    # Erasure: refused under the hold, at once without it.
+    r = d.request("DELETE", "/v1/cases/HELD-1")
+    assert r.status == 409 and r.json()["error"]["code"] == "on_hold"
+    assert d.request("DELETE", "/v1/cases/HELD-1/hold").status == 200
+    assert d.request("DELETE", "/v1/cases/HELD-1/hold").json()["error"]["code"] == "hold_not_found"
+    r = d.request("DELETE", "/v1/cases/HELD-1")
+    assert r.status == 200 and r.json()["objects_removed"] == 1 and r.json()["artifacts_removed"] == 1
+    assert not blob(d, pdfs[1]).exists()
+    assert d.request("GET", held["result"]["download_url"], auth=False).status == 404
+    r = d.request("DELETE", "/v1/cases/RUN-1")
+    assert r.status == 409 and r.json()["error"]["code"] == "case_busy"
+
+    # Every removal is in the chain, which verifies; the metrics count them.
+    assert d.request("GET", f"/v1/jobs/{gone['job_id']}/events").status == 404
+    with sqlite3.connect(d.db) as conn:
+        removals = conn.execute("SELECT type, detail FROM events WHERE type LIKE '%_removed' "
+                                "OR type LIKE 'hold_%' OR type = 'case_erased'").fetchall()
+    types = {t for t, _ in removals}
+    assert {"job_removed", "object_removed", "artifact_removed", "hold_placed", "hold_lifted",
+            "case_erased"} <= types
+    # Digests and ids, never a document or a name.
+    for _, detail in removals:
+        assert set(json.loads(detail)) <= {"state", "kind", "reason", "area", "sha256", "size",
+                                           "artifact_id", "objects", "artifacts", "canceled"}
+    audit = d.cli("audit", "verify", "--config", str(d.config_path))
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    text = d.request("GET", "/metrics", auth=False).body.decode()
+    assert 'casesignd_removed_total{reason="retention",what="object"}' in text
+    assert 'casesignd_removed_total{reason="erasure",what="artifact"} 1.0' in text
+    assert 'casesignd_disk_bytes{area="objects"}' in text
+    assert os.path.exists(d.db)
+
+
+def test_holds_and_erasure_are_per_tenant_and_checked(daemon):
+    r = daemon.request("POST", "/v1/cases/..%2F..%2Fetc/hold")
+    assert r.status in (400, 404, 422)
+    r = daemon.request("DELETE", "/v1/cases/NONE-1")
+    assert r.status == 200 and r.json()["objects_removed"] == 0
+    assert daemon.request("POST", "/v1/cases/NONE-1/hold", auth="wrong").status == 401
+    assert daemon.request("GET", "/v1/cases/NONE-1/hold").status == 404
