@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_backup, cli_store
+from . import cli_backup, cli_case, cli_store
 from .cli_common import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
 from .cli_common import dump as _dump
 from .cli_common import err as _err
@@ -375,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_store.register(sub, command)
     cli_backup.register(sub, command)
+    cli_case.register(sub, command, _client)
 
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "

@@ -353,6 +353,14 @@ class Client:
     def cancel(self, job_id: str) -> dict[str, Any]:
         return self._json("POST", f"/v1/jobs/{_seg(job_id)}/cancel")[1]
 
+    def hold(self, case_id: str, placed: bool = True) -> dict[str, Any]:
+        """Place (or lift) a case's legal hold."""
+        return self._json("POST" if placed else "DELETE", f"/v1/cases/{_seg(case_id)}/hold")[1]
+
+    def erase(self, case_id: str) -> dict[str, Any]:
+        """Erase a case's objects and artifacts now."""
+        return self._json("DELETE", f"/v1/cases/{_seg(case_id)}")[1]
+
     def wait(
         self,
         job_id: str,

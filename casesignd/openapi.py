@@ -67,6 +67,16 @@ def _str(min_len: int = 1, max_len: int | None = None, **extra: Any) -> dict[str
 def _schemas() -> dict[str, Any]:
     nullable_str = {"type": ["string", "null"]}
     return {
+        "Hold": _obj({"case_id": {"type": "string"}, "hold": {"const": True},
+                      "placed_at": {"type": "string", "format": "date-time"}},
+                     ["case_id", "hold", "placed_at"]),
+        "HoldLifted": _obj({"case_id": {"type": "string"}, "hold": {"const": False}},
+                           ["case_id", "hold"]),
+        "Erased": _obj({"case_id": {"type": "string"},
+                        "objects_removed": {"type": "integer", "minimum": 0},
+                        "artifacts_removed": {"type": "integer", "minimum": 0},
+                        "jobs_canceled": {"type": "array", "items": {"type": "string"}}},
+                       ["case_id", "objects_removed", "artifacts_removed", "jobs_canceled"]),
         "Error": _obj(
             {"error": _obj(
                 {
@@ -427,6 +437,7 @@ _DOCUMENT_CODES = "malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, 
 
 
 def _paths() -> dict[str, Any]:
+    _hold = {"description": "The case's hold.", "content": _json("Hold")}
     artifact_download = {
         "security": [{"bearer": []}, {}],
         "description": "With the owner's bearer token, or without one by the signed link of "
@@ -566,6 +577,40 @@ def _paths() -> dict[str, Any]:
                     "401": _UNAUTHORIZED,
                     "404": _JOB_NOT_FOUND,
                     "409": _error("not_cancelable: a worker holds it, or it has ended."),
+                },
+            },
+        },
+        "/v1/cases/{case_id}/hold": {
+            "parameters": [_p("CaseId")],
+            "get": {"operationId": "getHold", "summary": "Whether a legal hold holds the case",
+                    "responses": {"200": _hold, "401": _UNAUTHORIZED,
+                                  "404": _error("hold_not_found: the case has no hold.")}},
+            "post": {"operationId": "placeHold",
+                     "summary": "Place a legal hold: nothing of the case is removed while it holds",
+                     "description": "Neither retention nor an erasure removes anything of the "
+                     "case until the hold is lifted. Audited (hold_placed).",
+                     "responses": {"201": _hold, "200": _hold, "401": _UNAUTHORIZED,
+                                   "422": _error("invalid_case_id")}},
+            "delete": {"operationId": "liftHold", "summary": "Lift a legal hold (hold_lifted)",
+                       "responses": {"200": {"description": "Lifted.",
+                                             "content": _json("HoldLifted")},
+                                     "401": _UNAUTHORIZED,
+                                     "404": _error("hold_not_found: the case has no hold.")}},
+        },
+        "/v1/cases/{case_id}": {
+            "parameters": [_p("CaseId")],
+            "delete": {
+                "operationId": "eraseCase",
+                "summary": "Erase a case's objects and artifacts now",
+                "description": "Its waiting jobs are canceled; its job rows stay until "
+                "retention.jobs_s (their artifacts answer 404). Each removal is audited "
+                "(object_removed, artifact_removed, case_erased).",
+                "responses": {
+                    "200": {"description": "Erased.", "content": _json("Erased")},
+                    "401": _UNAUTHORIZED,
+                    "409": _error("on_hold: a legal hold holds the case; case_busy: one of "
+                                  "its jobs is running (after Retry-After).", retry_after=True),
+                    "422": _error("invalid_case_id"),
                 },
             },
         },

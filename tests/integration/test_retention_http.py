@@ -131,3 +131,14 @@ def test_holds_and_erasure_are_per_tenant_and_checked(daemon):
     assert r.status == 200 and r.json()["objects_removed"] == 0
     assert daemon.request("POST", "/v1/cases/NONE-1/hold", auth="wrong").status == 401
     assert daemon.request("GET", "/v1/cases/NONE-1/hold").status == 404
+
+
+def test_the_cli_holds_releases_and_erases_a_case(daemon):
+    held = daemon.cli("case", "hold", "CLI-1")
+    assert held.returncode == 0 and json.loads(held.stdout)["hold"] is True
+    refused = daemon.cli("case", "erase", "CLI-1", "--yes")
+    assert refused.returncode == 1 and "on_hold" in refused.stderr
+    assert daemon.cli("case", "erase", "CLI-1").returncode == 2  # without --yes
+    assert daemon.cli("case", "release", "CLI-1").returncode == 0
+    erased = daemon.cli("case", "erase", "CLI-1", "--yes")
+    assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 0
