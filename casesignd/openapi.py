@@ -584,7 +584,8 @@ def _paths() -> dict[str, Any]:
             "parameters": [_p("CaseId")],
             "get": {"operationId": "getHold", "summary": "Whether a legal hold holds the case",
                     "responses": {"200": _hold, "401": _UNAUTHORIZED,
-                                  "404": _error("hold_not_found: the case has no hold.")}},
+                                  "404": _error("hold_not_found: the case has no hold."),
+                                  "422": _error("invalid_case_id")}},
             "post": {"operationId": "placeHold",
                      "summary": "Place a legal hold: nothing of the case is removed while it holds",
                      "description": "Neither retention nor an erasure removes anything of the "
@@ -595,7 +596,8 @@ def _paths() -> dict[str, Any]:
                        "responses": {"200": {"description": "Lifted.",
                                              "content": _json("HoldLifted")},
                                      "401": _UNAUTHORIZED,
-                                     "404": _error("hold_not_found: the case has no hold.")}},
+                                     "404": _error("hold_not_found: the case has no hold."),
+                                     "422": _error("invalid_case_id")}},
         },
         "/v1/cases/{case_id}": {
             "parameters": [_p("CaseId")],
