@@ -115,17 +115,27 @@ async def timed_chunks(request: web.Request, chunk_bytes: int) -> AsyncIterator[
         yield chunk
 
 
+def decode_json(raw: bytes, field: str | None = None) -> Any:
+    """``raw`` as JSON, or BadRequest ``malformed_json``.
+
+    msgspec raises more than DecodeError for bytes that are not JSON: RecursionError
+    for nesting deeper than it recurses, UnicodeDecodeError for a string that is not
+    UTF-8. Each is the client's fault, never a 500.
+    """
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        what = "the body" if field is None else f"the {field}"
+        raise BadRequest(f"{what} is not valid JSON", code="malformed_json", field=field) from None
+
+
 async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
     """The request body as a JSON object, within ``limit`` bytes."""
     if request.content_type != "application/json":
         raise UnsupportedMediaType("the body must be application/json")
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"the body is larger than {limit} bytes")
-    raw = await read_body(request, limit)
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise BadRequest("the body is not valid JSON", code="malformed_json") from None
+    data = decode_json(await read_body(request, limit))
     if not isinstance(data, dict):
         raise ValidationError("the body must be a JSON object", code="invalid_body")
     return data
