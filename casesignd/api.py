@@ -84,6 +84,11 @@ def middlewares(services: Services) -> list[Any]:
             resp = json_response(error_body(code, e.reason or code, cid), e.status)
             if e.status == 405 and "Allow" in e.headers:
                 resp.headers["Allow"] = e.headers["Allow"]
+        except ConnectionError:
+            # The client went away mid-request (an upload cut off): nothing to answer
+            # and nothing wrong here; what it left behind is cleaned up on the way out.
+            log_event(log, "http.client_gone", correlation_id=cid, route=route_name(request))
+            resp = json_response(error_body("bad_request", "the connection was lost", cid), 400)
         except Exception as e:  # noqa: BLE001 - the client gets a correlation id, the log the rest
             log_event(log, "http.internal_error", level=logging.ERROR, correlation_id=cid,
                       route=route_name(request), error=f"{type(e).__name__}: {e}", exc_info=e)

@@ -514,6 +514,11 @@ def aiohttp_middleware(metrics: Metrics) -> Any:
             # An outer middleware turns it into its answer; count that status.
             status = e.status
             raise
+        except ConnectionError:
+            # The client went away: no answer reaches it, and it is no fault of ours
+            # (nginx's 499, "client closed request"), so no 5xx alert counts it.
+            status = 499
+            raise
         finally:
             route = route_template(request)
             if route != "unmatched":
