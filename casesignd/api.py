@@ -9,25 +9,29 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import audit, jobs, verify
-from .app import Services
+from .app import SERVICES, Services
 from .errors import (
     Busy,
     CasesignError,
     NotFound,
+    RequestTimeout,
     ShuttingDown,
     TooLarge,
     UnsupportedMediaType,
+    UploadQuota,
     ValidationError,
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
 from .store import Job, random_hex
+from .uploads import Upload, UploadGate
 from .webio import (
     artifact_response,
     authenticate,
@@ -236,14 +240,41 @@ async def cancel_job(request: web.Request) -> web.Response:
 async def put_object(request: web.Request) -> web.Response:
     s = services_of(request)
     tenant = authenticate(request)
-    limit = s.config.server.max_object_bytes
-    result = await s.objects.put(
-        tenant, request.match_info["case_id"], request.match_info["sha256"],
-        timed_chunks(request, 1 << 20), limit, request.content_length)
+    server = s.config.server
+    limit = server.max_object_bytes
+    if request.content_length is not None and request.content_length > limit:
+        s.metrics.upload_refused("max_object_bytes")
+        raise TooLarge(f"the object is {request.content_length} bytes, the limit is {limit}")
+    gate = request.app[UPLOAD_GATE]
+    try:
+        # Before a byte of the body is read: a refused upload costs no disk.
+        upload = gate.admit(tenant, request.content_length, max_uploads=server.max_uploads,
+                            tenant_share=server.upload_share(len(s.config.tenants)))
+    except CasesignError as e:
+        s.metrics.upload_refused(e.detail["reason"])
+        raise
+    try:
+        result = await s.objects.put(
+            tenant, request.match_info["case_id"], request.match_info["sha256"],
+            _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+    except (TooLarge, RequestTimeout, UploadQuota) as e:
+        s.metrics.upload_refused(e.detail.get("reason", "max_object_bytes"))
+        raise
+    finally:
+        gate.release(upload)
     sha = request.match_info["sha256"].lower()
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
                           "object_ref": f"sha256:{sha}", "size": result.size},
                          201 if result.created else 200)
+
+
+async def _charged(chunks: AsyncIterator[bytes], upload: Upload) -> AsyncIterator[bytes]:
+    """``chunks``, each charged to ``upload`` before it is passed on to be written."""
+    streamed = 0
+    async for chunk in chunks:
+        streamed += len(chunk)
+        upload.grow(streamed)
+        yield chunk
 
 
 async def get_artifact(request: web.Request) -> web.StreamResponse:
@@ -284,6 +315,7 @@ class _VerifyGate:
 
 
 _VERIFY_GATE = web.AppKey("verify_gate", _VerifyGate)
+UPLOAD_GATE = web.AppKey("upload_gate", UploadGate)
 
 
 def _verify_options(s: Services) -> verify.VerifyOptions:
@@ -371,7 +403,10 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    services = app[SERVICES]
     app[_VERIFY_GATE] = _VerifyGate()
+    gate = app[UPLOAD_GATE] = UploadGate(services.config.storage.upload_quota_bytes)
+    services.metrics.watch_uploads(lambda: gate.count, lambda: gate.bytes)
     r = app.router
     r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object)
     r.add_post("/v1/jobs", post_job)

@@ -84,6 +84,9 @@ ROUTES = (
 # Why a source read was retried (besides error codes such as source_unavailable).
 SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated")
 TEMPLATE_VERSIONS = ("invoice-v3",)
+# The setting that refused or cut off an object upload (casesignd.uploads).
+UPLOAD_REASONS = ("max_uploads", "max_uploads_per_tenant", "upload_quota_bytes",
+                  "max_object_bytes", "upload_max_s", "request_timeout_s")
 
 _STATUS = re.compile(r"^[1-5][0-9]{2}$")
 
@@ -130,6 +133,7 @@ class LabelGuard:
             "template_version": set(TEMPLATE_VERSIONS),
             "code": error_codes(),
             "source_reason": set(SOURCE_RETRY_REASONS),
+            "upload_reason": set(UPLOAD_REASONS),
         }
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -315,6 +319,18 @@ class Metrics:
         self.rejections = Counter(
             "casesignd_rejections_total", "Requests refused, by error code.", ("code",), registry=r
         )
+        self.upload_refusals = Counter(
+            "casesignd_upload_refusals_total",
+            "Object uploads refused or cut off, by the setting that bounded them.",
+            ("reason",), registry=r,
+        )  # fmt: skip
+        self.uploads_in_flight = Gauge(
+            "casesignd_uploads_in_flight", "Object uploads whose body is arriving.", registry=r)
+        self.upload_bytes_in_flight = Gauge(
+            "casesignd_upload_inflight_bytes",
+            "Bytes the uploads in flight are charged (out of storage.upload_quota_bytes).",
+            registry=r,
+        )
         self.idempotent_replays = Counter(
             "casesignd_idempotent_replays_total",
             "Requests answered from an earlier identical request.",
@@ -336,6 +352,8 @@ class Metrics:
                 self.jobs_finished.labels(kind=kind, outcome=outcome)
         for path in IDEMPOTENT_PATHS:
             self.idempotent_replays.labels(path=path)
+        for reason in UPLOAD_REASONS:
+            self.upload_refusals.labels(reason=reason)
         for outcome in KIOSK_OUTCOMES:
             # The kiosk refusal alert divides by the count of every outcome.
             self.kiosk_seconds.labels(outcome=outcome)
@@ -423,6 +441,15 @@ class Metrics:
     def rejection(self, code: str) -> None:
         """A request was answered with an error ``code``."""
         self.rejections.labels(code=self._l("code", code)).inc()
+
+    def upload_refused(self, reason: str) -> None:
+        """An object upload was refused or cut off; ``reason`` names the bounding setting."""
+        self.upload_refusals.labels(reason=self._l("upload_reason", reason)).inc()
+
+    def watch_uploads(self, count: Callable[[], float], nbytes: Callable[[], float]) -> None:
+        """Read the uploads in flight and their bytes at scrape time (cheap callables)."""
+        self.uploads_in_flight.set_function(count)
+        self.upload_bytes_in_flight.set_function(nbytes)
 
     def idempotent_replay(self, path: str) -> None:
         """``/v1/jobs`` or ``/v1/sign`` answered a replay without doing the work again."""

@@ -98,20 +98,30 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def timed_chunks(request: web.Request, chunk_bytes: int) -> AsyncIterator[bytes]:
-    """The body in chunks; a pause longer than server.request_timeout_s ends it with 408.
+    """The body in chunks, within its time: a pause longer than
+    server.request_timeout_s, or a body still arriving server.upload_max_s after the
+    request did, ends it with 408 ``request_timeout``.
 
-    Object uploads may be large, so the timeout bounds each wait, not the whole body.
+    Object uploads may be large, so the pause bound alone would let a client that
+    sends a byte now and then hold an upload (and its file) for ever.
     """
-    timeout_s = services_of(request).config.server.request_timeout_s
+    server = services_of(request).config.server
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + server.upload_max_s - (time.time() - request["t0"])
     chunks = request.content.iter_chunked(chunk_bytes).__aiter__()
     while True:
+        left = ends_at - loop.time()
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(min(server.request_timeout_s, left)):
                 chunk = await chunks.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise RequestTimeout("the request body stalled") from None
+            if left <= server.request_timeout_s:
+                raise RequestTimeout("the upload did not arrive within server.upload_max_s",
+                                     detail={"reason": "upload_max_s"}) from None
+            raise RequestTimeout("the request body stalled",
+                                 detail={"reason": "request_timeout_s"}) from None
         yield chunk
 
 
