@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import audit, jobs, verify
@@ -237,19 +237,46 @@ async def cancel_job(request: web.Request) -> web.Response:
 # --- objects and artifacts ----------------------------------------------------------------
 
 
-async def put_object(request: web.Request) -> web.Response:
-    s = services_of(request)
-    tenant = authenticate(request)
+def _upload_limits(s: Services, request: web.Request) -> dict[str, int]:
+    """The gate's bounds for this upload; TooLarge past server.max_object_bytes."""
     server = s.config.server
     limit = server.max_object_bytes
     if request.content_length is not None and request.content_length > limit:
-        s.metrics.upload_refused("max_object_bytes")
-        raise TooLarge(f"the object is {request.content_length} bytes, the limit is {limit}")
+        raise TooLarge(f"the object is {request.content_length} bytes, the limit is {limit}",
+                       detail={"reason": "max_object_bytes"})
+    return {"max_uploads": server.max_uploads,
+            "tenant_share": server.upload_share(len(s.config.tenants))}
+
+
+async def expect_upload(request: web.Request) -> None:
+    """``Expect: 100-continue`` on an upload: invite the body only if the upload would
+    be admitted now. Otherwise nothing is sent, and put_object's refusal goes out
+    before the client sends a byte of its body (RFC 9110 §10.1.1)."""
+    if request.version != HttpVersion11 or \
+            request.headers.get("Expect", "").lower() != "100-continue":
+        return None  # an expectation it cannot meet is ignored; the handler answers
+    s = services_of(request)
+    try:
+        request.app[UPLOAD_GATE].check(authenticate(request), request.content_length,
+                                       **_upload_limits(s, request))
+    except CasesignError:
+        return None
+    try:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    except ConnectionError:
+        return None  # gone already: put_object's read finds out and says so
+    request.writer.output_size = 0  # the answer itself is still to come (as aiohttp's own)
+    return None
+
+
+async def put_object(request: web.Request) -> web.Response:
+    s = services_of(request)
+    tenant = authenticate(request)
+    limit = s.config.server.max_object_bytes
     gate = request.app[UPLOAD_GATE]
     try:
         # Before a byte of the body is read: a refused upload costs no disk.
-        upload = gate.admit(tenant, request.content_length, max_uploads=server.max_uploads,
-                            tenant_share=server.upload_share(len(s.config.tenants)))
+        upload = gate.admit(tenant, request.content_length, **_upload_limits(s, request))
     except CasesignError as e:
         s.metrics.upload_refused(e.detail["reason"])
         raise
@@ -408,7 +435,7 @@ def add_routes(app: web.Application) -> None:
     gate = app[UPLOAD_GATE] = UploadGate(services.config.storage.upload_quota_bytes)
     services.metrics.watch_uploads(lambda: gate.count, lambda: gate.bytes)
     r = app.router
-    r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object)
+    r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object, expect_handler=expect_upload)
     r.add_post("/v1/jobs", post_job)
     r.add_get("/v1/jobs", list_jobs)
     r.add_get("/v1/jobs/{job_id}", get_job)

@@ -57,6 +57,16 @@ class UploadGate:
         """Admit an upload of ``declared`` bytes (None: unknown, chunked), or raise
         TooManyUploads or UploadQuota. The caller releases what it was given, however
         the upload ends."""
+        self.check(tenant, declared, max_uploads=max_uploads, tenant_share=tenant_share)
+        want = declared or 0
+        self.count += 1
+        self.bytes += want
+        self._by_tenant[tenant] = self._by_tenant.get(tenant, 0) + 1
+        return Upload(tenant, want, declared, self)
+
+    def check(self, tenant: str, declared: int | None, *, max_uploads: int,
+              tenant_share: int) -> None:
+        """Raise what :meth:`admit` would raise now, counting nothing."""
         retry = {"Retry-After": str(RETRY_AFTER_S)}
         if self.count >= max_uploads:
             raise TooManyUploads(f"{max_uploads} uploads are in flight; retry later",
@@ -64,14 +74,9 @@ class UploadGate:
         if self._by_tenant.get(tenant, 0) >= tenant_share:
             raise TooManyUploads(f"this tenant has {tenant_share} uploads in flight; retry later",
                                  headers=retry, detail={"reason": "max_uploads_per_tenant"})
-        want = declared or 0
-        if self.bytes + want > self.quota_bytes:
+        if self.bytes + (declared or 0) > self.quota_bytes:
             raise UploadQuota("the uploads in flight fill the upload quota; retry later",
                               headers=retry, detail={"reason": "upload_quota_bytes"})
-        self.count += 1
-        self.bytes += want
-        self._by_tenant[tenant] = self._by_tenant.get(tenant, 0) + 1
-        return Upload(tenant, want, declared, self)
 
     def _charge(self, upload: Upload, more: int) -> None:
         if self.bytes + more > self.quota_bytes:

@@ -59,8 +59,10 @@ def wait_for(check, timeout_s: float = 10.0) -> None:
         time.sleep(0.02)
 
 
-def put_head(token: str, case: str, length: int | None) -> bytes:
+def put_head(token: str, case: str, length: int | None, expect: bool = False) -> bytes:
     framing = f"Content-Length: {length}" if length is not None else "Transfer-Encoding: chunked"
+    if expect:
+        framing += "\r\nExpect: 100-continue"
     return (f"PUT /v1/cases/{case}/objects/{SHA} HTTP/1.1\r\nHost: x\r\n"
             f"Authorization: Bearer {token}\r\nContent-Type: application/octet-stream\r\n"
             f"{framing}\r\n\r\n").encode()
@@ -126,13 +128,21 @@ async def test_an_upload_trickled_past_upload_max_s_is_cut_off_and_leaves_nothin
 async def test_uploads_at_once_are_bounded_per_tenant_and_in_all_before_the_body(d):
     held = []
     try:
-        # Two of this tenant's uploads, each with part of its body in, wait for the rest.
-        for i in range(2):
-            held.append(await opened(d, put_head(d.token, f"HELD-{i}", 1000) + b"abc"))
+        # Two of this tenant's uploads, each with part of its body in, wait for the rest;
+        # one asked to be invited to send it (Expect: 100-continue), and was.
+        held.append(await opened(d, put_head(d.token, "HELD-0", 1000) + b"abc"))
+        reader, writer = await opened(d, put_head(d.token, "HELD-1", 1000, expect=True))
+        held.append((reader, writer))
+        assert await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10) == \
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(b"abc")
         await asyncio.to_thread(wait_for, lambda: metric(d, "casesignd_uploads_in_flight") == 2)
-        # A third from the same tenant is refused before its body is read (none is sent).
+        # A third from the same tenant is refused before its body is read (none is sent),
+        # and one that waits for an invitation gets the refusal instead.
         err = refused(*await ask(d, put_head(d.token, "THIRD", 1000)), 429, "too_many_uploads")
         assert "tenant" in err["message"]
+        refused(*await ask(d, put_head(d.token, "THIRD", 1000, expect=True)), 429,
+                "too_many_uploads")
         held.append(await opened(d, put_head(OTHER_TOKEN, "OTHER-1", 1000) + b"abc"))
         await asyncio.to_thread(wait_for, lambda: metric(d, "casesignd_uploads_in_flight") == 3)
         status, headers, body = await ask(d, put_head(OTHER_TOKEN, "OTHER-2", 1000))
