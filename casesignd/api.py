@@ -9,25 +9,29 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from . import audit, jobs, verify
-from .app import Services
+from .app import SERVICES, Services
 from .errors import (
     Busy,
     CasesignError,
     NotFound,
+    RequestTimeout,
     ShuttingDown,
     TooLarge,
     UnsupportedMediaType,
+    UploadQuota,
     ValidationError,
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
 from .store import Job, random_hex
+from .uploads import Upload, UploadGate
 from .webio import (
     artifact_response,
     authenticate,
@@ -84,6 +88,11 @@ def middlewares(services: Services) -> list[Any]:
             resp = json_response(error_body(code, e.reason or code, cid), e.status)
             if e.status == 405 and "Allow" in e.headers:
                 resp.headers["Allow"] = e.headers["Allow"]
+        except ConnectionError:
+            # The client went away mid-request (an upload cut off): nothing to answer
+            # and nothing wrong here; what it left behind is cleaned up on the way out.
+            log_event(log, "http.client_gone", correlation_id=cid, route=route_name(request))
+            resp = json_response(error_body("bad_request", "the connection was lost", cid), 400)
         except Exception as e:  # noqa: BLE001 - the client gets a correlation id, the log the rest
             log_event(log, "http.internal_error", level=logging.ERROR, correlation_id=cid,
                       route=route_name(request), error=f"{type(e).__name__}: {e}", exc_info=e)
@@ -211,7 +220,8 @@ async def job_events(request: web.Request) -> web.Response:
 
 async def retry_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
-    replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}")
+    replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
+                                    max_queue_depth=s.config.workers.max_queue_depth)
     assert s.pool is not None
     s.pool.queued()
     return json_response(job_resource(s, replayed), 202)
@@ -227,17 +237,71 @@ async def cancel_job(request: web.Request) -> web.Response:
 # --- objects and artifacts ----------------------------------------------------------------
 
 
+def _upload_limits(s: Services, request: web.Request) -> dict[str, int]:
+    """The gate's bounds for this upload; TooLarge past server.max_object_bytes."""
+    server = s.config.server
+    limit = server.max_object_bytes
+    if request.content_length is not None and request.content_length > limit:
+        raise TooLarge(f"the object is {request.content_length} bytes, the limit is {limit}",
+                       detail={"reason": "max_object_bytes"})
+    return {"max_uploads": server.max_uploads,
+            "tenant_share": server.upload_share(len(s.config.tenants))}
+
+
+async def expect_upload(request: web.Request) -> None:
+    """``Expect: 100-continue`` on an upload: invite the body only if the upload would
+    be admitted now. Otherwise nothing is sent, and put_object's refusal goes out
+    before the client sends a byte of its body (RFC 9110 §10.1.1)."""
+    if request.version != HttpVersion11 or \
+            request.headers.get("Expect", "").lower() != "100-continue":
+        return None  # an expectation it cannot meet is ignored; the handler answers
+    s = services_of(request)
+    try:
+        request.app[UPLOAD_GATE].check(authenticate(request), request.content_length,
+                                       **_upload_limits(s, request))
+    except CasesignError:
+        return None
+    try:
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    except ConnectionError:
+        return None  # gone already: put_object's read finds out and says so
+    request.writer.output_size = 0  # the answer itself is still to come (as aiohttp's own)
+    return None
+
+
 async def put_object(request: web.Request) -> web.Response:
     s = services_of(request)
     tenant = authenticate(request)
     limit = s.config.server.max_object_bytes
-    result = await s.objects.put(
-        tenant, request.match_info["case_id"], request.match_info["sha256"],
-        timed_chunks(request, 1 << 20), limit, request.content_length)
+    gate = request.app[UPLOAD_GATE]
+    try:
+        # Before a byte of the body is read: a refused upload costs no disk.
+        upload = gate.admit(tenant, request.content_length, **_upload_limits(s, request))
+    except CasesignError as e:
+        s.metrics.upload_refused(e.detail["reason"])
+        raise
+    try:
+        result = await s.objects.put(
+            tenant, request.match_info["case_id"], request.match_info["sha256"],
+            _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+    except (TooLarge, RequestTimeout, UploadQuota) as e:
+        s.metrics.upload_refused(e.detail.get("reason", "max_object_bytes"))
+        raise
+    finally:
+        gate.release(upload)
     sha = request.match_info["sha256"].lower()
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
                           "object_ref": f"sha256:{sha}", "size": result.size},
                          201 if result.created else 200)
+
+
+async def _charged(chunks: AsyncIterator[bytes], upload: Upload) -> AsyncIterator[bytes]:
+    """``chunks``, each charged to ``upload`` before it is passed on to be written."""
+    streamed = 0
+    async for chunk in chunks:
+        streamed += len(chunk)
+        upload.grow(streamed)
+        yield chunk
 
 
 async def get_artifact(request: web.Request) -> web.StreamResponse:
@@ -278,6 +342,7 @@ class _VerifyGate:
 
 
 _VERIFY_GATE = web.AppKey("verify_gate", _VerifyGate)
+UPLOAD_GATE = web.AppKey("upload_gate", UploadGate)
 
 
 def _verify_options(s: Services) -> verify.VerifyOptions:
@@ -365,9 +430,12 @@ async def openapi(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
+    services = app[SERVICES]
     app[_VERIFY_GATE] = _VerifyGate()
+    gate = app[UPLOAD_GATE] = UploadGate(services.config.storage.upload_quota_bytes)
+    services.metrics.watch_uploads(lambda: gate.count, lambda: gate.bytes)
     r = app.router
-    r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object)
+    r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object, expect_handler=expect_upload)
     r.add_post("/v1/jobs", post_job)
     r.add_get("/v1/jobs", list_jobs)
     r.add_get("/v1/jobs/{job_id}", get_job)

@@ -37,6 +37,21 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Seconds a client may take to send its headers and a JSON or kiosk body; for an
     # object upload, the longest pause between two pieces of the body.
     request_timeout_s: float = 60.0
+    # Seconds one object upload's body may take in all: a client that sends a byte
+    # now and then, each within request_timeout_s, still ends (408 request_timeout).
+    # An hour moves max_object_bytes at about 150 kB/s.
+    upload_max_s: float = 3600.0
+    # Object uploads at once, in all and from one tenant; past either the answer is
+    # 429 too_many_uploads before the body is read. max_uploads_per_tenant 0: all of
+    # max_uploads with one tenant, half of it (at least 1) with several.
+    max_uploads: int = 32
+    max_uploads_per_tenant: int = 0
+
+    def upload_share(self, tenants: int) -> int:
+        """Uploads one tenant may have in flight at once, with ``tenants`` configured."""
+        if self.max_uploads_per_tenant:
+            return min(self.max_uploads_per_tenant, self.max_uploads)
+        return self.max_uploads if tenants <= 1 else max(1, self.max_uploads // 2)
 
 
 STORE_KINDS = ("sqlite", "postgres")
@@ -67,6 +82,11 @@ class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     temp_quota_bytes: int = 1024 * MiB
     # Retry hint for an attempt whose temp reservation does not fit right now.
     temp_quota_retry_s: float = 5.0
+    # Bytes of object uploads in flight (their files under state_dir/objects/tmp, on
+    # the state volume, not the temp one): each upload counts its Content-Length, or
+    # what it has streamed so far. Past it: 503 upload_quota. At least
+    # server.max_object_bytes, so that every object can be uploaded.
+    upload_quota_bytes: int = 2048 * MiB
 
 
 class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -363,6 +383,9 @@ def _check(cfg: Config) -> None:
     positive = {
         "server.max_json_bytes": cfg.server.max_json_bytes,
         "server.max_object_bytes": cfg.server.max_object_bytes,
+        "server.upload_max_s": cfg.server.upload_max_s,
+        "server.max_uploads": cfg.server.max_uploads,
+        "storage.upload_quota_bytes": cfg.storage.upload_quota_bytes,
         "storage.temp_quota_bytes": cfg.storage.temp_quota_bytes,
         "workers.concurrency": cfg.workers.concurrency,
         "workers.max_inflight_bytes": cfg.workers.max_inflight_bytes,
@@ -381,6 +404,13 @@ def _check(cfg: Config) -> None:
         raise ConfigError("workers.heartbeat_s", "must be shorter than workers.lease_s")
     if cfg.kiosk.reserved_key_slots >= cfg.signing.key_slots + 1:
         raise ConfigError("kiosk.reserved_key_slots", "must leave a key slot for batch jobs")
+    if cfg.storage.upload_quota_bytes < cfg.server.max_object_bytes:
+        raise ConfigError("storage.upload_quota_bytes",
+                          "must hold at least one object of server.max_object_bytes")
+    if cfg.server.max_uploads_per_tenant < 0:
+        raise ConfigError("server.max_uploads_per_tenant",
+                          f"must be 0 (half of server.max_uploads) or positive, "
+                          f"got {cfg.server.max_uploads_per_tenant}")
     if cfg.kiosk.max_concurrent_per_tenant < 0:
         raise ConfigError("kiosk.max_concurrent_per_tenant",
                           f"must be 0 (half of kiosk.max_concurrent) or positive, "

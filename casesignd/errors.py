@@ -128,6 +128,21 @@ class QueueFull(Busy):
     status = 429
 
 
+class TooManyUploads(Busy):
+    """Past server.max_uploads (or one tenant's server.max_uploads_per_tenant) object
+    uploads at once."""
+
+    code = "too_many_uploads"
+    status = 429
+
+
+class UploadQuota(Busy):
+    """The bytes of the uploads in flight would pass storage.upload_quota_bytes."""
+
+    code = "upload_quota"
+    status = 503
+
+
 class ShuttingDown(Busy):
     code = "shutting_down"
     status = 503

@@ -20,7 +20,6 @@ import logging
 import time
 from typing import Any
 
-import msgspec
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -57,7 +56,7 @@ from .signcase import (
     signing_meta,
 )
 from .store import Flight, Job, NewJob, new_id
-from .webio import artifact_response, authenticate, body_deadline, services_of
+from .webio import artifact_response, authenticate, body_deadline, decode_json, services_of
 
 log = logging.getLogger("casesignd.kiosk")
 
@@ -115,10 +114,7 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
         raise ValidationError("the manifest part is missing", code="missing_field", field="manifest")
     if document is None:
         raise ValidationError("the document part is missing", code="missing_field", field="document")
-    try:
-        manifest = msgspec.json.decode(manifest_raw)
-    except msgspec.DecodeError:
-        raise BadRequest("the manifest is not valid JSON", code="malformed_json", field="manifest") from None
+    manifest = decode_json(manifest_raw, field="manifest")
     if not isinstance(manifest, dict):
         raise ValidationError("the manifest must be a JSON object", code="invalid_body", field="manifest")
     return manifest, document

@@ -89,6 +89,9 @@ TEMPLATE_VERSIONS = ("invoice-v3",)
 REMOVED = ("job", "artifact", "object")
 REMOVAL_REASONS = ("retention", "erasure")
 DISK_AREAS = ("store", "objects", "artifacts", "temp", "state_volume", "temp_volume")
+# The setting that refused or cut off an object upload (casesignd.uploads).
+UPLOAD_REASONS = ("max_uploads", "max_uploads_per_tenant", "upload_quota_bytes",
+                  "max_object_bytes", "upload_max_s", "request_timeout_s")
 
 _STATUS = re.compile(r"^[1-5][0-9]{2}$")
 
@@ -138,6 +141,7 @@ class LabelGuard:
             "removed": set(REMOVED),
             "removal_reason": set(REMOVAL_REASONS),
             "area": set(DISK_AREAS),
+            "upload_reason": set(UPLOAD_REASONS),
         }
         self._warned: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
@@ -329,6 +333,18 @@ class Metrics:
             "Jobs, artifacts and objects removed, by retention or an erasure.",
             ("what", "reason"), registry=r,
         )  # fmt: skip
+        self.upload_refusals = Counter(
+            "casesignd_upload_refusals_total",
+            "Object uploads refused or cut off, by the setting that bounded them.",
+            ("reason",), registry=r,
+        )  # fmt: skip
+        self.uploads_in_flight = Gauge(
+            "casesignd_uploads_in_flight", "Object uploads whose body is arriving.", registry=r)
+        self.upload_bytes_in_flight = Gauge(
+            "casesignd_upload_inflight_bytes",
+            "Bytes the uploads in flight are charged (out of storage.upload_quota_bytes).",
+            registry=r,
+        )
         self.idempotent_replays = Counter(
             "casesignd_idempotent_replays_total",
             "Requests answered from an earlier identical request.",
@@ -350,6 +366,8 @@ class Metrics:
                 self.jobs_finished.labels(kind=kind, outcome=outcome)
         for path in IDEMPOTENT_PATHS:
             self.idempotent_replays.labels(path=path)
+        for reason in UPLOAD_REASONS:
+            self.upload_refusals.labels(reason=reason)
         for outcome in KIOSK_OUTCOMES:
             # The kiosk refusal alert divides by the count of every outcome.
             self.kiosk_seconds.labels(outcome=outcome)
@@ -443,6 +461,15 @@ class Metrics:
     def rejection(self, code: str) -> None:
         """A request was answered with an error ``code``."""
         self.rejections.labels(code=self._l("code", code)).inc()
+
+    def upload_refused(self, reason: str) -> None:
+        """An object upload was refused or cut off; ``reason`` names the bounding setting."""
+        self.upload_refusals.labels(reason=self._l("upload_reason", reason)).inc()
+
+    def watch_uploads(self, count: Callable[[], float], nbytes: Callable[[], float]) -> None:
+        """Read the uploads in flight and their bytes at scrape time (cheap callables)."""
+        self.uploads_in_flight.set_function(count)
+        self.upload_bytes_in_flight.set_function(nbytes)
 
     def idempotent_replay(self, path: str) -> None:
         """``/v1/jobs`` or ``/v1/sign`` answered a replay without doing the work again."""
@@ -541,6 +568,11 @@ def aiohttp_middleware(metrics: Metrics) -> Any:
         except errors.CasesignError as e:
             # An outer middleware turns it into its answer; count that status.
             status = e.status
+            raise
+        except ConnectionError:
+            # The client went away: no answer reaches it, and it is no fault of ours
+            # (nginx's 499, "client closed request"), so no 5xx alert counts it.
+            status = 499
             raise
         finally:
             route = route_template(request)

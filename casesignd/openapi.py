@@ -411,7 +411,8 @@ def _p(name: str) -> dict[str, str]:
 
 
 _REQUEST_TIMEOUT = _error("request_timeout: the body did not arrive within "
-                          "server.request_timeout_s (an upload: paused longer than that).")
+                          "server.request_timeout_s (an upload: paused longer than that, or "
+                          "still arriving after server.upload_max_s).")
 _UNAUTHORIZED = _error("unauthorized: no bearer token; invalid_token: an unknown token.")
 _JOB_NOT_FOUND = _error("job_not_found: no such job for this tenant (another tenant's, too).")
 _ARTIFACT_NOT_FOUND = _error("artifact_not_found: no such artifact for this tenant, or the "
@@ -491,7 +492,14 @@ def _paths() -> dict[str, Any]:
                     "413": _error("too_large: over server.max_object_bytes."),
                     "422": _error("digest_mismatch: the body's SHA-256 is not the path's; "
                                   "invalid_field: a bad case_id or sha256."),
-                    "503": _UNAVAILABLE,
+                    "429": _error("too_many_uploads: past server.max_uploads (or the tenant's "
+                                  "server.max_uploads_per_tenant) at once; answered before the "
+                                  "body is read. Come back after Retry-After.", retry_after=True),
+                    "503": _error("upload_quota: the uploads in flight fill "
+                                  "storage.upload_quota_bytes (answered before the body is read "
+                                  "when Content-Length says so, else when the streamed bytes "
+                                  "reach it); shutting_down, store_unavailable. Come back after "
+                                  "Retry-After.", retry_after=True),
                 },
             },
         },
@@ -564,6 +572,9 @@ def _paths() -> dict[str, Any]:
                     "401": _UNAUTHORIZED,
                     "404": _JOB_NOT_FOUND,
                     "409": _error("not_failed: only a failed job can be retried."),
+                    "429": _error("queue_full: past workers.max_queue_depth, as an admission; "
+                                  "the job stays failed. Come back after Retry-After.",
+                                  retry_after=True),
                 },
             },
         },

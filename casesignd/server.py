@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from . import api, cases, kiosk, logs, sdnotify
+from . import api, cases, kiosk, logs, sdnotify, wire
 from . import config as config_mod
 from .app import SERVICES, Services, lifecycle
 from .config import Config
@@ -41,6 +41,7 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
                       "keepalive_timeout": cfg.server.request_timeout_s},
     )
     app[SERVICES] = services
+    app.on_response_prepare.append(wire.server_header)
     app.cleanup_ctx.append(lifecycle)
     api.add_routes(app)
     cases.add_routes(app)
@@ -66,8 +67,8 @@ def reload(services: Services, config_path: str) -> None:
 async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | None) -> int:
     app = build_app(cfg, node)
     services = app[SERVICES]
-    runner = web.AppRunner(app, access_log=None, handle_signals=False,
-                           shutdown_timeout=cfg.workers.shutdown_grace_s)
+    runner = wire.Runner(app, refused=services.metrics.rejection, access_log=None,
+                         handle_signals=False, shutdown_timeout=cfg.workers.shutdown_grace_s)
     await runner.setup()
     fds = sdnotify.listen_fds()
     if fds:

@@ -98,21 +98,45 @@ async def read_body(request: web.Request, limit: int) -> bytes:
 
 
 async def timed_chunks(request: web.Request, chunk_bytes: int) -> AsyncIterator[bytes]:
-    """The body in chunks; a pause longer than server.request_timeout_s ends it with 408.
+    """The body in chunks, within its time: a pause longer than
+    server.request_timeout_s, or a body still arriving server.upload_max_s after the
+    request did, ends it with 408 ``request_timeout``.
 
-    Object uploads may be large, so the timeout bounds each wait, not the whole body.
+    Object uploads may be large, so the pause bound alone would let a client that
+    sends a byte now and then hold an upload (and its file) for ever.
     """
-    timeout_s = services_of(request).config.server.request_timeout_s
+    server = services_of(request).config.server
+    loop = asyncio.get_running_loop()
+    ends_at = loop.time() + server.upload_max_s - (time.time() - request["t0"])
     chunks = request.content.iter_chunked(chunk_bytes).__aiter__()
     while True:
+        left = ends_at - loop.time()
         try:
-            async with asyncio.timeout(timeout_s):
+            async with asyncio.timeout(min(server.request_timeout_s, left)):
                 chunk = await chunks.__anext__()
         except StopAsyncIteration:
             return
         except TimeoutError:
-            raise RequestTimeout("the request body stalled") from None
+            if left <= server.request_timeout_s:
+                raise RequestTimeout("the upload did not arrive within server.upload_max_s",
+                                     detail={"reason": "upload_max_s"}) from None
+            raise RequestTimeout("the request body stalled",
+                                 detail={"reason": "request_timeout_s"}) from None
         yield chunk
+
+
+def decode_json(raw: bytes, field: str | None = None) -> Any:
+    """``raw`` as JSON, or BadRequest ``malformed_json``.
+
+    msgspec raises more than DecodeError for bytes that are not JSON: RecursionError
+    for nesting deeper than it recurses, UnicodeDecodeError for a string that is not
+    UTF-8. Each is the client's fault, never a 500.
+    """
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        what = "the body" if field is None else f"the {field}"
+        raise BadRequest(f"{what} is not valid JSON", code="malformed_json", field=field) from None
 
 
 async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
@@ -121,11 +145,7 @@ async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
         raise UnsupportedMediaType("the body must be application/json")
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"the body is larger than {limit} bytes")
-    raw = await read_body(request, limit)
-    try:
-        data = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise BadRequest("the body is not valid JSON", code="malformed_json") from None
+    data = decode_json(await read_body(request, limit))
     if not isinstance(data, dict):
         raise ValidationError("the body must be a JSON object", code="invalid_body")
     return data

@@ -135,6 +135,7 @@ UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases
        error_category = NULL, error_code = NULL, finished_at = NULL,
        next_attempt_at = :now, queued_since = :now, updated_at = :now
  WHERE job_id = :job_id AND tenant = :tenant AND state = 'failed'
+   AND (SELECT value FROM counters WHERE name = 'waiting') < :max_queue_depth
 RETURNING *;
 
 -- name: get_job

@@ -332,10 +332,12 @@ class MemoryStore(MemoryLifecycle):
         self._event(job, "canceled", actor, {})
         return job
 
-    async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
+    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int) -> Job:
         job = self._tenant_job(tenant, job_id)
         if job.state != "failed":
             raise Conflict("only a failed job can be retried", code="not_failed")
+        if sum(j.state in _WAITING for j in self._jobs.values()) >= max_queue_depth:
+            raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
         now = self.clock()
         job = self._put(_replace(job, state="queued", series=job.series + 1, failures=0,
                                  lost_leases=0, error_category=None, error_code=None,

@@ -38,6 +38,12 @@ class SqliteTx:
         # statement hands the GIL back and forth with the event loop.
         self.events: list[dict[str, Any]] = []
 
+    @property
+    def waiting_pending(self) -> int:
+        """Always 0: triggers keep SQLite's count of waiting jobs in step with every
+        statement (0002_waiting_counter.sql)."""
+        return 0
+
     def one(self, name: str, **params: Any) -> sqlite3.Row | None:
         return self.conn.execute(self.q[name], params).fetchone()
 

@@ -30,6 +30,12 @@ class Tx(Protocol):
 
     now: float
 
+    @property
+    def waiting_pending(self) -> int:
+        """Waiting jobs (queued, retry_wait) this transaction added that the store's
+        queue-depth count does not show yet: a depth check adds them."""
+        ...
+
     def one(self, name: str, **params: Any) -> Row | None:
         """The first row of a statement, or None."""
         ...

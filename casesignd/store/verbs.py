@@ -321,9 +321,19 @@ def cancel(tx: Tx, tenant: str, job_id: str, actor: str) -> Job:
     return job
 
 
-def replay(tx: Tx, tenant: str, job_id: str, actor: str) -> Job:
-    job = _tenant_change(tx, "replay", tenant, job_id,
-                         Conflict("only a failed job can be retried", code="not_failed"))
+def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -> Job:
+    """A failed job queued again, within the queue depth as an admission is: a replay
+    adds a waiting job as surely as a new one does."""
+    row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now,
+                 max_queue_depth=max_queue_depth, waiting_pending=tx.waiting_pending)
+    if row is None:
+        found = tx.one("get_job", job_id=job_id, tenant=tenant)
+        if found is None:
+            raise NotFound("no such job", code="job_not_found")
+        if found["state"] != "failed":
+            raise Conflict("only a failed job can be retried", code="not_failed")
+        raise queue_full()
+    job = job_of(row)
     tx.event(job, "replayed", actor, {"series": job.series})
     return job
 
@@ -435,8 +445,8 @@ class SqlStore(LifecycleVerbs, abc.ABC):
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
         return await self._write(lambda tx: cancel(tx, tenant, job_id, actor))
 
-    async def replay(self, tenant: str, job_id: str, actor: str) -> Job:
-        return await self._write(lambda tx: replay(tx, tenant, job_id, actor))
+    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int) -> Job:
+        return await self._write(lambda tx: replay(tx, tenant, job_id, actor, max_queue_depth))
 
     # --- events, signatures, artifacts ------------------------------------------------
 

@@ -152,7 +152,7 @@ async def test_retry_wait_then_requeue(store_and_clock):
 async def test_fail_replay_cancel(store):
     job, _ = await admit(store)
     with pytest.raises(Conflict) as e:
-        await store.replay("t1", job.job_id, "api")
+        await store.replay("t1", job.job_id, "api", max_queue_depth=100)
     assert e.value.code == "not_failed"
     running = await store.claim("w", 10, 1 << 30, ["test"])
     with pytest.raises(Conflict) as e:
@@ -160,7 +160,7 @@ async def test_fail_replay_cancel(store):
     assert e.value.code == "not_cancelable"
     failed = await store.conclude(running.lease, Fail("permanent_input", "malformed_pdf"))
     assert failed.state == "failed" and failed.error_code == "malformed_pdf"
-    replayed = await store.replay("t1", job.job_id, "api")
+    replayed = await store.replay("t1", job.job_id, "api", max_queue_depth=100)
     assert replayed.state == "queued" and replayed.series == 2 and replayed.failures == 0
     with pytest.raises(NotFound):
         await store.cancel("t2", job.job_id, "api")
@@ -312,7 +312,7 @@ async def test_the_waiting_and_state_counts_follow_every_transition(store_and_cl
     jd, _ = await admit(store, key="d")
     await store.conclude((await store.claim("w", 1, 1 << 30, ["test"])).lease, Fail("permanent_input", "x"))
     assert await check() == 0
-    await store.replay("t1", jd.job_id, "api")
+    await store.replay("t1", jd.job_id, "api", max_queue_depth=100)
     assert await check() == 1
     await store.release((await store.claim("w", 1, 1 << 30, ["test"])).lease)
     assert await check() == 1
@@ -332,6 +332,27 @@ async def test_the_waiting_and_state_counts_follow_every_transition(store_and_cl
     clock.now += 5
     await store.reclaim_expired(max_lost=1)
     assert await check() == 0 and states[0] == {"succeeded": 2, "failed": 2, "canceled": 2}
+
+
+async def test_a_replay_respects_the_queue_depth(store):
+    job, _ = await admit(store, key="failed")
+    running = await store.claim("w", 10, 1 << 30, ["test"])
+    await store.conclude(running.lease, Fail("permanent_input", "malformed_pdf"))
+    await admit(store, key="waiting")
+    with pytest.raises(QueueFull) as e:
+        await store.replay("t1", job.job_id, "api", max_queue_depth=1)
+    assert e.value.headers["Retry-After"]
+    assert (await store.get_job("t1", job.job_id)).state == "failed"
+    # Refusals that do not depend on the queue come first: another tenant's job is
+    # absent, and a job that is not failed is not_failed, however full the queue.
+    with pytest.raises(NotFound):
+        await store.replay("t2", job.job_id, "api", max_queue_depth=1)
+    replayed = await store.replay("t1", job.job_id, "api", max_queue_depth=2)
+    assert replayed.state == "queued"
+    with pytest.raises(Conflict) as e:
+        await store.replay("t1", job.job_id, "api", max_queue_depth=1)
+    assert e.value.code == "not_failed"
+    assert [ev["type"] for ev in await store.events("t1", job.job_id)].count("replayed") == 1
 
 
 async def test_admissions_in_one_batch_respect_the_queue_depth(store):

@@ -294,6 +294,8 @@ UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases
        next_attempt_at = %(now)s::float8, queued_since = %(now)s::float8,
        updated_at = %(now)s::float8
  WHERE job_id = %(job_id)s AND tenant = %(tenant)s AND state = 'failed'
+   AND (SELECT sum(n) FROM job_counts WHERE state IN ('queued', 'retry_wait'))
+       + %(waiting_pending)s < %(max_queue_depth)s
 RETURNING *;
 
 -- name: get_job
