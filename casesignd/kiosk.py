@@ -31,6 +31,7 @@ from .errors import (
     CasesignError,
     Conflict,
     DeadlineExceeded,
+    NotFound,
     PermanentJobError,
     RequestTimeout,
     ShuttingDown,
@@ -155,6 +156,8 @@ def _job_error(job: Job) -> CasesignError:
                              headers={"Retry-After": "5"})
     if job.state == "canceled":
         return Conflict("the job was canceled", code="job_canceled")
+    if job.state == "succeeded":  # its artifact was removed (retention or an erasure)
+        return NotFound("the signed result of this request is gone", code="artifact_not_found")
     return Conflict("the first request with this key is still running", code="in_progress",
                     headers={"Retry-After": "1"})
 

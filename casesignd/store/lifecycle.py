@@ -74,7 +74,9 @@ def expire(tx: Tx, area: Area, cutoff: float, limit: int) -> list[Removed]:
     if area in ("rejected", "jobs"):
         out = []
         for row in tx.all("expire_jobs", cutoff=cutoff, limit=limit, rejected=area == "rejected"):
-            if row["case_id"] is not None:
+            # A refused job's documents live no longer than it does: its end does not
+            # extend them (they count from their upload).
+            if row["case_id"] is not None and area == "jobs":
                 for sha256 in _object_digests(row["input"]):
                     tx.run("used_until", tenant=row["tenant"], case_id=row["case_id"],
                            sha256=sha256, finished_at=row["finished_at"])

@@ -99,7 +99,8 @@ class MemoryLifecycle:
             for job in jobs:
                 del self._jobs[job.job_id]
                 self._idem.pop((job.tenant, job.idem_key), None)
-                for item in msgspec.json.decode(job.input).get("items") or []:
+                items = msgspec.json.decode(job.input).get("items") if area == "jobs" else None
+                for item in items or []:
                     if str(item.get("object_ref", "")).startswith("sha256:"):
                         key = (job.tenant, job.case_id or "", str(item["sha256"]).lower())
                         if key in objects:

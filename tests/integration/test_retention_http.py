@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon import Daemon
-from tests.helpers_ops import case_manifest, contract_pdf, upload
+from tests.helpers_ops import case_manifest, contract_pdf, kiosk_sign, upload
 
 KEEP_S = 2.0
 
@@ -142,3 +142,23 @@ def test_the_cli_holds_releases_and_erases_a_case(daemon):
     assert daemon.cli("case", "release", "CLI-1").returncode == 0
     erased = daemon.cli("case", "erase", "CLI-1", "--yes")
     assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 0
+
+
+def test_kiosk_results_and_refusals_live_their_time(retaining, tmp_path):
+    d = retaining
+    pdf = contract_pdf(tmp_path, pages=1)
+    assert kiosk_sign(d, "KIOSK-1", pdf, key="kiosk-1").status == 200
+    refused = kiosk_sign(d, "KIOSK-2", b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n%%EOF\n", key="kiosk-2")
+    assert refused.status == 422, refused.body
+
+    def refused_jobs() -> list:
+        jobs = d.request("GET", "/v1/jobs?state=failed").json()["jobs"]
+        return [j for j in jobs if j["case_id"] == "KIOSK-2"]
+
+    assert refused_jobs()
+    wait_until(lambda: not refused_jobs())
+    # The artifact goes before its job row: a replay of the request says it is gone,
+    # rather than signing again or waiting for ever.
+    wait_until(lambda: kiosk_sign(d, "KIOSK-1", pdf, key="kiosk-1").status == 404)
+    again = kiosk_sign(d, "KIOSK-1", pdf, key="kiosk-1")
+    assert again.status == 404 and again.json()["error"]["code"] == "artifact_not_found"

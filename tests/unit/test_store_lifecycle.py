@@ -164,3 +164,13 @@ async def test_disk_use_counts_what_the_store_names(store):
     await store.put_object("t1", "C-1", digest(0), 10)
     await store.put_object("t1", "C-2", digest(1), 7)
     assert await store.disk_use() == {"objects": 17, "artifacts": 0}
+
+
+async def test_a_refused_jobs_end_does_not_extend_its_documents(store_and_clock):
+    store, clock = store_and_clock
+    await store.put_object("t1", "C-1", digest(0), 10)
+    clock.now += 100
+    await run(store, sign_job("refused", [digest(0)]), Fail("permanent_input", "malformed_pdf"))
+    assert await expire_all(store, "objects", clock.now) == []  # its job keeps it
+    assert [r.what for r in await expire_all(store, "rejected", clock.now + 1)] == ["job"]
+    assert [r.key for r in await expire_all(store, "objects", clock.now - 50)] == [digest(0)]
