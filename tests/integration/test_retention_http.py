@@ -162,3 +162,22 @@ def test_kiosk_results_and_refusals_live_their_time(retaining, tmp_path):
     wait_until(lambda: kiosk_sign(d, "KIOSK-1", pdf, key="kiosk-1").status == 404)
     again = kiosk_sign(d, "KIOSK-1", pdf, key="kiosk-1")
     assert again.status == 404 and again.json()["error"]["code"] == "artifact_not_found"
+
+
+def test_retention_and_erasure_on_postgres(daemon_factory, postgres_dsn, tmp_path):
+    d = daemon_factory({"store": {"kind": "postgres", "dsn": postgres_dsn},
+                        "retention": {"objects_s": KEEP_S, "artifacts_s": KEEP_S,
+                                      "jobs_s": KEEP_S, "sweep_interval_s": 0.3}})
+    pdfs = [contract_pdf(tmp_path, pages=pages) for pages in (1, 2)]
+    gone, kept = signed(d, "PG-GONE", pdfs[0]), signed(d, "PG-HELD", pdfs[1])
+    assert d.request("POST", "/v1/cases/PG-HELD/hold").status == 201
+    wait_until(lambda: d.request("GET", f"/v1/jobs/{gone['job_id']}").status == 404)
+    wait_until(lambda: not blob(d, pdfs[0]).exists())
+    assert d.request("GET", gone["result"]["download_url"], auth=False).status == 404
+    assert d.request("GET", kept["result"]["download_url"], auth=False).status == 200
+    assert d.request("DELETE", "/v1/cases/PG-HELD").json()["error"]["code"] == "on_hold"
+    assert d.request("DELETE", "/v1/cases/PG-HELD/hold").status == 200
+    assert d.request("DELETE", "/v1/cases/PG-HELD").json()["artifacts_removed"] == 1
+    assert not blob(d, pdfs[1]).exists()
+    out = d.cli("audit", "verify", "--config", str(d.config_path))
+    assert out.returncode == 0, out.stdout + out.stderr
