@@ -185,6 +185,15 @@ DESCRIPTIONS: dict[str, str] = {
     "archive.renew_before_days": "Renew artifacts whose last timestamp's chain expires within "
     "this many days; 0: never.",
     "archive.renew_interval_s": "How often the daemon looks for artifacts to renew.",
+    "retention": "How long things live, in seconds; 0 keeps them for ever (docs/operating.md, "
+    "\"Retention, legal holds and erasure\").",
+    "retention.objects_s": "Uploaded objects, from the end of the last job that uses them.",
+    "retention.artifacts_s": "Artifacts (signed results), from when they were made.",
+    "retention.jobs_s": "Terminal job rows (ready, canceled, failed), from their end.",
+    "retention.rejected_s": "Jobs refused for their input (the kiosk's refused documents among "
+    "them), from their end.",
+    "retention.sweep_interval_s": "How often the daemon removes what is due.",
+    "retention.sweep_batch": "How many rows one removal transaction takes.",
 }
 
 # Values shown in commented-out examples for settings that have no default.

@@ -35,6 +35,8 @@ ALLOWED_FIELDS = frozenset({
     # a daemon's name (serve --node), revocation data counts and freshness, and the
     # keyed, unguessable id of an artifact a renewal is for
     "node", "ocsps", "crls", "good_until", "artifact_id",
+    # how many things of each area a retention sweep or an erasure removed (counts)
+    "rejected", "jobs", "artifacts", "objects", "canceled",
 })  # fmt: skip
 
 LEVELS = {

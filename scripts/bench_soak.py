@@ -532,6 +532,11 @@ def main() -> None:
         if label in tallies:
             result[key] = figures(tallies[label], settle, duration)
             result[key]["daemon_warnings"] = dict(warnings[label])
+            # The audit log is never removed (each removal adds an event): what it
+            # costs per job is the figure to plan the store's disk by.
+            admitted = result[key]["admitted"]
+            result[key]["audit_bytes_per_job"] = (
+                round(result[key]["audit_bytes_last"] / admitted) if admitted else None)
     if len(tallies) == 2:
         print(table(tallies["on"], tallies["off"], args.row_s))
         on, off = result["with_retention"], result["without_retention"]
@@ -559,7 +564,9 @@ def main() -> None:
         print(f"flat: {result['flat']} (second-half slope {on['slope_second_half_bytes_per_min']} "
               f"B/min with retention, {grow} B/min without); besides the audit log: "
               f"{result['flat_besides_audit']} "
-              f"({on['besides_audit_slope_second_half_bytes_per_min']} against {rest} B/min)")
+              f"({on['besides_audit_slope_second_half_bytes_per_min']} against {rest} B/min); "
+              f"the audit log, never removed, {on['audit_bytes_per_job']} B per job with "
+              f"retention, {off['audit_bytes_per_job']} without")
     print(json.dumps(result, sort_keys=True))
 
 

@@ -96,4 +96,6 @@ RETURNING artifact_id, tenant, case_id, job_id, sha256, size;
 
 -- name: disk_use
 SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
-       (SELECT coalesce(sum(size), 0) FROM artifacts) AS artifacts;
+       (SELECT coalesce(sum(a.size), 0) FROM artifacts AS a
+         WHERE NOT EXISTS (SELECT 1 FROM artifact_data AS d
+                            WHERE d.artifact_id = a.artifact_id)) AS artifacts;

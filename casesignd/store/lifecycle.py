@@ -174,5 +174,6 @@ class LifecycleVerbs:
         return await self._write(lambda tx: erase(tx, tenant, case_id, actor))
 
     async def disk_use(self) -> dict[str, int]:
-        """Bytes of the objects and of the artifacts the store names."""
+        """Bytes of the objects the store names, and of its artifacts kept as files
+        (those it keeps itself are the store's own bytes)."""
         return disk_use(await self._rows("disk_use"))

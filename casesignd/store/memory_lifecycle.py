@@ -158,4 +158,5 @@ class MemoryLifecycle:
     async def disk_use(self) -> dict[str, int]:
         _, objects = self._lifecycle()
         return {"objects": sum(size for size, _ in objects.values()),
-                "artifacts": sum(a["size"] for a in self._artifacts.values())}
+                "artifacts": sum(a["size"] for i, a in self._artifacts.items()
+                                 if i not in self._data)}
