@@ -35,6 +35,9 @@ log = logging.getLogger("casesignd.store")
 CHANNEL = "casesignd_jobs"
 # How long one wait for a notification lasts before the session is looked at again.
 _WAIT_S = 5.0
+# A name found taken is tried again this many times, this far apart, before refusal.
+_TAKE_TRIES = 20
+_TAKE_PAUSE_S = 0.1
 
 Connect = Callable[[], Awaitable[AsyncConnection[DictRow]]]
 
@@ -63,6 +66,14 @@ class NodeSession:
             raise unavailable(e, "the job store cannot be reached") from e
         try:
             row = await (await conn.execute(self._lock_sql, {"node": self.node})).fetchone()
+            # A closed session's backend ends, and frees its locks, a moment after the
+            # client let go: a daemon restarted at once (or a store closed and opened
+            # again) looks a few times before it calls the name another's.
+            for _ in range(_TAKE_TRIES):
+                if row and row["taken"]:
+                    break
+                await asyncio.sleep(_TAKE_PAUSE_S)
+                row = await (await conn.execute(self._lock_sql, {"node": self.node})).fetchone()
             if row and row["taken"] and self._listen:
                 await conn.execute(f"LISTEN {CHANNEL}")
         except psycopg.Error as e:

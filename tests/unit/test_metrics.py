@@ -247,7 +247,8 @@ PROMTOOL = shutil.which("promtool")
 def exposed_names() -> set[str]:
     m = Metrics(strict=True)
     cache = StateCache()
-    cache.update(inflight_bytes=0, temp_used_bytes=0, temp_free_bytes=1, workers_busy=0)
+    cache.update(inflight_bytes=0, temp_used_bytes=0, temp_free_bytes=1, workers_busy=0,
+                 disk_bytes={"temp": 0}, disk_limit_bytes={"temp": 1})
     m.add_state_source(cache.snapshot)
     body, _ = m.render()
     return {s.name for f in text_string_to_metric_families(body.decode()) for s in f.samples}
