@@ -38,6 +38,7 @@ from .cli_common import dump as _dump
 from .cli_common import err as _err
 from .cli_common import out as _out
 from .cli_common import positive_float as _positive_float
+from .cli_common import positive_int as _positive_int
 from .client import (
     Client,
     ClientError,
@@ -236,16 +237,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # --- the parser -----------------------------------------------------------------------
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -43,15 +43,24 @@ def dump(obj: Any) -> None:
     out(json.dumps(obj, indent=2, sort_keys=False))
 
 
-def positive_float(text: str) -> float:
-    """Seconds, above zero (an argparse type)."""
+def _positive(text: str, parse: Callable[[str], Any], what: str) -> Any:
     try:
-        value = float(text)
+        value = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """Seconds, above zero (an argparse type)."""
+    return float(_positive(text, float, "seconds"))
+
+
+def positive_int(text: str) -> int:
+    """A whole number above zero (an argparse type)."""
+    return int(_positive(text, int, "a whole number"))
 
 
 def parse_signer(text: str) -> dict[str, str]:
