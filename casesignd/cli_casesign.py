@@ -264,7 +264,8 @@ def upload_missing(client: Client, case_id: str, files: list[InputFile],
             client.upload(f.path, case_id, digest=(f.sha256, f.size),
                           progress=progress.transfer(f"upload {f.label()}", f.size))
         except ClientError as e:
-            raise naming(e, f.label()) from None
+            # Only a refusal of the body is this file's; a token or a busy server is not.
+            raise naming(e, f.label() if e.status in (413, 415, 422) else None) from None
 
 
 def fetch_artifact(client: Client, job: dict[str, Any], dest: Path, progress: Progress) -> str:
