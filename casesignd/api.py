@@ -30,6 +30,7 @@ from .errors import (
 )
 from .logs import log_event
 from .metrics import aiohttp_middleware
+from .objects import check_case_id, normalize_sha256
 from .store import Job, random_hex
 from .uploads import Upload, UploadGate
 from .webio import (
@@ -295,6 +296,25 @@ async def put_object(request: web.Request) -> web.Response:
                          201 if result.created else 200)
 
 
+async def head_object(request: web.Request) -> web.Response:
+    """200 with the object's size as Content-Length when this tenant's case holds it,
+    else 404: a client resuming an upload asks first, since a PUT of an object already
+    there still reads and checks its whole body. Another tenant's or case's object is
+    absent here, as everywhere."""
+    s = services_of(request)
+    tenant = authenticate(request)
+    case_id = check_case_id(request.match_info["case_id"])
+    sha = normalize_sha256(request.match_info["sha256"])
+    path = s.objects.path(tenant, case_id, sha)  # a stat or two: cheap on the loop
+    try:
+        size = path.stat().st_size if path is not None else None
+    except FileNotFoundError:  # removed (retention, erasure) since the look
+        size = None
+    if size is None:
+        raise NotFound("the case holds no object of that digest")
+    return web.Response(status=200, headers={"Content-Length": str(size)})
+
+
 async def _charged(chunks: AsyncIterator[bytes], upload: Upload) -> AsyncIterator[bytes]:
     """``chunks``, each charged to ``upload`` before it is passed on to be written."""
     streamed = 0
@@ -436,6 +456,7 @@ def add_routes(app: web.Application) -> None:
     services.metrics.watch_uploads(lambda: gate.count, lambda: gate.bytes)
     r = app.router
     r.add_put("/v1/cases/{case_id}/objects/{sha256}", put_object, expect_handler=expect_upload)
+    r.add_head("/v1/cases/{case_id}/objects/{sha256}", head_object)
     r.add_post("/v1/jobs", post_job)
     r.add_get("/v1/jobs", list_jobs)
     r.add_get("/v1/jobs/{job_id}", get_job)

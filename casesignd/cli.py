@@ -18,16 +18,27 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_backup, cli_case, cli_store
-from .cli_common import EXIT_FAILED, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE, UsageError
+from . import cli_backup, cli_case, cli_casesign, cli_store
+from .cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    UsageError,
+    default_signed_path,
+    parse_signer,
+    wait_outcome_line,
+    write_atomic,
+)
 from .cli_common import dump as _dump
 from .cli_common import err as _err
 from .cli_common import out as _out
+from .cli_common import positive_float as _positive_float
+from .cli_common import positive_int as _positive_int
 from .client import (
     Client,
     ClientError,
@@ -42,37 +53,6 @@ DEFAULT_INIT_DIR = "casesignd-state"
 
 
 # --- helpers --------------------------------------------------------------------------
-
-
-def parse_signer(text: str) -> dict[str, str]:
-    """``ID:NAME:ROLE`` → a signer; the name may itself contain colons."""
-    sid, sep1, rest = text.partition(":")
-    name, sep2, role = rest.rpartition(":")
-    if not (sep1 and sep2 and sid and name and role):
-        raise argparse.ArgumentTypeError(f"expected ID:NAME:ROLE, got {text!r}")
-    return {"id": sid, "name": name, "role": role}
-
-
-def default_signed_path(path: Path) -> Path:
-    """``contract.pdf`` → ``contract.signed.pdf`` (same directory)."""
-    stem = path.stem if path.suffix.lower() == ".pdf" else path.name
-    return path.with_name(f"{stem}.signed.pdf")
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _read_input(path: str) -> bytes:
@@ -170,26 +150,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
         raise ClientError(0, "bad_response", "the server answered a job without job_id")
     job = client.wait(job["job_id"], args.timeout)
     _dump(job)
-    state = job.get("state")
-    if state == "ready":
+    if job.get("state") == "ready":
         return EXIT_OK
-    if state not in ("failed", "canceled"):
-        _err(f"error: timed_out: job {job['job_id']} still {state} after {args.timeout:g} s")
-    else:
-        _err(_job_failure_line(job))
+    _err(wait_outcome_line(job, args.timeout))
     return EXIT_FAILED
-
-
-def _job_failure_line(job: dict[str, Any]) -> str:
-    err = job.get("error") or {}
-    if job.get("state") == "canceled":
-        return f"error: canceled: job {job.get('job_id')} was canceled"
-    extras = [f"category {err['category']}"] if err.get("category") else []
-    if err.get("correlation_id"):
-        extras.append(f"correlation id {err['correlation_id']}")
-    tail = f" ({', '.join(extras)})" if extras else ""
-    code = err.get("code") or "failed"
-    return f"error: {code}: job {job.get('job_id')} failed{tail}"
 
 
 def cmd_jobs_list(args: argparse.Namespace) -> int:
@@ -275,26 +239,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
 # --- the parser -----------------------------------------------------------------------
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every command."""
     p = argparse.ArgumentParser(
@@ -376,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_store.register(sub, command)
     cli_backup.register(sub, command)
     cli_case.register(sub, command, _client)
+    cli_casesign.register_download(jobs_sub, command, _client)
 
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "

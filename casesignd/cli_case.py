@@ -1,6 +1,6 @@
 """The client's commands on a case as a whole: ``case hold``, ``case release`` and
 ``case erase`` (``POST`` / ``DELETE /v1/cases/{case_id}/hold``, ``DELETE
-/v1/cases/{case_id}``)."""
+/v1/cases/{case_id}``), and ``case sign`` (:mod:`casesignd.cli_casesign`)."""
 
 from __future__ import annotations
 
@@ -8,12 +8,13 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from . import cli_casesign
 from .cli_common import EXIT_OK, Command, UsageError, dump
 from .client import Client
 
 
 def register(sub: Any, command: Command, client: Callable[[argparse.Namespace], Client]) -> None:
-    """Adds ``case hold / release / erase``."""
+    """Adds ``case hold / release / erase / sign``."""
 
     def hold(args: argparse.Namespace) -> int:
         dump(client(args).hold(args.case_id, placed=True))
@@ -40,3 +41,4 @@ def register(sub: Any, command: Command, client: Callable[[argparse.Namespace], 
         c.add_argument("case_id", metavar="ID")
         if name == "erase":
             c.add_argument("--yes", action="store_true", help="yes, erase it")
+    cli_casesign.register_sign(case_sub, command, client)

@@ -249,11 +249,14 @@ class Client:
         body: bytes | BinaryIO | None = None,
         headers: Mapping[str, str] | None = None,
         auth: bool = True,
+        sink: Callable[[bytes], object] | None = None,
     ) -> tuple[int, dict[str, str], bytes]:
         """Send one request; answer ``(status, headers, body)`` for any 2xx/3xx.
 
         ``target`` is a path (joined to the base URL, whose own path is kept as a
         prefix) or an absolute URL; the token is sent only to the base URL's origin.
+        With ``sink``, a 2xx/3xx body is handed to it in chunks (and answered empty),
+        so a large download never sits in memory whole.
         """
         parsed = urllib.parse.urlsplit(target)
         if parsed.scheme:
@@ -275,9 +278,14 @@ class Client:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 conn.request(method, path, body=body, headers=hdrs)
             resp = conn.getresponse()
-            data = resp.read()
-            resp_headers = {k: v for k, v in resp.getheaders()}
             status, reason = resp.status, resp.reason
+            if sink is not None and status < 400:
+                while chunk := resp.read(_CHUNK_BYTES):
+                    sink(chunk)
+                data = b""
+            else:
+                data = resp.read()
+            resp_headers = {k: v for k, v in resp.getheaders()}
         except OSError as e:  # refused, reset, unresolved, timed out
             raise ServerUnreachable(f"cannot reach {self.url}: {_reason(e)}") from None
         except http.client.HTTPException as e:
@@ -304,12 +312,18 @@ class Client:
 
     # -- the API --
 
-    def upload(self, path: str | os.PathLike[str], case_id: str) -> dict[str, Any]:
+    def upload(self, path: str | os.PathLike[str], case_id: str, *,
+               digest: tuple[str, int] | None = None,
+               progress: Callable[[int], None] | None = None) -> dict[str, Any]:
         """Upload a file to a case; answers the object's ``sha256``, ``size``,
-        ``object_ref`` and ``created`` (False when it was already there)."""
+        ``object_ref`` and ``created`` (False when it was already there).
+
+        ``digest`` is the file's ``(sha256, size)`` when the caller has it already;
+        ``progress`` is told the bytes sent so far as the body goes out."""
         path = Path(path)
-        digest, size = file_sha256(path)
-        with open(path, "rb") as f:
+        digest, size = digest or file_sha256(path)
+        with open(path, "rb") as raw:
+            f = raw if progress is None else _Counting(raw, progress)
             status, _, data = self.request(
                 "PUT", f"/v1/cases/{_seg(case_id)}/objects/{digest}", body=f,
                 headers={"Content-Type": "application/octet-stream",
@@ -325,6 +339,18 @@ class Client:
         out.update({"case_id": case_id, "sha256": digest, "size": size,
                     "object_ref": f"sha256:{digest}", "created": status == 201})
         return out
+
+    def has_object(self, case_id: str, sha256: str) -> int | None:
+        """The size of the case's object ``sha256``, or None when the case does not hold
+        it (or the server cannot say: one without ``HEAD`` on objects answers 405)."""
+        try:
+            _, headers, _ = self.request("HEAD", f"/v1/cases/{_seg(case_id)}/objects/{sha256}")
+        except ClientError as e:
+            if e.status in (404, 405):
+                return None
+            raise
+        length = _Caseless(headers).get("Content-Length")
+        return int(length) if length is not None and length.isdigit() else None
 
     def submit(self, manifest: dict[str, Any], idempotency_key: str | None = None
                ) -> dict[str, Any]:
@@ -368,15 +394,19 @@ class Client:
         *,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        on_poll: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
         """Poll the job until it is ready, failed or canceled, or ``timeout_s`` passes.
 
-        Answers the last job seen; the caller compares its state.
+        Answers the last job seen; the caller compares its state. ``on_poll`` sees
+        every job read.
         """
         deadline = clock() + timeout_s
         delay: float | None = None
         while True:
             job = self.get_job(job_id)
+            if on_poll is not None:
+                on_poll(job)
             if job.get("state") in TERMINAL_STATES:
                 return job
             remaining = deadline - clock()
@@ -409,9 +439,28 @@ class Client:
                               "nothing written")
         return data, resp_headers
 
-    def download(self, url_or_path: str) -> bytes:
-        """GET an artifact by its signed link (absolute or a path under the base URL)."""
-        return self.request("GET", url_or_path, headers={"Accept": "*/*"})[2]
+    def download(self, url_or_path: str,
+                 sink: Callable[[bytes], object] | None = None) -> bytes:
+        """GET an artifact by its signed link (absolute or a path under the base URL);
+        with ``sink``, its bytes go there in chunks instead (see :meth:`request`)."""
+        return self.request("GET", url_or_path, headers={"Accept": "*/*"}, sink=sink)[2]
+
+
+class _Counting:
+    """A file to send as a request body that tells ``progress`` the bytes read so far
+    (http.client reads a body that has ``read`` in blocks)."""
+
+    def __init__(self, f: BinaryIO, progress: Callable[[int], None]) -> None:
+        self._f = f
+        self._progress = progress
+        self.sent = 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self._f.read(n)
+        if data:  # the read at the end finds nothing: nothing more to tell
+            self.sent += len(data)
+            self._progress(self.sent)
+        return data
 
 
 class _Caseless(dict):

@@ -48,6 +48,8 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("conflict", 409, PERMANENT, False, "the resource is in another state"),
     ("not_failed", 409, PERMANENT, False, "only a failed job can be retried"),
     ("not_cancelable", 409, PERMANENT, False, "the job is held by a worker or finished"),
+    ("not_ready", 409, PERMANENT, False,
+     "the job has no artifact to download: it is not ready (the command line's refusal)"),
     ("in_progress", 409, PERMANENT, False,
      "the first request with this Idempotency-Key is still running"),
     ("job_canceled", 409, PERMANENT, False, "the kiosk request's job was canceled"),

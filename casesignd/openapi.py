@@ -502,6 +502,18 @@ def _paths() -> dict[str, Any]:
                                   "Retry-After.", retry_after=True),
                 },
             },
+            "head": {
+                "operationId": "headObject",
+                "summary": "Whether the case holds an object",
+                "description": "For a client that resumes an upload: a PUT of an object "
+                "already there still sends and checks its whole body.",
+                "responses": {
+                    "200": {"description": "The case holds it; Content-Length is its size."},
+                    "401": {"description": "unauthorized, invalid_token."},
+                    "404": {"description": "not_found: not in this tenant's case."},
+                    "422": {"description": "invalid_case_id, invalid_sha256."},
+                },
+            },
         },
         "/v1/jobs": {
             "post": {

@@ -82,25 +82,24 @@ def test_serve_then_the_client_commands_of_the_readme(served, tmp_path):
     served.start()
     assert (served.state / "config.toml").exists() and (served.state / "client.env").exists()
     contract = reportlab_pdf(tmp_path / "contract.pdf", pages=2)
-    up = served.cli("upload", str(contract), "--case", "MKT-2026-00042")
-    assert up.returncode == 0, up.stdout + up.stderr
-    ref = json.loads(up.stdout)
-    manifest = {"kind": "sign_case", "case_id": "MKT-2026-00042",
-                "items": [{"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
-                           "object_ref": ref["object_ref"], "sha256": ref["sha256"],
-                           "size": ref["size"]}],
-                "signers": [{"id": "seller-881", "name": "Acme Ltd", "role": "seller"}]}
-    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
-    sub = served.cli("submit", str(tmp_path / "manifest.json"), "--wait")
-    assert sub.returncode == 0, sub.stdout + sub.stderr
-    job = json.loads(sub.stdout)
-    assert job["state"] == "ready"
-    listed = served.cli("jobs", "list")
-    assert listed.returncode == 0 and job["job_id"] in listed.stdout
-    signed = tmp_path / "contract.signed.pdf"
-    kiosk = served.cli("sign", str(contract), "--case", "MKT-2026-00042", "-o", str(signed))
-    assert kiosk.returncode == 0, kiosk.stdout + kiosk.stderr
+    photo = tmp_path / "photo-1.jpg"
+    photo.write_bytes(b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + b"\x00" * 64 + b"\xff\xd9")
+    sign = served.cli("case", "sign", str(contract), "--case", "MKT-2026-00042",
+                      "--evidence", str(photo), "--signer", "seller-881:Acme Ltd:seller", "--wait")
+    assert sign.returncode == 0, sign.stdout + sign.stderr
+    job_id, signed = sign.stdout.split()[1], tmp_path / "contract.signed.pdf"
+    assert sign.stdout == f"job {job_id} sha256 {sign.stdout.split()[3]} wrote {signed}\n"
     ver = served.cli("verify", str(signed), "--trust", str(served.state / "ca.pem"))
+    assert ver.returncode == 0, ver.stdout + ver.stderr
+    copy = tmp_path / "copy.pdf"
+    got = served.cli("jobs", "download", job_id, "-o", str(copy))
+    assert got.returncode == 0 and copy.read_bytes() == signed.read_bytes(), got.stderr
+    listed = served.cli("jobs", "list")
+    assert listed.returncode == 0 and job_id in listed.stdout
+    kiosk_out = tmp_path / "kiosk.signed.pdf"
+    kiosk = served.cli("sign", str(contract), "--case", "MKT-2026-00042", "-o", str(kiosk_out))
+    assert kiosk.returncode == 0, kiosk.stdout + kiosk.stderr
+    ver = served.cli("verify", str(kiosk_out), "--trust", str(served.state / "ca.pem"))
     assert ver.returncode == 0, ver.stdout + ver.stderr
     assert served.signal(signal.SIGTERM) == 0
     audit = served.cli("audit", "verify", "--config", str(served.state / "config.toml"))

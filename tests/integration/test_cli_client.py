@@ -378,6 +378,20 @@ async def test_sign_refuses_bytes_that_do_not_match_their_digest(stub, tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["contract.pdf"]
 
 
+async def test_jobs_download_refuses_a_job_not_ready_and_bytes_not_its_own(
+        stub, tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    m = tmp_path / "m.json"
+    m.write_text(json.dumps({"kind": "sign_case", "case_id": "C-1"}))
+    await run_cli(capsys, "submit", str(m))
+    rc, out, err = await run_cli(capsys, "jobs", "download", "job-1")
+    assert (rc, out, err) == (1, "", "error: not_ready: job job-1 is processing\n")
+    # Ready now, but the stub's artifact is not the sha256 the job names.
+    rc, out, err = await run_cli(capsys, "jobs", "download", "job-1")
+    assert (rc, out) == (1, "") and err.startswith("error: digest_mismatch: the artifact of job job-1")
+    assert list(tmp_path.iterdir()) == [m]
+
+
 async def test_token_problems(stub, tmp_path, capsys, monkeypatch) -> None:
     monkeypatch.setenv("CASESIGND_TOKEN", "csd_wrong")
     rc, _, err = await run_cli(capsys, "jobs", "list")
