@@ -33,23 +33,55 @@ function failure(e) {
   return `The daemon cannot be reached: ${e.message}`;
 }
 
+// Refreshes redraw parts of the page every few seconds. A part is redrawn only when
+// what it shows changed (a live region would otherwise read it out again each time),
+// and the control that had the keyboard's focus gets it back (a redraw replaces it).
+const shown = new Map();
+
+function redraw(node, key, draw) {
+  if (shown.get(node.id) === key) return;
+  shown.set(node.id, key);
+  const active = document.activeElement;
+  const focusKey = active && node.contains(active) ? active.dataset.key : undefined;
+  draw();
+  if (focusKey !== undefined) {
+    const again = [...node.querySelectorAll('[data-key]')].find((e) => e.dataset.key === focusKey);
+    if (again) again.focus();
+  }
+}
+
 // --- the queue, the clocks and the chain ------------------------------------------
 
-function tile(label, value, note) {
+function tile(label, value, note, noteId) {
   return el('div', { class: 'tile' },
             el('dt', {}, label), el('dd', {}, el('span', { class: 'n' }, value),
-                                      note ? el('span', { class: 'note' }, note) : null));
+                                      note ? el('span', { class: 'note', id: noteId }, note)
+                                        : null));
 }
 
 function renderStats(stats) {
   const now = stats.now;
+  const { at, ...seen } = stats;
+  byId('updated').textContent = `Updated ${time(at)}.`;
+  redraw(byId('queue-body'), JSON.stringify([seen.now, seen.ended]), () => {
+    drawStats(stats, now);
+    byId('queue-news').textContent = `${now.queued} queued, ${now.processing} processing, `
+      + `${now.failed} failed.`;
+  });
+  byId('oldest').textContent = `oldest waits ${age(stats.oldest_queued_age_s)}`;
+  redraw(byId('phases-chart'), JSON.stringify(seen), () => drawCharts(stats));
+}
+
+function drawStats(stats, now) {
   replace(byId('queue-body'), el('dl', { class: 'tiles' },
-    tile('Queued', now.queued, `oldest waits ${age(stats.oldest_queued_age_s)}`),
+    tile('Queued', now.queued, `oldest waits ${age(stats.oldest_queued_age_s)}`, 'oldest'),
     tile('Processing', now.processing),
     tile('Failed', now.failed, 'kept until retried'),
     tile('Ready in the hour', stats.ended.ready),
     tile('Canceled in the hour', stats.ended.canceled)));
-  byId('updated').textContent = `Updated ${time(stats.at)}.`;
+}
+
+function drawCharts(stats) {
   replace(byId('phases-chart'), charts.phases(stats, 'phases-cap'));
   replace(byId('ended-chart'), charts.ended(stats, 'ended-cap'));
   replace(byId('clock-table').tBodies[0], charts.clockRows(stats).map(
@@ -64,11 +96,11 @@ function renderAudit(head) {
     ['Last events of the chain', sample(head.tail)],
     [`Events of your ${head.tenant.jobs} newest jobs`, sample(head.tenant)],
   ];
-  replace(byId('audit-body'),
+  redraw(byId('audit-body'), JSON.stringify(head), () => replace(byId('audit-body'),
     el('p', { class: head.ok ? 'ok' : 'bad' }, verdict),
     el('dl', { class: 'facts' }, rows.map(([k, v]) => [el('dt', {}, k), el('dd', {}, v)])),
     el('p', { class: 'hint' }, 'Each sampled event\u2019s hash is recomputed and linked to the '
-       + 'event before it. The whole chain is checked by \u201ccasesignd audit verify\u201d.'));
+       + 'event before it. The whole chain is checked by \u201ccasesignd audit verify\u201d.')));
 }
 
 function sample(s) {
@@ -92,6 +124,7 @@ async function refreshSummary() {
 
 function jobRow(job) {
   const open = el('button', { type: 'button', class: 'link', 'data-job': job.job_id,
+                              'data-key': job.job_id,
                               'aria-label': `Open job ${job.job_id}` }, job.job_id);
   open.addEventListener('click', () => openJob(job.job_id, true));
   return el('tr', { 'data-state': job.state },
@@ -106,11 +139,10 @@ async function refreshJobs(announce) {
   try {
     const page = await api.listJobs(view.filters, view.cursor);
     view.next = page.next_cursor;
-    const body = byId('jobs-table').tBodies[0];
-    replace(body, page.jobs.map(jobRow));
-    if (!page.jobs.length) {
-      replace(body, el('tr', {}, el('td', { colspan: 7 }, 'No jobs match.')));
-    }
+    const body = byId('jobs-body');
+    redraw(body, JSON.stringify(page.jobs.map((j) => [j.job_id, j.state, j.attempts, j.timings])),
+           () => replace(body, page.jobs.length ? page.jobs.map(jobRow)
+             : el('tr', {}, el('td', { colspan: 7 }, 'No jobs match.'))));
     byId('newer').disabled = view.newer.length === 0;
     byId('older').disabled = !view.next;
     if (announce) status.textContent = `${page.jobs.length} jobs shown.`;
@@ -146,6 +178,12 @@ function download(result) {
 }
 
 function renderJob(job, events) {
+  const { result, ...rest } = job; // a fresh download link each read: not a change
+  const key = JSON.stringify([rest, result && result.sha256, events.length]);
+  redraw(byId('job'), key, () => drawJob(job, events));
+}
+
+function drawJob(job, events) {
   byId('job-h').textContent = `Job ${job.job_id}`;
   const t = job.timings || {};
   const facts = [
@@ -176,7 +214,8 @@ function renderJob(job, events) {
 }
 
 function action(label, verb, job) {
-  const button = el('button', { type: 'button', class: 'act' }, `${label} the job`);
+  const button = el('button', { type: 'button', class: 'act', 'data-key': label },
+                    `${label} the job`);
   button.addEventListener('click', async () => {
     button.disabled = true;
     const status = byId('job-status');
@@ -247,7 +286,10 @@ function signOut(message) {
   api.signOut();
   clearInterval(view.timer);
   Object.assign(view, { filters: {}, cursor: null, newer: [], next: null, job: null, timer: null });
-  for (const id of ['queue-body', 'audit-body', 'job-facts', 'job-actions']) replace(byId(id));
+  for (const id of ['queue-body', 'queue-news', 'audit-body', 'job-facts', 'job-actions']) {
+    replace(byId(id));
+  }
+  shown.clear();
   replace(byId('jobs-table').tBodies[0]);
   replace(byId('events-table').tBodies[0]);
   byId('job').hidden = true;

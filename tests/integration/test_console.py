@@ -167,6 +167,40 @@ def test_the_jobs_filter_by_state(console, browser_page):
     page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length > 5")
 
 
+def test_markup_in_an_answer_is_shown_as_text_and_never_run(console, browser_page):
+    d, jobs = console
+    page, _ = browser_page
+    evil = '<img src=x onerror="window.__xss=1">'
+    job = {**jobs["signed"], "kind": evil, "case_id": evil + "<script>window.__xss=2</script>"}
+    job["result"] = {**job["result"], "download_url": "javascript:window.__xss=3"}
+
+    def answer(route: Any) -> None:
+        route.fulfill(status=200, content_type="application/json",
+                      body=json.dumps({"jobs": [job], "next_cursor": None}))
+
+    # The browser is handed an answer that no daemon gives: what the page does with it.
+    page.route("**/v1/jobs?*", answer)
+    page.route(f"**/v1/jobs/{job['job_id']}", lambda r: r.fulfill(
+        status=200, content_type="application/json", body=json.dumps(job)))
+    try:
+        page.click("#filters button[type=submit]")
+        page.wait_for_function("() => document.querySelector('#jobs-body').textContent"
+                               ".includes('onerror')")
+        page.click(f"button[data-job='{job['job_id']}']")
+        page.wait_for_function("() => document.querySelector('#job-facts').textContent"
+                               ".includes('onerror')")
+        assert page.evaluate("window.__xss") is None
+        assert page.query_selector_all("#main img, #main script") == []
+        assert evil in page.text_content("#jobs-body")
+        assert page.query_selector("#job-facts a") is None  # no link to javascript:
+    finally:
+        page.unroute("**/v1/jobs?*")
+        page.unroute(f"**/v1/jobs/{job['job_id']}")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => !document.querySelector('#jobs-body').textContent"
+                           ".includes('onerror')")
+
+
 def test_no_serious_accessibility_violation(console, browser_page):
     page, _ = browser_page
     from axe_playwright_python.sync_playwright import Axe
@@ -194,6 +228,14 @@ def test_every_control_is_reached_by_the_keyboard(browser_page):
         reached.append(page.evaluate("document.activeElement.id "
                                      "|| document.activeElement.textContent"))
     assert set(controls) <= set(reached), set(controls) - set(reached)
+    # The running job's clocks change, so the list is redrawn at the next refresh: the
+    # button that had the focus keeps it.
+    first = page.query_selector("#jobs-body button")
+    key = first.get_attribute("data-key")
+    first.focus()
+    before = page.evaluate_handle("document.querySelector('#jobs-body button')")
+    page.wait_for_function("(b) => !b.isConnected", arg=before, timeout=12000)
+    assert page.evaluate("document.activeElement.dataset.key") == key
 
 
 def test_the_token_stays_in_the_page_and_requests_stay_on_the_daemon(console, browser_page):
