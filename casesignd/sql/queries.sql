@@ -154,9 +154,10 @@ SELECT * FROM jobs WHERE tenant = :tenant AND state IN (SELECT value FROM json_e
    AND job_id < :cursor AND (:kind IS NULL OR kind = :kind)
  ORDER BY job_id DESC LIMIT :limit;
 
--- A case has few jobs: found by its index (jobs_case), then sorted.
+-- A case has few jobs: found by its index (jobs_case), then sorted. Named, since the
+-- planner would rather walk all the tenant's jobs in order (jobs_tenant).
 -- name: list_jobs_case
-SELECT * FROM jobs WHERE tenant = :tenant AND case_id = :case_id AND job_id < :cursor
+SELECT * FROM jobs INDEXED BY jobs_case WHERE tenant = :tenant AND case_id = :case_id AND job_id < :cursor
    AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
    AND (:kind IS NULL OR kind = :kind)
  ORDER BY job_id DESC LIMIT :limit;
@@ -168,8 +169,9 @@ SELECT state, count(*) AS n, min(queued_since) AS oldest FROM jobs
  WHERE tenant = :tenant AND state IN ('queued', 'retry_wait', 'running', 'failed')
  GROUP BY state;
 
--- ... and the clocks of its jobs that ended since :since, per bucket and state
--- (jobs_finished: only the window's rows are read).
+-- ... and the clocks of its jobs that ended since :since, per bucket and state. Only
+-- the window's rows are read (jobs_finished, named: the planner would rather take
+-- jobs_tenant_state, every job the tenant ever finished).
 -- name: tenant_ended
 SELECT CAST((finished_at - :since) / :bucket_s AS INTEGER) AS bucket, state, count(*) AS n,
        avg(admission_ms) AS admission_mean, max(admission_ms) AS admission_max,
@@ -177,7 +179,7 @@ SELECT CAST((finished_at - :since) / :bucket_s AS INTEGER) AS bucket, state, cou
        avg(processing_ms) AS processing_mean, max(processing_ms) AS processing_max,
        avg((finished_at - created_at) * 1000.0) AS total_mean,
        max((finished_at - created_at) * 1000.0) AS total_max
-  FROM jobs
+  FROM jobs INDEXED BY jobs_finished
  WHERE finished_at >= :since AND state IN ('succeeded', 'failed', 'canceled')
    AND tenant = :tenant
  GROUP BY bucket, state;
