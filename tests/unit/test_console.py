@@ -3,6 +3,8 @@ and the files the package ships for the page."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from casesignd import console
@@ -70,3 +72,25 @@ def test_the_package_ships_the_page_and_nothing_it_does_not_serve():
             text = a.body.decode()
             assert "innerHTML" not in text and "localStorage" not in text.replace(
                 "never in storage", "") and "document.cookie" not in text, name
+
+
+def _contrast(a: str, b: str) -> float:
+    """WCAG 2.1's contrast ratio of two #rrggbb colours."""
+    def luminance(hex_colour: str) -> float:
+        c = [int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)]
+        c = [x / 12.92 if x <= 0.03928 else ((x + 0.055) / 1.055) ** 2.4 for x in c]
+        return 0.2126 * c[0] + 0.7152 * c[1] + 0.0722 * c[2]
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_the_colours_meet_wcag_aa_on_both_backgrounds():
+    css = console.load_assets()["console.css"].body.decode()
+    colours = dict(re.findall(r"--([\w-]+):\s*(#[0-9a-f]{6});", css))
+    for background in (colours["panel"], colours["bg"]):
+        for text in ("ink", "muted", "accent", "ok", "bad"):  # text: 4.5:1
+            assert _contrast(colours[text], background) >= 4.5, text
+        for mark in [k for k in colours if k.startswith("c-")] + ["line"]:  # marks: 3:1
+            assert _contrast(colours[mark], background) >= 3.0, mark
+    assert _contrast("#ffffff", colours["accent"]) >= 4.5  # a button's label
+    assert _contrast("#ffffff", colours["ink"]) >= 4.5  # the header
