@@ -49,6 +49,7 @@ log = logging.getLogger("casesignd.api")
 
 _CORRELATION = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 _JOB_ID = re.compile(r"job_[0-9a-f]{28}")
+_KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _HTTP_CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout",
@@ -209,7 +210,13 @@ async def list_jobs(request: web.Request) -> web.Response:
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise ValidationError("cursor is not one this service gave out", code="invalid_cursor",
                               field="cursor")
-    found, nxt = await s.store.list_jobs(tenant, states, limit, cursor)
+    kind = q.get("kind") or None
+    if kind is not None and not _KIND.fullmatch(kind):
+        raise ValidationError("kind must be a job kind's name", code="invalid_field",
+                              field="kind")
+    case_id = jobs.check_case_id(q["case_id"]) if q.get("case_id") else None
+    found, nxt = await s.store.list_jobs(tenant, states, limit, cursor, kind=kind,
+                                         case_id=case_id)
     now = time.time()
     return json_response({"jobs": [job_resource(s, j, now) for j in found], "next_cursor": nxt})
 

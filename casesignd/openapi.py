@@ -339,6 +339,56 @@ def _schemas() -> dict[str, Any]:
                         "and every one is TOTAL-PASSED."}},
             ["signatures", "passed"],
         ),
+        "Stats": _obj(
+            {
+                "at": {"type": "string", "format": "date-time"},
+                "window_s": {"type": "integer"},
+                "bucket_s": {"type": "integer"},
+                "since": {"type": "string", "format": "date-time",
+                          "description": "The first bucket's start."},
+                "now": _obj({s: {"type": "integer", "minimum": 0}
+                             for s in ("queued", "processing", "failed")},
+                            ["queued", "processing", "failed"]),
+                "oldest_queued_age_s": {"type": ["number", "null"], "minimum": 0},
+                "ended": _obj({s: {"type": "integer", "minimum": 0}
+                               for s in ("ready", "failed", "canceled")},
+                              ["ready", "failed", "canceled"]),
+                "buckets": {"type": "array", "items": _ref("StatsBucket"),
+                            "description": "Oldest first; only buckets in which jobs ended."},
+            },
+            ["at", "window_s", "bucket_s", "since", "now", "oldest_queued_age_s", "ended",
+             "buckets"],
+        ),
+        "StatsBucket": _obj(
+            {
+                "start": {"type": "string", "format": "date-time"},
+                **{s: {"type": "integer", "minimum": 0} for s in ("ready", "failed", "canceled")},
+                **{f"{c}_ms": _obj({"mean": {"type": "number", "minimum": 0},
+                                    "max": {"type": "number", "minimum": 0}}, ["mean", "max"])
+                   for c in ("admission", "queue_wait", "processing", "total")},
+            },
+            ["start", "ready", "failed", "canceled", "admission_ms", "queue_wait_ms",
+             "processing_ms", "total_ms"],
+        ),
+        "AuditSample": _obj(
+            {"events": {"type": "integer", "minimum": 0},
+             "ok": {"type": "boolean"},
+             "from_seq": {"type": "integer"}, "to_seq": {"type": "integer"},
+             "jobs": {"type": "integer", "description": "The tenant's newest jobs sampled."},
+             "first_bad": _obj({"seq": {"type": "integer"}, "reason": {"type": "string"},
+                                "event_id": {"type": "string"}, "job_id": {"type": "string"}},
+                               ["seq", "reason"])},
+            ["events", "ok"],
+        ),
+        "AuditHead": _obj(
+            {"head": {"oneOf": [{"type": "null"}, _obj(
+                {"seq": {"type": "integer", "minimum": 1},
+                 "hash": {"type": "string", "pattern": SHA256_PATTERN},
+                 "at": {"type": "string"}}, ["seq", "hash", "at"])]},
+             "tail": _ref("AuditSample"), "tenant": _ref("AuditSample"),
+             "ok": {"type": "boolean"}, "complete": {"const": False}},
+            ["head", "tail", "tenant", "ok", "complete"],
+        ),
         "Readiness": _obj(
             {"ready": {"type": "boolean"},
              "checks": {"type": "object", "description": "Each check by name.",
@@ -420,6 +470,14 @@ _ARTIFACT_NOT_FOUND = _error("artifact_not_found: no such artifact for this tena
 _BAD_REQUEST = _error("malformed_json: the body is not valid JSON.")
 _UNAVAILABLE = _error("shutting_down, store_unavailable: try again after Retry-After.",
                       retry_after=True)
+
+_PAGE_HEADERS = {
+    "Content-Security-Policy": {"description": "default-src 'none'; script, style, image "
+                                "and connections from this origin only; no inline script; "
+                                "frame-ancestors 'none'.", "schema": {"type": "string"}},
+    "X-Content-Type-Options": {"$ref": "#/components/headers/XContentTypeOptions"},
+    "Referrer-Policy": {"description": "Always no-referrer.", "schema": {"const": "no-referrer"}},
+}
 
 _VALIDATION_CODES = (
     "invalid_field (field names the path, e.g. items[0].sha256), invalid_body, missing_field, "
@@ -544,13 +602,21 @@ def _paths() -> dict[str, Any]:
                     {"name": "limit", "in": "query", "required": False,
                      "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
                     {"name": "cursor", "in": "query", "required": False,
-                     "description": "next_cursor of the previous page.",
-                     "schema": {"type": "string"}},
+                     "description": "next_cursor of the previous page (given with the same "
+                     "filters).", "schema": {"type": "string"}},
+                    {"name": "kind", "in": "query", "required": False,
+                     "description": "Only the jobs of this kind.",
+                     "schema": {"type": "string", "pattern": "^[a-z][a-z0-9_]{0,63}$"}},
+                    {"name": "case_id", "in": "query", "required": False,
+                     "description": "Only the jobs of this case.",
+                     "schema": {"type": "string", "pattern": CASE_ID_PATTERN}},
                 ],
                 "responses": {
                     "200": {"description": "One page.", "content": _json("JobList")},
                     "401": _UNAUTHORIZED,
-                    "422": _error("invalid_state, invalid_limit, invalid_cursor."),
+                    "422": _error("invalid_state, invalid_limit, invalid_cursor; "
+                                  "invalid_field: a kind that is no kind's name; "
+                                  "invalid_case_id."),
                 },
             },
         },
@@ -600,6 +666,78 @@ def _paths() -> dict[str, Any]:
                     "401": _UNAUTHORIZED,
                     "404": _JOB_NOT_FOUND,
                     "409": _error("not_cancelable: a worker holds it, or it has ended."),
+                },
+            },
+        },
+        "/v1/stats": {
+            "get": {
+                "operationId": "getStats",
+                "summary": "The tenant's queue now and its jobs' clocks over a window",
+                "description": "What the console charts. now: the tenant's jobs queued "
+                "(waiting for a retry included), processing and failed (the dead letter) at "
+                "this moment; oldest_queued_age_s: the longest current wait among the queued "
+                "ones. ended and buckets: the jobs that ended (ready, failed, canceled) since "
+                "`since`, the window's start on a bucket boundary; each bucket holds the mean "
+                "and longest of each clock over its ready and failed jobs (canceled jobs "
+                "never ran, and are only counted). Read from the tenant's job rows: jobs "
+                "removed by retention are not in it.",
+                "parameters": [
+                    {"name": "window_s", "in": "query", "required": False,
+                     "description": "Seconds back from now (default 3600). At most 60 "
+                     "buckets of whole minutes (bucket_s: 60 for an hour).",
+                     "schema": {"type": "integer", "minimum": 60, "maximum": 86400}},
+                ],
+                "responses": {
+                    "200": {"description": "The summary.", "content": _json("Stats")},
+                    "401": _UNAUTHORIZED,
+                    "422": _error("invalid_field: window_s outside 60-86400."),
+                },
+            },
+        },
+        "/v1/audit/head": {
+            "get": {
+                "operationId": "getAuditHead",
+                "summary": "The audit chain's head, and a cheap check of two samples of it",
+                "description": "head: the chain's last event (the chain is global: one "
+                "sequence for every tenant). tail: the chain's last 256 events, each one's "
+                "hash recomputed from its fields and its prev_hash matched to the hash of "
+                "the event before it (another tenant's event is named only by its seq). "
+                "tenant: the same for every event of the tenant's 20 newest jobs, each "
+                "linked to its predecessor in the chain whoever it belongs to. ok: both "
+                "samples verify. complete is always false: events outside the samples are "
+                "not read; `casesignd audit verify` checks the whole chain.",
+                "responses": {
+                    "200": {"description": "The head and the samples' verdicts.",
+                            "content": _json("AuditHead")},
+                    "401": _UNAUTHORIZED,
+                },
+            },
+        },
+        "/console": {
+            "get": {
+                "operationId": "console", "summary": "The console, a web page for people",
+                "description": "Sign in with a tenant token (held by the page only while "
+                "it is open); it uses only this API. Its assets are under /console/.",
+                "security": [],
+                "responses": {"200": {"description": "The page.", "headers": _PAGE_HEADERS,
+                                      "content": {"text/html": {"schema": {"type": "string"}}}},
+                              "304": {"description": "Not modified (If-None-Match)."}},
+            },
+        },
+        "/console/{name}": {
+            "get": {
+                "operationId": "consoleAsset", "summary": "A file of the console",
+                "description": "The page's style sheet and JavaScript modules, as shipped "
+                "in the package; revalidated by ETag on every load.",
+                "security": [],
+                "parameters": [{"name": "name", "in": "path", "required": True,
+                                "schema": {"type": "string"}}],
+                "responses": {
+                    "200": {"description": "The file.", "headers": _PAGE_HEADERS, "content": {
+                        t: {"schema": {"type": "string"}} for t in (
+                            "text/html", "text/css", "text/javascript", "image/svg+xml")}},
+                    "304": {"description": "Not modified (If-None-Match)."},
+                    "404": _error("not_found: no such file."),
                 },
             },
         },

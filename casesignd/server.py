@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from . import api, cases, kiosk, logs, sdnotify, wire
+from . import api, cases, console, kiosk, logs, sdnotify, wire
 from . import config as config_mod
 from .app import SERVICES, Services, lifecycle
 from .config import Config
@@ -45,6 +45,7 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
     app.cleanup_ctx.append(lifecycle)
     api.add_routes(app)
     cases.add_routes(app)
+    console.add_routes(app)
     app.router.add_post("/v1/sign", kiosk.post_sign)
     return app
 

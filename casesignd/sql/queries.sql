@@ -146,12 +146,58 @@ SELECT * FROM jobs WHERE job_id = :job_id;
 
 -- name: list_jobs
 SELECT * FROM jobs WHERE tenant = :tenant AND job_id < :cursor
+   AND (:kind IS NULL OR kind = :kind)
  ORDER BY job_id DESC LIMIT :limit;
 
 -- name: list_jobs_state
 SELECT * FROM jobs WHERE tenant = :tenant AND state IN (SELECT value FROM json_each(:states))
-   AND job_id < :cursor
+   AND job_id < :cursor AND (:kind IS NULL OR kind = :kind)
  ORDER BY job_id DESC LIMIT :limit;
+
+-- A case has few jobs: found by its index (jobs_case), then sorted. Named, since the
+-- planner would rather walk all the tenant's jobs in order (jobs_tenant).
+-- name: list_jobs_case
+SELECT * FROM jobs INDEXED BY jobs_case WHERE tenant = :tenant AND case_id = :case_id AND job_id < :cursor
+   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
+   AND (:kind IS NULL OR kind = :kind)
+ ORDER BY job_id DESC LIMIT :limit;
+
+-- The console's summary (GET /v1/stats): a tenant's jobs that wait, run or failed,
+-- counted by index (jobs_tenant_state), with the oldest wait.
+-- name: tenant_live
+SELECT state, count(*) AS n, min(queued_since) AS oldest FROM jobs
+ WHERE tenant = :tenant AND state IN ('queued', 'retry_wait', 'running', 'failed')
+ GROUP BY state;
+
+-- ... and the clocks of its jobs that ended since :since, per bucket and state. Only
+-- the window's rows are read (jobs_finished, named: the planner would rather take
+-- jobs_tenant_state, every job the tenant ever finished).
+-- name: tenant_ended
+SELECT CAST((finished_at - :since) / :bucket_s AS INTEGER) AS bucket, state, count(*) AS n,
+       avg(admission_ms) AS admission_mean, max(admission_ms) AS admission_max,
+       avg(queue_wait_ms) AS queue_wait_mean, max(queue_wait_ms) AS queue_wait_max,
+       avg(processing_ms) AS processing_mean, max(processing_ms) AS processing_max,
+       avg((finished_at - created_at) * 1000.0) AS total_mean,
+       max((finished_at - created_at) * 1000.0) AS total_max
+  FROM jobs INDEXED BY jobs_finished
+ WHERE finished_at >= :since AND state IN ('succeeded', 'failed', 'canceled')
+   AND tenant = :tenant
+ GROUP BY bucket, state;
+
+-- The audit chain's last events (GET /v1/audit/head), newest first.
+-- name: chain_tail
+SELECT * FROM events ORDER BY seq DESC LIMIT :limit;
+
+-- The events of a tenant's newest jobs, each found by its job (events_job).
+-- name: tenant_recent_events
+SELECT * FROM events
+ WHERE job_id IN (SELECT job_id FROM jobs WHERE tenant = :tenant
+                   ORDER BY job_id DESC LIMIT :jobs)
+   AND tenant = :tenant
+ ORDER BY seq;
+
+-- name: event_hashes
+SELECT seq, hash FROM events WHERE seq IN (SELECT value FROM json_each(:seqs));
 
 -- name: insert_event
 INSERT INTO events (seq, event_id, job_id, tenant, case_id, type, actor, at, attempt,

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .records import (
+    Activity,
     Claimed,
     Flight,
     IdempotencyKeyReused,
@@ -49,5 +50,5 @@ def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresSt
     return SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
 
 
-__all__ = ["Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "SqliteStore", "Store",
+__all__ = ["Activity", "Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "SqliteStore", "Store",
            "in_progress", "make_store", "new_id", "random_hex", "row_job"]

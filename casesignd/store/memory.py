@@ -24,6 +24,7 @@ from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater, Signature
 from .memory_lifecycle import MemoryLifecycle
 from .records import (
+    Activity,
     Claimed,
     Flight,
     IdempotencyKeyReused,
@@ -455,13 +456,55 @@ class MemoryStore(MemoryLifecycle):
         return job if job is not None and job.tenant == tenant else None
 
     async def list_jobs(self, tenant: str, states: list[str] | None, limit: int,
-                        cursor: str | None) -> tuple[list[Job], str | None]:
+                        cursor: str | None, *, kind: str | None = None,
+                        case_id: str | None = None) -> tuple[list[Job], str | None]:
         cursor = cursor or "job_~"
         mine = sorted((j for j in self._jobs.values() if j.tenant == tenant and j.job_id < cursor
-                       and (not states or j.state in states)),
+                       and (not states or j.state in states)
+                       and (kind is None or j.kind == kind)
+                       and (case_id is None or j.case_id == case_id)),
                       key=lambda j: j.job_id, reverse=True)
         jobs = mine[:limit]
         return jobs, (jobs[-1].job_id if len(mine) > limit else None)
+
+    async def tenant_activity(self, tenant: str, since: float, bucket_s: float) -> Activity:
+        live: dict[str, tuple[int, float | None]] = {}
+        groups: dict[tuple[int, str], list[Job]] = {}
+        for j in self._jobs.values():
+            if j.tenant != tenant:
+                continue
+            if j.state in ("queued", "retry_wait", "running", "failed"):
+                n, oldest = live.get(j.state, (0, None))
+                waits = [t for t in (oldest, j.queued_since) if t is not None]
+                live[j.state] = (n + 1, min(waits) if waits else None)
+            if j.state in ("succeeded", "failed", "canceled") and j.finished_at is not None \
+                    and j.finished_at >= since:
+                groups.setdefault((int((j.finished_at - since) // bucket_s), j.state), []).append(j)
+        ended = []
+        for (bucket, state), js in groups.items():
+            row: dict[str, Any] = {"bucket": bucket, "state": state, "n": len(js)}
+            for clock, values in (
+                    ("admission", [j.admission_ms for j in js]),
+                    ("queue_wait", [j.queue_wait_ms for j in js]),
+                    ("processing", [j.processing_ms for j in js]),
+                    ("total", [((j.finished_at or 0.0) - j.created_at) * 1000.0 for j in js])):
+                row[f"{clock}_mean"] = sum(values) / len(values)
+                row[f"{clock}_max"] = max(values)
+            ended.append(row)
+        return Activity(live=live, ended=ended)
+
+    async def chain_tail(self, limit: int) -> list[dict[str, Any]]:
+        return [dict(ev) for ev in self._events[-limit:]] if limit > 0 else []
+
+    async def tenant_recent_events(self, tenant: str, jobs: int) -> list[dict[str, Any]]:
+        newest = set(sorted((j.job_id for j in self._jobs.values() if j.tenant == tenant),
+                            reverse=True)[:jobs])
+        return [dict(ev) for ev in self._events
+                if ev["tenant"] == tenant and ev["job_id"] in newest]
+
+    async def event_hashes(self, seqs: list[int]) -> dict[int, str]:
+        wanted = set(seqs)
+        return {ev["seq"]: ev["hash"] for ev in self._events if ev["seq"] in wanted}
 
     async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]:
         out = []

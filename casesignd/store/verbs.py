@@ -23,7 +23,17 @@ from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater
 from .lifecycle import LifecycleVerbs
-from .records import Claimed, Flight, IdempotencyKeyReused, Job, Lease, NewJob, in_progress, row_job
+from .records import (
+    Activity,
+    Claimed,
+    Flight,
+    IdempotencyKeyReused,
+    Job,
+    Lease,
+    NewJob,
+    in_progress,
+    row_job,
+)
 from .tx import Op, Row, Step, Tx
 
 if TYPE_CHECKING:
@@ -484,18 +494,48 @@ class SqlStore(LifecycleVerbs, abc.ABC):
         return row_job(rows[0]) if rows else None
 
     async def list_jobs(
-        self, tenant: str, states: list[str] | None, limit: int, cursor: str | None
+        self, tenant: str, states: list[str] | None, limit: int, cursor: str | None,
+        *, kind: str | None = None, case_id: str | None = None,
     ) -> tuple[list[Job], str | None]:
-        """Newest first; the cursor is the last job id of the previous page."""
+        """Newest first; the cursor is the last job id of the previous page. ``kind``
+        and ``case_id`` narrow it to the jobs of that kind, of that case."""
         cursor = cursor or "job_~"  # "~" sorts after every hex digit (in byte order)
-        if states:
-            rows = await self._rows("list_jobs_state", tenant=tenant, cursor=cursor,
-                                    limit=limit + 1, states=self._array(states))
+        page = {"tenant": tenant, "cursor": cursor, "limit": limit + 1, "kind": kind}
+        if case_id is not None:
+            rows = await self._rows("list_jobs_case", **page, case_id=case_id,
+                                    states=self._array(states) if states else None)
+        elif states:
+            rows = await self._rows("list_jobs_state", **page, states=self._array(states))
         else:
-            rows = await self._rows("list_jobs", tenant=tenant, cursor=cursor, limit=limit + 1)
+            rows = await self._rows("list_jobs", **page)
         jobs = [row_job(r) for r in rows[:limit]]
         nxt = jobs[-1].job_id if len(rows) > limit else None
         return jobs, nxt
+
+    async def tenant_activity(self, tenant: str, since: float, bucket_s: float) -> Activity:
+        """A tenant's jobs that wait, run or failed, and the clocks of those that
+        ended since ``since`` per ``bucket_s`` (what GET /v1/stats answers)."""
+        live = await self._rows("tenant_live", tenant=tenant)
+        ended = await self._rows("tenant_ended", tenant=tenant, since=since, bucket_s=bucket_s)
+        return Activity(
+            live={r["state"]: (int(r["n"]), r["oldest"]) for r in live},
+            ended=[dict(r) for r in ended])
+
+    async def chain_tail(self, limit: int) -> list[dict[str, Any]]:
+        """The chain's last ``limit`` events as stored, oldest first."""
+        return [dict(r) for r in reversed(await self._rows("chain_tail", limit=limit))]
+
+    async def tenant_recent_events(self, tenant: str, jobs: int) -> list[dict[str, Any]]:
+        """The events of the tenant's ``jobs`` newest jobs as stored, in chain order."""
+        return [dict(r) for r in await self._rows("tenant_recent_events", tenant=tenant,
+                                                  jobs=jobs)]
+
+    async def event_hashes(self, seqs: list[int]) -> dict[int, str]:
+        """The hash of each event of ``seqs`` (those that exist)."""
+        if not seqs:
+            return {}
+        rows = await self._rows("event_hashes", seqs=self._array(seqs))
+        return {int(r["seq"]): r["hash"] for r in rows}
 
     async def events(self, tenant: str, job_id: str) -> list[dict[str, Any]]:
         rows = await self._rows("job_events", tenant=tenant, job_id=job_id)

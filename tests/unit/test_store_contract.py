@@ -208,6 +208,71 @@ async def test_list_jobs_pages_newest_first(store):
     assert (await store.list_jobs("t2", None, 10, None))[0] == []
 
 
+async def test_list_jobs_filters_by_kind_and_case(store):
+    made = {}
+    for i, (kind, case) in enumerate([("test", "C-1"), ("other", "C-1"), ("test", "C-2"),
+                                      ("test", "C-1"), ("other", "C-2")]):
+        new = dataclasses.replace(new_job(key=f"k{i}"), kind=kind, case_id=case)
+        made[i] = (await store.admit(new, actor="api:t1", max_queue_depth=100))[0].job_id
+    await store.cancel("t1", made[3], "api:t1")
+
+    async def ids(**kw) -> list[str]:
+        out, cursor = [], None
+        while True:  # pages of one: the cursor carries the filters' place
+            page, cursor = await store.list_jobs("t1", kw.get("states"), 1, cursor,
+                                                 kind=kw.get("kind"), case_id=kw.get("case_id"))
+            out += [j.job_id for j in page]
+            if cursor is None:
+                return out
+
+    assert await ids(kind="test") == [made[3], made[2], made[0]]
+    assert await ids(case_id="C-1") == [made[3], made[1], made[0]]
+    assert await ids(kind="test", case_id="C-1") == [made[3], made[0]]
+    assert await ids(kind="test", case_id="C-1", states=["queued"]) == [made[0]]
+    assert await ids(kind="other", states=["queued"]) == [made[4], made[1]]
+    assert await ids(case_id="C-9") == []
+    assert (await store.list_jobs("t2", None, 10, None, kind="test", case_id="C-1"))[0] == []
+
+
+async def test_tenant_activity_counts_live_jobs_and_buckets_the_ended(store_and_clock):
+    store, clock = store_and_clock
+    since = clock.now - 3600
+    ok, _ = await admit(store, key="a")
+    await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    bad, _ = await admit(store, key="b")
+    await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease,
+                         Fail("permanent_input", "x"))
+    await admit(store, key="c")
+    await admit(store, key="d", tenant="t2")
+    act = await store.tenant_activity("t1", since, 60.0)
+    assert act.live["queued"][0] == 1 and act.live["queued"][1] is not None
+    assert act.live["failed"][0] == 1 and "running" not in act.live
+    rows = {r["state"]: r for r in act.ended}
+    assert set(rows) == {"succeeded", "failed"}
+    for r in rows.values():
+        assert int(r["n"]) == 1 and int(r["bucket"]) == 60
+        assert r["total_max"] >= r["total_mean"] and r["processing_max"] >= r["processing_mean"] >= 0
+    assert (await store.tenant_activity("t1", clock.now + 60, 60.0)).ended == []
+    assert (await store.tenant_activity("t3", since, 60.0)).live == {}
+
+
+async def test_chain_samples_verify_and_name_their_predecessors(store):
+    for i in range(3):
+        await admit(store, key=f"k{i}")
+        await admit(store, key=f"o{i}", tenant="t2")
+    tail = await store.chain_tail(4)
+    assert [e["seq"] for e in tail] == [3, 4, 5, 6]
+    assert audit.verify_sample(tail, await store.event_hashes([2])).ok
+    assert not audit.verify_sample(tail, {}).ok  # event 2 unknown: not verified
+    mine = await store.tenant_recent_events("t1", 2)
+    assert [e["seq"] for e in mine] == [3, 5] and {e["tenant"] for e in mine} == {"t1"}
+    before = await store.event_hashes([e["seq"] - 1 for e in mine])
+    assert set(before) == {2, 4} and audit.verify_sample(mine, before).ok
+    forged = [dict(mine[0], detail='{"kind":"other"}'), mine[1]]
+    report = audit.verify_sample(forged, before)
+    assert not report.ok and report.first_bad["seq"] == 3
+
+
 async def test_audit_chain_verifies_and_is_append_only(store, tmp_path):
     job, _ = await admit(store)
     claimed = await store.claim("w", 10, 1 << 30, ["test"])

@@ -306,12 +306,58 @@ SELECT * FROM jobs WHERE job_id = %(job_id)s;
 
 -- name: list_jobs
 SELECT * FROM jobs WHERE tenant = %(tenant)s AND job_id < %(cursor)s
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
  ORDER BY job_id DESC LIMIT %(limit)s;
 
 -- name: list_jobs_state
 SELECT * FROM jobs WHERE tenant = %(tenant)s AND state = ANY(%(states)s::text[])
-   AND job_id < %(cursor)s
+   AND job_id < %(cursor)s AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
  ORDER BY job_id DESC LIMIT %(limit)s;
+
+-- A case has few jobs: found by its index (jobs_case), then sorted.
+-- name: list_jobs_case
+SELECT * FROM jobs WHERE tenant = %(tenant)s AND case_id = %(case_id)s::text
+   AND job_id < %(cursor)s
+   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
+   AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+ ORDER BY job_id DESC LIMIT %(limit)s;
+
+-- The console's summary (GET /v1/stats): a tenant's jobs that wait, run or failed,
+-- counted by index (jobs_tenant_state), with the oldest wait.
+-- name: tenant_live
+SELECT state, count(*) AS n, min(queued_since) AS oldest FROM jobs
+ WHERE tenant = %(tenant)s AND state IN ('queued', 'retry_wait', 'running', 'failed')
+ GROUP BY state;
+
+-- ... and the clocks of its jobs that ended since since, per bucket and state
+-- (jobs_finished: only the window's rows are read).
+-- name: tenant_ended
+SELECT floor((finished_at - %(since)s::float8) / %(bucket_s)s::float8)::int AS bucket,
+       state, count(*) AS n,
+       avg(admission_ms) AS admission_mean, max(admission_ms) AS admission_max,
+       avg(queue_wait_ms) AS queue_wait_mean, max(queue_wait_ms) AS queue_wait_max,
+       avg(processing_ms) AS processing_mean, max(processing_ms) AS processing_max,
+       avg((finished_at - created_at) * 1000.0) AS total_mean,
+       max((finished_at - created_at) * 1000.0) AS total_max
+  FROM jobs
+ WHERE finished_at >= %(since)s::float8 AND state IN ('succeeded', 'failed', 'canceled')
+   AND tenant = %(tenant)s
+ GROUP BY 1, state;
+
+-- The audit chain's last events (GET /v1/audit/head), newest first.
+-- name: chain_tail
+SELECT * FROM events ORDER BY seq DESC LIMIT %(limit)s;
+
+-- The events of a tenant's newest jobs, each found by its job (events_job).
+-- name: tenant_recent_events
+SELECT * FROM events
+ WHERE job_id IN (SELECT job_id FROM jobs WHERE tenant = %(tenant)s
+                   ORDER BY job_id DESC LIMIT %(jobs)s)
+   AND tenant = %(tenant)s
+ ORDER BY seq;
+
+-- name: event_hashes
+SELECT seq, hash FROM events WHERE seq = ANY(%(seqs)s::bigint[]);
 
 -- The chain head, locked until this transaction commits: taken once per transaction,
 -- after every other statement of it.

@@ -1,0 +1,254 @@
+"""The console (GET /console) against one real daemon: its headers and its reads over
+HTTP, then the page itself in Debian's Chromium (Playwright): signing in, the jobs, a
+failed job retried, the filters, every request kept to the daemon, the token kept out
+of storage, cookies and the URL, and axe-core's accessibility rules.
+
+One daemon and one browser page for the module: the browser tests run in file order
+on the same signed-in page, as a person would use it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon import Daemon
+from tests.helpers_browser import CHROMIUM, launch, seed
+
+
+@pytest.fixture(scope="module")
+def console(tmp_path_factory) -> Iterator[tuple[Daemon, dict[str, Any]]]:
+    work = tmp_path_factory.mktemp("console")
+    d = Daemon(work / "state").start()
+    try:
+        yield d, seed(d, work)
+    finally:
+        if d.proc is not None and d.proc.poll() is None:
+            d.proc.kill()
+            d.proc.wait(timeout=10)
+
+
+# --- over HTTP -----------------------------------------------------------------------
+
+
+def test_the_page_and_its_assets_carry_a_strict_policy(console):
+    d, _ = console
+    page = d.request("GET", "/console", auth=False)
+    assert page.status == 200 and page.headers["Content-Type"] == "text/html; charset=utf-8"
+    csp = page.headers["Content-Security-Policy"]
+    for part in ("default-src 'none'", "script-src 'self'", "connect-src 'self'",
+                 "frame-ancestors 'none'"):
+        assert part in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert page.headers["X-Content-Type-Options"] == "nosniff"
+    assert page.headers["Referrer-Policy"] == "no-referrer"
+    html = page.body.decode()
+    assert "<script>" not in html and "http://" not in html and "https://" not in html
+    for name, media in (("app.js", "text/javascript"), ("console.css", "text/css")):
+        r = d.request("GET", f"/console/{name}", auth=False)
+        assert r.status == 200 and r.headers["Content-Type"].startswith(media)
+        assert r.headers["Cache-Control"] == "no-cache" and r.headers["ETag"]
+        assert r.headers["Content-Security-Policy"] == csp
+        again = d.request("GET", f"/console/{name}", auth=False,
+                          headers={"If-None-Match": r.headers["ETag"]})
+        assert again.status == 304
+    for missing in ("nope.js", "..", "%2e%2e%2fconfig.toml"):
+        assert d.request("GET", f"/console/{missing}", auth=False).status == 404
+
+
+def test_the_jobs_filter_by_kind_and_case(console):
+    d, jobs = console
+    r = d.request("GET", "/v1/jobs?kind=sign_case")
+    assert [j["job_id"] for j in r.json()["jobs"]] == [jobs["signed"]["job_id"]]
+    r = d.request("GET", "/v1/jobs?case_id=MKT-2026-00051&state=failed")
+    assert [j["job_id"] for j in r.json()["jobs"]] == [jobs["failed"]["job_id"]]
+    assert d.request("GET", "/v1/jobs?kind=sign_case&case_id=EDU-1040").json()["jobs"] == []
+    assert d.request("GET", "/v1/jobs?kind=Bad-Kind").json()["error"]["code"] == "invalid_field"
+    assert d.request("GET", "/v1/jobs?case_id=a/b").json()["error"]["code"] == "invalid_case_id"
+
+
+def test_stats_and_the_audit_head(console):
+    d, _ = console
+    stats = d.request("GET", "/v1/stats").json()
+    assert stats["window_s"] == 3600 and stats["bucket_s"] == 60
+    assert stats["now"]["failed"] >= 1 and stats["ended"]["ready"] >= 5
+    ran = sum(b["ready"] + b["failed"] for b in stats["buckets"])
+    assert ran >= 6 and all(b["total_ms"]["max"] >= b["total_ms"]["mean"] > 0
+                            for b in stats["buckets"])
+    assert d.request("GET", "/v1/stats?window_s=59").status == 422
+    assert d.request("GET", "/v1/stats", auth="not-a-token").status == 401
+    head = d.request("GET", "/v1/audit/head").json()
+    assert head["ok"] and not head["complete"]
+    assert head["head"]["seq"] == head["tail"]["to_seq"] >= head["tenant"]["to_seq"]
+    assert head["tenant"]["events"] >= 18  # every event of the seeded jobs
+
+
+# --- in the browser ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser_page(console) -> Iterator[tuple[Any, list[str]]]:
+    if not CHROMIUM.exists():
+        pytest.skip(f"{CHROMIUM} is not installed (scripts/setup --system installs it)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    requests: list[str] = []
+    with sync_api.sync_playwright() as p:
+        browser = launch(p)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.on("request", lambda r: requests.append(r.url))
+        page.set_default_timeout(15000)
+        yield page, requests
+        context.close()
+        browser.close()
+
+
+def _rows(page: Any) -> list[dict[str, str]]:
+    return page.eval_on_selector_all(
+        "#jobs-table tbody tr[data-state]",
+        "rows => rows.map(r => ({id: r.querySelector('button').dataset.job,"
+        " state: r.dataset.state}))")
+
+
+def test_signing_in_shows_the_known_jobs(console, browser_page):
+    d, jobs = console
+    page, _ = browser_page
+    page.goto(d.url + "/console")
+    page.fill("#token", "not-the-token")
+    page.press("#token", "Enter")  # the keyboard signs in, as the button does
+    page.wait_for_function("() => document.querySelector('#signin-error').textContent.length > 0")
+    assert page.is_hidden("#console")
+    page.fill("#token", d.token)
+    page.press("#token", "Enter")
+    page.wait_for_selector(f"button[data-job='{jobs['signed']['job_id']}']")
+    assert page.input_value("#token") == ""
+    page.click(f"button[data-job='{jobs['signed']['job_id']}']")
+    link = page.wait_for_selector("#job-facts a[download]")
+    assert link.get_attribute("href").startswith(f"/v1/artifacts/{jobs['signed']['result']['artifact_id']}?")
+    page.wait_for_selector("#queue-body .tile")
+    assert "intact" in page.text_content("#audit-body")
+
+
+def test_a_failed_job_is_retried_and_shows_its_new_attempt(console, browser_page):
+    d, jobs = console
+    page, _ = browser_page
+    failed = jobs["failed"]["job_id"]
+    page.click(f"button[data-job='{failed}']")
+    page.wait_for_function(f"() => document.querySelector('#job-h').textContent.includes('{failed}')")
+    page.click("#job-actions button:has-text('Retry')")
+    # The test kind fails again at once: a second claimed event, attempt 2.
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#events-table tbody tr')].some("
+        "r => r.cells[2].textContent === 'claimed' && r.cells[3].textContent === '2')")
+    assert d.job(failed)["attempts"] == 2
+    assert "Retry: done." in page.text_content("#job-status")
+
+
+def test_the_jobs_filter_by_state(console, browser_page):
+    _, jobs = console
+    page, _ = browser_page
+    page.select_option("#f-state", "failed")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#jobs-table tbody tr[data-state]')]"
+        ".every(r => r.dataset.state === 'failed')")
+    rows = _rows(page)
+    assert rows and {r["id"] for r in rows} == {jobs["failed"]["job_id"]}
+    page.select_option("#f-state", "")
+    page.fill("#f-case", "MKT-2026-00042")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length === 1")
+    assert [r["id"] for r in _rows(page)] == [jobs["signed"]["job_id"]]
+    page.click("#f-clear")
+    page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length > 5")
+
+
+def test_markup_in_an_answer_is_shown_as_text_and_never_run(console, browser_page):
+    d, jobs = console
+    page, _ = browser_page
+    evil = '<img src=x onerror="window.__xss=1">'
+    job = {**jobs["signed"], "kind": evil, "case_id": evil + "<script>window.__xss=2</script>"}
+    job["result"] = {**job["result"], "download_url": "javascript:window.__xss=3"}
+
+    def answer(route: Any) -> None:
+        route.fulfill(status=200, content_type="application/json",
+                      body=json.dumps({"jobs": [job], "next_cursor": None}))
+
+    # The browser is handed an answer that no daemon gives: what the page does with it.
+    page.route("**/v1/jobs?*", answer)
+    page.route(f"**/v1/jobs/{job['job_id']}", lambda r: r.fulfill(
+        status=200, content_type="application/json", body=json.dumps(job)))
+    try:
+        page.click("#filters button[type=submit]")
+        page.wait_for_function("() => document.querySelector('#jobs-body').textContent"
+                               ".includes('onerror')")
+        page.click(f"button[data-job='{job['job_id']}']")
+        page.wait_for_function("() => document.querySelector('#job-facts').textContent"
+                               ".includes('onerror')")
+        assert page.evaluate("window.__xss") is None
+        assert page.query_selector_all("#main img, #main script") == []
+        assert evil in page.text_content("#jobs-body")
+        assert page.query_selector("#job-facts a") is None  # no link to javascript:
+    finally:
+        page.unroute("**/v1/jobs?*")
+        page.unroute(f"**/v1/jobs/{job['job_id']}")
+    page.click("#filters button[type=submit]")
+    page.wait_for_function("() => !document.querySelector('#jobs-body').textContent"
+                           ".includes('onerror')")
+
+
+def test_no_serious_accessibility_violation(console, browser_page):
+    page, _ = browser_page
+    from axe_playwright_python.sync_playwright import Axe
+
+    for width in (1280, 390):  # a desk, a phone
+        page.set_viewport_size({"width": width, "height": 900})
+        results = Axe().run(page, options={"runOnly": ["wcag2a", "wcag2aa", "wcag21aa",
+                                                       "best-practice"]})
+        bad = [(v["id"], v["impact"], len(v["nodes"])) for v in results.response["violations"]
+               if v["impact"] in ("serious", "critical")]
+        assert bad == [], json.dumps(bad)
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def test_every_control_is_reached_by_the_keyboard(browser_page):
+    page, _ = browser_page
+    controls = page.eval_on_selector_all(
+        "#main button:not([disabled]), #main input, #main select, #main a[href], "
+        "header button",
+        "els => els.filter(e => e.offsetParent !== null).map(e => e.id || e.textContent)")
+    page.focus("body")
+    reached = []
+    for _ in range(len(controls) * 3):
+        page.keyboard.press("Tab")
+        reached.append(page.evaluate("document.activeElement.id "
+                                     "|| document.activeElement.textContent"))
+    assert set(controls) <= set(reached), set(controls) - set(reached)
+    # The running job's clocks change, so the list is redrawn at the next refresh: the
+    # button that had the focus keeps it.
+    first = page.query_selector("#jobs-body button")
+    key = first.get_attribute("data-key")
+    first.focus()
+    before = page.evaluate_handle("document.querySelector('#jobs-body button')")
+    page.wait_for_function("(b) => !b.isConnected", arg=before, timeout=12000)
+    assert page.evaluate("document.activeElement.dataset.key") == key
+
+
+def test_the_token_stays_in_the_page_and_requests_stay_on_the_daemon(console, browser_page):
+    d, _ = console
+    page, requests = browser_page
+    assert d.token not in page.url
+    assert d.token not in page.evaluate("JSON.stringify(Object.entries(localStorage))")
+    assert d.token not in page.evaluate("JSON.stringify(Object.entries(sessionStorage))")
+    assert d.token not in page.evaluate("document.cookie")
+    assert page.context.cookies() == []
+    assert requests and all(u.startswith(d.url + "/") for u in requests), \
+        sorted({u for u in requests if not u.startswith(d.url + "/")})
+    page.click("#sign-out")
+    page.wait_for_selector("#signin:not([hidden])")
+    assert page.is_hidden("#console")
+    assert Path(page.url).name == "console"
