@@ -549,7 +549,7 @@ def _paths() -> dict[str, Any]:
                     "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over server.max_object_bytes."),
                     "422": _error("digest_mismatch: the body's SHA-256 is not the path's; "
-                                  "invalid_field: a bad case_id or sha256."),
+                                  "invalid_case_id, invalid_sha256: a bad case_id or sha256."),
                     "429": _error("too_many_uploads: past server.max_uploads (or the tenant's "
                                   "server.max_uploads_per_tenant) at once; answered before the "
                                   "body is read. Come back after Retry-After.", retry_after=True),
