@@ -60,13 +60,19 @@ class RetentionServices(Protocol):
 
 def remove_files(objects: ObjectStore, artifacts: ArtifactStore | None,
                  removed: Iterable[Removed]) -> int:
-    """The files of what the store removed; the bytes freed. Blocking."""
+    """The files of what the store removed; the bytes freed. Blocking. A file that
+    cannot be removed (a permission, a read-only mount) is logged and left: its row is
+    gone, so ``store check`` names it, and the sweep and the erasure go on."""
     freed = 0
     for r in removed:
-        if r.what == "object" and r.case_id is not None:
-            freed += objects.remove(r.tenant, r.case_id, r.key)
-        elif r.what == "artifact" and artifacts is not None:
-            freed += artifacts.remove(r.key)
+        try:
+            if r.what == "object" and r.case_id is not None:
+                freed += objects.remove(r.tenant, r.case_id, r.key)
+            elif r.what == "artifact" and artifacts is not None:
+                freed += artifacts.remove(r.key)
+        except OSError as e:
+            log_event(log, "retention.file_kept", level=logging.WARNING, kind=r.what,
+                      error=f"{type(e).__name__}: {e.strerror or e}")
     return freed
 
 
@@ -156,6 +162,9 @@ async def keep_sweeping(s: RetentionServices) -> None:
                 await sweep(s)
         except CasesignError as e:  # the store is down: the next sweep tries again
             log_event(log, "retention.failed", level=logging.WARNING, code=e.code)
+        except Exception as e:  # noqa: BLE001 - the task must outlive one bad sweep
+            log_event(log, "retention.failed", level=logging.ERROR,
+                      error=f"{type(e).__name__}: {e}")
         try:
             await refresh_disk(s)
         except OSError as e:

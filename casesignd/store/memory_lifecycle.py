@@ -35,23 +35,20 @@ class MemoryLifecycle:
     _holds: dict[tuple[str, str], float]
     _objects: dict[tuple[str, str, str], list[Any]]
 
-    def _lifecycle(self) -> tuple[dict[tuple[str, str], float], dict[tuple[str, str, str], list[Any]]]:
-        return self._holds, self._objects
-
     async def put_object(self, tenant: str, case_id: str, sha256: str, size: int) -> None:
-        _, objects = self._lifecycle()
+        objects = self._objects
         now = self.clock()
         old = objects.get((tenant, case_id, sha256))
         objects[(tenant, case_id, sha256)] = [size, max(now, old[1]) if old else now]
 
     async def get_hold(self, tenant: str, case_id: str) -> dict[str, Any] | None:
-        holds, _ = self._lifecycle()
+        holds = self._holds
         at = holds.get((tenant, case_id))
         return None if at is None else {"tenant": tenant, "case_id": case_id, "placed_at": at}
 
     async def set_hold(self, tenant: str, case_id: str, actor: str,
                        placed: bool) -> dict[str, Any] | None:
-        holds, _ = self._lifecycle()
+        holds = self._holds
         key = (tenant, case_id)
         if placed:
             if key not in holds:
@@ -63,14 +60,14 @@ class MemoryLifecycle:
         return None
 
     def _on_hold(self, tenant: str, case_id: str | None) -> bool:
-        holds, _ = self._lifecycle()
+        holds = self._holds
         return case_id is not None and (tenant, case_id) in holds
 
     def _uses(self, job: Job, sha256: str) -> bool:
         return sha256 in job.input
 
     def _remove_object(self, key: tuple[str, str, str], actor: str, reason: str) -> Removed:
-        _, objects = self._lifecycle()
+        objects = self._objects
         size, _ = objects.pop(key)
         self._event(CaseRef(key[0], key[1]), "object_removed", actor,
                     {"sha256": key[2], "size": size, "reason": reason})
@@ -88,7 +85,7 @@ class MemoryLifecycle:
         return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"])
 
     async def expire(self, area: Area, cutoff: float, limit: int) -> list[Removed]:
-        _, objects = self._lifecycle()
+        objects = self._objects
         if area in ("rejected", "jobs"):
             jobs = sorted((j for j in self._jobs.values()
                            if j.state in _TERMINAL and (j.finished_at or 0.0) < cutoff
@@ -127,7 +124,7 @@ class MemoryLifecycle:
         return [self._remove_object(k, "system", "retention") for k in keys[:limit]]
 
     async def erase_case(self, tenant: str, case_id: str, actor: str) -> Erased:
-        _, objects = self._lifecycle()
+        objects = self._objects
         if self._on_hold(tenant, case_id):
             raise on_hold(case_id)
         jobs = [j for j in self._jobs.values() if j.tenant == tenant and j.case_id == case_id]
@@ -156,7 +153,7 @@ class MemoryLifecycle:
         return Erased(removed, canceled)
 
     async def disk_use(self) -> dict[str, int]:
-        _, objects = self._lifecycle()
+        objects = self._objects
         return {"objects": sum(size for size, _ in objects.values()),
                 "artifacts": sum(a["size"] for i, a in self._artifacts.items()
                                  if i not in self._data)}
