@@ -157,7 +157,7 @@ async def post_job(request: web.Request) -> web.Response:
     if kind is None:
         raise ValidationError("unknown job kind; see the OpenAPI document",
                               code="unknown_kind", field="kind")
-    admission = kind.admit(body, s.config)
+    admission = kind.admit(body, s.config, tenant)
     if admission.declared_bytes > s.config.workers.max_inflight_bytes:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,

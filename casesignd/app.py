@@ -23,8 +23,9 @@ from typing import Any
 
 from aiohttp import web
 
-from . import sdnotify
+from . import branding, sdnotify
 from .artifacts import ArtifactStore
+from .branding import Branding
 from .config import Config
 from .errors import ConfigError
 from .holds import KeyHolds
@@ -83,6 +84,9 @@ class Services:
         self.signer: Any = None
         self.scanner: Any = None
         self.kinds: dict[str, JobKind] = {}
+        # Each tenant's invoice settings; checked and their logos kept at start and on
+        # SIGHUP (casesignd.branding), unchecked until then.
+        self.branding = Branding.unchecked(cfg)
         self.pool: Pool | None = None
         self._mp = get_context("forkserver")
         # The batch key slots are shared with the batch worker processes, which hold
@@ -370,7 +374,7 @@ def register_kinds(services: Services) -> None:
     from .extend import ExtendSignatureKind
     from .invoice import InvoiceKind
 
-    kinds: list[JobKind] = [InvoiceKind(), ExtendSignatureKind()]
+    kinds: list[JobKind] = [InvoiceKind(lambda: services.branding), ExtendSignatureKind()]
     try:
         from .signcase import SignCaseKind
 
@@ -391,6 +395,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     from .invoice import check_config
 
     await asyncio.to_thread(check_config, cfg)
+    s.branding = await asyncio.to_thread(branding.load, cfg, branding.logo_dir_of(cfg))
     swept = await asyncio.to_thread(s.temp.sweep)
     if swept:
         log_event(log, "temp.swept", count=swept)

@@ -171,7 +171,25 @@ DESCRIPTIONS: dict[str, str] = {
     "invoice.issuer_address": "Issuer address lines.",
     "invoice.tax_rate": "Tax as a decimal fraction string ('0.2'); empty for none.",
     "invoice.tax_label": "Label of the tax line.",
+    "invoice.issuer_tax_ids": "Lines naming the issuer's tax identifiers (invoice-v4 on).",
+    "invoice.logo": "PNG or JPEG printed at the top (invoice-v4 on); empty for none.",
+    "invoice.footer": "Lines at the foot of every page (invoice-v4 on).",
+    "invoice.locale": "BCP 47 locale of numbers, amounts, dates and direction (invoice-v4 on).",
+    "invoice.labels": "Printed words by key (invoice-v4 on): invoice, invoice_no, issue_date, "
+    "bill_to, customer_tax_id, number, description, quantity, unit_price, amount, subtotal, "
+    "total, page ('Page {page} of {pages}').",
     "invoice.max_items": "Most line items in one invoice.",
+    "tenants.invoice": "This tenant's own invoice settings; each one left out is [invoice]'s.",
+    "tenants.invoice.default_template": "Template of this tenant's invoices that name none.",
+    "tenants.invoice.issuer_name": "Issuer printed on this tenant's invoices.",
+    "tenants.invoice.issuer_address": "Its address lines.",
+    "tenants.invoice.issuer_tax_ids": "Lines naming its tax identifiers.",
+    "tenants.invoice.tax_rate": "Its tax as a decimal fraction string ('0.19').",
+    "tenants.invoice.tax_label": "Label of its tax line.",
+    "tenants.invoice.logo": "Its logo, a PNG or JPEG file.",
+    "tenants.invoice.footer": "Its footer lines.",
+    "tenants.invoice.locale": "Its BCP 47 locale.",
+    "tenants.invoice.labels": "Its printed words, over [invoice]'s, by key.",
     "logging": "Logging.",
     "logging.level": "debug, info, warning or error.",
     "validation": "Trust anchors and revocation data: signing from B-LT up, and verify.",
@@ -207,6 +225,16 @@ EXAMPLES: dict[str, Any] = {
     "sources.root": "/srv/archive",
     "tenants.name": "another-tenant",
     "tenants.token_sha256": "0" * 64,
+    "tenants.invoice.default_template": "invoice-v4",
+    "tenants.invoice.issuer_name": "Another School",
+    "tenants.invoice.issuer_address": ["Hauptstrasse 1", "10115 Berlin"],
+    "tenants.invoice.issuer_tax_ids": ["USt-IdNr. DE123456789"],
+    "tenants.invoice.tax_rate": "0.19",
+    "tenants.invoice.tax_label": "MwSt.",
+    "tenants.invoice.logo": "another-school.png",
+    "tenants.invoice.footer": ["Bank: IBAN DE00 0000 0000 0000 0000 00"],
+    "tenants.invoice.locale": "de-DE",
+    "tenants.invoice.labels": {"invoice": "RECHNUNG", "total": "Gesamt"},
     "policies.version": "contract-v2",
 }
 
@@ -352,7 +380,12 @@ def _emit_table(
             nested.append((f.name, sub, get(f.name)))
             continue
         _comment(lines, f"{path}.{f.name}", prefix)
-        lines.append(f"{prefix}{_toml_key(f.name)} = {_toml_value(get(f.name))}")
+        value = get(f.name)
+        if value is None:  # an optional setting left out: its example, commented out
+            example = EXAMPLES.get(f"{path}.{f.name}", "")
+            lines.append(f"# {_toml_key(f.name)} = {_toml_value(example)}")
+        else:
+            lines.append(f"{prefix}{_toml_key(f.name)} = {_toml_value(value)}")
     for name, sub, value in nested:
         sub_path = f"{path}.{name}"
         if value is None:

@@ -235,10 +235,26 @@ class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ttl_s: int = 3600
 
 
+class TenantInvoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # A tenant's own invoices: each setting left out is the daemon's [invoice] one;
+    # labels are merged key by key over the daemon's.
+    default_template: str | None = None
+    issuer_name: str | None = None
+    issuer_address: list[str] | None = None
+    issuer_tax_ids: list[str] | None = None
+    tax_rate: str | None = None
+    tax_label: str | None = None
+    logo: str | None = None
+    footer: list[str] | None = None
+    locale: str | None = None
+    labels: dict[str, str] | None = None
+
+
 class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     name: str
     # SHA-256 (hex) of the bearer token; the token itself is never stored.
     token_sha256: str
+    invoice: TenantInvoice | None = None
 
 
 class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -303,10 +319,32 @@ class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     default_template: str = "invoice-v3"
     issuer_name: str = "casesignd"
     issuer_address: list[str] = msgspec.field(default_factory=list)
+    # Lines under the address naming the issuer's tax identifiers
+    # ("USt-IdNr. DE123456789"); invoice-v4 on.
+    issuer_tax_ids: list[str] = msgspec.field(default_factory=list)
     # Tax as a decimal fraction string ("0.2"); empty for none.
     tax_rate: str = ""
     tax_label: str = "Tax"
+    # A PNG or JPEG printed at the top (invoice-v4 on); empty for none. Checked at
+    # start and on SIGHUP (casesignd.branding); accepted jobs keep the one they had.
+    logo: str = ""
+    # Lines at the foot of every page (invoice-v4 on).
+    footer: list[str] = msgspec.field(default_factory=list)
+    # BCP 47 locale of numbers, amounts, dates and direction (invoice-v4 on).
+    locale: str = "en-US"
+    # The printed words by key (invoice-v4 on), over casesignd.invoice_v4.LABELS.
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
     max_items: int = 10000
+
+    def over(self, mine: TenantInvoice | None) -> Invoice:
+        """These settings with a tenant's own over them (``mine`` None: these)."""
+        if mine is None:
+            return self
+        changes = {f: getattr(mine, f) for f in mine.__struct_fields__
+                   if getattr(mine, f) is not None}
+        if "labels" in changes:
+            changes["labels"] = {**self.labels, **changes["labels"]}
+        return msgspec.structs.replace(self, **changes)
 
 
 class Logging(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -363,6 +401,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             if p.version == want:
                 return p
         return None
+
+    def invoice_for(self, tenant: str) -> Invoice:
+        """The invoice settings of ``tenant``: its [tenants.invoice] over [invoice]."""
+        for t in self.tenants:
+            if t.name == tenant:
+                return self.invoice.over(t.invoice)
+        return self.invoice
 
     def source(self, name: str) -> Source | None:
         for s in self.sources:

@@ -51,7 +51,7 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
 class ExtendSignatureKind:
     name = KIND
 
-    def admit(self, body: dict[str, Any], config: Config) -> Admission:
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
 
     def needs_area(self, input: dict[str, Any], config: Config) -> bool:

@@ -1,10 +1,10 @@
 """Invoice templates and rendering (reportlab platypus).
 
-Templates are versioned code. :data:`TEMPLATES` maps a ``template_version`` to a
-:class:`Template`; a job renders with the version it was admitted with. A
-version's code path is frozen once released: ``invoice-v4`` gets its own
-``_v4_*`` functions and its own registry entry, and never edits ``_v3_*``. The
-shared helpers below (fonts, the numbered canvas, money) may only grow.
+Templates are versioned code (the registry is :mod:`casesignd.invoice_templates`);
+a job renders with the version it was admitted with. A version's code path is
+frozen once released: ``invoice-v4`` has its own module
+(:mod:`casesignd.invoice_v4`) and never edits ``_v3_*``. The shared helpers
+below (fonts, the numbered canvas, money) may only grow.
 
 Rendering is deterministic: reportlab's invariant mode fixes the creation date
 and the document ID, so the same input and issuer give the same bytes. The issue
@@ -15,17 +15,15 @@ Every glyph comes from the TrueType fonts shipped under ``casesignd/fonts``
 viewers cannot substitute them (PDF 32000-1 section 9.6.2 lets a reader pick its
 own face for a non-embedded standard font).
 
-:func:`render_to_file` runs in the CPU process pool: it is a top-level picklable
-function, and fonts and styles are set up once per process, on first use.
+Rendering runs in the CPU process pool; fonts and styles are set up once per
+process, on first use.
 """
 
 from __future__ import annotations
 
 import functools
-import io
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -39,10 +37,8 @@ from reportlab.pdfbase import pdfdoc, pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.pdfgen.canvas import Canvas
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
-from reportlab.platypus.doctemplate import LayoutError
 
 from . import money
-from .errors import PermanentJobError
 
 FONTS_DIR = Path(__file__).resolve().parent / "fonts"
 FONT_REGULAR = "DejaVuSans"
@@ -244,7 +240,7 @@ def _v3_header(invoice: dict[str, Any], issuer: dict[str, Any], width: float) ->
     return [head, Spacer(1, 8 * mm), meta_table, Spacer(1, 6 * mm)]
 
 
-def _v3_widths(frame_width: float, unit_text_w: float, amount_text_w: float) -> list[float]:
+def v3_widths(frame_width: float, unit_text_w: float, amount_text_w: float) -> list[float]:
     """Column widths of the item table (pure)."""
     unit = min(max(_V3_UNIT_W, unit_text_w + 2 * _V3_PAD), _V3_UNIT_MAX_W)
     amount = min(max(_V3_AMOUNT_W, amount_text_w + 2 * _V3_PAD), _V3_AMOUNT_MAX_W)
@@ -304,7 +300,7 @@ def _v3_totals(invoice: dict[str, Any], totals: money.Totals, amount_w: float) -
     return Table(rows, colWidths=[label_w, amount_w], hAlign="RIGHT", style=TableStyle(cmds))
 
 
-def _v3_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int:
+def v3_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int:
     register_fonts()
     order = invoice["order"]
     cur = order["currency"]
@@ -330,7 +326,7 @@ def _v3_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int
     width = doc.width
     units = [money.format_amount(Decimal(it["unit_price"]), cur) for it in order["items"]]
     amounts = [money.format_amount(a, cur) for a in totals.lines]
-    widths = _v3_widths(width, _widest(units, FONT_REGULAR, _V3_BODY),
+    widths = v3_widths(width, _widest(units, FONT_REGULAR, _V3_BODY),
                         _widest(amounts, FONT_REGULAR, _V3_BODY))  # fmt: skip
     story = [
         *_v3_header(invoice, issuer, width),
@@ -356,67 +352,3 @@ def _v3_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int
 
     doc.build(story, onFirstPage=footer, onLaterPages=footer, canvasmaker=canvasmaker)
     return made[-1].page_count
-
-
-# --- the registry -------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Template:
-    """A released invoice layout.
-
-    ``render(invoice, issuer, out)`` draws the normalized job input ``invoice``
-    (see :func:`casesignd.invoice.admit`) to ``out`` (a path or a binary file) and
-    returns the page count.
-    """
-
-    version: str
-    render: Callable[[dict[str, Any], dict[str, Any], Any], int]
-    description: str = ""
-
-
-TEMPLATES: dict[str, Template] = {
-    "invoice-v3": Template(
-        "invoice-v3",
-        _v3_render,
-        "A4, issuer and bill-to header, itemized table with repeated header, "
-        "subtotal, optional tax, total, Page X of Y",
-    ),
-}
-
-
-def template(version: str) -> Template:
-    """The released template ``version``; PermanentJobError ``unknown_template`` if none."""
-    found = TEMPLATES.get(version)
-    if found is None:
-        raise PermanentJobError(
-            f"unknown template {version!r}", code="unknown_template", field="template_version"
-        )
-    return found
-
-
-def render_to_file(order: dict[str, Any], template_version: str, out_path: str, issuer: dict[str, Any]) -> int:
-    """Render the invoice to ``out_path`` with ``template_version``; return its pages.
-
-    ``order`` is the normalized job input (``Admission.normalized`` /
-    ``ctx.input``: ``{"order": {...}, "tax": {...}, ...}``). ``issuer`` is
-    ``{"name": str, "address": [str, ...]}``. Top-level and picklable: it runs in
-    the CPU process pool.
-    """
-    render = template(template_version).render
-    try:
-        return render(order, issuer, out_path)
-    except LayoutError as e:
-        # Admission bounds every text so that each row fits on a page; reaching
-        # this is a bug for this input, and retrying cannot help.
-        raise PermanentJobError(
-            "the invoice does not fit the template's page layout", code="layout_failed",
-            detail={"error": str(e)[:500]},
-        ) from None
-
-
-def render_to_bytes(order: dict[str, Any], template_version: str, issuer: dict[str, Any]) -> tuple[bytes, int]:
-    """Like :func:`render_to_file`, into memory: ``(pdf_bytes, pages)``."""
-    buf = io.BytesIO()
-    pages = template(template_version).render(order, issuer, buf)
-    return buf.getvalue(), pages

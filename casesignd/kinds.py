@@ -128,8 +128,9 @@ class JobContext(Protocol):
 class JobKind(Protocol):
     name: str
 
-    def admit(self, body: dict[str, Any], config: Config) -> Admission:
-        """Validate and normalize; raise casesignd.errors.ValidationError naming the field."""
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
+        """Validate and normalize a request of ``tenant``; raise
+        casesignd.errors.ValidationError naming the field."""
 
     def needs_area(self, input: dict[str, Any], config: Config) -> bool:
         """Whether an attempt at a job of this ``input`` needs a private temp

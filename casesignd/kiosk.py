@@ -229,7 +229,7 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
         manifest, document = await read_request(request, cfg.kiosk.max_document_bytes)
         sha = await document_sha256(document)
         body = sign_case_body(manifest, sha, len(document))
-        admission = _KIND.admit(body, cfg)
+        admission = _KIND.admit(body, cfg, tenant)
         new = admission.new_job(_KIND.name, tenant, idempotency_header=header, created_at=t0,
                                 correlation_id=request["correlation_id"])
         if time.time() >= answer_by:

@@ -83,7 +83,7 @@ ROUTES = (
 )
 # Why a source read was retried (besides error codes such as source_unavailable).
 SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated")
-TEMPLATE_VERSIONS = ("invoice-v3",)
+TEMPLATE_VERSIONS = ("invoice-v3", "invoice-v4")
 # The data lifecycle (casesignd.retention): what a removal removed, and why; the disk
 # areas whose use is a gauge.
 REMOVED = ("job", "artifact", "object")

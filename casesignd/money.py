@@ -105,20 +105,24 @@ def exponent(currency: str) -> Decimal:
     return _QUANTUM[currency]
 
 
-def quantize(value: Decimal, currency: str) -> Decimal:
-    """Round ``value`` to the currency's minor unit, ROUND_HALF_UP."""
-    return value.quantize(_QUANTUM[currency], context=_CTX)
+def quantize(value: Decimal, currency: str, units: int | None = None) -> Decimal:
+    """Round ``value`` to the currency's minor unit, ROUND_HALF_UP.
+
+    ``units`` (decimals) overrides :data:`CURRENCIES` (invoice-v4 takes CLDR's).
+    """
+    quantum = _QUANTUM[currency] if units is None else Decimal(1).scaleb(-units)
+    return value.quantize(quantum, context=_CTX)
 
 
-def parse_price(text: str, currency: str, field: str) -> Decimal:
+def parse_price(text: str, currency: str, field: str, units: int | None = None) -> Decimal:
     """A unit price: :func:`parse_amount` that is also a whole number of minor units.
 
     Returned quantized (``"49.5"`` USD -> ``Decimal("49.50")``).
     """
     value = parse_amount(text, field)
-    q = quantize(value, currency)
+    q = quantize(value, currency, units)
     if q != value:
-        units = CURRENCIES[currency]
+        units = CURRENCIES[currency] if units is None else units
         raise ValidationError(
             f"{currency} amounts have at most {units} decimals" if units
             else f"{currency} amounts have no decimals",
@@ -128,21 +132,19 @@ def parse_price(text: str, currency: str, field: str) -> Decimal:
     return q
 
 
-def parse_rate(text: str) -> Decimal | None:
+def parse_rate(text: str, key: str = "invoice.tax_rate") -> Decimal | None:
     """The configured tax rate: empty for none, else a fraction in [0, 1] (``"0.2"``).
 
-    Raises :class:`ConfigError` naming ``invoice.tax_rate``.
+    Raises :class:`ConfigError` naming ``key``.
     """
     text = text.strip()
     if not text:
         return None
     if not _RATE.fullmatch(text):
-        raise ConfigError(
-            "invoice.tax_rate", f"expected a decimal fraction like \"0.2\", got {text!r}"
-        )
+        raise ConfigError(key, f"expected a decimal fraction like \"0.2\", got {text!r}")
     rate = Decimal(text)
     if rate > 1:
-        raise ConfigError("invoice.tax_rate", f"must be at most 1, got {text!r}")
+        raise ConfigError(key, f"must be at most 1, got {text!r}")
     return rate
 
 
@@ -156,19 +158,21 @@ class Totals:
     total: Decimal
 
 
-def line_total(quantity: int, unit_price: Decimal, currency: str) -> Decimal:
+def line_total(quantity: int, unit_price: Decimal, currency: str,
+               units: int | None = None) -> Decimal:
     """quantity x unit price, rounded once to the minor unit."""
-    return quantize(_CTX.multiply(unit_price, quantity), currency)
+    return quantize(_CTX.multiply(unit_price, quantity), currency, units)
 
 
 def totals(
-    items: Iterable[tuple[int, Decimal]], currency: str, tax_rate: Decimal | None
+    items: Iterable[tuple[int, Decimal]], currency: str, tax_rate: Decimal | None,
+    units: int | None = None,
 ) -> Totals:
     """Line totals, subtotal, tax (rounded once on the subtotal) and total."""
     with localcontext(_CTX):
-        lines = tuple(line_total(q, p, currency) for q, p in items)
-        subtotal = quantize(sum(lines, Decimal(0)), currency)
-        tax = None if tax_rate is None else quantize(subtotal * tax_rate, currency)
+        lines = tuple(line_total(q, p, currency, units) for q, p in items)
+        subtotal = quantize(sum(lines, Decimal(0)), currency, units)
+        tax = None if tax_rate is None else quantize(subtotal * tax_rate, currency, units)
         total = subtotal + (tax or 0)
     return Totals(lines=lines, subtotal=subtotal, tax=tax, total=total)
 

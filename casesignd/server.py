@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from . import api, cases, console, kiosk, logs, sdnotify, wire
+from . import api, branding, cases, console, kiosk, logs, sdnotify, wire
 from . import config as config_mod
 from .app import SERVICES, Services, lifecycle
 from .config import Config
@@ -51,9 +51,11 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
 
 
 def reload(services: Services, config_path: str) -> None:
-    """SIGHUP: re-read tenants, tokens and policies; running jobs are untouched."""
+    """SIGHUP: re-read tenants, tokens, policies and invoice settings (logos too);
+    running and accepted jobs are untouched. A config with any error is refused whole."""
     try:
         fresh = config_mod.load(config_path)
+        settings = branding.load(fresh, branding.logo_dir_of(services.config))
     except ConfigError as e:
         log_event(log, "config.reload_refused", level=logging.ERROR, error=str(e))
         return
@@ -61,6 +63,8 @@ def reload(services: Services, config_path: str) -> None:
     cfg.tenants = fresh.tenants
     cfg.policies = fresh.policies
     cfg.default_policy = fresh.default_policy
+    cfg.invoice = fresh.invoice
+    services.branding = settings
     services.load_tenants(cfg)
     log_event(log, "config.reloaded", count=len(fresh.tenants))
 

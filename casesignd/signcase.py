@@ -375,7 +375,7 @@ def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
 class SignCaseKind:
     name = "sign_case"
 
-    def admit(self, body: dict[str, Any], config: Config) -> Admission:
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
 
     def needs_area(self, input: dict[str, Any], config: Config) -> bool:

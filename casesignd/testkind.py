@@ -32,7 +32,7 @@ def _int(body: dict[str, Any], name: str, default: int, hi: int) -> int:
 class TestKind:
     name = "test"
 
-    def admit(self, body: dict[str, Any], config: Config) -> Admission:
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         for key in body:
             if key not in _FIELDS:
                 raise ValidationError(f"unknown field {key!r}", code="unknown_field", field=key)

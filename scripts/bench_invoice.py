@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from casesignd import config as config_mod  # noqa: E402
 from casesignd.invoice import admit, issuer_of  # noqa: E402
-from casesignd.invoice_layout import TEMPLATES, register_fonts, render_to_file  # noqa: E402
+from casesignd.invoice_layout import register_fonts  # noqa: E402
+from casesignd.invoice_templates import TEMPLATES, render_to_file  # noqa: E402
 
 VERSION = "invoice-v3"
 CFG = config_mod.loads(

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from casesignd import config as config_mod
+from casesignd.branding import LABELS
 from casesignd.errors import ConfigError, ValidationError
 from casesignd.invoice import InvoiceKind, admit, check_config, normalize
 from casesignd.kinds import Artifact, Finish
@@ -54,6 +55,8 @@ def test_contract_example_is_admitted() -> None:
             "items": [{"description": "Lab course", "quantity": 1, "unit_price": "49.00"}],
         },
         "tax": {"rate": "", "label": "Tax"},
+        "issuer": {"name": "casesignd", "address": [], "tax_ids": [], "footer": [],
+                   "locale": "en-US", "labels": LABELS, "logo": None},
     }
     # A defaulted date is not part of the derived idempotency key.
     assert "issued_on" not in a.key_material["order"]
@@ -250,7 +253,7 @@ def test_admit_raises_only_validation_error_and_normalizes_idempotently(b: Any) 
     assert b == original  # the input is not mutated
     assert normalize(copy.deepcopy(n), CFG, TODAY) == n
     a = admit(b, CFG, TODAY)
-    assert {k: v for k, v in a.normalized.items() if k != "tax"} == n
+    assert {k: v for k, v in a.normalized.items() if k not in ("tax", "issuer", "units")} == n
 
 
 # --- run, against a fake context -----------------------------------------------------
@@ -309,4 +312,4 @@ async def test_run_renders_signs_and_publishes(tmp_path: Path, sign: bool) -> No
 def test_kind_name_and_admit() -> None:
     kind = InvoiceKind()
     assert kind.name == "render_invoice"
-    assert kind.admit(body(), CFG).version == "invoice-v3"
+    assert kind.admit(body(), CFG, "default").version == "invoice-v3"

@@ -1,0 +1,227 @@
+"""Text for invoice-v4: which font draws each character, lines, and their visual order.
+
+invoice-v3 draws every glyph with DejaVu Sans. invoice-v4 adds Droid Sans
+Fallback for the East Asian blocks (Han, kana, Hangul, the full-width forms
+such as U+FFE5, the yen sign ja-JP writes), and lays out right-to-left text:
+
+- **Order.** A line is broken in logical order (as typed), then each line is put
+  in visual order by the Unicode bidirectional algorithm (python-bidi), its
+  paragraph direction taken from its first strong character (UAX #9 P2-P3), so
+  an Arabic name reads right to left on an English invoice and a Latin order ID
+  left to right on an Arabic one. Directional marks are dropped after ordering:
+  they have no glyph.
+- **Shaping.** Arabic letters take their joining forms (initial, medial, final,
+  lam-alef ligatures) from arabic-reshaper before ordering; DejaVu Sans carries
+  those presentation forms. Scripts that need more shaping than that (Devanagari
+  and the other Indic scripts) are not in either font, so admission refuses them.
+- **Fonts.** A character is drawn with DejaVu Sans when it has a glyph there,
+  else with Droid Sans Fallback inside the East Asian blocks; :func:`coverage`
+  is what admission accepts. A line is drawn as runs of one font each.
+
+:class:`Text` is the flowable that draws such a text in a table cell: wrapped to
+the cell's width, or on one line shrunk to fit (amounts, IDs).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import unicodedata
+from typing import Any
+
+import arabic_reshaper
+from bidi import get_display
+from reportlab.pdfbase import pdfmetrics
+from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.platypus import Flowable
+
+from .invoice_layout import FONT_BOLD, FONT_REGULAR, FONTS_DIR, font_coverage, register_fonts
+
+FONT_EAST_ASIAN = "DroidSansFallback"
+_EAST_ASIAN_FILE = "DroidSansFallback.ttf"
+# The blocks Droid Sans Fallback draws for invoice-v4: Hangul Jamo, CJK symbols and
+# punctuation, kana, Hangul compatibility jamo, kana extensions, CJK extension A, CJK
+# unified ideographs, Hangul syllables, half- and full-width forms.
+EAST_ASIAN_BLOCKS = ((0x1100, 0x11FF), (0x3000, 0x30FF), (0x3130, 0x318F), (0x31F0, 0x31FF),
+                     (0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xAC00, 0xD7AF), (0xFF00, 0xFFEF))
+_RTL_CLASSES = frozenset({"R", "AL", "RLE", "RLO", "RLI"})
+_ARABIC = re.compile("[\u0600-\u06ff\u0750-\u077f\u08a0-\u08ff]")
+_EAST_ASIAN_CHAR = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in EAST_ASIAN_BLOCKS)
+                              + "]")
+# Marks that steer the bidirectional algorithm and draw nothing.
+_BIDI_CONTROLS = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
+                                   "\u2066\u2067\u2068\u2069"))
+_RESHAPER = arabic_reshaper.ArabicReshaper(configuration={"delete_harakat": False})
+
+
+def _in_east_asian_block(cp: int) -> bool:
+    return any(a <= cp <= b for a, b in EAST_ASIAN_BLOCKS)
+
+
+@functools.cache
+def register() -> None:
+    """Register invoice-v3's fonts and the East Asian face, once per process."""
+    register_fonts()
+    pdfmetrics.registerFont(TTFont(FONT_EAST_ASIAN, str(FONTS_DIR / _EAST_ASIAN_FILE)))
+
+
+@functools.cache
+def _east_asian_glyphs() -> frozenset[int]:
+    register()
+    cmap = pdfmetrics.getFont(FONT_EAST_ASIAN).face.charToGlyph
+    return frozenset(cp for cp in cmap if _in_east_asian_block(cp))
+
+
+@functools.cache
+def coverage() -> frozenset[int]:
+    """Code points invoice-v4 can draw (in regular and bold)."""
+    return font_coverage() | _east_asian_glyphs()
+
+
+def shaped(text: str) -> str:
+    """``text`` with Arabic letters in their joining forms (logical order kept)."""
+    return _RESHAPER.reshape(text) if _ARABIC.search(text) else text
+
+
+def unprintable(text: str) -> str | None:
+    """The first character of ``text`` that invoice-v4 cannot draw, else None."""
+    covered = coverage()
+    for ch in shaped(text):
+        if ord(ch) not in covered and not ch.isspace() and ord(ch) not in _BIDI_CONTROLS:
+            return ch
+    return None
+
+
+def needs_layout(text: str) -> bool:
+    """Whether ``text`` needs :class:`Text` (another font, or right-to-left letters)."""
+    if text.isascii():
+        return False
+    base = font_coverage()
+    return any(ord(ch) not in base or unicodedata.bidirectional(ch) in _RTL_CLASSES
+               for ch in text)
+
+
+def visual(line: str) -> str:
+    """One line in drawing order: shaped, bidi-ordered, without directional marks."""
+    if not any(unicodedata.bidirectional(ch) in _RTL_CLASSES for ch in line):
+        return line.translate(_BIDI_CONTROLS)
+    return str(get_display(shaped(line))).translate(_BIDI_CONTROLS)
+
+
+def _font_of(ch: str, bold: bool) -> str:
+    if ord(ch) in font_coverage() or ch.isspace():
+        return FONT_BOLD if bold else FONT_REGULAR
+    return FONT_EAST_ASIAN
+
+
+def runs(text: str, bold: bool) -> list[tuple[str, str]]:
+    """``text`` as (font name, chunk) runs of one font each."""
+    out: list[tuple[str, str]] = []
+    for ch in text:
+        font = _font_of(ch, bold)
+        if out and out[-1][0] == font:
+            out[-1] = (font, out[-1][1] + ch)
+        else:
+            out.append((font, ch))
+    return out
+
+
+def width(text: str, bold: bool, size: float) -> float:
+    """The drawn width of ``text`` (logical order; shaping changes Arabic widths)."""
+    return sum(pdfmetrics.stringWidth(chunk, font, size)
+               for font, chunk in runs(shaped(text).translate(_BIDI_CONTROLS), bold))
+
+
+def _tokens(text: str) -> list[tuple[str, bool]]:
+    """Breakable pieces as (piece, space before): words, and East Asian characters."""
+    out: list[tuple[str, bool]] = []
+    for m in re.finditer(r"(\s*)(\S+)", text):
+        space, word = bool(m.group(1)) and bool(out), m.group(2)
+        if _EAST_ASIAN_CHAR.search(word):
+            parts = [p for p in re.split(f"({_EAST_ASIAN_CHAR.pattern})", word) if p]
+            out.append((parts[0], space))
+            out.extend((p, False) for p in parts[1:])
+        else:
+            out.append((word, space))
+    return out
+
+
+def _split_long(word: str, bold: bool, size: float, limit: float) -> list[str]:
+    """A word wider than ``limit`` in pieces that fit, never splitting off a mark."""
+    pieces, current = [], ""
+    for ch in word:
+        if current and unicodedata.combining(ch) == 0 and width(current + ch, bold, size) > limit:
+            pieces.append(current)
+            current = ch
+        else:
+            current += ch
+    return [*pieces, current] if current else pieces
+
+
+def wrap_lines(text: str, bold: bool, size: float, limit: float) -> list[str]:
+    """``text`` broken into lines no wider than ``limit``, in logical order."""
+    lines: list[str] = []
+    current = ""
+    for word, space in _tokens(text):
+        candidate = f"{current} {word}" if current and space else current + word
+        if width(candidate, bold, size) <= limit:
+            current = candidate
+            continue
+        if current:
+            lines.append(current)
+        current = word
+        if width(current, bold, size) > limit:
+            *done, current = _split_long(current, bold, size, limit)
+            lines.extend(done)
+    if current or not lines:
+        lines.append(current)
+    return lines
+
+
+def fit(text: str, bold: bool, size: float, limit: float, min_size: float) -> float:
+    """The largest size <= ``size`` (not below ``min_size``) at which ``text`` fits."""
+    w = width(text, bold, size)
+    return size if w <= limit else max(min_size, size * limit / w)
+
+
+def draw_line(canv: Any, x: float, y: float, line: str, bold: bool, size: float,
+              align: str) -> None:
+    """Draw one logical ``line`` at baseline ``y``: from ``x`` (LEFT) or up to it (RIGHT)."""
+    pieces = runs(visual(line), bold)
+    total = sum(pdfmetrics.stringWidth(chunk, font, size) for font, chunk in pieces)
+    at = x - total if align == "RIGHT" else x - total / 2 if align == "CENTER" else x
+    for font, chunk in pieces:
+        canv.setFont(font, size)
+        canv.drawString(at, y, chunk)
+        at += pdfmetrics.stringWidth(chunk, font, size)
+
+
+class Text(Flowable):  # type: ignore[misc]  # reportlab is untyped
+    """A text in a table cell: wrapped to the width, or one line shrunk to fit."""
+
+    def __init__(self, text: str, *, size: float, bold: bool = False, align: str = "LEFT",
+                 one_line: bool = False, min_size: float = 4.0, color: Any = None) -> None:
+        super().__init__()
+        self.text, self.size, self.bold, self.align = text, size, bold, align
+        self.one_line, self.min_size, self.color = one_line, min_size, color
+        self._lines: list[str] = [text]
+        self._size = size
+
+    def wrap(self, avail_width: float, avail_height: float) -> tuple[float, float]:
+        self._width = avail_width
+        if self.one_line:
+            self._size = fit(self.text, self.bold, self.size, avail_width, self.min_size)
+            self._lines = [self.text]
+        else:
+            self._lines = wrap_lines(self.text, self.bold, self.size, avail_width)
+        return avail_width, len(self._lines) * self._size * 1.22
+
+    def draw(self) -> None:
+        leading = self._size * 1.22
+        x = self._width if self.align == "RIGHT" else self._width / 2 \
+            if self.align == "CENTER" else 0.0
+        if self.color is not None:
+            self.canv.setFillColor(self.color)
+        for i, line in enumerate(self._lines):
+            y = (len(self._lines) - i - 1) * leading + self._size * 0.25
+            draw_line(self.canv, x, y, line, self.bold, self._size, self.align)
