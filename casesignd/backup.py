@@ -52,7 +52,7 @@ CONFIG_DIR = "config"
 CONFIG_FILE = f"{CONFIG_DIR}/config.toml"
 CLIENT_ENV = "client.env"
 # Names a restored setup gives its own files: a backed-up file never takes one.
-RESERVED = frozenset({"config.toml", "casesignd.db", "objects", "artifacts", "tmp"})
+RESERVED = frozenset({"config.toml", "casesignd.db", "objects", "artifacts", "branding", "tmp"})
 # Snapshots taken before giving up on files that retention keeps removing.
 ATTEMPTS = 3
 
@@ -96,8 +96,8 @@ class BackupReport:
         return [f"backed up {m['store']['name']} into {self.dest}{again}",
                 f"  store: {m['store']['file']} (schema version {m['store']['schema_version']})",
                 f"  objects {c.get('objects', 0)}, case links {c.get('case_links', 0)}, "
-                f"artifact files {c.get('artifact_files', 0)}, config files "
-                f"{c.get('config_files', 0)}",
+                f"artifact files {c.get('artifact_files', 0)}, logos {c.get('logos', 0)}, "
+                f"config files {c.get('config_files', 0)}",
                 f"  audit chain head seq {head['seq']} ({head['hash']})",
                 f"  manifest: {self.dest / MANIFEST}, {len(m['files'])} files with their "
                 "SHA-256",
@@ -285,6 +285,19 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
                             f"{job['job_id']} ({job['state']})")
 
 
+def _logos(root: Path, dest: Path, done: Written) -> None:
+    """The logos accepted invoices name (casesignd.branding): never removed, so all."""
+    if not root.is_dir():
+        return
+    for src in sorted(root.iterdir()):
+        if not SHA256_PATTERN.fullmatch(src.name):
+            continue  # a write in flight
+        got = _copy(src, dest, f"branding/{src.name}", done)
+        if got[0] != src.name:
+            raise CasesignError(f"{src} does not hold what its name says", code="backup_invalid")
+        done.count("logos")
+
+
 # What the config names that a working setup needs: keys of files to back up.
 def config_files(cfg: Config) -> list[tuple[str, str]]:
     """(key, configured value) of every file the config names that a restore needs."""
@@ -299,6 +312,9 @@ def config_files(cfg: Config) -> list[tuple[str, str]]:
                   ("signing.pkcs11.cert_file", s.pkcs11.cert_file)]
     named += [(f"validation.trust_roots[{i}]", p)
               for i, p in enumerate(cfg.validation.trust_roots)]
+    named.append(("invoice.logo", cfg.invoice.logo))
+    named += [(f"tenants[{i}].invoice.logo", t.invoice.logo or "")
+              for i, t in enumerate(cfg.tenants) if t.invoice is not None]
     return [(key, value) for key, value in named if value]
 
 
@@ -346,6 +362,7 @@ def _once(cfg: Config, config_path: Path, dest: Path) -> dict[str, Any]:
         state_dir = cfg.path(cfg.storage.state_dir)
         _artifacts(snap, state_dir / "artifacts", dest, done)
         _objects(snap, state_dir / "objects", dest, done)
+        _logos(state_dir / "branding", dest, done)
     finally:
         snap.close()
     _config(cfg, config_path, dest, done)

@@ -5,7 +5,8 @@ A tenant's ``[tenants.invoice]`` is laid over the daemon's ``[invoice]``
 settings at start and on SIGHUP and checks them: the locale is one CLDR knows,
 every printed text can be drawn by invoice-v4's fonts, the labels are known
 keys, and the logo is a PNG or JPEG of at most :data:`LOGO_MAX_BYTES` and
-:data:`LOGO_MAX_SIDE` pixels a side that decodes whole. A problem is a
+:data:`LOGO_MAX_SIDE` pixels a side (:data:`LOGO_MAX_PIXELS` in all) that
+decodes whole. A problem is a
 ConfigError naming the key (``tenants[1].invoice.logo``): the daemon does not
 start, and a reload is refused, keeping the settings it has.
 
@@ -31,6 +32,8 @@ from .errors import ConfigError
 
 LOGO_MAX_BYTES = 1 << 20
 LOGO_MAX_SIDE = 4096
+# A PNG is embedded decoded (then deflated): this bounds what one invoice reserves.
+LOGO_MAX_PIXELS = 4_000_000
 _MEDIA = {b"\x89PNG\r\n\x1a\n": ("PNG", "image/png"), b"\xff\xd8\xff": ("JPEG", "image/jpeg")}
 
 # The words invoice-v4 prints, by key; [invoice] labels and a tenant's replace them.
@@ -122,9 +125,10 @@ def check_logo(data: bytes, key: str) -> Logo:
     try:
         with Image.open(io.BytesIO(data), formats=[kind[0]]) as img:
             width, height = img.size
-            if not (0 < width <= LOGO_MAX_SIDE and 0 < height <= LOGO_MAX_SIDE):
+            if not (0 < width <= LOGO_MAX_SIDE and 0 < height <= LOGO_MAX_SIDE
+                    and width * height <= LOGO_MAX_PIXELS):
                 raise ConfigError(key, f"the logo is {width}x{height} pixels; at most "
-                                       f"{LOGO_MAX_SIDE} a side")
+                                       f"{LOGO_MAX_SIDE} a side and {LOGO_MAX_PIXELS:,} in all")
             img.load()  # decodes it whole: a truncated or corrupt file fails here
     except ConfigError:
         raise

@@ -146,7 +146,11 @@ def _set(cfg: config.Config, key: str, value: str) -> None:
     *parents, last = key.split(".")
     obj: Any = cfg
     for name in parents:
-        obj = getattr(obj, name)
+        if name.endswith("]"):  # tenants[1]
+            name, _, index = name[:-1].partition("[")
+            obj = getattr(obj, name)[int(index)]
+        else:
+            obj = getattr(obj, name)
     if last.endswith("]"):
         name, _, index = last[:-1].partition("[")
         getattr(obj, name)[int(index)] = value

@@ -120,3 +120,35 @@ def test_a_postgres_store_is_backed_up_with_pg_dump_and_restored_into_an_empty_d
             r.stop()
         verify = d.cli("audit", "verify", "--config", str(state / "config.toml"))
         assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_logos_are_backed_up_and_a_restored_daemon_draws_them(daemon_factory, tmp_path):
+    from PIL import Image
+
+    d = daemon_factory({"invoice": {"logo": "school.png", "default_template": "invoice-v4",
+                                    "locale": "de-DE"}}, start=False)
+    Image.new("RGB", (60, 20), (200, 0, 0)).save(d.dir / "school.png", format="PNG")
+    d.start()
+    body = {"kind": "render_invoice", "order": {
+        "order_id": "BK-INV", "student_name": "Avery Chen", "currency": "EUR",
+        "items": [{"description": "Kurs", "quantity": 1, "unit_price": "10.00"}]}}
+    assert d.wait_job(d.submit(body).json()["job_id"])["state"] == "ready"
+    kept = sorted((d.dir / "branding").iterdir())
+    assert len(kept) == 1
+    backup = tmp_path / "backup"
+    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "logos 1" in made.stdout, made.stdout
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert manifest["config"]["files"]["invoice.logo"] == "config/school.png"
+    state = tmp_path / "restored"
+    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (state / "branding" / kept[0].name).read_bytes() == kept[0].read_bytes()
+    r = _restored(d, state).start()
+    try:
+        body["order"]["order_id"] = "BK-INV-2"
+        job = r.wait_job(r.submit(body).json()["job_id"])
+        assert job["state"] == "ready", job
+    finally:
+        r.stop()
