@@ -147,13 +147,19 @@ def _schemas() -> dict[str, Any]:
                 "issued_on": {"type": "string", "format": "date",
                               "description": "Issue date; the day of rendering when left out."},
                 "items": {"type": "array", "minItems": 1, "items": _ref("InvoiceItem")},
+                "customer_tax_id": {**_str(1, 64), "description":
+                                    "The customer's tax identifier, printed by invoice-v4 "
+                                    "(invoice-v3 refuses it: invalid_field)."},
             },
             ["order_id", "student_name", "currency", "items"], closed=True,
         ),
         "RenderInvoiceJob": _obj(
             {
                 "kind": {"const": "render_invoice"},
-                "template_version": {"type": "string", "pattern": VERSION_PATTERN},
+                "template_version": {"type": "string", "pattern": VERSION_PATTERN,
+                                     "description": "invoice-v3 or invoice-v4 (the tenant's "
+                                     "locale, logo, tax identifiers, labels and footer); left "
+                                     "out: the tenant's default template."},
                 "sign": {"type": "boolean", "default": False},
                 "order": _ref("Order"),
             },
