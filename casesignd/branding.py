@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import io
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,10 +176,10 @@ def _check_texts(settings: Invoice, key: str) -> None:
         if label not in LABELS:
             raise ConfigError(f"{key}.labels", f"unknown label {label!r}; known: "
                                                f"{', '.join(LABELS)}")
-    try:
-        settings.labels.get("page", LABELS["page"]).format(page=1, pages=2)
-    except (KeyError, IndexError, ValueError):
-        raise ConfigError(f"{key}.labels.page", "may hold only {page} and {pages}") from None
+    page = settings.labels.get("page", LABELS["page"])
+    if re.sub(r"\{page\}|\{pages\}", "", page).count("{") or "}" in re.sub(
+            r"\{page\}|\{pages\}", "", page):
+        raise ConfigError(f"{key}.labels.page", "may hold only {page} and {pages} in braces")
 
 
 def _resolve(config: Config, settings: Invoice, key: str, logo_dir: Path | None,

@@ -92,15 +92,6 @@ def unprintable(text: str) -> str | None:
     return None
 
 
-def needs_layout(text: str) -> bool:
-    """Whether ``text`` needs :class:`Text` (another font, or right-to-left letters)."""
-    if text.isascii():
-        return False
-    base = font_coverage()
-    return any(ord(ch) not in base or unicodedata.bidirectional(ch) in _RTL_CLASSES
-               for ch in text)
-
-
 def visual(line: str) -> str:
     """One line in drawing order: shaped, bidi-ordered, without directional marks."""
     if not any(unicodedata.bidirectional(ch) in _RTL_CLASSES for ch in line):

@@ -48,6 +48,8 @@ def test_a_tenants_settings_lie_over_the_daemons(tmp_path: Path) -> None:
     ('locale = "not a locale"', "tenants[0].invoice.locale"),
     ('labels = { totl = "x" }', "tenants[0].invoice.labels"),
     ('labels = { page = "Page {n}" }', "tenants[0].invoice.labels.page"),
+    ('labels = { page = "{page.__class__}" }', "tenants[0].invoice.labels.page"),
+    ('labels = { page = "{page} }" }', "tenants[0].invoice.labels.page"),
     ('issuer_name = "प्रिया"', "tenants[0].invoice.issuer_name"),
     ('footer = ["ok", "\\u0915"]', "tenants[0].invoice.footer[1]"),
     ('tax_rate = "1.5"', "tenants[0].invoice.tax_rate"),
