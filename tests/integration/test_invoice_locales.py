@@ -341,3 +341,27 @@ def test_logo_is_drawn_from_the_kept_copy(tmp_path: Path) -> None:
     assert kept.stat().st_mode & 0o777 == 0o600
     assert re.fullmatch(r"[0-9a-f]{64}", sha)
     assert Image.open(io.BytesIO(kept.read_bytes())).size == (120, 40)
+
+
+@pytest.mark.parametrize("tag", ["de-DE", "ar-EG"])
+def test_a_long_invoice_repeats_its_header_and_numbers_its_pages(tag: str, tmp_path: Path) -> None:
+    cfg = _config(tag)
+    currency, student, extra = LOCALES[tag]
+    body = _order(currency, student)
+    body["order"]["items"] = [{"description": f"Kursmodul {i + 1}", "quantity": i % 4 + 1,
+                               "unit_price": f"{(i * 37) % 500}.{(i * 13) % 100:02d}"}
+                              for i in range(300)]
+    normalized = admit(body, cfg, TODAY, branding.load(cfg, None).for_tenant("t")).normalized
+    pdf = tmp_path / "long.pdf"
+    pages = _render(normalized, cfg, pdf)
+    assert pages == page_count(pdf) and pages > 5
+    labels = {**branding.LABELS, **extra.get("labels", {})}
+    texts = run("pdftotext", "-enc", "UTF-8", str(pdf), "-").split("\f")[:pages]
+    for n, page in enumerate(texts, 1):
+        plain = _plain(page)
+        assert _on_page(labels["page"].format(page=n, pages=pages), plain), (n, page[-200:])
+        assert _plain(labels["description"]) in plain and _plain(labels["amount"]) in plain
+    n = len(normalized["order"]["items"])
+    for want in _expected(normalized, tag)[2 * n:2 * n + 3]:  # the sums, on the last page
+        assert _on_page(want, _plain(texts[-1])), want
+    check_golden(pdf, pages, f"v4-{tag}-long", tmp_path)
