@@ -30,6 +30,8 @@ import unicodedata
 from typing import Any
 
 import arabic_reshaper
+import arabic_reshaper.letters
+import arabic_reshaper.ligatures
 from bidi import get_display
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
@@ -51,7 +53,36 @@ _EAST_ASIAN_CHAR = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in
 # Marks that steer the bidirectional algorithm and draw nothing.
 _BIDI_CONTROLS = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
                                    "\u2066\u2067\u2068\u2069"))
-_RESHAPER = arabic_reshaper.ArabicReshaper(configuration={"delete_harakat": False})
+# The joining forms, and of the ligatures only the four lam-alef ones, which Arabic
+# writing requires and DejaVu Sans has; the others (U+FDF2 for "allah", say) are
+# optional, and DejaVu Sans lacks most of them.
+_LAM_ALEF = ("ARABIC LIGATURE LAM WITH ALEF", "ARABIC LIGATURE LAM WITH ALEF WITH HAMZA ABOVE",
+             "ARABIC LIGATURE LAM WITH ALEF WITH HAMZA BELOW",
+             "ARABIC LIGATURE LAM WITH ALEF WITH MADDA ABOVE")
+_LIGATURES = {name: name in _LAM_ALEF for name, _ in arabic_reshaper.ligatures.LIGATURES}
+
+
+class _Flags:
+    """The reshaper's settings with their values kept: it reads five of them on every
+    call through ConfigParser, which is most of its cost for a short text."""
+
+    def __init__(self, section: Any) -> None:
+        self._section = section
+        self._values: dict[str, bool] = {}
+
+    def getboolean(self, key: str) -> bool:
+        value = self._values.get(key)
+        if value is None:
+            value = self._values[key] = bool(self._section.getboolean(key))
+        return value
+
+    def get(self, key: str) -> Any:
+        return self._section.get(key)
+
+
+_RESHAPER = arabic_reshaper.ArabicReshaper(configuration={
+    "delete_harakat": False, "support_ligatures": True, **_LIGATURES})
+_RESHAPER.configuration = _Flags(_RESHAPER.configuration)
 
 
 def _in_east_asian_block(cp: int) -> bool:
@@ -78,16 +109,35 @@ def coverage() -> frozenset[int]:
     return font_coverage() | _east_asian_glyphs()
 
 
+@functools.lru_cache(maxsize=4096)
 def shaped(text: str) -> str:
     """``text`` with Arabic letters in their joining forms (logical order kept)."""
-    return _RESHAPER.reshape(text) if _ARABIC.search(text) else text
+    return str(_RESHAPER.reshape(text)) if _ARABIC.search(text) else text
+
+
+@functools.cache
+def _joinable() -> frozenset[str]:
+    """Arabic letters the fonts have every joining form of (and the lam-alef ones)."""
+    covered = coverage()
+    letters = arabic_reshaper.letters.LETTERS_ARABIC
+    ligatures = dict(arabic_reshaper.ligatures.LIGATURES)
+    assert all(ord(f) in covered for name in _LAM_ALEF for f in ligatures[name][1] if f)
+    return frozenset(ch for ch, forms in letters.items()
+                     if ord(ch) in covered and all(ord(f) in covered for f in forms if f))
 
 
 def unprintable(text: str) -> str | None:
-    """The first character of ``text`` that invoice-v4 cannot draw, else None."""
-    covered = coverage()
-    for ch in shaped(text):
-        if ord(ch) not in covered and not ch.isspace() and ord(ch) not in _BIDI_CONTROLS:
+    """The first character of ``text`` that invoice-v4 cannot draw, else None.
+
+    An Arabic letter is drawable when the fonts have each of its joining forms, so
+    this needs no shaping."""
+    covered, joinable = coverage(), _joinable()
+    for ch in text:
+        cp = ord(ch)
+        if ch in arabic_reshaper.letters.LETTERS_ARABIC:
+            if ch not in joinable:
+                return ch
+        elif cp not in covered and not ch.isspace() and cp not in _BIDI_CONTROLS:
             return ch
     return None
 
@@ -107,6 +157,8 @@ def _font_of(ch: str, bold: bool) -> str:
 
 def runs(text: str, bold: bool) -> list[tuple[str, str]]:
     """``text`` as (font name, chunk) runs of one font each."""
+    if not _EAST_ASIAN_CHAR.search(text):  # all of it in DejaVu Sans (admission saw to it)
+        return [(FONT_BOLD if bold else FONT_REGULAR, text)]
     out: list[tuple[str, str]] = []
     for ch in text:
         font = _font_of(ch, bold)
@@ -117,6 +169,7 @@ def runs(text: str, bold: bool) -> list[tuple[str, str]]:
     return out
 
 
+@functools.lru_cache(maxsize=8192)
 def width(text: str, bold: bool, size: float) -> float:
     """The drawn width of ``text`` (logical order; shaping changes Arabic widths)."""
     return sum(pdfmetrics.stringWidth(chunk, font, size)

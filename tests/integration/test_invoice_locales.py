@@ -62,7 +62,7 @@ LOCALES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ja-JP": ("JPY", "山田 太郎", {"issuer_name": "東京学園", "issuer_address": ["東京都千代田区1-1"],
                                  "tax_rate": "0.1", "tax_label": "消費税",
                                  "labels": {"invoice": "請求書", "total": "合計"}}),
-    "ar-EG": ("EGP", "أحمد محمد", {"issuer_name": "جامعة القاهرة",
+    "ar-EG": ("EGP", "عبد الله محمد", {"issuer_name": "جامعة القاهرة",
                                    "issuer_address": ["شارع الجامعة، الجيزة"], "tax_rate": "0.14",
                                    "tax_label": "ضريبة القيمة المضافة",
                                    "labels": {"invoice": "فاتورة", "subtotal": "المجموع الفرعي",
