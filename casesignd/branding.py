@@ -35,6 +35,8 @@ LOGO_MAX_BYTES = 1 << 20
 LOGO_MAX_SIDE = 4096
 # A PNG is embedded decoded (then deflated): this bounds what one invoice reserves.
 LOGO_MAX_PIXELS = 4_000_000
+# Pixel formats reportlab embeds as they are (a 16-bit grey PNG, "I;16", it does not).
+_MODES = frozenset({"1", "L", "LA", "P", "RGB", "RGBA", "CMYK"})
 _MEDIA = {b"\x89PNG\r\n\x1a\n": ("PNG", "image/png"), b"\xff\xd8\xff": ("JPEG", "image/jpeg")}
 
 # The words invoice-v4 prints, by key; [invoice] labels and a tenant's replace them.
@@ -126,6 +128,9 @@ def check_logo(data: bytes, key: str) -> Logo:
     try:
         with Image.open(io.BytesIO(data), formats=[kind[0]]) as img:
             width, height = img.size
+            if img.mode not in _MODES:
+                raise ConfigError(key, f"the logo's pixels are {img.mode}; save it as 8-bit "
+                                       "RGB, RGBA, grey or palette")
             if not (0 < width <= LOGO_MAX_SIDE and 0 < height <= LOGO_MAX_SIDE
                     and width * height <= LOGO_MAX_PIXELS):
                 raise ConfigError(key, f"the logo is {width}x{height} pixels; at most "
@@ -157,21 +162,31 @@ def _keep(logo_dir: Path, name: str, data: bytes) -> None:
         os.close(fd)
 
 
+# How many lines and characters each printed setting may have: what fits its place
+# on the page at the smallest size text shrinks to, with room for the items.
+MAX_LINES = {"issuer_address": 6, "issuer_tax_ids": 4, "footer": 4}
+MAX_CHARS = {"issuer_name": 200, "issuer_address": 120, "issuer_tax_ids": 120,
+             "footer": 160, "tax_label": 40, "labels": 40}
+
+
 def _check_texts(settings: Invoice, key: str) -> None:
     from .invoice_text import unprintable
 
-    texts: list[tuple[str, str]] = [("issuer_name", settings.issuer_name),
-                                    ("tax_label", settings.tax_label)]
-    for field in ("issuer_address", "issuer_tax_ids", "footer"):
-        texts += [(f"{field}[{i}]", t) for i, t in enumerate(getattr(settings, field))]
-    texts += [(f"labels.{k}", v) for k, v in settings.labels.items()]
-    for field, text in texts:
+    texts: list[tuple[str, str, str]] = [("issuer_name", "issuer_name", settings.issuer_name),
+                                         ("tax_label", "tax_label", settings.tax_label)]
+    for field, most in MAX_LINES.items():
+        lines = getattr(settings, field)
+        if len(lines) > most:
+            raise ConfigError(f"{key}.{field}", f"{len(lines)} lines; at most {most}")
+        texts += [(f"{field}[{i}]", field, t) for i, t in enumerate(lines)]
+    texts += [(f"labels.{k}", "labels", v) for k, v in settings.labels.items()]
+    for field, kind, text in texts:
         bad = unprintable(text)
         if bad is not None:
             raise ConfigError(f"{key}.{field}",
                               f"U+{ord(bad):04X} cannot be printed by the invoice fonts")
-        if len(text) > 200:
-            raise ConfigError(f"{key}.{field}", "longer than 200 characters")
+        if len(text) > MAX_CHARS[kind]:
+            raise ConfigError(f"{key}.{field}", f"longer than {MAX_CHARS[kind]} characters")
     for label in settings.labels:
         if label not in LABELS:
             raise ConfigError(f"{key}.labels", f"unknown label {label!r}; known: "
@@ -182,9 +197,26 @@ def _check_texts(settings: Invoice, key: str) -> None:
         raise ConfigError(f"{key}.labels.page", "may hold only {page} and {pages} in braces")
 
 
+def _check_locale(tag: str, key: str) -> None:
+    """A locale CLDR knows, whose dates, percentages and grouped numbers the fonts print."""
+    from decimal import Decimal
+
+    from . import locales
+    from .invoice_text import unprintable
+
+    loc = locales.parse_locale(tag, key)
+    for sample in (locales.format_date("2026-12-31", loc),
+                   locales.format_rate(Decimal("0.125"), loc),
+                   locales.format_quantity(1234567, loc)):
+        bad = unprintable(sample)
+        if bad is not None:
+            raise ConfigError(key, f"{tag} writes U+{ord(bad):04X}, which the invoice fonts "
+                                   "cannot print")
+
+
 def _resolve(config: Config, settings: Invoice, key: str, logo_dir: Path | None,
              seen: dict[str, Logo]) -> InvoiceSettings:
-    from . import locales, money
+    from . import money
     from .invoice_templates import TEMPLATES
 
     if settings.default_template not in TEMPLATES:
@@ -192,7 +224,7 @@ def _resolve(config: Config, settings: Invoice, key: str, logo_dir: Path | None,
                           f"unknown template {settings.default_template!r}; known: "
                           f"{', '.join(TEMPLATES)}")
     money.parse_rate(settings.tax_rate, f"{key}.tax_rate")
-    locales.parse_locale(settings.locale, f"{key}.locale")
+    _check_locale(settings.locale, f"{key}.locale")
     _check_texts(settings, key)
     logo = None
     if settings.logo:

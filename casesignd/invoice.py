@@ -180,7 +180,8 @@ def _currency(value: Any, branded: bool, settings: InvoiceSettings) -> tuple[str
     if units is None:
         raise _refuse("unsupported_currency", field,
                       f"unsupported currency {str(value)[:16]!r}: not an ISO 4217 code in use")
-    sample = locales.format_money(Decimal(0).scaleb(-units), code, units,
+    # Grouped, with every decimal: each mark the amounts of this invoice may show.
+    sample = locales.format_money(Decimal(1234567).scaleb(-units), code, units,
                                   locales.locale_of(settings.locale))
     bad = invoice_text.unprintable(sample)
     if bad is not None:
@@ -284,7 +285,8 @@ def declared_bytes(request: dict[str, Any]) -> int:
         logo = issuer.get("logo")
         if logo:
             rendered += 4 * logo["width"] * logo["height"] + 4096
-        texts = [order["student_name"], *(it["description"] for it in order["items"]),
+        texts = [order["student_name"], order.get("customer_tax_id", ""),
+                 *(it["description"] for it in order["items"]),
                  issuer["name"], *issuer["address"], *issuer["tax_ids"], *issuer["footer"],
                  *issuer["labels"].values()]
         # Each other character is a glyph of its own in up to two faces, and an

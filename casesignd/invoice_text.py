@@ -32,7 +32,8 @@ from typing import Any
 import arabic_reshaper
 import arabic_reshaper.letters
 import arabic_reshaper.ligatures
-from bidi import get_display
+from bidi import get_base_level, get_display
+from bidi.mirror import MIRRORED
 from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.platypus import Flowable
@@ -137,20 +138,91 @@ def unprintable(text: str) -> str | None:
         if ch in arabic_reshaper.letters.LETTERS_ARABIC:
             if ch not in joinable:
                 return ch
-        elif cp not in covered and not ch.isspace() and cp not in _BIDI_CONTROLS:
+        elif cp not in covered and cp not in _BIDI_CONTROLS:
             return ch
     return None
 
 
-def visual(line: str) -> str:
-    """One line in drawing order: shaped, bidi-ordered, without directional marks."""
-    if not any(unicodedata.bidirectional(ch) in _RTL_CLASSES for ch in line):
+def direction(text: str) -> str:
+    """The paragraph direction of a whole text, 'L' or 'R' (UAX #9 P2-P3)."""
+    if not any(unicodedata.bidirectional(ch) in _RTL_CLASSES for ch in text):
+        return "L"
+    return "R" if get_base_level(text) % 2 else "L"
+
+
+_LEVEL = re.compile(r"Level\(\s*(\d+),\s*\)")
+
+
+def _levels(text: str, base: str) -> list[int] | None:
+    """Each character's resolved embedding level, from python-bidi's own analysis
+    (its debug report, levels by UTF-8 byte); None if the report cannot be read."""
+    report = str(get_display(text, base_dir=base, debug=True))
+    block = re.search(r"levels: \[(.*?)\n    \],", report, re.S)
+    if block is None:
+        return None
+    by_byte = [int(n) for n in _LEVEL.findall(block.group(1))]
+    out, at = [], 0
+    for ch in text:
+        if at >= len(by_byte):
+            return None
+        out.append(by_byte[at])
+        at += len(ch.encode())
+    return out if at == len(by_byte) else None
+
+
+def _reordered(text: str, levels: list[int], base_level: int) -> list[int]:
+    """Logical indices in visual order (UAX #9 L1 for the line's trailing white
+    space, then L2)."""
+    levels = list(levels)
+    i = len(text)
+    while i > 0 and text[i - 1].isspace():
+        i -= 1
+        levels[i] = base_level
+    order = list(range(len(text)))
+    lowest_odd = min((lv for lv in levels if lv % 2), default=None)
+    if lowest_odd is None:
+        return order
+    for level in range(max(levels), lowest_odd - 1, -1):
+        i = 0
+        while i < len(order):
+            if levels[order[i]] >= level:
+                j = i
+                while j < len(order) and levels[order[j]] >= level:
+                    j += 1
+                order[i:j] = order[i:j][::-1]
+                i = j
+            else:
+                i += 1
+    return order
+
+
+def visual(line: str, base: str | None = None) -> str:
+    """One line in drawing order: shaped, bidi-ordered with paragraph direction
+    ``base`` (the line's own when None), mirrored, without directional marks.
+
+    python-bidi orders the line but leaves UAX #9 L4 (mirrored glyphs) to its
+    caller: a bracket at a right-to-left level is drawn as its mirror, so that
+    "(Mohamed)" inside Arabic reads "(Mohamed)", not ")Mohamed(". The mirroring is
+    applied only where the order made here from python-bidi's levels is its own."""
+    if base != "R" and not any(unicodedata.bidirectional(ch) in _RTL_CLASSES for ch in line):
         return line.translate(_BIDI_CONTROLS)
-    return str(get_display(shaped(line))).translate(_BIDI_CONTROLS)
+    text = shaped(line)
+    base = base or direction(text)
+    shown = str(get_display(text, base_dir=base))
+    if not any(ch in MIRRORED for ch in text):
+        return shown.translate(_BIDI_CONTROLS)
+    levels = _levels(text, base)
+    if levels is None:
+        return shown.translate(_BIDI_CONTROLS)
+    order = _reordered(text, levels, 1 if base == "R" else 0)
+    if "".join(text[i] for i in order) != shown:
+        return shown.translate(_BIDI_CONTROLS)
+    return "".join(MIRRORED.get(text[i], text[i]) if levels[i] % 2 else text[i]
+                   for i in order).translate(_BIDI_CONTROLS)
 
 
 def _font_of(ch: str, bold: bool) -> str:
-    if ord(ch) in font_coverage() or ch.isspace():
+    if ord(ch) in font_coverage():
         return FONT_BOLD if bold else FONT_REGULAR
     return FONT_EAST_ASIAN
 
@@ -191,15 +263,24 @@ def _tokens(text: str) -> list[tuple[str, bool]]:
 
 
 def _split_long(word: str, bold: bool, size: float, limit: float) -> list[str]:
-    """A word wider than ``limit`` in pieces that fit, never splitting off a mark."""
-    pieces, current = [], ""
-    for ch in word:
-        if current and unicodedata.combining(ch) == 0 and width(current + ch, bold, size) > limit:
-            pieces.append(current)
-            current = ch
-        else:
-            current += ch
-    return [*pieces, current] if current else pieces
+    """A word wider than ``limit`` in pieces that fit, never splitting off a mark.
+
+    Each piece is the longest prefix that fits, found by bisection (a width is
+    measured shaped, so a per-character sum would be wrong for Arabic)."""
+    starts = [i for i, ch in enumerate(word) if i and unicodedata.combining(ch) == 0]
+    pieces, at = [], 0
+    while at < len(word):
+        cuts = [i for i in starts if i > at] + [len(word)]
+        lo, hi = 0, len(cuts) - 1  # the longest cuts[k] whose piece fits; at least one
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if width(word[at:cuts[mid]], bold, size) <= limit:
+                lo = mid
+            else:
+                hi = mid - 1
+        pieces.append(word[at:cuts[lo]])
+        at = cuts[lo]
+    return pieces
 
 
 def wrap_lines(text: str, bold: bool, size: float, limit: float) -> list[str]:
@@ -229,9 +310,10 @@ def fit(text: str, bold: bool, size: float, limit: float, min_size: float) -> fl
 
 
 def draw_line(canv: Any, x: float, y: float, line: str, bold: bool, size: float,
-              align: str) -> None:
-    """Draw one logical ``line`` at baseline ``y``: from ``x`` (LEFT) or up to it (RIGHT)."""
-    pieces = runs(visual(line), bold)
+              align: str, base: str | None = None) -> None:
+    """Draw one logical ``line`` at baseline ``y``: from ``x`` (LEFT) or up to it
+    (RIGHT), in paragraph direction ``base`` (the line's own when None)."""
+    pieces = runs(visual(line, base), bold)
     total = sum(pdfmetrics.stringWidth(chunk, font, size) for font, chunk in pieces)
     at = x - total if align == "RIGHT" else x - total / 2 if align == "CENTER" else x
     for font, chunk in pieces:
@@ -250,14 +332,20 @@ class Text(Flowable):  # type: ignore[misc]  # reportlab is untyped
         self.one_line, self.min_size, self.color = one_line, min_size, color
         self._lines: list[str] = [text]
         self._size = size
+        self._wrapped: float | None = None
+        # One paragraph direction for all its lines: a wrapped line that starts with
+        # a Latin word is still part of a right-to-left paragraph.
+        self._base = direction(text)
 
     def wrap(self, avail_width: float, avail_height: float) -> tuple[float, float]:
         self._width = avail_width
-        if self.one_line:
-            self._size = fit(self.text, self.bold, self.size, avail_width, self.min_size)
-            self._lines = [self.text]
-        else:
-            self._lines = wrap_lines(self.text, self.bold, self.size, avail_width)
+        if self._wrapped != avail_width:  # a table asks again with the same width
+            self._wrapped = avail_width
+            if self.one_line:
+                self._size = fit(self.text, self.bold, self.size, avail_width, self.min_size)
+                self._lines = [self.text]
+            else:
+                self._lines = wrap_lines(self.text, self.bold, self.size, avail_width)
         return avail_width, len(self._lines) * self._size * 1.22
 
     def draw(self) -> None:
@@ -268,4 +356,4 @@ class Text(Flowable):  # type: ignore[misc]  # reportlab is untyped
             self.canv.setFillColor(self.color)
         for i, line in enumerate(self._lines):
             y = (len(self._lines) - i - 1) * leading + self._size * 0.25
-            draw_line(self.canv, x, y, line, self.bold, self._size, self.align)
+            draw_line(self.canv, x, y, line, self.bold, self._size, self.align, self._base)

@@ -365,3 +365,19 @@ def test_a_long_invoice_repeats_its_header_and_numbers_its_pages(tag: str, tmp_p
     for want in _expected(normalized, tag)[2 * n:2 * n + 3]:  # the sums, on the last page
         assert _on_page(want, _plain(texts[-1])), want
     check_golden(pdf, pages, f"v4-{tag}-long", tmp_path)
+
+
+def test_hostile_but_valid_text_renders_within_its_reservation(tmp_path: Path) -> None:
+    cfg = _config("ar-EG")
+    body = _order("EGP", "عبد الله (Abdullah) 12")
+    body["order"]["customer_tax_id"] = "".join(chr(0x4E00 + i * 37) for i in range(64))
+    body["order"]["items"] = [{"description": "م" * 500, "quantity": 1, "unit_price": "1"},
+                              {"description": "漢" * 500, "quantity": 2, "unit_price": "2"}]
+    normalized = admit(body, cfg, TODAY, branding.load(cfg, None).for_tenant("t")).normalized
+    pdf = tmp_path / "hostile.pdf"
+    pages = _render(normalized, cfg, pdf)
+    assert pages == page_count(pdf)
+    assert pdf.stat().st_size <= declared_bytes(normalized)
+    text = _plain(run("pdftotext", "-enc", "UTF-8", str(pdf), "-"))
+    assert "(Abdullah)" in text and "عبدالله" in text
+    assert text.count("漢") == 500

@@ -92,3 +92,31 @@ def test_logos_are_kept_once_by_digest_and_privately(tmp_path: Path) -> None:
     assert kept[0].stat().st_mode & 0o777 == 0o600
     assert brands.logo_path(logo.sha256) == kept[0]
     assert brands.for_tenant("t").snapshot()["logo"]["sha256"] == logo.sha256
+
+
+@pytest.mark.parametrize("tenant,key", [
+    ('labels = { total = "a\\tb" }', "tenants[0].invoice.labels.total"),
+    ('footer = ["1", "2", "3", "4", "5"]', "tenants[0].invoice.footer"),
+    ('issuer_address = ["a", "b", "c", "d", "e", "f", "g"]', "tenants[0].invoice.issuer_address"),
+    ('labels = { invoice = "' + "W" * 41 + '" }', "tenants[0].invoice.labels.invoice"),
+    ('tax_label = "' + "W" * 41 + '"', "tenants[0].invoice.tax_label"),
+    ('locale = "ff-Adlm-GN"', "tenants[0].invoice.locale"),  # groups with U+2E41
+])
+def test_what_would_not_fit_or_print_is_refused(tmp_path: Path, tenant: str, key: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        branding.load(_cfg(tmp_path, tenant=tenant), None)
+    assert e.value.key == key, e.value
+
+
+def test_an_ideographic_space_is_drawn_by_the_east_asian_font(tmp_path: Path) -> None:
+    from casesignd import invoice_text
+
+    branding.load(_cfg(tmp_path, tenant='labels = { total = "合計\\u3000金額" }'), None)
+    assert invoice_text.runs("合計\u3000金額", False) == [("DroidSansFallback", "合計\u3000金額")]
+
+
+def test_a_16_bit_grey_logo_is_refused(tmp_path: Path) -> None:
+    Image.new("I;16", (20, 10)).save(tmp_path / "g16.png", format="PNG")
+    with pytest.raises(ConfigError) as e:
+        branding.load(_cfg(tmp_path, tenant='logo = "g16.png"'), None)
+    assert "8-bit" in str(e.value)
