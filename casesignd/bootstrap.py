@@ -180,7 +180,8 @@ DESCRIPTIONS: dict[str, str] = {
     "total, page ('Page {page} of {pages}').",
     "invoice.max_items": "Most line items in one invoice.",
     "tenants.invoice": "This tenant's own invoice settings; each one left out is [invoice]'s.",
-    "tenants.invoice.default_template": "Template of this tenant's invoices that name none.",
+    "tenants.invoice.default_template": "Template of this tenant's invoices that name none "
+    "(invoice-v4 when left out: the one that prints these settings).",
     "tenants.invoice.issuer_name": "Issuer printed on this tenant's invoices.",
     "tenants.invoice.issuer_address": "Its address lines.",
     "tenants.invoice.issuer_tax_ids": "Lines naming its tax identifiers.",

@@ -235,9 +235,14 @@ class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ttl_s: int = 3600
 
 
+# The template that prints a tenant's invoice settings (casesignd.invoice_templates).
+BRANDED_TEMPLATE = "invoice-v4"
+
+
 class TenantInvoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    # A tenant's own invoices: each setting left out is the daemon's [invoice] one;
-    # labels are merged key by key over the daemon's.
+    # A tenant's own invoices: each setting left out is the daemon's [invoice] one
+    # (but default_template, which is invoice-v4); labels are merged key by key over
+    # the daemon's.
     default_template: str | None = None
     issuer_name: str | None = None
     issuer_address: list[str] | None = None
@@ -342,6 +347,9 @@ class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             return self
         changes = {f: getattr(mine, f) for f in mine.__struct_fields__
                    if getattr(mine, f) is not None}
+        # A tenant's own settings are what the branded template prints: it is that
+        # tenant's default unless it names another.
+        changes.setdefault("default_template", BRANDED_TEMPLATE)
         if "labels" in changes:
             changes["labels"] = {**self.labels, **changes["labels"]}
         return msgspec.structs.replace(self, **changes)

@@ -120,3 +120,11 @@ def test_a_16_bit_grey_logo_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as e:
         branding.load(_cfg(tmp_path, tenant='logo = "g16.png"'), None)
     assert "8-bit" in str(e.value)
+
+
+def test_a_tenant_with_settings_of_its_own_defaults_to_the_branded_template(tmp_path: Path) -> None:
+    brands = branding.load(_cfg(tmp_path, tenant='locale = "de-DE"'), None)
+    assert brands.for_tenant("t").template == "invoice-v4"
+    assert brands.for_tenant("nobody").template == "invoice-v3"
+    named = branding.load(_cfg(tmp_path, tenant='default_template = "invoice-v3"'), None)
+    assert named.for_tenant("t").template == "invoice-v3"
