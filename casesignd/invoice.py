@@ -120,20 +120,17 @@ def _text(value: Any, field: str, max_chars: int, branded: bool = False) -> str:
         raise _refuse("invalid_field", field, f"{field} must not be empty")
     if len(text) > max_chars:
         raise _refuse("invalid_field", field, f"{field} is longer than {max_chars} characters")
+    # Other spaces (no-break, thin, ...) print as a plain space; the font may lack them.
+    text = "".join(" " if ch.isspace() else ch for ch in text)
     if branded:
         bad = invoice_text.unprintable(text)
-        if bad is not None:
-            raise _refuse("unsupported_character", field,
-                          f"{field} contains U+{ord(bad):04X}, which the invoice fonts cannot print")
-    covered = font_coverage()
-    for ch in text if not branded else ():
-        if ord(ch) not in covered and not ch.isspace():
-            raise _refuse(
-                "unsupported_character", field,
-                f"{field} contains U+{ord(ch):04X}, which the invoice font cannot print",
-            )  # fmt: skip
-    # Other spaces (no-break, thin, ...) print as a plain space; the font may lack them.
-    return "".join(" " if ch.isspace() else ch for ch in text)
+    else:
+        covered = font_coverage()
+        bad = next((ch for ch in text if ord(ch) not in covered), None)
+    if bad is not None:
+        raise _refuse("unsupported_character", field,
+                      f"{field} contains U+{ord(bad):04X}, which the invoice font cannot print")
+    return text
 
 
 def _quantity(value: Any, field: str) -> int:
