@@ -24,6 +24,7 @@ import hashlib
 import io
 import os
 import re
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,7 +150,8 @@ def _keep(logo_dir: Path, name: str, data: bytes) -> None:
     if final.exists():
         return
     logo_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    tmp = logo_dir / f".{name}.{os.getpid()}.tmp"
+    # Several daemons may share state_dir (PostgreSQL): a name of this write's own.
+    tmp = logo_dir / f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
     with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
         f.write(data)
         f.flush()
