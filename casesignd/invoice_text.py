@@ -92,7 +92,10 @@ def _in_east_asian_block(cp: int) -> bool:
 
 @functools.cache
 def register() -> None:
-    """Register invoice-v3's fonts and the East Asian face, once per process."""
+    """Register the East Asian face with reportlab, once per process.
+
+    It is parsed (about 0.2 s: 3.4 MB, 33,000 glyphs) only when a text needs it, so a
+    daemon whose invoices have no such characters never loads it."""
     register_fonts()
     pdfmetrics.registerFont(TTFont(FONT_EAST_ASIAN, str(FONTS_DIR / _EAST_ASIAN_FILE)))
 
@@ -104,10 +107,13 @@ def _east_asian_glyphs() -> frozenset[int]:
     return frozenset(cp for cp in cmap if _in_east_asian_block(cp))
 
 
-@functools.cache
 def coverage() -> frozenset[int]:
-    """Code points invoice-v4 can draw (in regular and bold)."""
+    """Code points invoice-v4 can draw (in regular and bold); loads the East Asian face."""
     return font_coverage() | _east_asian_glyphs()
+
+
+def _drawable(cp: int) -> bool:
+    return cp in font_coverage() or (_in_east_asian_block(cp) and cp in _east_asian_glyphs())
 
 
 @functools.lru_cache(maxsize=4096)
@@ -119,7 +125,7 @@ def shaped(text: str) -> str:
 @functools.cache
 def _joinable() -> frozenset[str]:
     """Arabic letters the fonts have every joining form of (and the lam-alef ones)."""
-    covered = coverage()
+    covered = font_coverage()  # DejaVu Sans: the East Asian face has no Arabic
     letters = arabic_reshaper.letters.LETTERS_ARABIC
     ligatures = dict(arabic_reshaper.ligatures.LIGATURES)
     assert all(ord(f) in covered for name in _LAM_ALEF for f in ligatures[name][1] if f)
@@ -132,13 +138,13 @@ def unprintable(text: str) -> str | None:
 
     An Arabic letter is drawable when the fonts have each of its joining forms, so
     this needs no shaping."""
-    covered, joinable = coverage(), _joinable()
+    covered, joinable = font_coverage(), _joinable()
     for ch in text:
         cp = ord(ch)
         if ch in arabic_reshaper.letters.LETTERS_ARABIC:
             if ch not in joinable:
                 return ch
-        elif cp not in covered and cp not in _BIDI_CONTROLS:
+        elif cp not in covered and cp not in _BIDI_CONTROLS and not _drawable(cp):
             return ch
     return None
 
@@ -231,6 +237,7 @@ def runs(text: str, bold: bool) -> list[tuple[str, str]]:
     """``text`` as (font name, chunk) runs of one font each."""
     if not _EAST_ASIAN_CHAR.search(text):  # all of it in DejaVu Sans (admission saw to it)
         return [(FONT_BOLD if bold else FONT_REGULAR, text)]
+    register()
     out: list[tuple[str, str]] = []
     for ch in text:
         font = _font_of(ch, bold)
@@ -244,6 +251,7 @@ def runs(text: str, bold: bool) -> list[tuple[str, str]]:
 @functools.lru_cache(maxsize=8192)
 def width(text: str, bold: bool, size: float) -> float:
     """The drawn width of ``text`` (logical order; shaping changes Arabic widths)."""
+    register_fonts()  # once per process; a cached call after that
     return sum(pdfmetrics.stringWidth(chunk, font, size)
                for font, chunk in runs(shaped(text).translate(_BIDI_CONTROLS), bold))
 

@@ -33,8 +33,8 @@ from reportlab.platypus import Image, SimpleDocTemplate, Spacer, Table, TableSty
 
 from . import locales, money
 from .errors import PermanentJobError
-from .invoice_layout import FONT_REGULAR, NumberedCanvas, v3_widths
-from .invoice_text import Text, draw_line, fit, register, width
+from .invoice_layout import FONT_REGULAR, NumberedCanvas, register_fonts, v3_widths
+from .invoice_text import Text, draw_line, fit, width
 
 _MARGIN = 18 * mm
 _PAD = 4
@@ -163,7 +163,7 @@ def v4_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int:
 
     ``issuer`` is ``{"snapshot": the job's issuer snapshot, "logo_path": str}``.
     """
-    register()
+    register_fonts()  # the East Asian face too, when a text needs it (invoice_text.runs)
     order = invoice["order"]
     brand = issuer["snapshot"]
     cur, units_ = order["currency"], int(invoice["units"])
