@@ -60,10 +60,6 @@ class _Side:
     def row(self, cells: list[Any]) -> list[Any]:
         return cells[::-1] if self.rtl else cells
 
-    def col(self, i: int, n: int) -> int:
-        """The drawn column of logical column ``i`` of ``n``."""
-        return n - 1 - i if self.rtl else i
-
 
 @functools.lru_cache(maxsize=16)
 def _logo_image_bytes(path: str, sha256: str) -> bytes:
@@ -120,9 +116,12 @@ def _header(invoice: dict[str, Any], issuer: dict[str, Any], brand: dict[str, An
 def _items(invoice: dict[str, Any], labels: dict[str, str], units: list[str],
            amounts: list[str], widths: list[float], side: _Side, loc: Any) -> Table:
     order = invoice["order"]
-    def one(text: str, i: int, bold: bool = False, align: str | None = None) -> Text:
+
+    def one(text: str, i: int, bold: bool = False) -> Text:
+        """Column ``i``'s cell: # and the description from the start, numbers to the end;
+        the description wraps, the others shrink to fit."""
         return Text(text, size=_BODY, bold=bold, one_line=i != 1,
-                    align=align or (side.start if i < 2 else side.end), min_size=_MIN_SIZE)
+                    align=side.start if i < 2 else side.end, min_size=_MIN_SIZE)
 
     header = [labels[k] for k in ("number", "description", "quantity", "unit_price", "amount")]
     rows: list[list[Any]] = [side.row([one(t, i, bold=True) for i, t in enumerate(header)])]
