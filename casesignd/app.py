@@ -174,12 +174,16 @@ class Services:
 
     async def warm_cpu(self) -> None:
         """Start the worker processes and import the PDF stack in them, so the first
-        kiosk request does not pay for it."""
+        kiosk request does not pay for it; and, in a thread, what invoice admission may
+        need (casesignd.invoice_text.warm), so that no request pays for it on the loop."""
+        from .invoice_text import warm
+
         with contextlib.suppress(Exception):
             # As many calls as processes at once: each process takes one.
             await asyncio.gather(
                 *(self.run_cpu(_warm, kiosk=True) for _ in range(self.config.kiosk.cpu_processes)),
-                *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)))
+                *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)),
+                asyncio.to_thread(warm))
         self.cpu_warm = True  # also after a failure: the pools then start on first use
 
     def close_cpu(self) -> None:

@@ -145,23 +145,17 @@ def check_logo(data: bytes, key: str) -> Logo:
 
 
 def _keep(logo_dir: Path, name: str, data: bytes) -> None:
-    """Write ``data`` as ``logo_dir/name`` once (atomic, fsynced)."""
+    """Write ``data`` as ``logo_dir/name`` once: whole or not at all, fsynced, the
+    temporary file removed either way (casesignd.artifacts.link_new)."""
+    from .artifacts import link_new, write_new
+
     final = logo_dir / name
     if final.exists():
         return
     logo_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Several daemons may share state_dir (PostgreSQL): a name of this write's own.
     tmp = logo_dir / f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
-    fd = os.open(logo_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    link_new(tmp, final, lambda path: write_new([data], path))
 
 
 # How many lines and characters each printed setting may have: what fits its place
@@ -193,9 +187,8 @@ def _check_texts(settings: Invoice, key: str) -> None:
         if label not in LABELS:
             raise ConfigError(f"{key}.labels", f"unknown label {label!r}; known: "
                                                f"{', '.join(LABELS)}")
-    page = settings.labels.get("page", LABELS["page"])
-    if re.sub(r"\{page\}|\{pages\}", "", page).count("{") or "}" in re.sub(
-            r"\{page\}|\{pages\}", "", page):
+    rest = re.sub(r"\{pages?\}", "", settings.labels.get("page", LABELS["page"]))
+    if "{" in rest or "}" in rest:
         raise ConfigError(f"{key}.labels.page", "may hold only {page} and {pages} in braces")
 
 

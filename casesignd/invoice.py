@@ -351,8 +351,7 @@ def check_config(config: Config) -> None:
         raise ConfigError("invoice.max_items", "must be positive")
     try:
         font_coverage()  # loads the shipped fonts once, so the first request does not
-        invoice_text.unprintable("\u0627")  # and what Arabic needs (the East Asian face
-        # is loaded by the first text that needs it: about 0.2 s, once per process)
+        # (invoice_text.warm loads the rest, in the background: Services.warm_cpu)
     except OSError as e:
         raise ConfigError("invoice", f"invoice fonts unreadable: {e}") from None
 

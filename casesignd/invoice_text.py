@@ -24,14 +24,12 @@ the cell's width, or on one line shrunk to fit (amounts, IDs).
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import unicodedata
 from typing import Any
 
-import arabic_reshaper
-import arabic_reshaper.letters
-import arabic_reshaper.ligatures
 from bidi import get_base_level, get_display
 from bidi.mirror import MIRRORED
 from reportlab.pdfbase import pdfmetrics
@@ -54,13 +52,12 @@ _EAST_ASIAN_CHAR = re.compile("[" + "".join(f"\\u{a:04x}-\\u{b:04x}" for a, b in
 # Marks that steer the bidirectional algorithm and draw nothing.
 _BIDI_CONTROLS = dict.fromkeys(map(ord, "\u200e\u200f\u061c\u202a\u202b\u202c\u202d\u202e"
                                    "\u2066\u2067\u2068\u2069"))
-# The joining forms, and of the ligatures only the four lam-alef ones, which Arabic
-# writing requires and DejaVu Sans has; the others (U+FDF2 for "allah", say) are
-# optional, and DejaVu Sans lacks most of them.
+# Of arabic-reshaper's ligatures only the four lam-alef ones, which Arabic writing
+# requires and DejaVu Sans has; the others (U+FDF2 for "allah", say) are optional,
+# and DejaVu Sans lacks most of them.
 _LAM_ALEF = ("ARABIC LIGATURE LAM WITH ALEF", "ARABIC LIGATURE LAM WITH ALEF WITH HAMZA ABOVE",
              "ARABIC LIGATURE LAM WITH ALEF WITH HAMZA BELOW",
              "ARABIC LIGATURE LAM WITH ALEF WITH MADDA ABOVE")
-_LIGATURES = {name: name in _LAM_ALEF for name, _ in arabic_reshaper.ligatures.LIGATURES}
 
 
 class _Flags:
@@ -81,9 +78,17 @@ class _Flags:
         return self._section.get(key)
 
 
-_RESHAPER = arabic_reshaper.ArabicReshaper(configuration={
-    "delete_harakat": False, "support_ligatures": True, **_LIGATURES})
-_RESHAPER.configuration = _Flags(_RESHAPER.configuration)
+@functools.cache
+def _reshaper() -> Any:
+    """arabic-reshaper, made on first use (it imports fontTools: about 70 ms)."""
+    import arabic_reshaper
+    import arabic_reshaper.ligatures
+
+    ligatures = {name: name in _LAM_ALEF for name, _ in arabic_reshaper.ligatures.LIGATURES}
+    reshaper = arabic_reshaper.ArabicReshaper(configuration={
+        "delete_harakat": False, "support_ligatures": True, **ligatures})
+    reshaper.configuration = _Flags(reshaper.configuration)
+    return reshaper
 
 
 def _in_east_asian_block(cp: int) -> bool:
@@ -107,9 +112,12 @@ def _east_asian_glyphs() -> frozenset[int]:
     return frozenset(cp for cp in cmap if _in_east_asian_block(cp))
 
 
-def coverage() -> frozenset[int]:
-    """Code points invoice-v4 can draw (in regular and bold); loads the East Asian face."""
-    return font_coverage() | _east_asian_glyphs()
+def warm() -> None:
+    """Load what admission of any text may need (the East Asian face's glyphs), so
+    that the first such text does not pay for it where it is admitted (the event loop).
+    Blocking: about 0.2 s."""
+    _joinable()
+    _east_asian_glyphs()
 
 
 def _drawable(cp: int) -> bool:
@@ -119,18 +127,23 @@ def _drawable(cp: int) -> bool:
 @functools.lru_cache(maxsize=4096)
 def shaped(text: str) -> str:
     """``text`` with Arabic letters in their joining forms (logical order kept)."""
-    return str(_RESHAPER.reshape(text)) if _ARABIC.search(text) else text
+    return str(_reshaper().reshape(text)) if _ARABIC.search(text) else text
 
 
 @functools.cache
-def _joinable() -> frozenset[str]:
-    """Arabic letters the fonts have every joining form of (and the lam-alef ones)."""
+def _joinable() -> tuple[frozenset[str], frozenset[str]]:
+    """The Arabic letters arabic-reshaper shapes, and those of them the fonts have every
+    joining form of (the lam-alef ligatures checked too)."""
+    import arabic_reshaper.letters
+    import arabic_reshaper.ligatures
+
     covered = font_coverage()  # DejaVu Sans: the East Asian face has no Arabic
     letters = arabic_reshaper.letters.LETTERS_ARABIC
     ligatures = dict(arabic_reshaper.ligatures.LIGATURES)
     assert all(ord(f) in covered for name in _LAM_ALEF for f in ligatures[name][1] if f)
-    return frozenset(ch for ch, forms in letters.items()
-                     if ord(ch) in covered and all(ord(f) in covered for f in forms if f))
+    return frozenset(letters), frozenset(
+        ch for ch, forms in letters.items()
+        if ord(ch) in covered and all(ord(f) in covered for f in forms if f))
 
 
 def unprintable(text: str) -> str | None:
@@ -138,10 +151,10 @@ def unprintable(text: str) -> str | None:
 
     An Arabic letter is drawable when the fonts have each of its joining forms, so
     this needs no shaping."""
-    covered, joinable = font_coverage(), _joinable()
+    covered, (letters, joinable) = font_coverage(), _joinable()
     for ch in text:
         cp = ord(ch)
-        if ch in arabic_reshaper.letters.LETTERS_ARABIC:
+        if ch in letters:
             if ch not in joinable:
                 return ch
         elif cp not in covered and cp not in _BIDI_CONTROLS and not _drawable(cp):
@@ -278,7 +291,7 @@ def _split_long(word: str, bold: bool, size: float, limit: float) -> list[str]:
     starts = [i for i, ch in enumerate(word) if i and unicodedata.combining(ch) == 0]
     pieces, at = [], 0
     while at < len(word):
-        cuts = [i for i in starts if i > at] + [len(word)]
+        cuts = starts[bisect.bisect_right(starts, at):] + [len(word)]
         lo, hi = 0, len(cuts) - 1  # the longest cuts[k] whose piece fits; at least one
         while lo < hi:
             mid = (lo + hi + 1) // 2

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 
 from aiohttp import web
 
@@ -50,12 +51,20 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
     return app
 
 
-def reload(services: Services, config_path: str) -> None:
+def _read_config(config_path: str, logo_dir: Path) -> tuple[Config, branding.Branding]:
+    """The config file and the invoice settings it names, checked (blocking: it reads
+    the files and keeps the logos)."""
+    fresh = config_mod.load(config_path)
+    return fresh, branding.load(fresh, logo_dir)
+
+
+async def reload(services: Services, config_path: str) -> None:
     """SIGHUP: re-read tenants, tokens, policies and invoice settings (logos too);
-    running and accepted jobs are untouched. A config with any error is refused whole."""
+    running and accepted jobs are untouched. A config with any error is refused whole.
+    The files are read off the event loop; the settings change on it, at once."""
     try:
-        fresh = config_mod.load(config_path)
-        settings = branding.load(fresh, branding.logo_dir_of(services.config))
+        fresh, settings = await asyncio.to_thread(
+            _read_config, config_path, branding.logo_dir_of(services.config))
     except ConfigError as e:
         log_event(log, "config.reload_refused", level=logging.ERROR, error=str(e))
         return
@@ -93,10 +102,19 @@ async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
 
+    reloading = asyncio.Lock()  # one reload at a time, in the order the signals came
+    reloads: set[asyncio.Task[None]] = set()
+
+    async def hup() -> None:
+        async with reloading:
+            services.notifier.reloading()
+            await reload(services, config_path)
+            services.notifier.ready()
+
     def on_hup() -> None:
-        services.notifier.reloading()
-        reload(services, config_path)
-        services.notifier.ready()
+        task = asyncio.ensure_future(hup())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_hup)
     progress = sdnotify.ProgressTracker(stall_s=max(60.0, cfg.workers.lease_s * 2))
