@@ -251,17 +251,60 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
     return dataclasses.replace(checked, evidence=prepared.evidence), prepared
 
 
+class Verdicts:
+    """The checks' verdicts on documents this process passed as they are, by their
+    SHA-256 and the limits they passed under, the most recent ``size`` of them.
+
+    The checks are a function of a document's bytes and its limits, so a document a
+    process has passed needs no second reading to pass again: a batch of jobs that
+    each sign the same stored contract for another signer pays for its deep checks
+    once per worker process. Only verdicts to sign as is are kept; a refusal or a
+    rewrite is decided afresh each time (a refusal may be a budget's, and a rewrite
+    is a new document)."""
+
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
+        self._kept: dict[tuple[str, PdfLimits], Checked] = {}
+
+    def get(self, sha256: str, limits: PdfLimits) -> Checked | None:
+        checked = self._kept.pop((sha256, limits), None)
+        if checked is not None:
+            self._kept[(sha256, limits)] = checked  # the most recent again
+        return checked
+
+    def keep(self, limits: PdfLimits, checked: Checked) -> None:
+        if checked.normalized:
+            return
+        self._kept[(checked.received_sha256, limits)] = checked
+        while len(self._kept) > self.size:
+            del self._kept[next(iter(self._kept))]
+
+
+# This process's verdicts (each worker process has its own).
+VERDICTS = Verdicts()
+
+
 def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.SignatureMeta,
-                     contents_bytes: int) -> tuple[Checked, bytes, pades.PreparedUpdate]:
+                     contents_bytes: int, sha256: str | None = None
+                     ) -> tuple[Checked, bytes, pades.PreparedUpdate]:
     """Steps 1–4 for a document in memory: what was decided, the document the update
-    goes after (``document`` itself or its rewrite), and the update."""
+    goes after (``document`` itself or its rewrite), and the update. A document this
+    process already passed as it is (:data:`VERDICTS`) is not checked again; its
+    preparation reads it afresh. ``sha256``: the document's, when the caller has just
+    computed it."""
+    known = VERDICTS.get(sha256 or sha256_of(document), limits)
+    if known is not None:
+        return known, document, pades.prepare_bytes(document, meta=meta,
+                                                     contents_bytes=contents_bytes)
     checked, source, reader = check(document, limits)
     assert isinstance(source, bytes)
     try:
-        return checked, source, pades.prepare_bytes(source, meta=meta,
-                                                    contents_bytes=contents_bytes, reader=reader)
+        prepared = pades.prepare_bytes(source, meta=meta, contents_bytes=contents_bytes,
+                                       reader=reader)
     finally:
         _close(reader)
+    VERDICTS.keep(limits, checked)  # only once it was also prepared: DocMDP passed
+    return checked, source, prepared
 
 
 def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
@@ -319,12 +362,12 @@ class SignedWork:
 
 
 def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
-                  contents_bytes: int, finish: bool) -> SignedWork:
+                  contents_bytes: int, finish: bool, sha256: str | None = None) -> SignedWork:
     """Steps 1–5 for one document in one call to a signing worker process: the key is
     used only once the document has passed; with ``finish`` (no timestamp to wait
-    for), the signed update is made too."""
+    for), the signed update is made too. ``sha256``: the document's, if known."""
     checked, base, prepared = prepare_document(document, limits=limits, meta=meta,
-                                               contents_bytes=contents_bytes)
+                                               contents_bytes=contents_bytes, sha256=sha256)
     template = _PROCESS["template"]
     signed_attrs = cms.build_signed_attrs(prepared.digest, template)
     rewritten = base if base is not document else None
@@ -367,7 +410,7 @@ def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
         raise SizeMismatch(f"the object is not {size} bytes")
     if hashlib.sha256(document).hexdigest() != sha256:
         raise DigestMismatch("the object's SHA-256 differs from the item's")
-    work = sign_document(document, limits, meta, contents_bytes, finish)
+    work = sign_document(document, limits, meta, contents_bytes, finish, sha256)
     # The caller has not read the document: the update goes after these bytes.
     return work if work.base is not None else dataclasses.replace(work, base=document)
 
@@ -438,6 +481,6 @@ def sign_file(
     return pades.SignOutcome(prepared.path, prepared.size, len(der), token is not None, checked)
 
 
-__all__ = ["Checked", "Finding", "SignedFile", "SignedWork", "check", "check_file", "decide",
-           "init_signing_process", "prepare_document", "prepare_file", "sign_document",
+__all__ = ["VERDICTS", "Checked", "Finding", "SignedFile", "SignedWork", "Verdicts", "check",
+           "check_file", "decide", "init_signing_process", "prepare_document", "prepare_file", "sign_document",
            "sign_file", "sign_prepared_file", "sign_stored", "sign_with"]

@@ -1,0 +1,99 @@
+"""A worker process's verdicts: a document it passed as it is is not checked again
+under the same limits, and nothing else is remembered."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+
+import pytest
+
+from casesignd import pipeline
+from casesignd.errors import CasesignError
+from casesignd.pades import SignatureMeta
+from casesignd.pdfcheck import PdfLimits
+from tests.helpers_corpus import _one_page
+
+META = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """A fresh memo, and the number of deep checks made."""
+    monkeypatch.setattr(pipeline, "VERDICTS", pipeline.Verdicts(size=2))
+    calls = []
+    real = pipeline.inspect_document
+
+    def inspect(src, limits):
+        calls.append(hashlib.sha256(src).hexdigest())
+        return real(src, limits)
+
+    monkeypatch.setattr(pipeline, "inspect_document", inspect)
+    return calls
+
+
+def prepare(doc: bytes, limits: PdfLimits | None = None):
+    return pipeline.prepare_document(doc, limits=limits or PdfLimits(), meta=META,
+                                     contents_bytes=8192)
+
+
+def test_a_document_passed_once_is_prepared_again_without_a_second_check(counted):
+    doc = _one_page()
+    first = prepare(doc)
+    second = prepare(doc)
+    assert len(counted) == 1
+    assert second[0] == first[0] and second[1] is doc
+    # A fresh preparation each time: the same update for the same signing time (but
+    # for the document's new /ID).
+    assert second[2].head == first[2].head and second[2].digest != first[2].digest
+    prepare(doc, PdfLimits(max_pages=10))  # other limits: checked under them
+    assert len(counted) == 2
+
+
+def test_refusals_and_rewrites_are_decided_each_time(counted):
+    scripted = _one_page(catalog_extra=b"/OpenAction 6 0 R ",
+                         more=[b"<< /S /JavaScript /JS (app.alert(1)) >>"])
+    for _ in range(2):
+        with pytest.raises(CasesignError) as e:
+            prepare(scripted)
+        assert e.value.code == "active_content"
+    assert len(counted) == 2
+    always = PdfLimits(normalize="always")
+    doc = _one_page()
+    assert prepare(doc, always)[0].normalized
+    assert prepare(doc, always)[0].normalized
+    # Each time the original and its rewrite, both in full.
+    assert counted.count(hashlib.sha256(doc).hexdigest()) == 2 and len(counted) == 6
+
+
+def test_the_memo_keeps_the_most_recent_documents(counted):
+    docs = [_one_page(page_extra=b"/Rotate %d " % r) for r in (0, 90, 180)]
+    for doc in docs:
+        prepare(doc)
+    prepare(docs[0])  # the oldest was dropped when the third arrived
+    assert len(counted) == 4
+    prepare(docs[2])
+    assert len(counted) == 4
+
+
+def test_a_stored_object_is_signed_each_time_and_checked_once(counted, tmp_path):
+    from casesignd import cms, devpki
+    from casesignd.keys import LocalSigner
+
+    ca = devpki.make_ca(kind="ec")
+    ident = devpki.issue(ca, "verdicts", kind="ec")
+    signer = LocalSigner(ident.key, ident.cert, ident.chain)
+    doc = _one_page()
+    path = tmp_path / "obj"
+    path.write_bytes(doc)
+    sha = hashlib.sha256(doc).hexdigest()
+    pipeline.init_signing_process(cms.template_for(signer.cert, tuple(signer.chain)),
+                                  signer.for_process())
+    try:
+        works = [pipeline.sign_stored(str(path), sha, len(doc), PdfLimits(), META, 8192, True)
+                 for _ in range(2)]
+    finally:
+        pipeline._PROCESS.clear()
+    assert counted == [sha]
+    assert all(w.update and w.signature and w.checked.received_sha256 == sha for w in works)
+    assert works[0].signature != works[1].signature  # ECDSA: a fresh signature each time
