@@ -136,11 +136,15 @@ class Services:
             # that the kiosk's own processes win the CPU when both are busy; they hold
             # the key (a key in memory), so that a job's checks, preparation and
             # signature are one call, and take a batch key slot around its use.
+            # A process takes up to its share of the pool's jobs in one hand-off
+            # (casesignd.lane): fewer wake-ups, warm caches.
             template = self.cms_template() if self.signer is not None else None
-            self._cpu = Lane(self.config.workers.cpu_processes, self._mp,
+            workers = self.config.workers
+            self._cpu = Lane(workers.cpu_processes, self._mp,
                              initializer=_init_batch_process,
                              initargs=(os.getpid(), template, self.process_key(),
-                                       self.key_slots.shared))
+                                       self.key_slots.shared),
+                             batch=max(1, workers.concurrency // workers.cpu_processes))
         return self._cpu
 
     def _lane(self) -> Lane:

@@ -1,10 +1,12 @@
-"""Worker processes the event loop calls directly: the kiosk's CPU lane.
+"""Worker processes the event loop calls directly: the CPU lanes of the kiosk and of
+the batch jobs.
 
 A ``ProcessPoolExecutor`` hands each call through a queue, a feeder thread and a
 manager thread in the daemon, each waiting for the GIL the event loop holds: for a
 one-page document that costs more than the work. Here each process has a socket
-of its own; a call is one length-prefixed pickle written and one read back, both
-on the event loop, with no helper thread.
+of its own; calls go as one length-prefixed pickle and each answer comes back as
+one, both on the event loop, with no helper thread. The batch lane hands a process
+several waiting calls at once (see :class:`Lane`).
 
 A process that dies (an out-of-memory kill, a crash in a parser) fails its call with
 ``worker_lost`` and is replaced; a call that runs past its limit has its process
@@ -15,6 +17,7 @@ daemon does: its socket reads end-of-file.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import os
@@ -22,6 +25,7 @@ import pickle
 import socket
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.context import BaseContext
 from typing import Any
 
@@ -48,12 +52,11 @@ class _Worker:
         self.sock = parent
         self.channel: _Channel | None = None
 
-    async def call(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    async def open(self) -> _Channel:
         if self.channel is None:
             _, self.channel = await asyncio.get_running_loop().connect_accepted_socket(
                 _Channel, self.sock)
-        payload = pickle.dumps((fn, args), protocol=pickle.HIGHEST_PROTOCOL)
-        return pickle.loads(await self.channel.exchange(payload))
+        return self.channel
 
     def kill(self) -> None:
         if self.channel is None or not self.channel.close():
@@ -64,17 +67,42 @@ class _Worker:
             self.proc.join(timeout=5)
 
 
+@dataclass(eq=False)
+class _Call:
+    """One call waiting for, or at, a worker process; ``done`` receives its tagged
+    answer."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    timeout_s: float
+    done: asyncio.Future[tuple[str, Any]]
+    worker: _Worker | None = None  # the process it was sent to, until it is answered
+
+
 class Lane:
-    """``size`` worker processes; :meth:`run` waits for a free one."""
+    """``size`` worker processes; :meth:`run` waits for a free one.
+
+    Each process has a driver on the event loop that takes waiting calls and hands
+    them over. With ``batch`` above 1, a driver hands over up to that many calls in
+    one frame when several are waiting (a fair share of them when other processes
+    are free too): the process answers each as soon as it is done, in order, so a
+    batch saves hand-offs (one wake-up of the process, one of the loop while it is
+    busy) and keeps the process's caches warm, without making a call wait for the
+    others' answers. Each call's time limit counts from the answer before it."""
 
     def __init__(self, size: int, ctx: BaseContext, *,
                  initializer: Callable[..., None] | None = None,
-                 initargs: tuple[Any, ...] = ()) -> None:
+                 initargs: tuple[Any, ...] = (), batch: int = 1) -> None:
         self.size = size
+        self.batch = max(1, batch)
         self._ctx = ctx
         self._init = (initializer, initargs)
-        self._idle: asyncio.Queue[_Worker] | None = None
+        self._waiting: collections.deque[_Call] = collections.deque()
+        self._sleepers: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._drivers: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._all: set[_Worker] = set()
+        self._free = size  # drivers not in an exchange
         self._closed = False
 
     def _spawn(self) -> _Worker:
@@ -82,58 +110,160 @@ class Lane:
         self._all.add(worker)
         return worker
 
-    def _queue(self) -> asyncio.Queue[_Worker]:
+    def _start(self) -> None:
         if self._closed:
             raise WorkerLost("the daemon is stopping", detail={"reason": "closed"})
-        if self._idle is None:
-            self._idle = asyncio.Queue()
+        if not self._drivers:
+            self._loop = asyncio.get_running_loop()
             for _ in range(self.size):
-                self._idle.put_nowait(self._spawn())
-        return self._idle
+                task = self._loop.create_task(self._drive(self._spawn()),
+                                              name="casesignd-lane-driver")
+                self._drivers.add(task)
+                task.add_done_callback(self._drivers.discard)
 
     async def run(self, fn: Callable[..., Any], *args: Any, timeout_s: float) -> Any:
         """``fn(*args)`` in a worker process; its exception is raised here."""
-        idle = self._queue()
-        worker = await idle.get()
-        ok = False
+        self._start()
+        call = _Call(fn, args, timeout_s, asyncio.get_running_loop().create_future())
+        self._waiting.append(call)
+        if self._sleepers:
+            self._sleepers.popleft().set_result(None)
         try:
-            async with asyncio.timeout(timeout_s):
-                result = await worker.call(fn, args)
-            ok = True
-        except TimeoutError:
-            raise WorkerLost(f"the worker ran past {timeout_s:g} s and was stopped",
-                             detail={"reason": "timeout"}) from None
-        finally:
-            if ok:
-                idle.put_nowait(worker)
-            else:
-                # Dead, stopped, or cancelled mid-call (its answer would be read by the
-                # next call): replaced either way.
-                self._all.discard(worker)
-                worker.kill()
-                if not self._closed:  # no new process while the daemon stops
-                    idle.put_nowait(self._spawn())
-        tag, value = result
+            tag, value = await call.done
+        except asyncio.CancelledError:
+            # Cancelled at a process: stopped, so that it does not go on with work no
+            # one waits for (the other calls it holds fail and are tried again).
+            if call.worker is not None:
+                call.worker.kill()
+            with contextlib.suppress(ValueError):
+                self._waiting.remove(call)
+            raise
         if tag == "error":
             raise value
         return value
 
+    async def _drive(self, worker: _Worker) -> None:
+        """Hand waiting calls to ``worker``, replacing it when it is lost, until the
+        lane closes (or the loop ends: then the process is stopped)."""
+        loop = asyncio.get_running_loop()
+        try:
+            while not self._closed:
+                while not self._waiting and not self._closed:
+                    wake: asyncio.Future[None] = loop.create_future()
+                    self._sleepers.append(wake)
+                    try:
+                        await wake
+                    finally:
+                        with contextlib.suppress(ValueError):
+                            self._sleepers.remove(wake)
+                # A fair share of what waits among the processes free to take it.
+                share = min(self.batch, -(-len(self._waiting) // max(1, self._free)))
+                calls = []
+                while self._waiting and len(calls) < share:
+                    call = self._waiting.popleft()
+                    if not call.done.done():
+                        calls.append(call)
+                if not calls:
+                    continue
+                self._free -= 1
+                try:
+                    kept = await self._exchange(worker, calls)
+                finally:
+                    self._free += 1
+                if not kept:
+                    self._all.discard(worker)
+                    worker.kill()
+                    if self._closed:
+                        break
+                    worker = await self._respawn()
+        finally:
+            self._all.discard(worker)
+            worker.kill()
+            self._fail_waiting()
+
+    async def _respawn(self) -> _Worker:
+        """A new process in place of a lost one; while none can be started, what waits
+        fails, and it is tried again each second."""
+        while True:
+            try:
+                return self._spawn()
+            except OSError as e:
+                error = WorkerLost(f"no worker process could be started: {e.strerror}",
+                                   detail={"reason": "spawn"})
+                while self._waiting:
+                    call = self._waiting.popleft()
+                    if not call.done.done():
+                        call.done.set_result(("error", error))
+                await asyncio.sleep(1.0)
+
+    async def _exchange(self, worker: _Worker, calls: list[_Call]) -> bool:
+        """Send ``calls`` in one frame and hand out their answers; False when the
+        process was lost or stopped (the calls not answered fail)."""
+        at = 0
+        try:
+            channel = await worker.open()
+            for call in calls:
+                call.worker = worker
+            channel.send(pickle.dumps([(c.fn, c.args) for c in calls],
+                                      protocol=pickle.HIGHEST_PROTOCOL))
+            for call in calls:
+                async with asyncio.timeout(call.timeout_s):
+                    data = await channel.receive()
+                call.worker = None
+                if not call.done.done():
+                    call.done.set_result(pickle.loads(data))
+                at += 1  # the calls before ``at`` are answered
+            return True
+        except TimeoutError:
+            error = WorkerLost(f"the worker ran past {calls[at].timeout_s:g} s and was stopped",
+                               detail={"reason": "timeout"})
+        except WorkerLost as e:
+            error = e
+        except Exception as e:  # noqa: BLE001 - an unpicklable call: its caller hears why
+            error = e
+        for i, call in enumerate(calls[at:]):
+            call.worker = None
+            if not call.done.done():
+                call.done.set_result(("error", error if i == 0 else WorkerLost(
+                    "the worker was stopped during another call", detail={"reason": "exited"})))
+        return False
+
+    def _fail_waiting(self) -> None:
+        while self._waiting:
+            call = self._waiting.popleft()
+            if not call.done.done():
+                call.done.set_result(("error", WorkerLost("the daemon is stopping",
+                                                          detail={"reason": "closed"})))
+
     def close(self) -> None:
+        """Stop every process (from any thread); waiting calls fail."""
         self._closed = True
         for worker in list(self._all):
             worker.kill()
         self._all.clear()
-        self._idle = None
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        while self._sleepers:
+            wake = self._sleepers.popleft()
+            if not wake.done():
+                wake.set_result(None)
+        self._fail_waiting()
 
 
 class _Channel(asyncio.Protocol):
     """The event loop's end of a worker's socket: registered for reading once, for the
-    process's life, rather than once per read."""
+    process's life, rather than once per read. Frames are read as they arrive and
+    handed out in order."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.buf = bytearray()
-        self.waiter: asyncio.Future[bytes] | None = None
+        self.frames: collections.deque[bytes] = collections.deque()
+        self.waiter: asyncio.Future[None] | None = None
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -143,26 +273,37 @@ class _Channel(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.buf += data
-        if len(self.buf) < _HEADER.size:
-            return
-        end = _HEADER.size + _HEADER.unpack_from(self.buf)[0]
-        if len(self.buf) >= end and self.waiter is not None and not self.waiter.done():
-            self.waiter.set_result(bytes(self.buf[_HEADER.size:end]))
+        while len(self.buf) >= _HEADER.size:
+            end = _HEADER.size + _HEADER.unpack_from(self.buf)[0]
+            if len(self.buf) < end:
+                break
+            self.frames.append(bytes(self.buf[_HEADER.size:end]))
             del self.buf[:end]
+        if self.frames and self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if self.waiter is not None and not self.waiter.done():
-            self.waiter.set_exception(WorkerLost("the worker process ended during the call",
-                                                 detail={"reason": "exited"}))
+            self.waiter.set_result(None)
 
-    async def exchange(self, payload: bytes) -> bytes:
-        """Send one frame and wait for the one that answers it."""
+    def send(self, payload: bytes) -> None:
         if self.lost or self.transport is None:
             raise WorkerLost("the worker process has ended", detail={"reason": "exited"})
-        self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(_HEADER.pack(len(payload)) + payload)
-        return await self.waiter
+
+    async def receive(self) -> bytes:
+        """The next frame the process sent."""
+        while not self.frames:
+            if self.lost:
+                raise WorkerLost("the worker process ended during the call",
+                                 detail={"reason": "exited"})
+            self.waiter = self.loop.create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        return self.frames.popleft()
 
     def close(self) -> bool:
         """Close from any thread (the daemon closes the lane from one as it stops).
@@ -213,20 +354,22 @@ def _settle() -> None:
 
 
 def _answer(sock: socket.socket) -> None:
+    """Read one frame of calls and answer each, in order, as soon as it is done."""
     try:
         head = _recv_exact(sock, _HEADER.size)
-        fn, args = pickle.loads(_recv_exact(sock, _HEADER.unpack(head)[0]))
+        calls = pickle.loads(_recv_exact(sock, _HEADER.unpack(head)[0]))
     except EOFError:
         os._exit(0)  # the daemon is gone
-    try:
-        out: tuple[str, Any] = ("ok", fn(*args))
-    except Exception as e:  # noqa: BLE001 - handed back to the caller
-        out = ("error", e)
-    try:
-        data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:  # noqa: BLE001 - an unpicklable result or exception
-        data = pickle.dumps(("error", RuntimeError(f"{type(e).__name__}: {e}")))
-    sock.sendall(_HEADER.pack(len(data)) + data)
+    for fn, args in calls:
+        try:
+            out: tuple[str, Any] = ("ok", fn(*args))
+        except Exception as e:  # noqa: BLE001 - handed back to the caller
+            out = ("error", e)
+        try:
+            data = pickle.dumps(out, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as e:  # noqa: BLE001 - an unpicklable result or exception
+            data = pickle.dumps(("error", RuntimeError(f"{type(e).__name__}: {e}")))
+        sock.sendall(_HEADER.pack(len(data)) + data)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:

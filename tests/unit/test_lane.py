@@ -146,3 +146,55 @@ def test_garbage_is_collected_between_calls_not_during_them():
     # 5,000 cycles would set off a collection mid-call (the threshold is 700
     # allocations); none runs, yet each call finds the last call's cycles gone.
     assert answers == [(False, 0)] * 3
+
+
+def test_a_batch_is_shared_among_free_processes_and_answered_in_order():
+    lane = Lane(2, get_context("forkserver"), batch=8)
+
+    async def go():
+        pids = await asyncio.gather(*(lane.run(slow_pid, 0.2, timeout_s=30) for _ in range(8)))
+        values = await asyncio.gather(*(lane.run(add, i, 0, timeout_s=30) for i in range(40)))
+        return pids, values
+
+    try:
+        pids, values = run(go())
+    finally:
+        lane.close()
+    assert len(set(pids)) == 2  # not all eight to the first process that woke
+    assert values == list(range(40))
+
+
+def test_a_call_lost_in_a_batch_fails_what_follows_it_and_not_what_came_before():
+    lane = Lane(1, get_context("forkserver"), batch=4)
+
+    async def go():
+        first = await asyncio.gather(lane.run(add, 1, 1, timeout_s=30), lane.run(die, timeout_s=30),
+                                     lane.run(add, 2, 2, timeout_s=30), return_exceptions=True)
+        slow = await asyncio.gather(lane.run(add, 3, 3, timeout_s=30),
+                                    lane.run(sleep_then, 1, 600, timeout_s=0.5),
+                                    lane.run(add, 4, 4, timeout_s=30), return_exceptions=True)
+        return first, slow, await lane.run(add, 5, 5, timeout_s=30)
+
+    try:
+        first, slow, after = run(go())
+    finally:
+        lane.close()
+    assert first[0] == 2 and isinstance(first[1], WorkerLost) and isinstance(first[2], WorkerLost)
+    assert first[2].retryable and first[2].detail == {"reason": "exited"}
+    assert slow[0] == 6 and slow[1].detail == {"reason": "timeout"}
+    assert isinstance(slow[2], WorkerLost) and after == 10
+
+
+def test_calls_waiting_when_the_lane_closes_fail_and_no_process_is_left():
+    lane = Lane(1, get_context("forkserver"), batch=1)
+
+    async def go():
+        busy = asyncio.create_task(lane.run(sleep_then, 1, 5, timeout_s=30))
+        queued = asyncio.create_task(lane.run(add, 1, 1, timeout_s=30))
+        await asyncio.sleep(0.3)
+        await asyncio.to_thread(lane.close)  # the daemon closes it from a thread
+        return await asyncio.gather(busy, queued, return_exceptions=True)
+
+    busy, queued = run(go())
+    assert isinstance(busy, WorkerLost) and isinstance(queued, WorkerLost)
+    assert lane._all == set()
