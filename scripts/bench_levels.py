@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from casesignd import devpki  # noqa: E402
-from scripts.e2e import _aiohttp_client, tree_cpu_s  # noqa: E402
+from scripts.e2e import aiohttp_client, tree_cpu_s  # noqa: E402
 from tests.daemon import Daemon, multipart  # noqa: E402
 from tests.helpers_ltv import LtvPki, serve_ltv_pki  # noqa: E402
 from tests.helpers_pki import reportlab_pdf  # noqa: E402
@@ -110,11 +110,11 @@ def measure_casesignd(mode: str, pki: LtvPki, workdir: Path, level: str, doc: by
         r = d.request("PUT", f"/v1/cases/E2E-1/objects/{sha}", raw=doc,
                       headers={"Content-Type": "application/pdf"})
         assert r.status in (200, 201), r.body
-        warm = _aiohttp_client(d, sha, len(doc), 8, "warm")
+        warm = aiohttp_client([d.url], d.token, [(sha, len(doc))], 8, "warm")
         assert all(j["state"] == "ready" for j in warm), warm
         before, cpu0 = pki.requests.copy(), tree_cpu_s(d.proc.pid)
         t = time.perf_counter()
-        done = _aiohttp_client(d, sha, len(doc), args.jobs, "run")
+        done = aiohttp_client([d.url], d.token, [(sha, len(doc))], args.jobs, "run")
         wall = time.perf_counter() - t
         cpu = tree_cpu_s(d.proc.pid) - cpu0
         bad = [j for j in done if j["state"] != "ready"]

@@ -7,6 +7,11 @@ worker processes spent on them.
 - ``plain``: what a small team writes first: 16 threads, a new connection for every
   request (``http.client``), each thread polling its jobs every 0.2 s.
 
+With ``distinct``, every job signs a contract of its own (uploaded before the clock
+starts), so that nothing a worker process learnt from one job's document serves the
+next; otherwise every job signs the same stored contract, as when one contract is
+signed for many signers.
+
 Throughput is counted from the jobs' own clocks (first admission to last finish) and,
 for the plain client, also as that client saw it (first request to the last job it
 saw ready). CPU is the daemon's process tree (its forkserver and worker processes
@@ -67,17 +72,22 @@ def _ts(text: str) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
 
-def body(sha: str, size: int, i: int, tag: str) -> dict[str, Any]:
+Doc = tuple[str, int]  # a stored contract: its SHA-256 and size
+
+
+def body(doc: Doc, i: int, tag: str) -> dict[str, Any]:
+    sha, size = doc
     return {"kind": "sign_case", "case_id": "E2E-1",
             "items": [{"role": "contract", "name": "c.pdf", "media_type": "application/pdf",
                        "object_ref": f"sha256:{sha}", "sha256": sha, "size": size}],
             "signers": [{"id": f"signer-{tag}-{i}", "name": "Bench", "role": "buyer"}]}
 
 
-def aiohttp_client(urls: list[str], token: str, sha: str, size: int, jobs: int,
+def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
                    tag: str) -> list[dict]:
     """The bench client: 32 submitters on kept-alive connections, each to one of
-    ``urls`` in turn (daemons of one service), then every job polled until it ends."""
+    ``urls`` in turn (daemons of one service), then every job polled until it ends.
+    Job ``i`` signs ``docs[i % len(docs)]``."""
     import aiohttp
 
     async def run() -> list[dict]:
@@ -91,7 +101,8 @@ def aiohttp_client(urls: list[str], token: str, sha: str, size: int, jobs: int,
                 url = urls[k % len(urls)]
                 while not queue.empty():
                     i = queue.get_nowait()
-                    async with s.post(f"{url}/v1/jobs", json=body(sha, size, i, tag)) as r:
+                    async with s.post(f"{url}/v1/jobs",
+                                      json=body(docs[i % len(docs)], i, tag)) as r:
                         ids.append((await r.json())["job_id"])
 
             await asyncio.gather(*(submitter(k) for k in range(32)))
@@ -125,7 +136,7 @@ def _plain_request(d: Daemon, method: str, path: str, data: dict | None = None) 
         conn.close()
 
 
-def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
+def _plain_client(d: Daemon, docs: list[Doc], jobs: int, tag: str,
                   threads: int = 16, poll_s: float = 0.2) -> tuple[list[dict], float, float]:
     done: list[dict] = []
     lock = threading.Lock()
@@ -139,8 +150,9 @@ def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
         next_poll = time.monotonic() + poll_s
         while mine or pending:
             if mine and time.monotonic() < next_poll:
+                i = mine.pop(0)
                 pending.append(_plain_request(d, "POST", "/v1/jobs",
-                                              body(sha, size, mine.pop(0), tag))["job_id"])
+                                              body(docs[i % len(docs)], i, tag))["job_id"])
                 continue
             if not mine:
                 time.sleep(max(0.0, next_poll - time.monotonic()))
@@ -166,22 +178,60 @@ def _plain_client(d: Daemon, sha: str, size: int, jobs: int, tag: str,
     return done, len(done) / (last_ready[0] - started), polls[0] / max(1, len(done))
 
 
-def upload_and_warm(service: Any, urls: list[str], doc: bytes, warm_jobs: int) -> str:
+def upload_and_warm(service: Any, urls: list[str], doc: bytes, warm_jobs: int) -> Doc:
     """Upload the contract every job signs (case E2E-1) to ``service`` (a daemon, or
     several of one store) and run ``warm_jobs`` jobs through ``urls`` first, so that the
-    worker processes are started and their imports done; the contract's digest."""
+    worker processes are started and their imports done; the contract's digest and size."""
     sha = hashlib.sha256(doc).hexdigest()
     r = service.request("PUT", f"/v1/cases/E2E-1/objects/{sha}", raw=doc,
                         headers={"Content-Type": "application/pdf"})
     assert r.status in (200, 201), r.body
-    warm = aiohttp_client(urls, service.token, sha, len(doc), warm_jobs, "warm")
+    warm = aiohttp_client(urls, service.token, [(sha, len(doc))], warm_jobs, "warm")
     assert all(j["state"] == "ready" for j in warm), warm
-    return sha
+    return sha, len(doc)
+
+
+def one_page(i: int) -> bytes:
+    """A one-page contract of its own (reportlab, like the shared one)."""
+    import io
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    out = io.BytesIO()
+    c = canvas.Canvas(out, pagesize=A4)
+    for line in range(40):
+        c.drawString(60, 800 - 18 * line, f"Contract {i}, line {line + 1}: terms and conditions apply.")
+    c.showPage()
+    c.save()
+    return out.getvalue()
+
+
+def upload_distinct(url: str, token: str, n: int) -> list[Doc]:
+    """``n`` contracts of their own, uploaded to case E2E-1 by 16 clients at once."""
+    import aiohttp
+
+    docs = [one_page(i) for i in range(n)]
+
+    async def upload() -> list[Doc]:
+        sem = asyncio.Semaphore(16)
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {token}"}) as s:
+            async def put(doc: bytes) -> Doc:
+                sha = hashlib.sha256(doc).hexdigest()
+                async with sem, s.put(f"{url}/v1/cases/E2E-1/objects/{sha}", data=doc,
+                                      headers={"Content-Type": "application/pdf"}) as r:
+                    assert r.status in (200, 201), await r.text()
+                return sha, len(doc)
+
+            return list(await asyncio.gather(*(put(d) for d in docs)))
+
+    return asyncio.run(upload())
 
 
 def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
-        concurrency: int = 8) -> dict[str, Any]:
-    """One daemon, ``jobs`` jobs through ``client``; the figures."""
+        concurrency: int = 8, distinct: bool = False) -> dict[str, Any]:
+    """One daemon, ``jobs`` jobs through ``client`` (each its own contract with
+    ``distinct``); the figures."""
     env = {"CASESIGND_STRICT_LABELS": "0"}
     if daemon_src is not None:
         env["PYTHONPATH"] = str(daemon_src)
@@ -190,18 +240,21 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
                env=env)
     d.start()
     try:
-        sha = upload_and_warm(d, [d.url], doc, 8)
+        docs = [upload_and_warm(d, [d.url], doc, 8)]
+        if distinct:
+            docs = upload_distinct(d.url, d.token, jobs)
         assert d.proc is not None
         cpu0 = tree_cpu_s(d.proc.pid)
         polls = None
         if client == "plain":
-            done, seen_rate, polls = _plain_client(d, sha, len(doc), jobs, "run")
+            done, seen_rate, polls = _plain_client(d, docs, jobs, "run")
         else:
-            done, seen_rate = aiohttp_client([d.url], d.token, sha, len(doc), jobs, "run"), None
+            done, seen_rate = aiohttp_client([d.url], d.token, docs, jobs, "run"), None
         cpu = tree_cpu_s(d.proc.pid) - cpu0
     finally:
         d.stop()
-    out = {"client": client, **summarize(done, cpu)}
+    out = {"client": client, "documents": "distinct" if distinct else "one",
+           **summarize(done, cpu)}
     if seen_rate is not None:
         out["client_seen_jobs_per_s"] = round(seen_rate, 1)
     if polls is not None:

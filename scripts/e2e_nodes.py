@@ -52,10 +52,10 @@ def run_nodes(workdir: Path, doc: bytes, jobs: int, count: int, cluster: Cluster
         nodes.start()
         try:
             urls = [n.url for n in nodes.nodes]
-            sha = e2e.upload_and_warm(nodes, urls, doc, warm_jobs)
+            contract = e2e.upload_and_warm(nodes, urls, doc, warm_jobs)
             cpu0, pg0 = _cpu(nodes), e2e.tree_cpu_s(cluster.server_pid())
             claims0 = _claims_by_node(dsn)
-            done = e2e.aiohttp_client(urls, nodes.token, sha, len(doc), jobs, "run")
+            done = e2e.aiohttp_client(urls, nodes.token, [contract], jobs, "run")
             cpu, pg_cpu = _cpu(nodes) - cpu0, e2e.tree_cpu_s(cluster.server_pid()) - pg0
             by_node = {k: n - claims0.get(k, 0) for k, n in _claims_by_node(dsn).items()}
         finally:
