@@ -29,7 +29,7 @@ from .branding import Branding
 from .config import Config
 from .errors import ConfigError
 from .holds import KeyHolds
-from .keys import FileSlots, KeySlots
+from .keys import FileSlots, KeySigner, KeySlots
 from .kinds import Artifact, JobKind
 from .lane import Lane
 from .logs import log_event
@@ -39,6 +39,7 @@ from .objects import ObjectStore
 from .recorder import Recorder
 from .renewal import keep_renewing
 from .retention import keep_sweeping
+from .scanner import Scanner, make_scanner
 from .sources import Fetcher
 from .store import make_store
 from .tempfiles import TempManager
@@ -81,8 +82,8 @@ class Services:
         self.objects.record = self.store.put_object
         self.artifacts: ArtifactStore | None = None
         self.fetcher: Fetcher | None = None
-        self.signer: Any = None
-        self.scanner: Any = None
+        self.signer: KeySigner | None = None
+        self.scanner: Scanner | None = None
         self.kinds: dict[str, JobKind] = {}
         # Each tenant's invoice settings; checked and their logos kept at start and on
         # SIGHUP (casesignd.branding), unchecked until then.
@@ -357,7 +358,7 @@ class _SlowSigner:
         return _SlowSigner(for_process(), self._delay_s) if for_process is not None else None
 
 
-def _load_signer(cfg: Config) -> Any:
+def _load_signer(cfg: Config) -> KeySigner | None:
     if not cfg.signing.pkcs12_path and cfg.signing.pkcs11 is None:
         return None
     from .keys import load_signer
@@ -367,14 +368,6 @@ def _load_signer(cfg: Config) -> Any:
     if delay_ms and os.environ.get("CASESIGND_TEST_KIND") == "1":
         signer = _SlowSigner(signer, int(delay_ms) / 1000)
     return signer
-
-
-def _make_scanner(cfg: Config) -> Any:
-    try:
-        from .scanner import make_scanner
-    except ImportError:  # pragma: no cover - during partial installs only
-        return None
-    return make_scanner(cfg)
 
 
 def register_kinds(services: Services) -> None:
@@ -419,7 +412,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.signer = await asyncio.to_thread(_load_signer, cfg)
         if s.signer is not None:
             s.longterm.use_signer(s.signer.cert, list(s.signer.chain))
-        s.scanner = _make_scanner(cfg)
+        s.scanner = make_scanner(cfg)
         register_kinds(s)
         s.pool = Pool(s, s.kinds, s.store, s.recorder)
         await s.pool.start()
