@@ -11,9 +11,9 @@ from __future__ import annotations
 import binascii
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from pypdf._configuration import apply_configuration
+from pypdf._utils import WHITESPACES_AS_BYTES
 from pypdf.errors import LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 
@@ -25,12 +25,71 @@ INFLATE_WINDOW_BYTES = 1 << 16
 # --- stream filters (PDF 32000-1 §7.4) --------------------------------------------
 
 FLATE = frozenset({"/FlateDecode", "/Fl"})
-# Decoded in memory by pypdf with its output capped at the stream budget.
-BOUNDED_DECODERS: dict[str, Any] = {
-    "/ASCIIHexDecode": ASCIIHexDecode, "/AHx": ASCIIHexDecode,
-    "/ASCII85Decode": ASCII85Decode, "/A85": ASCII85Decode,
-    "/RunLengthDecode": RunLengthDecode, "/RL": RunLengthDecode,
-    "/LZWDecode": LZWDecode, "/LZW": LZWDecode,
+
+_A85_DIGITS = bytes(range(ord("!"), ord("u") + 1))
+_A85_VALUES = bytes.maketrans(_A85_DIGITS, bytes(range(85)))
+
+
+def ascii85(data: bytes) -> bytes:
+    """ASCII85Decode (§7.4.3) with pypdf's result (``ASCII85Decode.decode``: white
+    space ignored, ``z`` for four zero bytes, ``~>`` ending it, a short last group
+    padded with ``u``), computed for many groups at once instead of the standard
+    library's character by character. Anything but well-formed data (no ``~>``, a bad
+    character, a ``z`` inside a group, a group past 2**32 - 1) is left to pypdf, whose
+    warning, repair or error is then exactly its own."""
+    d = data.strip(WHITESPACES_AS_BYTES)
+    if len(d) > 2 and d.endswith(b">"):
+        d = d[:-1].rstrip(WHITESPACES_AS_BYTES) + d[-1:]
+    if not d.endswith(b"~>"):
+        return ASCII85Decode.decode(data)  # pypdf warns, and decodes without the marker
+    body = (d[2:-2] if d.startswith(b"<~") else d[:-2]).translate(None, WHITESPACES_AS_BYTES)
+    parts = body.split(b"z")
+    if body.translate(None, _A85_DIGITS + b"z") or any(len(p) % 5 for p in parts[:-1]):
+        return ASCII85Decode.decode(data)
+    decoded = [_a85_groups(p) for p in parts]
+    if None in decoded:
+        return ASCII85Decode.decode(data)  # a group past 2**32 - 1
+    return b"\0\0\0\0".join(decoded)  # type: ignore[arg-type]
+
+
+_A85_CHUNK_GROUPS = 8192
+
+
+def _a85_groups(digits: bytes) -> bytes | None:
+    """Base-85 digits (``!`` to ``u``) as bytes, every five making four and a short
+    last group of n (padded with ``u``) n - 1; None when a group is past 2**32 - 1.
+
+    The groups are computed together: the i-th digits of all groups are the bytes of
+    one integer, a group to a 40-bit lane, and the lanes' values are built by Horner's
+    rule on those integers. A group's value is below 85**5 < 2**33, so no lane ever
+    carries into the next; a lane's top byte says whether its group overflows."""
+    short = -len(digits) % 5
+    values = (digits + b"u" * short).translate(_A85_VALUES)
+    out = bytearray()
+    for at in range(0, len(values), 5 * _A85_CHUNK_GROUPS):
+        v = values[at:at + 5 * _A85_CHUNK_GROUPS]
+        lanes = bytearray(len(v))  # five bytes a group, as many as its digits
+        total = 0
+        for i in range(5):
+            lanes[4::5] = v[i::5]
+            total = total * 85 + int.from_bytes(lanes, "big")
+        words = total.to_bytes(len(v), "big")
+        if words[0::5].strip(b"\0"):
+            return None
+        chunk = bytearray(len(v) // 5 * 4)
+        for k in range(4):
+            chunk[k::4] = words[1 + k::5]
+        out += chunk
+    return bytes(out[:len(out) - short] if short else out)
+
+
+# Decoded in memory (by pypdf, or as pypdf does) with the output capped at the stream
+# budget: name -> function of the data.
+BOUNDED_DECODERS: dict[str, Callable[[bytes], bytes]] = {
+    "/ASCIIHexDecode": ASCIIHexDecode.decode, "/AHx": ASCIIHexDecode.decode,
+    "/ASCII85Decode": ascii85, "/A85": ascii85,
+    "/RunLengthDecode": RunLengthDecode.decode, "/RL": RunLengthDecode.decode,
+    "/LZWDecode": LZWDecode.decode, "/LZW": LZWDecode.decode,
 }
 # Image codecs end the chain: their size is judged from /Width, /Height and friends.
 IMAGE_CODECS = frozenset({"/DCTDecode", "/DCT", "/JPXDecode", "/CCITTFaxDecode", "/CCF",
@@ -163,7 +222,7 @@ def _decoded(raw: bytes, filters: list[str], budget: int,
             data = b"".join(stream)
             with apply_configuration(lzw_maximum_output_length=budget,
                                      run_length_maximum_output_length=budget):
-                out = BOUNDED_DECODERS[name].decode(data)
+                out = BOUNDED_DECODERS[name](data)
             if len(out) > budget:
                 raise _TooBig(len(out))
             stream = iter([out])

@@ -196,7 +196,7 @@ def object_definitions(src: Source) -> dict[int, list[tuple[int, int]]]:
     for start, window in src.windows(_HEADER_OVERLAP):
         # One byte before the window, for the look-behind of the first match.
         lead = src.read(start - 1, start) if start else b""
-        for m in _OBJ_HEADER.finditer(lead + window):
+        for m in _headers(lead + window if lead else window):
             if m.start() < len(lead):
                 continue  # it began in the window before, which counted it
             if src.data is None and m.start() - len(lead) >= SCAN_WINDOW_BYTES:
@@ -204,6 +204,39 @@ def object_definitions(src: Source) -> dict[int, list[tuple[int, int]]]:
             at = start - len(lead) + m.start(1)
             out.setdefault(int(m.group(1)), []).append((at, int(m.group(2))))
     return out
+
+
+_WHITE = b"\x00\t\n\x0c\r "
+_DIGITS = b"0123456789"
+
+
+def _headers(buf: bytes) -> Iterator[re.Match[bytes]]:
+    """``_OBJ_HEADER.finditer(buf)``, found from each ``obj`` keyword instead of tried
+    at every byte (a file is mostly stream data). A header is the one match ending at
+    its keyword, and matches never overlap: from the keyword back over white space,
+    the generation's digits, white space and the number's digits is the only place it
+    can begin, where the pattern itself then decides."""
+    at = buf.find(b"obj")
+    while at >= 0:
+        if at and buf[at - 1] in _WHITE and not buf[at + 3:at + 4].isalnum():
+            begin = _run_before(buf, _run_before(buf, _run_before(buf, _run_before(
+                buf, at, _WHITE), _DIGITS, 6), _WHITE), _DIGITS, 11)
+            m = _OBJ_HEADER.match(buf, begin)
+            if m is not None and m.end() == at + 3:
+                yield m
+        at = buf.find(b"obj", at + 3)
+
+
+def _run_before(buf: bytes, end: int, chars: bytes, most: int | None = None) -> int:
+    """Where the run of ``chars`` that ends at ``end`` begins, looking back at most
+    ``most`` bytes (a longer run of digits is no header's: the pattern refuses it)."""
+    step = most or 16
+    while True:
+        lo = max(0, end - step)
+        kept = len(buf[lo:end].rstrip(chars))
+        if kept or lo == 0 or most is not None:
+            return lo + kept
+        step *= 4  # white space all the way: look further back
 
 
 _HEADER_AT = re.compile(

@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from pypdf import PdfReader, _reader, _utils
+from pypdf._codecs import _pdfdoc_encoding
 from pypdf._configuration import get_configuration
 from pypdf.generic import (
     ArrayObject,
@@ -34,9 +35,11 @@ from pypdf.generic import (
     NullObject,
     NumberObject,
     StreamObject,
+    TextStringObject,
     _data_structures,
     create_string_object,
 )
+from pypdf.generic._base import encode_pdfdocencoding
 
 _pypdf_read_object = _data_structures.read_object
 
@@ -56,7 +59,7 @@ _TOKEN = re.compile(
     | (?P<dend>>>)
     | (?P<array>\[)
     | (?P<aend>\])
-    | (?P<str>\((?P<text>(?:[^()\\]|\\[nrtbf()/\\ %<>\[\]\#_&$])*)\))
+    | (?P<str>\((?P<text>(?:[^()\\]++|\\[nrtbf()/\\ %<>\[\]\#_&$])*+)\))
     | (?P<hex><(?P<digits>[0-9A-Fa-f\x00\t\n\x0c\r ]*)>)
     | (?P<true>true)
     | (?P<false>false)
@@ -167,8 +170,11 @@ def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]
         elif kind == "int" or kind == "real":
             if pos - m.start(kind) >= _PEEK:
                 raise _Fallback
+            # What NumberObject(num) and FloatObject(num) build, without their
+            # Python-level constructors (the digits always convert).
             num = m.group(kind)
-            value = NumberObject(num) if kind == "int" else FloatObject(num)
+            value = int.__new__(NumberObject, int(num)) if kind == "int" else \
+                float.__new__(FloatObject, float(num))
         elif kind == "dict" or kind == "array":
             if key is None and type(container) is dict:
                 raise _Fallback  # a dictionary's key must be a name
@@ -192,12 +198,12 @@ def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]
             text = m.group("text")
             if b"\\" in text:
                 text = _ESCAPE.sub(_unescape, text)
-            value = create_string_object(text, encoding)
+            value = _string(text, encoding)
         elif kind == "hex":
             digits = _HEX_WS.sub(b"", m.group("digits"))
             if len(digits) % 2:
                 digits += b"0"
-            value = create_string_object(bytes.fromhex(digits.decode("ascii")), encoding)
+            value = _string(bytes.fromhex(digits.decode("ascii")), encoding)
         elif kind == "true" or kind == "false":
             value = BooleanObject(kind == "true")
         else:
@@ -216,6 +222,28 @@ def _parse(buf: bytes, pdf: Any, encoding: Any, at_eof: bool) -> tuple[Any, int]
             if len(container) >= max_array:
                 raise _Fallback
             container.append(value)
+
+
+# Bytes that PDFDocEncoding maps to the character of the same code (and back): a
+# string of only these is text whatever create_string_object tries first.
+_PDFDOC_SAME = bytes(b for b in range(1, 256) if _pdfdoc_encoding[b] == chr(b)
+                     and encode_pdfdocencoding(chr(b)) == bytes([b]))
+_BOMS = (b"\xfe\xff", b"\xff\xfe")
+
+
+def _string(raw: bytes, encoding: Any) -> Any:
+    """``create_string_object(raw, encoding)``, which decodes PDFDocEncoding a byte at a
+    time, built directly for the common string: no forced encoding, no byte order
+    mark, every byte its own character (then so are NULs and UTF-16 guesses ruled
+    out). The same object, with the same attributes, in the same order."""
+    if encoding is not None or raw.translate(None, _PDFDOC_SAME) or raw.startswith(_BOMS):
+        return create_string_object(raw, encoding)
+    text = str.__new__(TextStringObject, raw.decode("latin-1"))
+    text._original_bytes = raw
+    text.autodetect_utf16 = False
+    text.autodetect_pdfdocencoding = True
+    text.utf16_bom = b""
+    return text
 
 
 def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, stream: Any,
