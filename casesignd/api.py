@@ -165,7 +165,6 @@ async def post_job(request: web.Request) -> web.Response:
     job, created = await s.holds.admit(new, actor=f"api:{tenant}",
                                        max_queue_depth=s.config.workers.max_queue_depth)
     if created:
-        assert s.pool is not None
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
     else:
@@ -230,7 +229,6 @@ async def retry_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
                                     max_queue_depth=s.config.workers.max_queue_depth)
-    assert s.pool is not None
     s.pool.queued()
     return json_response(job_resource(s, replayed), 202)
 
@@ -432,7 +430,7 @@ async def readyz(request: web.Request) -> web.Response:
                              **({} if s.signer is not None else {"detail": "no signing key loaded"})}
     checks["signing_certificate"] = s.longterm.readiness()
     pool = s.pool
-    alive = pool is not None and pool.started and all(not t.done() for t in pool._tasks)
+    alive = pool.started and all(not t.done() for t in pool._tasks)
     checks["workers"] = {"ok": alive and not s.shutting_down}
     checks["cpu"] = {"ok": s.cpu_warm}
     if s.scanner is not None and hasattr(s.scanner, "ping"):

@@ -80,15 +80,16 @@ class Services:
         self.objects = ObjectStore(state_dir / "objects", self.node)
         # Every upload has its row, which retention counts from (casesignd.retention).
         self.objects.record = self.store.put_object
+        # Set by the lifecycle once the store is open (it needs the link secret).
         self.artifacts: ArtifactStore | None = None
-        self.fetcher: Fetcher | None = None
+        self.fetcher = Fetcher(cfg.sources, self.objects, max_bytes=cfg.server.max_object_bytes,
+                               on_retry=lambda _src, reason: self.metrics.source_retry(reason))
+        # Loaded by the lifecycle, off the event loop (a token may take its time).
         self.signer: KeySigner | None = None
         self.scanner: Scanner | None = None
-        self.kinds: dict[str, JobKind] = {}
         # Each tenant's invoice settings; checked and their logos kept at start and on
         # SIGHUP (casesignd.branding), unchecked until then.
         self.branding = Branding.unchecked(cfg)
-        self.pool: Pool | None = None
         self._mp = get_context("forkserver")
         # The batch key slots are shared with the batch worker processes, which hold
         # the key and take a slot around each key operation only.
@@ -102,6 +103,7 @@ class Services:
         # data; it learns the certificate when the key is loaded.
         self.longterm = LongTerm(cfg)
         self.recorder = Recorder(cfg, self.metrics)
+        self.kinds: dict[str, JobKind] = job_kinds(self)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
         self.kiosk_inflight = 0
@@ -122,6 +124,8 @@ class Services:
         self.cpu_warm = False
         self._cms_template: Any = None
         self._cms_bytes: int | None = None
+        # Built with the rest, started by the lifecycle once the store is open.
+        self.pool = Pool(self, self.kinds, self.store, self.recorder)
 
     # --- tenants ---------------------------------------------------------------------
 
@@ -272,11 +276,11 @@ class Services:
         self.state.update(
             jobs=stats["states"],
             oldest_queued_at_unix=(time.time() - oldest) if oldest else None,
-            inflight_bytes=pool.inflight_bytes if pool else 0,
+            inflight_bytes=pool.inflight_bytes,
             temp_used_bytes=usage.used_bytes,
             temp_free_bytes=usage.free_bytes,
             key_slots_in_use=dict(self.key_slots.in_use),
-            workers_busy=len(pool.running) if pool else 0,
+            workers_busy=len(pool.running),
         )
         depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)
         self.notifier.status(f"queued={depth} running={stats['states'].get('running', 0)}")
@@ -370,8 +374,9 @@ def _load_signer(cfg: Config) -> KeySigner | None:
     return signer
 
 
-def register_kinds(services: Services) -> None:
-    """The job kinds this daemon runs. The test kind only with CASESIGND_TEST_KIND=1."""
+def job_kinds(services: Services) -> dict[str, JobKind]:
+    """The job kinds this daemon runs, by name. The test kind only with
+    CASESIGND_TEST_KIND=1."""
     from .extend import ExtendSignatureKind
     from .invoice import InvoiceKind
 
@@ -387,7 +392,7 @@ def register_kinds(services: Services) -> None:
 
         kinds.append(TestKind())
         services.metrics.allow("kind", "test")
-    services.kinds = {k.name: k for k in kinds}
+    return {k.name: k for k in kinds}
 
 
 async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -407,14 +412,10 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret, s.node)
         await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
-        s.fetcher = Fetcher(cfg.sources, s.objects, max_bytes=cfg.server.max_object_bytes,
-                            on_retry=lambda _src, reason: s.metrics.source_retry(reason))
         s.signer = await asyncio.to_thread(_load_signer, cfg)
         if s.signer is not None:
             s.longterm.use_signer(s.signer.cert, list(s.signer.chain))
         s.scanner = make_scanner(cfg)
-        register_kinds(s)
-        s.pool = Pool(s, s.kinds, s.store, s.recorder)
         await s.pool.start()
         await s.refresh_state()
         warm = asyncio.create_task(s.warm_cpu(), name="casesignd-warm-cpu")
@@ -441,9 +442,8 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
                 task.cancel()
             if left:
                 await asyncio.wait(left, timeout=10)
-        if s.pool is not None and s.pool.started:
+        if s.pool.started:
             await s.pool.stop(cfg.workers.shutdown_grace_s)
-        if s.fetcher is not None:
-            await s.fetcher.close()
+        await s.fetcher.close()
         await asyncio.to_thread(s.close_cpu)
         await s.store.close()

@@ -75,7 +75,7 @@ class JobServices(Protocol):
     store: Store
     signer: KeySigner | None  # None: no key configured
     scanner: Scanner | None  # None: no scanner configured
-    fetcher: Fetcher | None  # set once the store is open
+    fetcher: Fetcher
     artifacts: ArtifactStore | None  # set once the store is open
     key_slots: KeySlots
     longterm: LongTerm  # the signing certificate's checks; validation data from B-LT up

@@ -234,7 +234,6 @@ async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> we
                                 correlation_id=request["correlation_id"])
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
-        assert s.pool is not None
         flight = Flight(new=new, job_id=new_id("job", t0), actor=f"api:{tenant}",
                         owner=s.pool.owner, lease_s=cfg.workers.lease_s,
                         admitted_at=time.time(), claimed_at=0.0)

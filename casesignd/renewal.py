@@ -38,7 +38,7 @@ class RenewalServices(Protocol):
     longterm: LongTerm
 
     @property
-    def pool(self) -> _Waker | None: ...
+    def pool(self) -> _Waker: ...
 
 log = logging.getLogger("casesignd.renewal")
 
@@ -78,7 +78,7 @@ async def renew_due(s: RenewalServices, now: float | None = None) -> int:
         if created:
             admitted += 1
             log_event(log, "renewal.admitted", job_id=job.job_id, artifact_id=artifact_id)
-    if admitted and s.pool is not None:
+    if admitted:
         s.pool.queued()
     return admitted
 

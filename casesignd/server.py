@@ -122,7 +122,7 @@ async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | 
     async def probe() -> bool:
         await services.store.ping()
         pool = services.pool
-        if pool is None or not pool.started:
+        if not pool.started:
             return False
         return progress.healthy(len(pool.running), pool.progress, time.monotonic())
 
