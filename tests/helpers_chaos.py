@@ -661,8 +661,16 @@ def _validate(d: Daemon | Nodes, files: dict[str, Path], signed: list[str], work
         if "Signature is Valid" not in report:
             rep.signatures_invalid += 1
             rep.problems.append(f"pdfsig on {art_id}: {report[-300:]}")
+    # The CLI trusts what pyHanko was told to (a TSA's own CA too).
+    trust = ["--trust", str(ca_pem)]
+    if trust_extra:
+        from cryptography.hazmat.primitives.serialization import Encoding
+
+        extra_pem = work / "trust-extra.pem"
+        extra_pem.write_bytes(b"".join(c.public_bytes(Encoding.PEM) for c in trust_extra))
+        trust += ["--trust", str(extra_pem)]
     for art_id in rng.sample(present, min(len(present), cli_sample)):
-        proc = d.cli("verify", str(files[art_id]), "--trust", str(ca_pem))
+        proc = d.cli("verify", str(files[art_id]), *trust)
         if proc.returncode != 0:
             rep.signatures_invalid += 1
             rep.problems.append(f"casesignd verify {art_id}: {proc.stdout[-300:]}")
