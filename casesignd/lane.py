@@ -188,12 +188,8 @@ class Lane:
             try:
                 return self._spawn()
             except OSError as e:
-                error = WorkerLost(f"no worker process could be started: {e.strerror}",
-                                   detail={"reason": "spawn"})
-                while self._waiting:
-                    call = self._waiting.popleft()
-                    if not call.done.done():
-                        call.done.set_result(("error", error))
+                self._fail_waiting(WorkerLost(f"no worker process could be started: "
+                                              f"{e.strerror}", detail={"reason": "spawn"}))
                 await asyncio.sleep(1.0)
 
     async def _exchange(self, worker: _Worker, calls: list[_Call]) -> bool:
@@ -228,12 +224,13 @@ class Lane:
                     "the worker was stopped during another call", detail={"reason": "exited"})))
         return False
 
-    def _fail_waiting(self) -> None:
+    def _fail_waiting(self, error: WorkerLost | None = None) -> None:
+        """Fail every call not yet sent (with ``error``; by default: the lane closed)."""
+        error = error or WorkerLost("the daemon is stopping", detail={"reason": "closed"})
         while self._waiting:
             call = self._waiting.popleft()
             if not call.done.done():
-                call.done.set_result(("error", WorkerLost("the daemon is stopping",
-                                                          detail={"reason": "closed"})))
+                call.done.set_result(("error", error))
 
     def close(self) -> None:
         """Stop every process (from any thread); waiting calls fail."""
