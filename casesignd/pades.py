@@ -309,15 +309,24 @@ class PreparedUpdate:
         return b"".join((self.head, hexed.ljust(2 * self.contents_bytes, b"0"), self.tail))
 
 
+def read_bytes(data: bytes, reader: PdfReader | None = None) -> Structure:
+    """What an update to ``data`` needs of its structure, once DocMDP allows one.
+    ``reader``: one that already read ``data``. An update only reads the structure,
+    so one structure serves any number of updates to the same bytes, one at a time."""
+    s = _structure(io.BytesIO(data), reader)
+    check_docmdp(s.docmdp)
+    return s
+
+
 def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 16384,
-                  reader: PdfReader | None = None) -> PreparedUpdate:
+                  reader: PdfReader | None = None, structure: Structure | None = None
+                  ) -> PreparedUpdate:
     """:func:`prepare` for a document held in memory (the kiosk's, at most a few MiB):
     no file is written, and only the update is returned — the caller has the rest.
     ``reader``: one that already read ``data`` (the validation's), so nothing is
-    parsed twice."""
+    parsed twice; ``structure``: :func:`read_bytes` of ``data``, read before."""
     hasher = hashlib.sha256()
-    s = _structure(io.BytesIO(data), reader)
-    check_docmdp(s.docmdp)
+    s = structure if structure is not None else read_bytes(data, reader)
     hasher.update(data)
     out = io.BytesIO()
     start, _total = _append_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)

@@ -253,18 +253,25 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
 
 class Verdicts:
     """The checks' verdicts on documents this process passed as they are, by their
-    SHA-256 and the limits they passed under, the most recent ``size`` of them.
+    SHA-256 and the limits they passed under, the most recent ``size`` of them; and
+    the structures of the most recent ``structures`` of those documents that are at
+    most ``structure_bytes`` long.
 
     The checks are a function of a document's bytes and its limits, so a document a
     process has passed needs no second reading to pass again: a batch of jobs that
     each sign the same stored contract for another signer pays for its deep checks
-    once per worker process. Only verdicts to sign as is are kept; a refusal or a
-    rewrite is decided afresh each time (a refusal may be a budget's, and a rewrite
-    is a new document)."""
+    once per worker process, and, for a contract of ordinary size, for reading its
+    structure once too (an update only reads it: :func:`casesignd.pades.read_bytes`).
+    Only verdicts to sign as is are kept; a refusal or a rewrite is decided afresh
+    each time (a refusal may be a budget's, and a rewrite is a new document)."""
 
-    def __init__(self, size: int = 1024) -> None:
+    def __init__(self, size: int = 1024, structures: int = 16,
+                 structure_bytes: int = 1 << 20) -> None:
         self.size = size
+        self.structures = structures
+        self.structure_bytes = structure_bytes
         self._kept: dict[tuple[str, PdfLimits], Checked] = {}
+        self._structures: dict[str, pades.Structure] = {}
 
     def get(self, sha256: str, limits: PdfLimits) -> Checked | None:
         checked = self._kept.pop((sha256, limits), None)
@@ -276,8 +283,23 @@ class Verdicts:
         if checked.normalized:
             return
         self._kept[(checked.received_sha256, limits)] = checked
-        while len(self._kept) > self.size:
-            del self._kept[next(iter(self._kept))]
+        _trim(self._kept, self.size)
+
+    def structure(self, sha256: str, document: bytes) -> pades.Structure:
+        """The structure of a passed ``document`` (whose digest is ``sha256``), read
+        once while it stays among the most recent small ones."""
+        s = self._structures.pop(sha256, None)
+        if s is None:
+            s = pades.read_bytes(document)
+        if len(document) <= self.structure_bytes:
+            self._structures[sha256] = s
+            _trim(self._structures, self.structures)
+        return s
+
+
+def _trim(kept: dict[Any, Any], size: int) -> None:
+    while len(kept) > size:
+        del kept[next(iter(kept))]
 
 
 # This process's verdicts (each worker process has its own).
@@ -289,13 +311,15 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
                      ) -> tuple[Checked, bytes, pades.PreparedUpdate]:
     """Steps 1–4 for a document in memory: what was decided, the document the update
     goes after (``document`` itself or its rewrite), and the update. A document this
-    process already passed as it is (:data:`VERDICTS`) is not checked again; its
-    preparation reads it afresh. ``sha256``: the document's, when the caller has just
-    computed it."""
-    known = VERDICTS.get(sha256 or sha256_of(document), limits)
+    process already passed as it is (:data:`VERDICTS`) is not checked again, and its
+    structure is read once while it is recent. ``sha256``: the document's, when the
+    caller has just computed it."""
+    sha256 = sha256 or sha256_of(document)
+    known = VERDICTS.get(sha256, limits)
     if known is not None:
-        return known, document, pades.prepare_bytes(document, meta=meta,
-                                                     contents_bytes=contents_bytes)
+        return known, document, pades.prepare_bytes(
+            document, meta=meta, contents_bytes=contents_bytes,
+            structure=VERDICTS.structure(sha256, document))
     checked, source, reader = check(document, limits)
     assert isinstance(source, bytes)
     try:

@@ -97,3 +97,31 @@ def test_a_stored_object_is_signed_each_time_and_checked_once(counted, tmp_path)
     assert counted == [sha]
     assert all(w.update and w.signature and w.checked.received_sha256 == sha for w in works)
     assert works[0].signature != works[1].signature  # ECDSA: a fresh signature each time
+
+
+def test_a_passed_documents_structure_is_read_once_while_it_is_recent(counted, monkeypatch):
+    memo = pipeline.Verdicts(size=8, structures=2, structure_bytes=64 << 10)
+    monkeypatch.setattr(pipeline, "VERDICTS", memo)
+    reads = []
+    real = pipeline.pades.read_bytes
+
+    def read_bytes(data, reader=None):
+        reads.append(hashlib.sha256(data).hexdigest())
+        return real(data, reader)
+
+    monkeypatch.setattr(pipeline.pades, "read_bytes", read_bytes)
+    docs = [_one_page(page_extra=b"/Rotate %d " % r) for r in (0, 90, 180)]
+    big = _one_page(more=[b"(" + b"x" * (64 << 10) + b")"])
+    for doc in [*docs, big]:
+        prepare(doc)  # checked: the check's own reading serves the preparation
+    assert reads == [hashlib.sha256(d).hexdigest() for d in [*docs, big]]
+    reads.clear()
+    for _ in range(3):
+        prepare(docs[0])
+        prepare(docs[1])
+        prepare(big)  # over structure_bytes: read each time
+    digest = [hashlib.sha256(d).hexdigest() for d in (docs[0], docs[1], big)]
+    assert reads == [*digest, digest[2], digest[2]]
+    prepare(docs[2])  # a third small one: the oldest structure is dropped
+    prepare(docs[0])
+    assert reads[-2:] == [hashlib.sha256(docs[2]).hexdigest(), digest[0]]
