@@ -129,7 +129,9 @@ def signed_levels(d, job_id: str) -> list[str]:
 @pytest.fixture
 def lta_daemon(daemon_factory, ltv_pki: LtvPki):
     return daemon_factory({**ltv_pki.casesignd_config("signer", level="B-LTA"),
-                           "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0}})
+                           # Enough attempts to outlast the outage on a slow machine: the job waits.
+            "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0,
+                      "max_attempts": {"sign_case": 100}}})
 
 
 def test_batch_jobs_at_b_lta_validate_offline(lta_daemon, ltv_pki: LtvPki, tmp_path) -> None:
@@ -203,7 +205,9 @@ def test_pki_down_makes_the_job_wait_never_sign_lower(daemon_factory, ltv_pki: L
     with ltv_pki.down(*down):
         d = started_unready(daemon_factory, {
             **ltv_pki.casesignd_config("signer", level="B-LTA"),
-            "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0}})
+            # Enough attempts to outlast the outage on a slow machine: the job waits.
+            "retry": {"base_delay_s": 0.3, "max_delay_s": 1.0,
+                      "max_attempts": {"sign_case": 100}}})
         contract = reportlab_pdf(tmp_path / "c.pdf").read_bytes()
         job_id = d.submit(case_manifest(d, f"DOWN-{code}", contract)).json()["job_id"]
         wait_until(lambda: len(event_codes(d, job_id)) >= 2, 40, "no retries")
