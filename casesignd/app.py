@@ -280,7 +280,7 @@ class Services:
             temp_used_bytes=usage.used_bytes,
             temp_free_bytes=usage.free_bytes,
             key_slots_in_use=dict(self.key_slots.in_use),
-            workers_busy=len(pool.running),
+            workers_busy=pool.busy,
         )
         depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)
         self.notifier.status(f"queued={depth} running={stats['states'].get('running', 0)}")

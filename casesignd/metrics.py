@@ -516,7 +516,7 @@ class Metrics:
             ("inflight_bytes", "Declared bytes of the jobs workers hold."),
             ("temp_used_bytes", "Bytes used on the temp volume."),
             ("temp_free_bytes", "Bytes free on the temp volume."),
-            ("workers_busy", "Workers running an attempt."),
+            ("workers_busy", "Attempts at work: batch slots taken plus kiosk attempts."),
         ):
             if key in s:
                 yield GaugeMetricFamily(f"casesignd_{key}", doc, value=s[key])

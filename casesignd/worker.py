@@ -51,6 +51,8 @@ class _Running:
     started: float = field(default_factory=time.monotonic)
     # The signature recorded for the job's signature key, read with its claim.
     signature: dict[str, Any] | None = None
+    # Whether it still takes one of the batch slots (workers.concurrency).
+    in_slot: bool = False
 
 
 class PoolServices(JobServices, Protocol):
@@ -185,6 +187,12 @@ class Pool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.started = False
 
+    @property
+    def busy(self) -> int:
+        """Attempts at work: the batch slots taken, and the kiosk's attempts (an
+        attempt whose outcome is only being recorded has given its slot back)."""
+        return self.batch_running + sum(1 for r in self.running.values() if r.kiosk)
+
     def wake(self) -> None:
         """New work may be there (an admission, a freed slot)."""
         self._wake.set()
@@ -279,6 +287,7 @@ class Pool:
         if not kiosk:
             self.inflight_bytes += job.declared_bytes
             self.batch_running += 1
+            holder.in_slot = True
         holder.task = asyncio.create_task(self._run(job, holder), name=f"job-{job.job_id}")
         self.running[job.job_id] = holder
         return holder.task
@@ -322,6 +331,10 @@ class Pool:
                     return None
                 error = e
                 outcome = self.recorder.failure(job.kind, job.failures + 1, e)
+            # The work is done: its slot goes to the next claim now, which then rides
+            # in the same transaction as this outcome (queued after it) instead of
+            # waiting for it to commit first.
+            self._free_slot(holder)
             done = await self.store.conclude(lease, outcome)
             self.recorder.recorded(who, outcome, done, started=started, phases=ctx.phases,
                                    error=error)
@@ -335,7 +348,7 @@ class Pool:
         finally:
             if not holder.kiosk:
                 self.inflight_bytes -= job.declared_bytes
-                self.batch_running -= 1
+            self._free_slot(holder)
             # A newer attempt of the same job may already run (this one lost its lease):
             # only this attempt's own entry goes.
             if self.running.get(job.job_id) is holder:
@@ -345,6 +358,14 @@ class Pool:
             self.wake()
             # Let go of what the attempt held only now that its outcome is recorded.
             await asyncio.shield(ctx.held.aclose())
+
+    def _free_slot(self, holder: _Running) -> None:
+        """Give back the batch slot ``holder`` takes (once), and let the dispatcher
+        claim into it. Its bytes stay counted until its outcome is recorded."""
+        if holder.in_slot:
+            holder.in_slot = False
+            self.batch_running -= 1
+            self.wake()
 
     async def _attempt(self, kind: JobKind, job: Job, ctx: JobCtx) -> Finish:
         """The kind's run, in a temp area when it needs one; checked against the lease."""
