@@ -288,7 +288,7 @@ class ArtifactStore:
 
     def _link_mac(self, artifact_id: str, tenant: str, expires_at: int) -> bytes:
         msg = msgspec.json.encode(["link-v1", artifact_id, tenant, int(expires_at)])
-        return hmac.new(self._link_key, msg, hashlib.sha256).digest()
+        return hmac.digest(self._link_key, msg, "sha256")
 
     def sign_link(self, artifact_id: str, tenant: str, expires_at: int) -> str:
         """``/v1/artifacts/{id}?expires={unix}&sig={b64url HMAC}`` (unpadded base64url)."""
