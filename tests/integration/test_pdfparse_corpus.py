@@ -1,5 +1,6 @@
 """The fast object reader against pypdf's over every document of the corpora: whole
-readers object for object, and the bytes at object starts and random offsets."""
+readers object for object, and the bytes at object starts and random offsets; the
+fast header reader the same way, at every object header and random offsets."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pypdf.generic import _data_structures
 
 from casesignd import pdfparse
 from tests.helpers_corpus import assemble, bad_corpus, good_corpus  # noqa: F401 - fixtures
-from tests.unit.test_pdfparse import _outcome, assert_agree, stack_bound
+from tests.unit.test_pdfparse import _outcome, assert_agree, assert_headers_agree, stack_bound
 
 _OBJ = re.compile(rb"\d+\s+\d+\s+obj\s*")
 _READER_ID = re.compile(r"(IndirectObject\(\d+, \d+), \d+\)")
@@ -62,6 +63,10 @@ def _agree_offsets(data: bytes, rng: random.Random) -> None:
     starts = [m.end() for m in _OBJ.finditer(data)][:3000]
     for pos in starts + [rng.randrange(len(data)) for _ in range(500 if data else 0)]:
         assert_agree(data, pos, pdf)
+    headers = pdfparse.reader(io.BytesIO(assemble([b"<< /Type /Catalog >>"])))
+    heads = [m.start() for m in _OBJ.finditer(data)][:3000]
+    for pos in heads + [rng.randrange(len(data)) for _ in range(200 if data else 0)]:
+        assert_headers_agree(data, pos, headers)
 
 
 def test_every_corpus_document_reads_alike(good_corpus, bad_corpus, monkeypatch):  # noqa: F811

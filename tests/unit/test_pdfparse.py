@@ -179,3 +179,70 @@ def test_install_makes_pypdf_read_with_it(tmp_path: Path, monkeypatch):
     pdfparse.install()
     reader = PdfReader(io.BytesIO(reportlab_pdf(tmp_path / "r.pdf").read_bytes()))
     assert len(reader.pages) == 1 and calls
+
+
+# --- object headers -------------------------------------------------------------------
+
+
+def _header(read: Any, data: bytes, pos: int) -> tuple[Any, ...]:
+    """``read(stream)`` at ``pos``: what it gave or raised, where it left the stream,
+    and pypdf's warnings."""
+    return _outcome(lambda f, _pdf: read(f), data, pos, None)
+
+
+def assert_headers_agree(data: bytes, pos: int, reader: Any) -> bool:
+    """The fast header reader and pypdf's (both of the non-strict ``reader``, one of
+    :func:`pdfparse.reader`) at ``pos``; True when the fast one read the header
+    itself."""
+    ours = _header(reader.read_object_header, data, pos)
+    theirs = _header(lambda f: PdfReader.read_object_header(reader, f), data, pos)
+    assert ours == theirs, (pos, data[pos:pos + 40], ours, theirs)
+    f = io.BytesIO(data)
+    f.seek(pos)
+    return pdfparse.read_object_header(f) is not None
+
+
+HEADERS = [
+    b"12 0 obj<< >>", b"12 0 obj\n<< >>", b"12  0 obj [1]", b"12\n0\nobj\n\n(x)",
+    b"12\r\n0\r\nobj\r\n1", b"1 0 obj", b"1 0 obj \n", b"12\x0b0 obj 1", b"+12 0 obj 1",
+    b"12 0 objx", b"12 0 ob", b"12 -0 obj 1", b"%c\n12 0 obj 1", b" 12 0 obj 1",
+    b"\n\n12 0 obj 1", b"12 0 R", b"1.5 0 obj 1", b"0012 0000 obj 1", b"12 0 obj%c\n1",
+    b"9" * 64 + b" 0 obj 1", b"9" * 65 + b" 0 obj 1", b"12 " + b"0" * 64 + b" obj 1",
+    b"12 0 obj" + b" " * 300 + b"1", b"12\x000\x00obj\x00\x001", b"12\x0c0\tobj\x0c1",
+    b"", b"12", b"12 0", b"abc 0 obj 1",
+]
+
+
+def test_object_headers_read_alike(documents):
+    reader = pdfparse.reader(io.BytesIO(documents["hand-built"]))
+    fast = sum(assert_headers_agree(h, 0, reader) for h in HEADERS)
+    assert fast >= 10
+    for data in documents.values():
+        assert sum(assert_headers_agree(data, pos, reader) for pos in range(len(data))) > 0
+
+
+def test_mutated_object_headers_read_alike(documents):
+    rng = random.Random(20261202)
+    reader = pdfparse.reader(io.BytesIO(documents["hand-built"]))
+    alphabet = b" \r\n\t\x00\x0b\x0c0123456789+-.%objR<"
+    fast = 0
+    for _ in range(5000):
+        data = bytearray(rng.choice(HEADERS[:6]))
+        for _ in range(rng.randint(1, 4)):
+            at = rng.randrange(len(data) + 1)
+            op = rng.random()
+            if op < 0.4 and at < len(data):
+                data[at] = rng.choice(alphabet)
+            elif op < 0.8:
+                data.insert(at, rng.choice(alphabet))
+            elif at < len(data):
+                del data[at]
+        fast += assert_headers_agree(bytes(data), 0, reader)
+    assert fast > 500
+
+
+def test_the_checker_reads_headers_with_it(documents):
+    from casesignd.pdfcheck import PdfLimits, inspect_document
+
+    _report, reader = inspect_document(documents["reportlab"], PdfLimits())
+    assert type(reader) is pdfparse._Reader
