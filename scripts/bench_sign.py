@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import loadavg  # noqa: E402  (scripts/, beside this file)
+
 PASSWORD = b"bench-password"
 MB = 1000 * 1000
 
@@ -239,6 +241,16 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
     return rows
 
 
+def cpu_ticks() -> tuple[int, int]:
+    """The machine's CPU ticks so far, all of them and those stolen by the
+    hypervisor (/proc/stat; zeros where there is none)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0, 0
+    return sum(fields[:8]), (fields[7] if len(fields) > 7 else 0)
+
+
 def rsa_signs_per_s(seconds: float = 0.5) -> float:
     """RSA-2048 signatures a second on one core: the machine's speed, beside the
     figures, so that runs on different machines can be read together."""
@@ -370,9 +382,13 @@ def main() -> None:
             and ours[large].get("speed_vs_hashing", 0) >= 0.5,
         }
         rounds = max(1, args.rounds if "--rounds" in sys.argv or not args.quick else 1)
+        ticks0, stolen0, load0 = *cpu_ticks(), loadavg.snapshot()
         e2e = end_to_end(args.e2e_jobs, work, baseline=args.baseline_rev or None,
                          plain_jobs=args.plain_jobs, rounds=rounds) if args.e2e_jobs else None
-        reference = {"rsa2048_signs_per_s": round(rsa_signs_per_s())}
+        ticks1, stolen1, load1 = *cpu_ticks(), loadavg.snapshot()
+        reference = {"rsa2048_signs_per_s": round(rsa_signs_per_s()),
+                     "e2e_steal_pct": round(100 * (stolen1 - stolen0) / max(1, ticks1 - ticks0), 1),
+                     "e2e_load": [load0, load1]}
         for key in ("daemon_500_jobs_per_s", "daemon_3_ms_cpu_per_job",
                     "daemon_500_jobs_per_s_distinct_contracts",
                     "daemon_3_ms_cpu_per_job_distinct_contracts", "plain_client_300_jobs_per_s"):
@@ -396,7 +412,9 @@ def main() -> None:
                       + (" (jobs/s {:.0f}–{:.0f})".format(*r["jobs_per_s_range"])
                          if "jobs_per_s_range" in r else ""))
             print(f"this machine signs {reference['rsa2048_signs_per_s']} RSA-2048 signatures a "
-                  "second on one core (the key operation alone)")
+                  "second on one core (the key operation alone); during the runs above the "
+                  f"hypervisor took {reference['e2e_steal_pct']}% of its CPU time; "
+                  + loadavg.describe(load0, load1))
             for ours, suffix in ((e2e[0], ""), (e2e[1], "_distinct_contracts")):
                 targets[f"daemon_500_jobs_per_s{suffix}"] = ours["jobs_per_s"] >= 500
                 targets[f"daemon_3_ms_cpu_per_job{suffix}"] = ours["cpu_ms_per_job"] <= 3.0
