@@ -296,7 +296,7 @@ def main() -> None:
     ap.add_argument("--plain-jobs", type=int, default=2000,
                     help="the same through a plain client: a connection per request, "
                          "16 threads polling every 0.2 s (0: skip)")
-    ap.add_argument("--rounds", type=int, default=3,
+    ap.add_argument("--rounds", type=int, default=None,
                     help="end-to-end runs of each kind, this checkout's and the baseline's in "
                          "turn; each row is the median (default 3; --quick: 1)")
     ap.add_argument("--baseline-rev", default=BASELINE_REV,
@@ -381,7 +381,7 @@ def main() -> None:
             "large_at_half_hash_speed": large is not None
             and ours[large].get("speed_vs_hashing", 0) >= 0.5,
         }
-        rounds = max(1, args.rounds if "--rounds" in sys.argv or not args.quick else 1)
+        rounds = max(1, args.rounds or (1 if args.quick else 3))
         ticks0, stolen0, load0 = *cpu_ticks(), loadavg.snapshot()
         e2e = end_to_end(args.e2e_jobs, work, baseline=args.baseline_rev or None,
                          plain_jobs=args.plain_jobs, rounds=rounds) if args.e2e_jobs else None
