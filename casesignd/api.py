@@ -167,6 +167,9 @@ async def post_job(request: web.Request) -> web.Response:
     if created:
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
+        held_s = await s.pool.pacer.admitted()
+        if held_s:
+            s.metrics.ack_held(held_s)
     else:
         s.metrics.idempotent_replay("/v1/jobs")
     return json_response(job_resource(s, job), 202 if created else 200,

@@ -282,6 +282,7 @@ class Services:
             key_slots_in_use=dict(self.key_slots.in_use),
             workers_busy=pool.busy,
         )
+        pool.pacer.observed(stats["states"].get("queued", 0))
         depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)
         self.notifier.status(f"queued={depth} running={stats['states'].get('running', 0)}")
 

@@ -86,6 +86,8 @@ DESCRIPTIONS: dict[str, str] = {
     "workers.reclaim_interval_s": "How often expired leases are looked for.",
     "workers.poll_interval_ms": "How often idle workers look for queued jobs.",
     "workers.max_queue_depth": "Queued jobs beyond which POST /v1/jobs answers 429 queue_full.",
+    "workers.ack_pacing_depth": "Acknowledged jobs queued beyond which POST /v1/jobs holds a new job's acknowledgement until the workers claim a job (at least 2 x concurrency; 0: never).",
+    "workers.ack_pacing_max_ms": "The longest an acknowledgement is held so.",
     "workers.shutdown_grace_s": "On SIGTERM, how long running jobs may take to finish.",
     "workers.cpu_processes": "Processes for CPU-heavy steps (PDF parsing, signing, rendering).",
     "retry": "Retries of transient failures (exponential backoff with jitter).",

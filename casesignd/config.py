@@ -97,6 +97,10 @@ class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     reclaim_interval_s: float = 5.0
     poll_interval_ms: float = 200.0
     max_queue_depth: int = 10000
+    # Acknowledged jobs queued past which a new job's acknowledgement waits for the
+    # workers to claim one (casesignd/pacing.py); at least 2 x concurrency; 0: never.
+    ack_pacing_depth: int = 32
+    ack_pacing_max_ms: float = 500.0
     shutdown_grace_s: float = 20.0
     # One attempt running longer than this fails retryably (attempt_timeout).
     max_run_s: float = 900.0
@@ -453,6 +457,10 @@ def _check(cfg: Config) -> None:
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(key, f"must be positive, got {value}")
+    for key, value in {"workers.ack_pacing_depth": cfg.workers.ack_pacing_depth,
+                       "workers.ack_pacing_max_ms": cfg.workers.ack_pacing_max_ms}.items():
+        if value < 0:
+            raise ConfigError(key, f"must be 0 or positive, got {value}")
     if cfg.workers.heartbeat_s >= cfg.workers.lease_s:
         raise ConfigError("workers.heartbeat_s", "must be shorter than workers.lease_s")
     if cfg.kiosk.reserved_key_slots >= cfg.signing.key_slots + 1:

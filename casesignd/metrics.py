@@ -269,6 +269,10 @@ class Metrics:
             "Time from request to durable acknowledgement.",
             ("kind",),
         )
+        self.ack_held_seconds = hist(
+            "casesignd_ack_held_seconds",
+            "Time a new job's acknowledgement was held while the queue stood (pacing).", (),
+        )  # fmt: skip
         self.queue_wait_seconds = hist(
             "casesignd_queue_wait_seconds", "Time a finished job spent queued.", ("kind",)
         )
@@ -298,11 +302,9 @@ class Metrics:
             "casesignd_jobs_admitted_total", "Jobs durably admitted.", ("kind",), registry=r
         )
         self.jobs_finished = Counter(
-            "casesignd_jobs_finished_total",
-            "Jobs that reached a final state.",
-            ("kind", "outcome"),
-            registry=r,
-        )
+            "casesignd_jobs_finished_total", "Jobs that reached a final state.",
+            ("kind", "outcome"), registry=r,
+        )  # fmt: skip
         self.job_retries = Counter(
             "casesignd_job_retries_total",
             "Attempts scheduled again after a retryable error.",
@@ -316,9 +318,7 @@ class Metrics:
             "casesignd_leases_expired_total", "Job leases that ran out.", registry=r
         )
         self.leases_reclaimed = Counter(
-            "casesignd_leases_reclaimed_total",
-            "Jobs requeued after their lease expired.",
-            registry=r,
+            "casesignd_leases_reclaimed_total", "Jobs requeued after their lease expired.", registry=r
         )
         self.stale_results = Counter(
             "casesignd_stale_results_total",
@@ -347,10 +347,8 @@ class Metrics:
         )
         self.idempotent_replays = Counter(
             "casesignd_idempotent_replays_total",
-            "Requests answered from an earlier identical request.",
-            ("path",),
-            registry=r,
-        )
+            "Requests answered from an earlier identical request.", ("path",), registry=r,
+        )  # fmt: skip
         # The node label is the daemon's name (serve --node): with several daemons on one
         # store, it says which one a scrape came from; the job figures are the store's.
         self.build_info = Gauge(
@@ -470,6 +468,10 @@ class Metrics:
         """Read the uploads in flight and their bytes at scrape time (cheap callables)."""
         self.uploads_in_flight.set_function(count)
         self.upload_bytes_in_flight.set_function(nbytes)
+
+    def ack_held(self, held_s: float) -> None:
+        """A new job's acknowledgement waited ``held_s`` for the queue to drain."""
+        self.ack_held_seconds.observe(held_s)
 
     def idempotent_replay(self, path: str) -> None:
         """``/v1/jobs`` or ``/v1/sign`` answered a replay without doing the work again."""

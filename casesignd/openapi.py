@@ -583,7 +583,11 @@ def _paths() -> dict[str, Any]:
             "post": {
                 "operationId": "submitJob",
                 "summary": "Submit a job",
-                "description": "Validates cheaply, stores the job durably, then acknowledges.",
+                "description": ("Validates cheaply, stores the job durably, then acknowledges. "
+                                "While more than workers.ack_pacing_depth acknowledged jobs "
+                                "are queued, the acknowledgement of a stored job waits until "
+                                "the workers claim one, for at most "
+                                "workers.ack_pacing_max_ms."),
                 "parameters": [_p("IdempotencyKey")],
                 "requestBody": {"required": True, "content": _json("JobRequest")},
                 "responses": {

@@ -27,6 +27,7 @@ from .errors import CasesignError, TransientJobError
 from .kinds import JobKind, JobServices
 from .logs import log_event
 from .outcomes import Finish, Outcome
+from .pacing import AckPacer, held_depth
 from .recorder import Attempt, Recorder, record_phase, timed_phase
 from .store import Job, Lease, Store
 from .tempfiles import TempManager
@@ -153,6 +154,10 @@ class Pool:
         # progress (a long job renewing its lease is progress; a stuck pool is not).
         self.progress = 0
         self.started = False
+        # New jobs' acknowledgements, held while the queue stands (casesignd/pacing.py).
+        self.pacer = AckPacer(held_depth(self.cfg.workers.ack_pacing_depth,
+                                         self.cfg.workers.concurrency),
+                              self.cfg.workers.ack_pacing_max_ms / 1000.0)
 
     # --- lifecycle ---------------------------------------------------------------
 
@@ -173,6 +178,7 @@ class Pool:
         which releases their leases so that a restart resumes them at once."""
         self.stopping = True
         self._wake.set()
+        self.pacer.release_all()
         tasks = [r.task for r in self.running.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -225,6 +231,7 @@ class Pool:
                     continue
                 for c in claimed:
                     self._start_job(c.job, signature=c.signature)
+                self.pacer.claimed(len(claimed))
                 if len(claimed) == want:
                     continue  # there may be more
             # Jittered, so that idle daemons on one store do not claim in step.
