@@ -229,14 +229,16 @@ def upload_distinct(url: str, token: str, n: int) -> list[Doc]:
 
 
 def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
-        concurrency: int = 8, distinct: bool = False) -> dict[str, Any]:
+        concurrency: int = 8, distinct: bool = False,
+        workers: dict[str, Any] | None = None) -> dict[str, Any]:
     """One daemon, ``jobs`` jobs through ``client`` (each its own contract with
-    ``distinct``); the figures."""
+    ``distinct``; ``workers``: settings of its own); the figures."""
     env = {"CASESIGND_STRICT_LABELS": "0"}
     if daemon_src is not None:
         env["PYTHONPATH"] = str(daemon_src)
     d = Daemon(workdir, {"logging": {"level": "warning"},
-                         "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10}},
+                         "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10,
+                                     **(workers or {})}},
                env=env)
     d.start()
     try:

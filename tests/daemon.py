@@ -107,9 +107,13 @@ class Daemon:
         self.env = {**os.environ, "CASESIGND_TEST_KIND": "1", "PYTHONUNBUFFERED": "1",
                     "CASESIGND_STRICT_LABELS": "1", **(env or {})}
         self.env.pop("NOTIFY_SOCKET", None)
+        # Run from beside the state, as serve runs from in it: ``python -m`` puts the
+        # working directory first on sys.path, which would put this checkout's
+        # casesignd before the one PYTHONPATH names (a baseline of the benches).
         subprocess.run([sys.executable, "-m", "casesignd", "init", "--dir", str(state),
                         *(init_args or [])],
-                       check=True, capture_output=True, env=self.env, timeout=60)
+                       check=True, capture_output=True, env=self.env, timeout=60,
+                       cwd=state.parent)
         self.config_path = state / "config.toml"
         base = tomllib.loads(self.config_path.read_text())
         fast = {"workers": {"poll_interval_ms": 50.0, "reclaim_interval_s": 0.5,
