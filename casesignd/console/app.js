@@ -140,7 +140,9 @@ async function refreshJobs(announce) {
     const page = await api.listJobs(view.filters, view.cursor);
     view.next = page.next_cursor;
     const body = byId('jobs-body');
-    redraw(body, JSON.stringify(page.jobs.map((j) => [j.job_id, j.state, j.attempts, j.timings])),
+    // The key holds what a row shows, so a changed row is always redrawn.
+    redraw(body, JSON.stringify(page.jobs.map((j) => [j.job_id, j.kind, j.case_id, j.state,
+                                                      j.attempts, j.created_at, j.timings])),
            () => replace(body, page.jobs.length ? page.jobs.map(jobRow)
              : el('tr', {}, el('td', { colspan: 7 }, 'No jobs match.'))));
     byId('newer').disabled = view.newer.length === 0;

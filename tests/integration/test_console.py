@@ -153,16 +153,16 @@ def test_the_jobs_filter_by_state(console, browser_page):
     page, _ = browser_page
     page.select_option("#f-state", "failed")
     page.click("#filters button[type=submit]")
-    page.wait_for_function(
-        "() => [...document.querySelectorAll('#jobs-table tbody tr[data-state]')]"
-        ".every(r => r.dataset.state === 'failed')")
-    rows = _rows(page)
-    assert rows and {r["id"] for r in rows} == {jobs["failed"]["job_id"]}
+    # Each wait names the rows it expects: the list shown before may match a looser one.
+    shown = ("(ids) => JSON.stringify([...document.querySelectorAll("
+             "'#jobs-table tbody tr[data-state] button')].map(b => b.dataset.job))"
+             " === JSON.stringify(ids)")
+    page.wait_for_function(shown, arg=[jobs["failed"]["job_id"]])
+    assert {r["state"] for r in _rows(page)} == {"failed"}
     page.select_option("#f-state", "")
     page.fill("#f-case", "MKT-2026-00042")
     page.click("#filters button[type=submit]")
-    page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length === 1")
-    assert [r["id"] for r in _rows(page)] == [jobs["signed"]["job_id"]]
+    page.wait_for_function(shown, arg=[jobs["signed"]["job_id"]])
     page.click("#f-clear")
     page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length > 5")
 

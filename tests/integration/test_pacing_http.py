@@ -39,5 +39,6 @@ def test_off_acknowledges_at_once(daemon_factory):
     d = daemon_factory({"workers": {"concurrency": 1, "ack_pacing_depth": 0}})
     first = d.submit({"kind": "test", "behavior": "hang", "hang_s": 30, "tag": "a"}).json()
     d.wait_job(first["job_id"], states=("processing",))
-    assert [d.submit({"kind": "test", "tag": str(i)}).status for i in range(8)] == [202] * 8
+    # More than the default depth (32): paced, the 33rd would wait for a claim.
+    assert [d.submit({"kind": "test", "tag": str(i)}).status for i in range(40)] == [202] * 40
     assert 'casesignd_ack_held_seconds_count 0.0' in d.request("GET", "/metrics", auth=False).body.decode()
