@@ -342,12 +342,25 @@ def _serve(sock: socket.socket, initializer: Callable[..., None] | None,
         _settle()
         while True:
             _answer(sock)
-            gc.collect()
+            _collect()
 
 
 def _settle() -> None:
     gc.collect()
     gc.freeze()
+
+
+def _collect() -> None:
+    """Collect what the last frame of calls left behind. All of it is in the youngest
+    generation (the collector ran last before the frame), so that generation alone is
+    collected after each frame; the older ones, where what the process keeps lives
+    (the verdicts of up to a thousand documents), as often as the collector's own
+    thresholds would (about every 10th and 100th time). A full collection after every
+    frame traversed those survivors each time, their memory mostly cold by then: a
+    millisecond of CPU per collection, about 0.4 ms per one-page job."""
+    _young, middle_due, old_due = gc.get_count()
+    _t0, t1, t2 = gc.get_threshold()
+    gc.collect(2 if old_due >= t2 else 1 if middle_due >= t1 else 0)
 
 
 def _answer(sock: socket.socket) -> None:

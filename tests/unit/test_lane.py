@@ -51,6 +51,24 @@ def leave_cycles(n: int) -> tuple[bool, int]:
     return gc.isenabled(), alive
 
 
+_KEPT: list[object] = []
+
+
+def keep_a_cycle(keep: bool) -> bool:
+    """With ``keep``, a cycle that outlives the call (promoted past the youngest
+    generation by the next collection); without, the one kept before is let go. Says
+    whether the last cycle let go is still alive."""
+    if keep:
+        node = _Node()
+        node.self = node  # type: ignore[attr-defined]
+        _KEPT.append(node)
+        _LEFT.clear()
+        _LEFT.append(weakref.ref(node))
+    else:
+        _KEPT.clear()
+    return bool(_LEFT) and _LEFT[0]() is not None
+
+
 def sleep_then(value: int, seconds: float) -> int:
     time.sleep(seconds)
     return value
@@ -146,6 +164,50 @@ def test_garbage_is_collected_between_calls_not_during_them():
     # 5,000 cycles would set off a collection mid-call (the threshold is 700
     # allocations); none runs, yet each call finds the last call's cycles gone.
     assert answers == [(False, 0)] * 3
+
+
+def test_what_outlived_a_call_is_collected_within_the_collectors_rounds():
+    lane = Lane(1, get_context("forkserver"))
+
+    async def go():
+        await lane.run(add, 1, 2, timeout_s=30)  # what the first call keeps is frozen
+        await lane.run(keep_a_cycle, True, timeout_s=30)
+        return [await lane.run(keep_a_cycle, False, timeout_s=30) for _ in range(250)]
+
+    try:
+        alive = run(go())
+    finally:
+        lane.close()
+    # The cycle lives on in an older generation once let go: only the young one is
+    # collected after each call, the older ones about every 10th and 100th time.
+    assert alive[0] is True
+    assert alive[-1] is False
+
+
+def test_between_calls_the_young_generation_is_collected_and_the_old_ones_in_turn():
+    from casesignd.lane import _collect
+
+    seen: list[int] = []
+
+    def note(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    gc.collect()
+    gc.callbacks.append(note)
+    try:
+        for _ in range(250):
+            _collect()
+    finally:
+        gc.callbacks.remove(note)
+        if was_enabled:
+            gc.enable()
+    # The collector's own cadence: (700, 10, 10) makes about 10 young collections to
+    # a middle one, and 10 middle ones to a full one.
+    assert seen.count(0) > 5 * seen.count(1) > 0
+    assert seen.count(1) > 5 * seen.count(2) > 0
 
 
 def test_a_batch_is_shared_among_free_processes_and_answered_in_order():
