@@ -355,9 +355,9 @@ def _collect() -> None:
     generation (the collector ran last before the frame), so that generation alone is
     collected after each frame; the older ones, where what the process keeps lives
     (the verdicts of up to a thousand documents), as often as the collector's own
-    thresholds would (about every 10th and 100th time). A full collection after every
-    frame traversed those survivors each time, their memory mostly cold by then: a
-    millisecond of CPU per collection, about 0.4 ms per one-page job."""
+    thresholds would (10 and 10: every 11th and 121st time). A full collection after
+    every frame traversed those survivors each time, their memory mostly cold by
+    then: a millisecond of CPU per collection, about 0.4 ms per one-page job."""
     _young, middle_due, old_due = gc.get_count()
     _t0, t1, t2 = gc.get_threshold()
     gc.collect(2 if old_due >= t2 else 1 if middle_due >= t1 else 0)

@@ -200,9 +200,9 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
     its own) and a plain one, the plain one again with acknowledgements not paced
     (``workers.ack_pacing_depth = 0``, as before pacing), and ``baseline`` (a commit)
     with the bench client, both ways. With ``rounds`` above 1 every run is made that
-    many times, this checkout's and the baseline's in turn (first one, then the other), and each row is the median
-    run by jobs/s: a shared machine's speed drifts over minutes, and this way the drift
-    falls on both alike."""
+    many times, this checkout's and the baseline's in turn (first one, then the
+    other), and each row is the median run by jobs/s: a shared machine's speed drifts
+    over minutes, and this way the drift falls on both alike."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import e2e
 
