@@ -65,6 +65,7 @@ DESCRIPTIONS: dict[str, str] = {
     "server.upload_max_s": "Seconds one object upload's body may take in all (408 request_timeout after).",
     "server.max_uploads": "Object uploads at once; past it 429 too_many_uploads, before the body is read.",
     "server.max_uploads_per_tenant": "Object uploads at once from one tenant; 0: all of max_uploads with one tenant, half of it with several.",
+    "server.event_loop": "\"uvloop\" (libuv's event loop, the lighter on CPU) or \"asyncio\" (the standard library's); read at start.",
     "store": "The job store: jobs, their audit chain, signatures.",
     "store.kind": "\"sqlite\" (the embedded file at path, one daemon) or \"postgres\" (the database at dsn, which several daemons may share).",
     "store.path": "SQLite database file (jobs, objects index, audit chain).",

@@ -46,6 +46,9 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # max_uploads with one tenant, half of it (at least 1) with several.
     max_uploads: int = 32
     max_uploads_per_tenant: int = 0
+    # The event loop the daemon runs on: "uvloop" (libuv, in C) or "asyncio" (the
+    # standard library's selector loop).
+    event_loop: str = "uvloop"
 
     def upload_share(self, tenants: int) -> int:
         """Uploads one tenant may have in flight at once, with ``tenants`` configured."""
@@ -55,6 +58,7 @@ class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 STORE_KINDS = ("sqlite", "postgres")
+EVENT_LOOPS = ("uvloop", "asyncio")
 
 
 class Store(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -437,6 +441,9 @@ def _check(cfg: Config) -> None:
     host, sep, port = cfg.server.listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError("server.listen", f"expected HOST:PORT, got {cfg.server.listen!r}")
+    if cfg.server.event_loop not in EVENT_LOOPS:
+        raise ConfigError("server.event_loop", f"expected one of {', '.join(EVENT_LOOPS)}, "
+                                               f"got {cfg.server.event_loop!r}")
     positive = {
         "server.max_json_bytes": cfg.server.max_json_bytes,
         "server.max_object_bytes": cfg.server.max_object_bytes,

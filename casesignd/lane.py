@@ -27,7 +27,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.context import BaseContext
-from typing import Any
+from typing import Any, cast
 
 from .errors import TransientJobError
 
@@ -264,8 +264,8 @@ class _Channel(asyncio.Protocol):
         self.lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, though not always asyncio's class: uvloop's is its own.
+        self.transport = cast(asyncio.Transport, transport)
         self.loop = asyncio.get_running_loop()
 
     def data_received(self, data: bytes) -> None:

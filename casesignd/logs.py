@@ -32,9 +32,9 @@ ALLOWED_FIELDS = frozenset({
     "code", "category", "tenant_hash", "error", "route", "status", "method",
     "reason", "delay_ms", "bytes", "count", "version", "listen", "signal",
     "policy_version", "template_version", "source", "pool", "workers", "phases_ms",
-    # a daemon's name (serve --node), revocation data counts and freshness, and the
+    # a daemon's name (serve --node) and its event loop's, revocation data counts and freshness, and the
     # keyed, unguessable id of an artifact a renewal is for
-    "node", "ocsps", "crls", "good_until", "artifact_id",
+    "node", "event_loop", "ocsps", "crls", "good_until", "artifact_id",
     # how many things of each area a retention sweep or an erasure removed (counts)
     "rejected", "jobs", "artifacts", "objects", "canceled",
 })  # fmt: skip

@@ -15,8 +15,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
 
 from . import api, branding, cases, console, kiosk, logs, sdnotify, wire
@@ -96,8 +98,9 @@ async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | 
         log_event(log, "server.listen_failed", level=logging.ERROR, error=str(e))
         await runner.cleanup()
         return 1
-    log_event(log, "server.listening", route=site.name, node=services.node)
     loop = asyncio.get_running_loop()
+    log_event(log, "server.listening", route=site.name, node=services.node,
+              event_loop="uvloop" if isinstance(loop, uvloop.Loop) else "asyncio")
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -146,6 +149,13 @@ async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | 
     return 0
 
 
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop ``server.event_loop`` names; None is asyncio's own."""
+    if name == "uvloop":
+        return uvloop.new_event_loop
+    return None
+
+
 def serve(config_path: str, listen: str | None = None, node: str | None = None) -> int:
     """Run the daemon until SIGTERM; the exit status for the command line."""
     try:
@@ -163,7 +173,8 @@ def serve(config_path: str, listen: str | None = None, node: str | None = None) 
     # which would put 5 ms on every durable step of a kiosk request.
     sys.setswitchinterval(0.0005)
     try:
-        return asyncio.run(_serve(cfg, config_path, listen, node))
+        with asyncio.Runner(loop_factory=loop_factory(cfg.server.event_loop)) as runner:
+            return runner.run(_serve(cfg, config_path, listen, node))
     except ConfigError as e:
         print(f"config error: {e.key}: {e.message}", file=sys.stderr)
         return 2

@@ -198,7 +198,9 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
     """One-page sign_case jobs through real daemons on loopback (scripts/e2e.py): this
     checkout with the bench client (every job the same stored contract, then every job
     its own) and a plain one, the plain one again with acknowledgements not paced
-    (``workers.ack_pacing_depth = 0``, as before pacing), and ``baseline`` (a commit)
+    (``workers.ack_pacing_depth = 0``, as before pacing), the bench client again on
+    asyncio's own event loop (``server.event_loop = "asyncio"``, its own contract for
+    every job), and ``baseline`` (a commit)
     with the bench client, both ways. With ``rounds`` above 1 every run is made that
     many times, this checkout's and the baseline's in turn (first one, then the
     other), and each row is the median run by jobs/s: a shared machine's speed drifts
@@ -212,10 +214,13 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
         print(f"(no baseline: {baseline} is not a commit of this checkout)")
     runs: list[tuple[str, str, bool, int, Path | None, dict[str, Any] | None]] = [
         ("casesignd", "aiohttp", False, jobs, None, None),
-        ("casesignd", "aiohttp", True, jobs, None, None)]
+        ("casesignd", "aiohttp", True, jobs, None, None),
+        ("casesignd asyncio", "aiohttp", True, jobs, None,
+         {"server": {"event_loop": "asyncio"}})]
     if plain_jobs:
         runs += [("casesignd", "plain", False, plain_jobs, None, None),
-                 ("casesignd unpaced", "plain", False, plain_jobs, None, {"ack_pacing_depth": 0})]
+                 ("casesignd unpaced", "plain", False, plain_jobs, None,
+                  {"workers": {"ack_pacing_depth": 0}})]
     if tree is not None:
         runs += [(f"casesignd@{baseline}", "aiohttp", distinct, jobs, tree, None)
                  for distinct in (False, True)]
@@ -225,10 +230,10 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
     try:
         for n in range(rounds):
             for i in (order if n % 2 == 0 else order[::-1]):
-                daemon, client, distinct, count, src, workers = runs[i]
+                daemon, client, distinct, count, src, settings = runs[i]
                 seen[i].append({"daemon": daemon, **e2e.run(
                     workdir / f"d-{i}-{n}", doc, count, client, daemon_src=src,
-                    distinct=distinct, workers=workers)})
+                    distinct=distinct, settings=settings)})
     finally:
         if tree is not None:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],

@@ -230,15 +230,17 @@ def upload_distinct(url: str, token: str, n: int) -> list[Doc]:
 
 def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path | None = None,
         concurrency: int = 8, distinct: bool = False,
-        workers: dict[str, Any] | None = None) -> dict[str, Any]:
+        settings: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """One daemon, ``jobs`` jobs through ``client`` (each its own contract with
-    ``distinct``; ``workers``: settings of its own); the figures."""
+    ``distinct``; ``settings``: config sections of its own, ``{"workers": {...}}``);
+    the figures."""
     env = {"CASESIGND_STRICT_LABELS": "0"}
     if daemon_src is not None:
         env["PYTHONPATH"] = str(daemon_src)
-    d = Daemon(workdir, {"logging": {"level": "warning"},
+    own = dict(settings or {})
+    d = Daemon(workdir, {**own, "logging": {"level": "warning"},
                          "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10,
-                                     **(workers or {})}},
+                                     **own.get("workers", {})}},
                env=env)
     d.start()
     try:

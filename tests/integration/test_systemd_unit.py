@@ -168,7 +168,7 @@ def square(x):
 
 async def main():
     async with aiosqlite.connect(str(tmp / "db.sqlite")) as db:
-        await db.execute("create table t (x)"); await db.commit()
+        await db.execute("create table if not exists t (x)"); await db.commit()
     async def hello(request):
         return web.Response(text="ok")
     app = web.Application(); app.router.add_get("/", hello)
@@ -185,6 +185,10 @@ async def main():
 
 asyncio.run(main())
 done.append("asyncio")
+import uvloop  # server.event_loop's default: libuv maps no executable memory either
+with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+    runner.run(main())
+done.append("uvloop")
 
 # Every casesignd module must import; a failure other than write+execute memory is
 # another module's business and only reported.
@@ -219,5 +223,5 @@ def test_the_stack_runs_under_memory_deny_write_execute(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert {"cms", "pdf", "asyncio"} <= set(report["done"]), report
+    assert {"cms", "pdf", "asyncio", "uvloop"} <= set(report["done"]), report
     assert report["refused"] == [], report
