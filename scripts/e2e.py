@@ -68,6 +68,14 @@ def tree_cpu_s(pid: int) -> float:
     return total / TICKS
 
 
+def own_cpu_s(pid: int) -> float:
+    """User and system CPU of ``pid`` alone (a daemon's main process, without its
+    worker processes)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
 def _ts(text: str) -> float:
     return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC).timestamp()
 
@@ -248,17 +256,18 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
         if distinct:
             docs = upload_distinct(d.url, d.token, jobs)
         assert d.proc is not None
-        cpu0 = tree_cpu_s(d.proc.pid)
+        cpu0, main0 = tree_cpu_s(d.proc.pid), own_cpu_s(d.proc.pid)
         polls = None
         if client == "plain":
             done, seen_rate, polls = _plain_client(d, docs, jobs, "run")
         else:
             done, seen_rate = aiohttp_client([d.url], d.token, docs, jobs, "run"), None
-        cpu = tree_cpu_s(d.proc.pid) - cpu0
+        cpu, main = tree_cpu_s(d.proc.pid) - cpu0, own_cpu_s(d.proc.pid) - main0
     finally:
         d.stop()
     out = {"client": client, "documents": "distinct" if distinct else "one",
            **summarize(done, cpu)}
+    out["main_cpu_ms_per_job"] = round(main * 1000 / max(1, out["ready"]), 2)
     if seen_rate is not None:
         out["client_seen_jobs_per_s"] = round(seen_rate, 1)
     if polls is not None:
