@@ -32,8 +32,8 @@ ALLOWED_FIELDS = frozenset({
     "code", "category", "tenant_hash", "error", "route", "status", "method",
     "reason", "delay_ms", "bytes", "count", "version", "listen", "signal",
     "policy_version", "template_version", "source", "pool", "workers", "phases_ms",
-    # a daemon's name (serve --node) and its event loop's, revocation data counts and freshness, and the
-    # keyed, unguessable id of an artifact a renewal is for
+    # a daemon's name (serve --node) and the event loop it runs on, revocation data
+    # counts and freshness, and the keyed, unguessable id of an artifact a renewal is for
     "node", "event_loop", "ocsps", "crls", "good_until", "artifact_id",
     # how many things of each area a retention sweep or an erasure removed (counts)
     "rejected", "jobs", "artifacts", "objects", "canceled",

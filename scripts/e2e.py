@@ -43,6 +43,12 @@ from tests.daemon import Daemon  # noqa: E402
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/PID/stat`` after the command name (``state`` first)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2:].split()
+
+
 def tree_cpu_s(pid: int) -> float:
     """User and system CPU of ``pid`` and every process below it (and of their children
     that ended and were waited for)."""
@@ -52,10 +58,9 @@ def tree_cpu_s(pid: int) -> float:
         if not entry.isdigit():
             continue
         try:
-            text = Path(f"/proc/{entry}/stat").read_text()
+            fields = _stat(entry)
         except OSError:
             continue
-        fields = text[text.rindex(")") + 2:].split()
         stats[int(entry)] = fields
         children.setdefault(int(fields[1]), []).append(int(entry))
     total, todo = 0, [pid]
@@ -71,9 +76,8 @@ def tree_cpu_s(pid: int) -> float:
 def own_cpu_s(pid: int) -> float:
     """User and system CPU of ``pid`` alone (a daemon's main process, without its
     worker processes)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    fields = text[text.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    fields = _stat(pid)
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime stime
 
 
 def _ts(text: str) -> float:
@@ -245,10 +249,10 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
     env = {"CASESIGND_STRICT_LABELS": "0"}
     if daemon_src is not None:
         env["PYTHONPATH"] = str(daemon_src)
-    own = dict(settings or {})
-    d = Daemon(workdir, {**own, "logging": {"level": "warning"},
+    settings = settings or {}
+    d = Daemon(workdir, {**settings, "logging": {"level": "warning"},
                          "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10,
-                                     **own.get("workers", {})}},
+                                     **settings.get("workers", {})}},
                env=env)
     d.start()
     try:

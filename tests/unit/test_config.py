@@ -40,6 +40,7 @@ def test_the_example_config_loads_and_names_every_setting():
     ("[workers]\nconcurrency = 'four'\n", "workers.concurrency"),
     ("[workers]\nconcurency = 4\n", "workers"),
     ("[server]\nlisten = 'localhost'\n", "server.listen"),
+    ("[server]\nevent_loop = 'tokio'\n", "server.event_loop"),
     ("default_policy = 'nope'\n", "default_policy"),
     ("[[tenants]]\nname = 'a'\ntoken_sha256 = 'abc'\n", "tenants[0].token_sha256"),
     ("[[sources]]\nname = 's'\nkind = 'ftp'\n", "sources[0].kind"),
