@@ -72,7 +72,12 @@ class Job(msgspec.Struct, kw_only=True):
 
 
 def row_job(row: Any) -> Job:
-    return Job(**dict(row))
+    """The job of a row: a mapping (psycopg's dict rows), or a ``sqlite3.Row``, read
+    by position (``dict()`` of a Row looks each of its 32 names up among all of them:
+    twice the cost of the job itself, at each claim, finish and read)."""
+    if isinstance(row, dict):
+        return Job(**row)
+    return Job(**dict(zip(row.keys(), row, strict=True)))
 
 
 class Subject(Protocol):
