@@ -19,7 +19,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aiohttp import web
 
@@ -29,8 +29,8 @@ from .branding import Branding
 from .config import Config
 from .errors import ConfigError
 from .holds import KeyHolds
-from .keys import FileSlots, KeySigner, KeySlots
-from .kinds import Artifact, JobKind
+from .keys import FileSlots, KeySigner, KeySlots, ProcessKey
+from .kinds import Artifact, JobContext, JobKind
 from .lane import Lane
 from .logs import log_event
 from .longterm import LongTerm
@@ -41,9 +41,14 @@ from .renewal import keep_renewing
 from .retention import keep_sweeping
 from .scanner import Scanner, make_scanner
 from .sources import Fetcher
-from .store import make_store
+from .store import Store, make_store
 from .tempfiles import TempManager
 from .worker import Pool
+
+if TYPE_CHECKING:  # the CMS stack is imported when a key is loaded, not with the app
+    from cryptography import x509
+
+    from .cms import SignerInfoTemplate
 
 log = logging.getLogger("casesignd.app")
 
@@ -72,7 +77,7 @@ class Services:
         self.metrics = Metrics(node=self.node)
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
-        self.store = make_store(cfg, self.node)
+        self.store: Store = make_store(cfg, self.node)
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
@@ -118,11 +123,11 @@ class Services:
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: Lane | None = None
         self._kiosk_cpu: Lane | None = None
-        self._lane_key: Any = None
+        self._lane_key: ProcessKey | None = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
         self.cpu_warm = False
-        self._cms_template: Any = None
+        self._cms_template: SignerInfoTemplate | None = None
         self._cms_bytes: int | None = None
         # Built with the rest, started by the lifecycle once the store is open.
         self.pool = Pool(self, self.kinds, self.store, self.recorder)
@@ -168,7 +173,7 @@ class Services:
         self._lane()
         return self._lane_key is not None
 
-    def process_key(self) -> Any:
+    def process_key(self) -> ProcessKey | None:
         """The signing key for the worker processes (kiosk and batch), or None when it
         cannot leave this process (a PKCS#11 token's key: signed here, in a thread)."""
         for_process = getattr(self.signer, "for_process", None)
@@ -204,7 +209,7 @@ class Services:
 
     # --- what jobs call ----------------------------------------------------------------
 
-    async def publish(self, ctx: Any, path: Path | str, media_type: str,
+    async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
                       sig_key: str | None = None) -> Artifact:
         """Publish a result durably under a deterministic id: a signature's key, else the
         job's id. A later attempt finds the earlier file and keeps it (the first wins)."""
@@ -224,11 +229,12 @@ class Services:
             return data
         return self.artifacts.open_path(artifact_id)
 
-    def cms_template(self) -> Any:
+    def cms_template(self) -> SignerInfoTemplate:
         """The signer's CMS template, built once per key (certificates encoded once)."""
         if self._cms_template is None:
             from . import cms
 
+            assert self.signer is not None, "a template is built for a loaded key"
             self._cms_template = cms.template_for(self.signer.cert, tuple(self.signer.chain))
         return self._cms_template
 
@@ -247,7 +253,7 @@ class Services:
             self._cms_bytes = len(cms.assemble(template, attrs, bytes(1024))) + 256
         return self._cms_bytes
 
-    async def sign_pdf(self, ctx: Any, src: Path | str, dst: Path | str, *, reason: str = "") -> None:
+    async def sign_pdf(self, ctx: JobContext, src: Path | str, dst: Path | str, *, reason: str = "") -> None:
         """Sign a document the service made itself (an invoice): same signer, same PAdES
         profile, same TSA as the default policy."""
         import datetime as dt
@@ -290,7 +296,8 @@ class Services:
 SERVICES = web.AppKey("services", Services)
 
 
-def _init_batch_process(daemon_pid: int, template: Any, key: Any, slot: Any) -> None:
+def _init_batch_process(daemon_pid: int, template: SignerInfoTemplate | None,
+                        key: ProcessKey | None, slot: FileSlots | None) -> None:
     """The initializer of a batch worker process: a lower priority, an end with the
     daemon's, and the key with its shared slots."""
     from .pipeline import init_signing_process
@@ -339,14 +346,19 @@ def _warm() -> None:
 
 
 class _SlowSigner:
-    """Test-only: delays every signature (CASESIGND_TEST_SIGN_DELAY_MS with the test kind)."""
+    """Test-only: delays every signature (CASESIGND_TEST_SIGN_DELAY_MS with the test kind).
+    Wraps the daemon's signer (a :class:`~.keys.KeySigner`) or a worker process's key,
+    which has no certificate: only a wrapped signer's is ever read."""
+
+    cert: x509.Certificate
+    chain: list[x509.Certificate]
 
     def __init__(self, inner: Any, delay_s: float) -> None:
         self._inner = inner
         self._delay_s = delay_s
-        self.cert = getattr(inner, "cert", None)
+        self.cert = cast("x509.Certificate", getattr(inner, "cert", None))
         self.chain = getattr(inner, "chain", [])
-        self.algorithm = getattr(inner, "algorithm", "rsa")
+        self.algorithm: str = getattr(inner, "algorithm", "rsa")
 
     def __getstate__(self) -> tuple[Any, float]:
         return self._inner, self._delay_s

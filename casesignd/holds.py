@@ -80,7 +80,8 @@ class KeyHolds:
             del self._held[key]
             if key in self._across:
                 self._across.discard(key)
-                self._shared.give_back_idempotency_key(tenant, idem_key)
+                if self._shared is not None:  # held across daemons: a shared store's
+                    self._shared.give_back_idempotency_key(tenant, idem_key)
 
     async def record_flight(self, flight: Flight) -> Job | None:
         """``Store.record_flight``; the key is free once it is written (the row answers

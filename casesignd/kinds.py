@@ -24,10 +24,11 @@ from .metrics import Metrics
 from .outcomes import Artifact, Finish
 from .scanner import Scanner
 from .sources import Fetcher
-from .store import NewJob, Store
+from .store import Job, NewJob, Store
 
 if TYPE_CHECKING:  # pyHanko is imported by the daemon, not by every user of the protocol
     from .longterm import LongTerm
+    from .tempfiles import Area
 
 T = TypeVar("T")
 
@@ -100,10 +101,20 @@ class JobContext(Protocol):
     version: str
     input: dict[str, Any]
     config: Config
-    workdir: Path  # private 0700 directory for this attempt (needs_area), removed afterwards
-    kiosk: bool  # run by the kiosk path (its CPU processes and key slots)
+    job: Job  # the job's row as it was claimed
+    area: Area | None  # the attempt's temp area, for a kind that needs one
     recorded_signature: dict[str, Any] | None  # read with the claim, for its signature key
-    services: JobServices
+
+    @property
+    def services(self) -> JobServices: ...
+
+    @property
+    def workdir(self) -> Path:
+        """The attempt's private 0700 directory (needs_area), removed afterwards."""
+
+    @property
+    def kiosk(self) -> bool:
+        """Run by the kiosk path (its CPU processes and key slots)."""
 
     def phase(self, name: str) -> AbstractAsyncContextManager[None]:
         """Time a phase (fetch, validate, scan, sign, render, publish)."""

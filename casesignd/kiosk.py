@@ -168,7 +168,7 @@ async def _answer(s: Services, job: Job, outcome: str, t0: float,
     source = None
     if artifact:
         source = signed if signed is not None else await s.artifact_source(artifact["artifact_id"])
-    if source is None:
+    if not artifact or source is None:
         raise _job_error(job)
     headers = {
         "Content-Type": "application/pdf",
@@ -195,7 +195,7 @@ async def post_sign(request: web.Request) -> web.StreamResponse:
         raise
 
 
-async def _sign(request: web.Request, s: Any, t0: float, answer_by: float) -> web.StreamResponse:
+async def _sign(request: web.Request, s: Services, t0: float, answer_by: float) -> web.StreamResponse:
     cfg = s.config
     tenant = authenticate(request)
     if s.shutting_down:
@@ -349,6 +349,7 @@ class _Run:
     async def _put_document(self) -> None:
         # The digest is the manifest's, checked again as the object is written.
         new, doc = self.flight.new, self.document
+        assert new.case_id is not None  # a sign_case job names its case
         await self.s.objects.put(new.tenant, new.case_id, self.normalized["items"][0]["sha256"],
                                  _once(doc), len(doc), len(doc))
 

@@ -55,6 +55,7 @@ from .errors import (
     SigningError,
     SizeMismatch,
 )
+from .keys import FileSlots, KeySigner, ProcessKey
 from .pdfcheck import PdfLimits, PdfReport, inspect_document
 from .pdfframe import DAMAGE, Finding, Source, object_definitions
 
@@ -121,6 +122,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
     reader that read it. Raises the refusal."""
     received = _sha256(src)
+    src_for_rewrite: Path | bytes
     try:
         report, reader = inspect_document(src, limits)
     except MalformedPdf as unreadable:
@@ -246,8 +248,8 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
                                  contents_bytes=contents_bytes, reader=reader)
     finally:
         _close(reader)
-        if source != src:
-            Path(source).unlink(missing_ok=True)
+        if isinstance(source, Path) and source != src:
+            source.unlink(missing_ok=True)
     return dataclasses.replace(checked, evidence=prepared.evidence), prepared
 
 
@@ -331,8 +333,11 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
     return checked, source, prepared
 
 
-def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
-    """The key operation, any failure of the key as SigningError. Blocking."""
+def sign_with(signer: KeySigner | ProcessKey | None, signed_attrs: bytes) -> bytes:
+    """The key operation, any failure of the key (or no key at all) as SigningError.
+    Blocking."""
+    if signer is None:
+        raise SigningError("no signing key is configured", code="signing_key_unavailable")
     try:
         return signer.sign(signed_attrs)
     except SigningError:
@@ -348,8 +353,8 @@ def sign_with(signer: Any, signed_attrs: bytes) -> bytes:
 _PROCESS: dict[str, Any] = {}
 
 
-def init_signing_process(template: cms.SignerInfoTemplate | None, key: Any,
-                         slot: Any = None) -> None:
+def init_signing_process(template: cms.SignerInfoTemplate | None, key: ProcessKey | None,
+                         slot: FileSlots | None = None) -> None:
     """The initializer of a worker process that signs. With ``slot`` (the batch key
     slots, a :class:`casesignd.keys.FileSlots`), every key operation here takes one
     of them, and only around the key's use."""

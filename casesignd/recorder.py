@@ -74,7 +74,7 @@ class Recorder:
         None when the lease had moved on and the outcome was dropped)."""
         fields = who.fields()
         duration_ms = round((time.perf_counter() - started) * 1000, 3)
-        timing = {"duration_ms": duration_ms, "phases_ms": phases_ms(phases)}
+        timing: dict[str, Any] = {"duration_ms": duration_ms, "phases_ms": phases_ms(phases)}
         if done is None:
             self.metrics.stale_result()
             log_event(log, "job.stale_result", level=logging.WARNING, **timing, **fields)

@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
@@ -36,6 +36,9 @@ from .longterm import Appended
 from .outcomes import Artifact, Finish, Signature
 from .revocation import ChainEvidence
 from .sources import parse_ref
+
+if TYPE_CHECKING:
+    from .tempfiles import Area
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
@@ -248,6 +251,7 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
                 await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
     if not timestamped:
         return SignedPdf(work.checked, Appended(b"", "B-B"))
+    assert policy is not None  # a timestamp is a policy's
     async with ctx.phase("timestamp"):
         token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
                                         policy.tsa_timeout_s)
@@ -408,7 +412,7 @@ class SignCaseKind:
         meta = signing_meta(normalized, policy, ctx.config.signing.signer_name)
         if ctx.area is None:
             return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
-        paths = await self._fetch(ctx, normalized)
+        paths = await self._fetch(ctx, normalized, ctx.area)
         await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
         contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
@@ -472,14 +476,14 @@ class SignCaseKind:
                                           signed_detail(normalized, work.checked, appended.level),
                                           inline))
 
-    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any]) -> list[Path]:
+    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
         s = ctx.services
         out = []
         async with ctx.phase("fetch"):
             for i, it in enumerate(normalized["items"]):
                 ref = parse_ref(it["object_ref"], [x.name for x in ctx.config.sources],
                                 field=f"items[{i}].object_ref")
-                out.append(await s.fetcher.fetch(ref, ctx.tenant, ctx.case_id, ctx.area,
+                out.append(await s.fetcher.fetch(ref, ctx.tenant, ctx.case_id, area,
                                                  f"item-{i}", it["sha256"], it["size"]))
         return out
 

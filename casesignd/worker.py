@@ -30,7 +30,7 @@ from .outcomes import Finish, Outcome
 from .pacing import AckPacer, held_depth
 from .recorder import Attempt, Recorder, record_phase, timed_phase
 from .store import Job, Lease, Store
-from .tempfiles import TempManager
+from .tempfiles import Area, TempManager
 
 log = logging.getLogger("casesignd.worker")
 T = TypeVar("T")
@@ -85,7 +85,7 @@ class JobCtx:
         self.services = pool.services
         # The signature recorded for this job's signature key when it was claimed.
         self.recorded_signature = running.signature
-        self.area: Any = None  # casesignd.tempfiles.Area, when the kind needs one
+        self.area: Area | None = None  # when the kind needs one
         # What the attempt holds until its outcome is recorded (a signature key).
         self.held = contextlib.AsyncExitStack()
         self.phases: dict[str, float] = {}

@@ -1,0 +1,54 @@
+"""The service seams type-check: the daemon's services meet the protocols the pool,
+the jobs, the kiosk and the sweepers are written against, the pool's job context meets
+the jobs' one, and the stores meet the store's (mypy; an attribute of a protocol is
+invariant, which no run of the code shows). A probe that hands a job something that
+is no services must be refused in the same run, so the check is known to bite."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# The modules of the seams: the services and what they are handed to.
+SEAMS = [
+    "casesignd/app.py", "casesignd/kinds.py", "casesignd/worker.py", "casesignd/signcase.py",
+    "casesignd/kiosk.py", "casesignd/recorder.py", "casesignd/holds.py",
+    "casesignd/retention.py", "casesignd/renewal.py", "casesignd/outcomes.py",
+    "casesignd/pipeline.py", "casesignd/store/__init__.py", "casesignd/store/records.py",
+]
+
+PROBE = '''
+from pathlib import Path
+
+from casesignd.kinds import JobServices
+from casesignd.store import SqliteStore, Store
+from casesignd.store.memory import MemoryStore
+
+
+class NotServices:
+    config = None
+
+
+def run(services: JobServices) -> None: ...
+
+
+stores: list[Store] = [SqliteStore(Path("store.db")), MemoryStore()]
+run(NotServices())
+'''
+
+
+def test_the_seams_type_check(tmp_path: Path) -> None:
+    probe = tmp_path / "seam_probe.py"
+    probe.write_text(PROBE)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
+         "--cache-dir", str(tmp_path / "cache"), "--no-color-output", *SEAMS, str(probe)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    errors = [line for line in result.stdout.splitlines() if ": error:" in line]
+    elsewhere = [e for e in errors if not e.startswith(str(probe))]
+    assert not elsewhere, "\n".join(elsewhere)
+    # The probe's one refusal: a thing that is no services, handed to a job.
+    assert len(errors) == 1 and "NotServices" in errors[0], result.stdout
