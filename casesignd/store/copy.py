@@ -27,6 +27,7 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -151,11 +152,10 @@ def copy_store(src: Config, dst: Config, *, say: Say = lambda _line: None) -> Co
             snap = SqliteSnapshot(db)
         except sqlite3.Error as e:
             raise StoreUnavailable(f"cannot read sqlite {db}: {e}") from e
+        password: dict[str, Any] = {"password": p} if (p := dst.store_password()) else {}
         try:
             with psycopg.connect(dst.store.dsn, autocommit=True, row_factory=dict_row,
-                                 application_name="casesignd-store-copy",
-                                 **({"password": p} if (p := dst.store_password()) else {})
-                                 ) as conn:
+                                 application_name="casesignd-store-copy", **password) as conn:
                 return _copy(snap, conn, src, dst, say)
         except psycopg.errors.LockNotAvailable as e:
             raise StoreUnavailable(f"{target}: a transaction of a daemon on it held its "

@@ -36,7 +36,7 @@ from .postgres_node import CHANNEL, Announcer, NodeSession
 from .postgres_writer import PgConnection, PgTx, Writer, unavailable
 from .records import Claimed, Job, Lease, NewJob, SharedKeys, in_progress, new_id, row_job
 from .sqlfiles import load_statements
-from .tx import Op, Step
+from .tx import Op, Row, Step
 from .verbs import Expired, SqlStore, admitted, claimed, job_of, queue_full, same_request
 
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
@@ -75,7 +75,7 @@ class PostgresStore(SqlStore):
                            ("keepalives_interval", 10), ("keepalives_count", 3)):
             if key not in given:
                 self._kwargs[key] = value
-        self._writer = Writer(self._connect, self.q, clock)
+        self._writer: Writer = Writer(self._connect, self.q, clock)
         self._readers = readers
         self._timeout_s = connect_timeout_s
         self._pool: AsyncConnectionPool[AsyncConnection[DictRow]] | None = None
@@ -174,8 +174,8 @@ class PostgresStore(SqlStore):
             raise unavailable(e, "the job store cannot be read") from e
 
     @staticmethod
-    def _array(values: list[str]) -> list[str]:
-        return values  # a text[] parameter
+    def _array(values: list[Any]) -> list[Any]:
+        return values  # an array parameter (text[], bigint[])
 
     @property
     def reruns(self) -> int:
@@ -200,11 +200,12 @@ class PostgresStore(SqlStore):
                                  "waiting_pending": tx.waiting_pending,
                                  "admission_ms": max(0.0, (tx.now - new.created_at) * 1000.0)}
 
-        def then(tx: PgTx, rows: Sequence[DictRow]) -> tuple[Job, bool]:
+        def then(tx: PgTx, rows: Sequence[Row]) -> tuple[Job, bool]:
             if rows:
                 return admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
-            if row is None and tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]:
+            if row is None and _held(tx.one("idem_key_held", tenant=new.tenant,
+                                            idem_key=new.idem_key)):
                 raise in_progress()  # a kiosk request on some daemon holds the key
             if row is None:
                 raise queue_full()
@@ -219,7 +220,7 @@ class PostgresStore(SqlStore):
         its signature key. Engine-specific: one pipelined step that locks the jobs it
         takes (FOR UPDATE SKIP LOCKED) and reads their signatures."""
 
-        def then(tx: PgTx, rows: Sequence[DictRow]) -> list[Claimed]:
+        def then(tx: PgTx, rows: Sequence[Row]) -> list[Claimed]:
             out = []
             for row in rows:
                 recorded = None
@@ -239,7 +240,7 @@ class PostgresStore(SqlStore):
         """Extend leases, in one statement; returns the ones that are no longer held.
         Engine-specific: one pipelined step for every lease."""
 
-        def then(tx: PgTx, rows: Sequence[DictRow]) -> list[Lease]:
+        def then(tx: PgTx, rows: Sequence[Row]) -> list[Lease]:
             held = {(r["job_id"], r["attempt"]) for r in rows}
             return [lease for lease in leases if (lease.job_id, lease.attempt) not in held]
 
@@ -295,3 +296,8 @@ class PostgresStore(SqlStore):
         now = self.clock() if self.clock is not None else row["now"]
         oldest = row["oldest"]
         return {"states": counts, "oldest_queued_age_s": max(0.0, now - oldest) if oldest else 0.0}
+
+
+def _held(row: Row | None) -> bool:
+    """What ``idem_key_held`` answered: one row, always."""
+    return row is not None and bool(row["held"])

@@ -324,7 +324,9 @@ class Writer(GroupCommit[_Batch]):
                 i += 1
                 continue
             steps = [op for op in ops[i:i + run] if isinstance(op, Step)]
-            firsts, txs, ahead = [], [], 0
+            firsts: list[tuple[str, dict[str, Any]]] = []
+            txs: list[PgTx] = []
+            ahead = 0
             for step in steps:
                 tx = tx_for()
                 tx.admitting = ahead

@@ -45,7 +45,7 @@ class SqliteStore(SqlStore):
         self.path = Path(path)
         self.clock = clock
         self.exclusive = exclusive
-        self._writer = Writer(self.path, busy_timeout_ms, clock)
+        self._writer: Writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)
         self._reader: aiosqlite.Connection | None = None
         self._point: sqlite3.Connection | None = None
@@ -128,7 +128,7 @@ class SqliteStore(SqlStore):
         return await self._rows(name, **params)
 
     @staticmethod
-    def _array(values: list[str]) -> str:
+    def _array(values: list[Any]) -> str:
         return msgspec.json.encode(values).decode()  # read by json_each
 
     # --- what is SQLite's own -------------------------------------------------------
@@ -147,8 +147,8 @@ class SqliteStore(SqlStore):
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
         if row is not None:
             return same_request(row, new)
-        depth = tx.one("queue_depth")[0]
-        if depth >= max_queue_depth:
+        depth = tx.one("queue_depth")
+        if depth is None or depth[0] >= max_queue_depth:  # a count: one row, always
             raise queue_full()
         return insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
 

@@ -133,6 +133,8 @@ class Writer(GroupCommit[_Batch]):
                 conn.executescript(f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {version};\nCOMMIT;")
 
     def _run(self) -> None:
+        ready = self.ready
+        assert ready is not None  # made by start(), before the thread
         try:
             conn = self._connect()
             self._migrate(conn)
@@ -140,10 +142,10 @@ class Writer(GroupCommit[_Batch]):
             if head:
                 self.chain = [head["seq"], head["hash"]]
         except BaseException as e:  # noqa: BLE001 - handed to the opener
-            self.loop.call_soon_threadsafe(self._resolve, self.ready, None, e)
+            self.loop.call_soon_threadsafe(self._resolve, ready, None, e)
             return
         self._conn = conn
-        self.loop.call_soon_threadsafe(self._resolve, self.ready, None, None)
+        self.loop.call_soon_threadsafe(self._resolve, ready, None, None)
         self._serve()
         conn.close()
 

@@ -371,8 +371,8 @@ class SqlStore(LifecycleVerbs, abc.ABC):
 
     @staticmethod
     @abc.abstractmethod
-    def _array(values: list[str]) -> Any:
-        """A list of strings as one statement parameter."""
+    def _array(values: list[Any]) -> Any:
+        """A list of strings or numbers as one statement parameter."""
 
     @abc.abstractmethod
     def _take_expired(self, tx: Any, max_lost: int, at_start_of: str | None) -> list[Expired]:
