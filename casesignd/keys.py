@@ -44,6 +44,13 @@ class KeySigner(Protocol):
         ...
 
 
+def configured(signer: KeySigner | None) -> KeySigner:
+    """``signer``, or the refusal of a signature when no key is configured."""
+    if signer is None:
+        raise SigningError("no signing key is configured", code="signing_key_unavailable")
+    return signer
+
+
 class LocalSigner:
     """A private key held in memory (from PKCS#12)."""
 

@@ -35,12 +35,12 @@ from .errors import (
     PermanentJobError,
     RequestTimeout,
     ShuttingDown,
-    SigningError,
     TooLarge,
     UnsupportedMediaType,
     ValidationError,
 )
 from .httpsafe import content_disposition, download_filename
+from .keys import configured
 from .logs import log_event
 from .outcomes import Artifact, Finish, RetryLater, Signature
 from .pipeline import SignedWork, sign_document, sign_with
@@ -409,8 +409,7 @@ class _Run:
         policy = cfg.policy(normalized["policy_version"])
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured", code="unknown_policy")
-        if s.signer is None:
-            raise SigningError("no signing key is configured", code="signing_key_unavailable")
+        signer = configured(s.signer)
         meta = signing_meta(normalized, policy, cfg.signing.signer_name)
         # Before the key is used; from B-LT up, the chain's data is cached.
         chain = await s.longterm.before_signing(policy)
@@ -441,7 +440,7 @@ class _Run:
             self.record_phase("validate", time.perf_counter() - start)
             start = time.perf_counter()
             async with s.key_slots.kiosk(wait_s):
-                signature = await asyncio.to_thread(sign_with, s.signer, work.signed_attrs)
+                signature = await asyncio.to_thread(sign_with, signer, work.signed_attrs)
             sign_s = time.perf_counter() - start
         assert signature is not None
         start = time.perf_counter()

@@ -333,11 +333,8 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
     return checked, source, prepared
 
 
-def sign_with(signer: KeySigner | ProcessKey | None, signed_attrs: bytes) -> bytes:
-    """The key operation, any failure of the key (or no key at all) as SigningError.
-    Blocking."""
-    if signer is None:
-        raise SigningError("no signing key is configured", code="signing_key_unavailable")
+def sign_with(signer: KeySigner | ProcessKey, signed_attrs: bytes) -> bytes:
+    """The key operation, any failure of the key as SigningError. Blocking."""
     try:
         return signer.sign(signed_attrs)
     except SigningError:

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import audit, cms, media, pades, pdfcheck, pdfrules, pipeline, tsa
+from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
-from .errors import ActiveContent, PermanentJobError, SigningError, ValidationError
+from .errors import ActiveContent, PermanentJobError, ValidationError
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
@@ -223,8 +223,7 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     slot around its use), timestamp (B-T when the policy names a TSA), finalize.
     Shared by sign_case and signed invoices."""
     services = ctx.services
-    if services.signer is None:
-        raise SigningError("no signing key is configured", code="signing_key_unavailable")
+    signer = keys.configured(services.signer)
     limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
     timestamped = policy is not None and bool(policy.tsa_url)
     # Before the key is used: a certificate that must not sign is refused here.
@@ -244,7 +243,7 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
         if signature is None:  # the key cannot leave this process (a token's)
             async with ctx.key_slot():
                 await ctx.check_lease()
-                signature = await asyncio.to_thread(pipeline.sign_with, services.signer,
+                signature = await asyncio.to_thread(pipeline.sign_with, signer,
                                                     work.signed_attrs)
             if not timestamped:
                 der = cms.assemble(template, work.signed_attrs, signature, None)
@@ -407,8 +406,7 @@ class SignCaseKind:
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured",
                                     code="unknown_policy")
-        if s.signer is None:
-            raise SigningError("no signing key is configured", code="signing_key_unavailable")
+        keys.configured(s.signer)
         meta = signing_meta(normalized, policy, ctx.config.signing.signer_name)
         if ctx.area is None:
             return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
@@ -463,7 +461,8 @@ class SignCaseKind:
         if signature is None:  # the key cannot leave this process (a token's)
             async with ctx.key_slot():
                 await ctx.check_lease()
-                signature = await asyncio.to_thread(pipeline.sign_with, s.signer, work.signed_attrs)
+                signature = await asyncio.to_thread(pipeline.sign_with, keys.configured(s.signer),
+                                                    work.signed_attrs)
         assert work.base is not None
         appended = await signed_update(s, work, work.base, signature, policy, chain)
         ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)

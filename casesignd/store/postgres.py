@@ -204,10 +204,10 @@ class PostgresStore(SqlStore):
             if rows:
                 return admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
-            if row is None and _held(tx.one("idem_key_held", tenant=new.tenant,
-                                            idem_key=new.idem_key)):
-                raise in_progress()  # a kiosk request on some daemon holds the key
             if row is None:
+                held = tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)
+                if held is not None and held["held"]:
+                    raise in_progress()  # a kiosk request on some daemon holds the key
                 raise queue_full()
             return same_request(row, new)
 
@@ -296,8 +296,3 @@ class PostgresStore(SqlStore):
         now = self.clock() if self.clock is not None else row["now"]
         oldest = row["oldest"]
         return {"states": counts, "oldest_queued_age_s": max(0.0, now - oldest) if oldest else 0.0}
-
-
-def _held(row: Row | None) -> bool:
-    """What ``idem_key_held`` answered: one row, always."""
-    return row is not None and bool(row["held"])

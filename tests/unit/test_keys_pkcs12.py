@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding
 
 from casesignd import config, devpki
 from casesignd.errors import ConfigError, SigningError
-from casesignd.keys import KeySigner, load_pkcs12, load_signer
+from casesignd.keys import KeySigner, configured, load_pkcs12, load_signer
 
 PASSWORD = b"pw-123"
 
@@ -115,3 +115,11 @@ def _verify(ident: devpki.Identity, sig: bytes, data: bytes) -> None:
         key.verify(sig, data, ec.ECDSA(hashes.SHA256()))
     else:
         key.verify(sig, data, padding.PKCS1v15(), hashes.SHA256())
+
+
+def test_no_configured_key_is_refused_as_unavailable(ca: devpki.Identity, tmp_path: Path) -> None:
+    with pytest.raises(SigningError) as refused:
+        configured(None)
+    assert refused.value.code == "signing_key_unavailable"
+    signer = load_signer(_write(tmp_path, devpki.issue(ca, "unit", "rsa")))
+    assert configured(signer) is signer
