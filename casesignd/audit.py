@@ -133,7 +133,7 @@ def verify_postgres(dsn: str, *, password: str | None = None) -> AuditReport:
     import psycopg  # the PostgreSQL store's driver, loaded only here
     from psycopg.rows import dict_row
 
-    extra = {"password": password} if password else {}
+    extra: dict[str, Any] = {"password": password} if password else {}
     with psycopg.connect(dsn, row_factory=dict_row, **extra) as conn:
         conn.read_only = True
         with conn.cursor(name="casesignd_audit_verify") as cur:

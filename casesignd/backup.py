@@ -275,9 +275,9 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
         if job["kind"] != "sign_case":
             continue
         for item in msgspec.json.decode(job["input"]).get("items", []):
-            ref = str(item.get("object_ref", ""))
-            sha = ref.removeprefix("sha256:").lower()
-            if not ref.startswith("sha256:") or not SHA256_PATTERN.match(sha):
+            object_ref = str(item.get("object_ref", ""))
+            sha = object_ref.removeprefix("sha256:").lower()
+            if not object_ref.startswith("sha256:") or not SHA256_PATTERN.match(sha):
                 continue
             t, c = owner_dirs(str(job["tenant"]), str(job["case_id"] or ""))
             if f"objects/cases/{t}/{c}/{sha}" not in done.links:

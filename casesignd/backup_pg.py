@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from .errors import CasesignError, Conflict, StoreUnavailable
 
@@ -68,8 +69,9 @@ def check_empty(dsn: str, password: str | None) -> None:
     import psycopg
 
     try:
+        extra: dict[str, Any] = {"password": password} if password else {}
         with psycopg.connect(dsn, autocommit=True, application_name="casesignd-restore",
-                             **({"password": password} if password else {})) as conn:
+                             **extra) as conn:
             row = conn.execute(_TABLES).fetchone()
     except psycopg.Error as e:
         raise StoreUnavailable(f"postgres {dsn}: {str(e).strip()}") from e

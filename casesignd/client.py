@@ -233,12 +233,15 @@ class Client:
     # -- transport --
 
     def _connection(self, parsed: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+        host = parsed.hostname
+        if not host:  # an absolute target (a redirect) that names no host
+            raise ClientError(0, "bad_url", f"no host in {parsed.geturl()!r}")
         if parsed.scheme == "https":
             return http.client.HTTPSConnection(
-                parsed.hostname, parsed.port, timeout=self.timeout_s, blocksize=_CHUNK_BYTES
+                host, parsed.port, timeout=self.timeout_s, blocksize=_CHUNK_BYTES
             )
         return http.client.HTTPConnection(
-            parsed.hostname, parsed.port, timeout=self.timeout_s, blocksize=_CHUNK_BYTES
+            host, parsed.port, timeout=self.timeout_s, blocksize=_CHUNK_BYTES
         )
 
     def request(
@@ -246,7 +249,7 @@ class Client:
         method: str,
         target: str,
         *,
-        body: bytes | BinaryIO | None = None,
+        body: bytes | BinaryIO | _Counting | None = None,
         headers: Mapping[str, str] | None = None,
         auth: bool = True,
         sink: Callable[[bytes], object] | None = None,
@@ -321,11 +324,11 @@ class Client:
         ``digest`` is the file's ``(sha256, size)`` when the caller has it already;
         ``progress`` is told the bytes sent so far as the body goes out."""
         path = Path(path)
-        digest, size = digest or file_sha256(path)
+        sha, size = digest or file_sha256(path)
         with open(path, "rb") as raw:
             f = raw if progress is None else _Counting(raw, progress)
             status, _, data = self.request(
-                "PUT", f"/v1/cases/{_seg(case_id)}/objects/{digest}", body=f,
+                "PUT", f"/v1/cases/{_seg(case_id)}/objects/{sha}", body=f,
                 headers={"Content-Type": "application/octet-stream",
                          "Content-Length": str(size)},
             )
@@ -336,8 +339,8 @@ class Client:
                 out.update(parsed)
         except ValueError:
             pass
-        out.update({"case_id": case_id, "sha256": digest, "size": size,
-                    "object_ref": f"sha256:{digest}", "created": status == 201})
+        out.update({"case_id": case_id, "sha256": sha, "size": size,
+                    "object_ref": f"sha256:{sha}", "created": status == 201})
         return out
 
     def has_object(self, case_id: str, sha256: str) -> int | None:

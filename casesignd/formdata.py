@@ -43,7 +43,7 @@ def boundary(content_type: str) -> bytes:
     return value.encode("latin-1", "replace")
 
 
-def _part_name(headers: bytes) -> str:
+def _part_name(headers: bytes | bytearray) -> str:
     for line in headers.split(b"\r\n"):
         key, sep, value = line.partition(b":")
         if not sep:
@@ -81,6 +81,7 @@ def parse(body: bytes | bytearray, delimiter: bytes) -> list[tuple[str, memoryvi
         if eol < 0 or body[at:eol].strip(b" \t"):
             raise _malformed("a delimiter line has trailing characters")
         start = eol + 2
+        headers: bytes | bytearray
         if body.startswith(b"\r\n", start):
             headers, content_at = b"", start + 2
         else:

@@ -23,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.serialization import pkcs12
 
@@ -64,7 +65,7 @@ class LocalSigner:
         self.cert = cert
         self.chain = list(chain or [])
         self.algorithm = key_algorithm(cert)
-        if key.public_key().public_numbers() != cert.public_key().public_numbers():
+        if _spki(key.public_key()) != _spki(cert.public_key()):
             raise SigningError("the private key does not match the certificate")
 
     def sign(self, data: bytes) -> bytes:
@@ -73,6 +74,12 @@ class LocalSigner:
     def for_process(self) -> ProcessKey:
         """The key to sign with in a worker process of this daemon."""
         return ProcessKey(self._key)
+
+
+def _spki(public_key: PublicKeyTypes) -> bytes:
+    """A public key as its SubjectPublicKeyInfo: equal for equal keys of any type."""
+    return bytes(public_key.public_bytes(serialization.Encoding.DER,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo))
 
 
 def _sign(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey, data: bytes) -> bytes:

@@ -26,12 +26,13 @@ import socket
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing.context import BaseContext
+from multiprocessing.context import ForkServerContext, SpawnContext
 from typing import Any, cast
 
 from .errors import TransientJobError
 
 _HEADER = struct.Struct("!Q")
+ProcessContext = ForkServerContext | SpawnContext  # what can start a lane's processes
 
 
 class WorkerLost(TransientJobError):
@@ -41,7 +42,7 @@ class WorkerLost(TransientJobError):
 
 
 class _Worker:
-    def __init__(self, ctx: BaseContext, initializer: Callable[..., None] | None,
+    def __init__(self, ctx: ProcessContext, initializer: Callable[..., None] | None,
                  initargs: tuple[Any, ...]) -> None:
         parent, child = socket.socketpair()
         self.proc = ctx.Process(target=_serve, args=(child, initializer, initargs),
@@ -90,7 +91,7 @@ class Lane:
     busy) and keeps the process's caches warm, without making a call wait for the
     others' answers. Each call's time limit counts from the answer before it."""
 
-    def __init__(self, size: int, ctx: BaseContext, *,
+    def __init__(self, size: int, ctx: ProcessContext, *,
                  initializer: Callable[..., None] | None = None,
                  initargs: tuple[Any, ...] = (), batch: int = 1) -> None:
         self.size = size
@@ -158,7 +159,7 @@ class Lane:
                             self._sleepers.remove(wake)
                 # A fair share of what waits among the processes free to take it.
                 share = min(self.batch, -(-len(self._waiting) // max(1, self._free)))
-                calls = []
+                calls: list[_Call] = []
                 while self._waiting and len(calls) < share:
                     call = self._waiting.popleft()
                     if not call.done.done():
@@ -211,7 +212,7 @@ class Lane:
                 at += 1  # the calls before ``at`` are answered
             return True
         except TimeoutError:
-            error = WorkerLost(f"the worker ran past {calls[at].timeout_s:g} s and was stopped",
+            error: Exception = WorkerLost(f"the worker ran past {calls[at].timeout_s:g} s and was stopped",
                                detail={"reason": "timeout"})
         except WorkerLost as e:
             error = e

@@ -122,7 +122,7 @@ _DOCUMENT_CODES = "malformed_pdf, ambiguous_pdf, encrypted_pdf, active_content, 
 
 def _paths() -> dict[str, Any]:
     _hold = {"description": "The case's hold.", "content": _json("Hold")}
-    artifact_download = {
+    artifact_download: dict[str, Any] = {
         "security": [{"bearer": []}, {}],
         "description": "With the owner's bearer token, or without one by the signed link of "
         "the job's result.download_url (expires and sig together).",

@@ -174,7 +174,7 @@ class _Writer:
         self.hasher = hasher
         self.xref: dict[int, tuple[int, int]] = {}  # number -> (offset, generation)
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | memoryview) -> None:
         self.out.write(data)
         self.hasher.update(data)
         self.offset += len(data)
@@ -184,7 +184,7 @@ class _Writer:
         self.write(b"%d %d obj\n" % (num, gen))
 
 
-def _copy_hashing(src: IO[bytes], out: IO[bytes], hasher: Any) -> int:
+def _copy_hashing(src: io.BufferedIOBase, out: IO[bytes], hasher: Any) -> int:
     """Copy ``src`` to ``out`` in chunks, hashing each chunk while the next is read.
 
     hashlib releases the GIL on large buffers, so hashing on a helper thread

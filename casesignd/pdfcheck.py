@@ -403,7 +403,9 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
     readings = [whole]
     with contextlib.suppress(MalformedPdf, EncryptedPdf):
         # qpdf's reading too: a viewer opens the embedded file with its own parser.
-        readings.append(normalize.rewrite(whole)[0])
+        rewritten = normalize.rewrite(whole)[0]  # bytes in, bytes out
+        if isinstance(rewritten, bytes):
+            readings.append(rewritten)
     for data in readings:
         try:
             _report, reader = _inspect(data, limits, budget, depth_embedded + 1)
@@ -563,6 +565,8 @@ def _objstm_numbers(reader: PdfReader, stream_num: int) -> list[int] | None:
     """The object numbers an object stream's header lists, in order (§7.5.7)."""
     try:
         stm = reader.get_object(stream_num)
+        if not isinstance(stm, StreamObject):
+            return None
         first, count = int(_get(stm, "/First")), int(_get(stm, "/N"))
         head = stm.get_data()[:first].split()
         return [int(x) for x in head[0:2 * count:2]]

@@ -29,7 +29,7 @@ signatures stay valid (see :mod:`casesignd.attachments`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from pypdf import generic as g
 
@@ -78,7 +78,9 @@ def read_form(catalog: g.DictionaryObject) -> Form:
             continue
         seen.add((ref.idnum, ref.generation))
         node = ref.get_object()
-        name = raw(node, "/T") if isinstance(node, g.DictionaryObject) else None
+        if not isinstance(node, g.DictionaryObject):
+            continue
+        name = raw(node, "/T")
         if name is None:
             continue  # a widget annotation of its parent, not a field
         qualified = f"{parent}.{name}" if parent else str(name)
@@ -114,7 +116,8 @@ def locked_appearances(form: Form, reader: Any) -> list[tuple[int, int, bytes]]:
     module docstring): (number, generation, the object's body)."""
     out = []
     for num, gen in form.appearances:
-        stream = g.IndirectObject(num, gen, reader).get_object()
+        # A stream: _appearance_streams kept only those.
+        stream = cast(g.StreamObject, g.IndirectObject(num, gen, reader).get_object())
         head = g.DictionaryObject(stream)
         head[name_object("Length")] = g.NumberObject(len(stream._data))
         out.append((num, gen, serialize(head) + b"\nstream\n" + stream._data + b"\nendstream"))

@@ -252,7 +252,8 @@ def _string(raw: bytes, encoding: Any) -> Any:
 def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, stream: Any,
                   start: int) -> Any:
     """A dictionary, or the stream it begins: its data read as pypdf reads it."""
-    at = _SPACE.match(buf, end).end()
+    space = _SPACE.match(buf, end)
+    at = space.end() if space else end
     if len(buf) - at < 64 and not at_eof:
         raise _NeedMore  # the keyword and its end of line may be cut by the window
     if not buf.startswith(b"stream", at):

@@ -68,7 +68,7 @@ def first_page(catalog: g.DictionaryObject) -> tuple[g.IndirectObject, g.Diction
         if resolved(node, "/Type") == "/Page" or "/Kids" not in node:
             return ref, node
         kids = node["/Kids"]
-        if not kids:
+        if not isinstance(kids, g.ArrayObject) or not kids:
             raise MalformedPdf("the document has no pages")
         ref = kids[0]
     raise MalformedPdf("page tree too deep or cyclic")

@@ -101,10 +101,10 @@ def _collect(reader: PdfFileReader) -> list[_Found]:
         found = [_Found(n, f, v) for n, f, v in _sig_fields(reader)]
         seen = {f.value_ref for f in found}
         for rev in range(reader.xrefs.total_revisions - 1):
-            for n, f, v in _sig_fields(reader.get_historical_resolver(rev)):
+            for n, field, v in _sig_fields(reader.get_historical_resolver(rev)):
                 if v is not None and v not in seen:
                     seen.add(v)
-                    found.append(_Found(n, f, v, dropped=True, revision=rev))
+                    found.append(_Found(n, field, v, dropped=True, revision=rev))
     except Exception as e:  # noqa: BLE001 - a form the parser cannot walk
         raise MalformedPdf(f"cannot read the form: {type(e).__name__}: {e}") from e
     for f in found:
