@@ -5,7 +5,18 @@ worker processes spent on them.
 - ``aiohttp``: the bench client, 32 submitters on kept-alive connections, polling
   each job every 50 ms once every job is in;
 - ``plain``: what a small team writes first: 16 threads, a new connection for every
-  request (``http.client``), each thread polling its jobs every 0.2 s.
+  request (``http.client``), each thread polling its jobs every 0.2 s;
+- ``listing``: the bench client's submitters, then, instead of a GET per job, the
+  tenant's queue watched with ``GET /v1/jobs?state=…&limit=1`` every 50 ms until it
+  drains and the finished jobs read 200 to a page (``cursor``): what a batch client
+  that submits thousands of jobs does;
+- ``kiosk``: the same contract through the synchronous path instead (``POST
+  /v1/sign``), 8 kiosks on kept-alive connections, each sending its next request when
+  the last one answered, every request a fresh signature: the batch rows' yardstick.
+  Its jobs are read once the clock has stopped, for their own clocks.
+
+The client runs on the same machine, so its CPU (``client_cpu_ms_per_job``, this
+process's own) comes out of the same two cores as the daemon's.
 
 With ``distinct``, every job signs a contract of its own (uploaded before the clock
 starts), so that nothing a worker process learnt from one job's document serves the
@@ -96,9 +107,10 @@ def body(doc: Doc, i: int, tag: str) -> dict[str, Any]:
 
 
 def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
-                   tag: str) -> list[dict]:
+                   tag: str, *, listing: bool = False) -> list[dict]:
     """The bench client: 32 submitters on kept-alive connections, each to one of
-    ``urls`` in turn (daemons of one service), then every job polled until it ends.
+    ``urls`` in turn (daemons of one service), then every job polled until it ends
+    (with ``listing``: the queue watched until it drains, then the jobs read by page).
     Job ``i`` signs ``docs[i % len(docs)]``."""
     import aiohttp
 
@@ -118,6 +130,8 @@ def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
                         ids.append((await r.json())["job_id"])
 
             await asyncio.gather(*(submitter(k) for k in range(32)))
+            if listing:
+                return await by_listing(s, urls[0], set(ids))
             out = []
             for n, job_id in enumerate(ids):
                 url = urls[n % len(urls)]
@@ -129,6 +143,62 @@ def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
                         break
                     await asyncio.sleep(0.05)
             return out
+
+    return asyncio.run(run())
+
+
+async def by_listing(s: Any, url: str, ids: set[str]) -> list[dict]:
+    """The jobs ``ids`` once none of the tenant's jobs waits or runs: the queue watched
+    every 50 ms, then every finished job read 200 to a page, newest first."""
+
+    async def page(query: str) -> dict[str, Any]:
+        async with s.get(f"{url}/v1/jobs?{query}") as r:
+            assert r.status == 200, await r.text()
+            return await r.json()
+
+    async def waiting() -> bool:
+        for state in ("queued", "processing"):
+            if (await page(f"state={state}&limit=1"))["jobs"]:
+                return True
+        return False
+
+    while await waiting():
+        await asyncio.sleep(0.05)
+    out: list[dict] = []
+    for state in ("ready", "failed"):
+        cursor = ""
+        while True:
+            got = await page(f"state={state}&limit=200" + (f"&cursor={cursor}" if cursor else ""))
+            out += [j for j in got["jobs"] if j["job_id"] in ids]
+            cursor = got["next_cursor"]
+            if not cursor:
+                break
+    return out
+
+
+def kiosk_client(url: str, token: str, doc: bytes, jobs: int, tag: str,
+                 kiosks: int = 8) -> list[str]:
+    """``jobs`` signatures of ``doc`` through ``POST /v1/sign`` from ``kiosks`` closed
+    loops (the lean client of scripts/bench_kiosk.py); the job IDs of the answers."""
+    from bench_kiosk import SIGNERS, Kiosk
+
+    async def run() -> list[str]:
+        ids: list[str] = []
+        left = iter(range(jobs))
+
+        async def loop() -> None:
+            kiosk = Kiosk(url, token, doc)
+            try:
+                for i in left:
+                    status, headers, payload = await kiosk.sign(
+                        {"case_id": f"E2E-K-{tag}-{i}", "signers": SIGNERS})
+                    assert status == 200, payload[:300]
+                    ids.append(headers["x-job-id"])
+            finally:
+                await kiosk.close()
+
+        await asyncio.gather(*(loop() for _ in range(kiosks)))
+        return ids
 
     return asyncio.run(run())
 
@@ -261,17 +331,26 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
             docs = upload_distinct(d.url, d.token, jobs)
         assert d.proc is not None
         cpu0, main0 = tree_cpu_s(d.proc.pid), own_cpu_s(d.proc.pid)
+        own0 = os.times()
         polls = None
         if client == "plain":
             done, seen_rate, polls = _plain_client(d, docs, jobs, "run")
+        elif client == "kiosk":
+            ids, seen_rate = kiosk_client(d.url, d.token, doc, jobs, "run"), None
         else:
-            done, seen_rate = aiohttp_client([d.url], d.token, docs, jobs, "run"), None
+            done, seen_rate = aiohttp_client([d.url], d.token, docs, jobs, "run",
+                                             listing=client == "listing"), None
+        own1 = os.times()
         cpu, main = tree_cpu_s(d.proc.pid) - cpu0, own_cpu_s(d.proc.pid) - main0
+        if client == "kiosk":
+            done = [d.request("GET", f"/v1/jobs/{job_id}").json() for job_id in ids]
     finally:
         d.stop()
     out = {"client": client, "documents": "distinct" if distinct else "one",
            **summarize(done, cpu)}
     out["main_cpu_ms_per_job"] = round(main * 1000 / max(1, out["ready"]), 2)
+    client_s = own1.user + own1.system - own0.user - own0.system
+    out["client_cpu_ms_per_job"] = round(client_s * 1000 / max(1, out["ready"]), 2)
     if seen_rate is not None:
         out["client_seen_jobs_per_s"] = round(seen_rate, 1)
     if polls is not None:
