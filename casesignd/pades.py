@@ -122,6 +122,9 @@ class Prepared:
     contents_bytes: int
     size: int
     evidence: str = ""
+    # The SHA-256 (hex) of the document the update was appended to, as it was copied:
+    # the bytes the signature covers, hashed once for both.
+    source_sha256: str = ""
 
 
 @dataclass(frozen=True)
@@ -283,10 +286,11 @@ def _prepare(
         f.seek(0)
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)
+            source_sha256 = hasher.copy().hexdigest()
             start, total = _append_update(s, _Writer(out, copied, hasher), attachments, meta,
                                           contents_bytes)
     return Prepared(dst, hasher.digest(), start, contents_bytes, total,
-                    evidence_binding(s.signed, len(attachments)))
+                    evidence_binding(s.signed, len(attachments)), source_sha256)
 
 
 @dataclass(frozen=True)

@@ -116,12 +116,20 @@ def _sha256(src: Path | bytes) -> str:
     return h.hexdigest()
 
 
-def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
+def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, *,
+          received: str | None = None, digest_source: bool = True
           ) -> tuple[Checked, Path | bytes, PdfReader]:
     """Steps 1–3: the document to sign (``src`` or its rewrite, written to
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
-    reader that read it. Raises the refusal."""
-    received = _sha256(src)
+    reader that read it. Raises the refusal.
+
+    ``received``: ``src``'s SHA-256 when the caller has it already. With
+    ``digest_source`` False the caller hashes the document to sign as it copies it
+    (:func:`prepare_file`), so that a large file is not read once more only to be
+    hashed: ``source_sha256`` is left empty, and so is ``received_sha256`` when that
+    document is ``src``."""
+    if received is None and digest_source:
+        received = _sha256(src)
     src_for_rewrite: Path | bytes
     try:
         report, reader = inspect_document(src, limits)
@@ -136,7 +144,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
         src_for_rewrite = src
     verdict = decide(report, limits.normalize)
     if verdict == SIGN_AS_IS:
-        return Checked(received, received, False, (), report.pages), src, reader
+        return Checked(received or "", received or "", False, (), report.pages), src, reader
     if verdict == REFUSE:
         _close(reader)
         raise report.refusal()
@@ -163,7 +171,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None
         _close(reader)
     if not report.findings:
         reasons = ("the policy rewrites every document",)
-    return Checked(received, _sha256(rewritten), True, reasons, report2.pages), rewritten, reader2
+    return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
+                    reasons, report2.pages), rewritten, reader2)
 
 
 # Documents larger than this are not read again with a restored frame.
@@ -240,8 +249,11 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
                  attachments: list[pades.Attachment], meta: pades.SignatureMeta,
                  contents_bytes: int) -> tuple[Checked, pades.Prepared]:
     """Steps 1–4 for a file, in one call (a worker process): ``dst`` receives the
-    document to sign with its signing update; nothing else is left behind."""
-    checked, source, reader = check(src, limits, dst.with_name(dst.name + ".normalized"))
+    document to sign with its signing update; nothing else is left behind. The
+    document's digest is taken from the copy the update's hash reads, so the digest
+    recorded is of the very bytes the signature covers."""
+    checked, source, reader = check(src, limits, dst.with_name(dst.name + ".normalized"),
+                                    digest_source=False)
     try:
         assert isinstance(source, Path)
         prepared = pades.prepare(source, dst, attachments=attachments, meta=meta,
@@ -250,7 +262,9 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
         _close(reader)
         if isinstance(source, Path) and source != src:
             source.unlink(missing_ok=True)
-    return dataclasses.replace(checked, evidence=prepared.evidence), prepared
+    copied = prepared.source_sha256
+    return dataclasses.replace(checked, received_sha256=checked.received_sha256 or copied,
+                               source_sha256=copied, evidence=prepared.evidence), prepared
 
 
 class Verdicts:
@@ -322,7 +336,7 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
         return known, document, pades.prepare_bytes(
             document, meta=meta, contents_bytes=contents_bytes,
             structure=VERDICTS.structure(sha256, document))
-    checked, source, reader = check(document, limits)
+    checked, source, reader = check(document, limits, received=sha256)
     assert isinstance(source, bytes)
     try:
         prepared = pades.prepare_bytes(source, meta=meta, contents_bytes=contents_bytes,

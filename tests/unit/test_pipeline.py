@@ -100,3 +100,29 @@ def test_a_stored_object_is_checked_before_it_is_read(tmp_path):
     assert code(tmp_path) == "object_not_found"  # not a regular file
     assert code(real, size=len(data) + 1) == "size_mismatch"
     assert code(real, digest="0" * 64) == "digest_mismatch"
+
+
+@pytest.mark.parametrize("payload_bytes", [20_000, 5_000_000])  # one chunk; the threaded copy
+def test_a_files_digest_is_that_of_the_bytes_signed_and_costs_no_pass_of_its_own(
+        tmp_path, monkeypatch, payload_bytes):
+    import datetime as dt
+    import hashlib
+
+    from casesignd import pipeline
+    from casesignd.pades import SignatureMeta
+    from casesignd.pdfcheck import PdfLimits
+    from tests.helpers_pki import big_pdf
+
+    src = big_pdf(tmp_path / "in.pdf", payload_bytes)
+    data = src.read_bytes()
+    hashed: list[object] = []
+    monkeypatch.setattr(pipeline, "_sha256", lambda s: hashed.append(s) or "unused")
+    meta = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
+    dst = tmp_path / "out.pdf"
+    checked, prepared = pipeline.prepare_file(src, dst, limits=PdfLimits(), attachments=[],
+                                              meta=meta, contents_bytes=8192)
+    want = hashlib.sha256(data).hexdigest()
+    assert not checked.normalized
+    assert checked.received_sha256 == checked.source_sha256 == prepared.source_sha256 == want
+    assert hashlib.sha256(dst.read_bytes()[:len(data)]).hexdigest() == want
+    assert hashed == []  # the copy that the signature's hash reads is the only pass
