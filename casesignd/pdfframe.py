@@ -165,13 +165,17 @@ class Source:
         assert self.fd is not None
         return os.pread(self.fd, end - start, start)
 
-    def windows(self, overlap: int = 0) -> Iterator[tuple[int, bytes]]:
-        """(offset, bytes) over the whole document, each window ``overlap`` bytes longer."""
+    def windows(self, overlap: int = 0, lead: int = 0) -> Iterator[tuple[int, int, bytes]]:
+        """(offset, skip, bytes) over the whole document: each window's bytes from
+        ``offset``, its own part ``overlap`` bytes longer and with up to ``lead`` bytes
+        before it (``skip``, none in the first), in one read: a window is never copied
+        again to be joined to its neighbour's bytes."""
         if self.data is not None:
-            yield 0, self.data
+            yield 0, 0, self.data
             return
         for start in range(0, self.size, SCAN_WINDOW_BYTES):
-            yield start, self.read(start, start + SCAN_WINDOW_BYTES + overlap)
+            skip = min(lead, start)
+            yield start - skip, skip, self.read(start - skip, start + SCAN_WINDOW_BYTES + overlap)
 
     def rfind(self, needle: bytes) -> int:
         """The last offset of ``needle``, read backwards in windows."""
@@ -193,16 +197,14 @@ def object_definitions(src: Source) -> dict[int, list[tuple[int, int]]]:
     """Every ``N G obj`` in the file, as a rebuilding reader finds them: object number
     -> [(offset of N, generation)] in file order."""
     out: dict[int, list[tuple[int, int]]] = {}
-    for start, window in src.windows(_HEADER_OVERLAP):
-        # One byte before the window, for the look-behind of the first match.
-        lead = src.read(start - 1, start) if start else b""
-        for m in _headers(lead + window if lead else window):
-            if m.start() < len(lead):
+    # One byte before each window, for the look-behind of its first match.
+    for offset, skip, window in src.windows(_HEADER_OVERLAP, lead=1):
+        for m in _headers(window):
+            if m.start() < skip:
                 continue  # it began in the window before, which counted it
-            if src.data is None and m.start() - len(lead) >= SCAN_WINDOW_BYTES:
+            if src.data is None and m.start() - skip >= SCAN_WINDOW_BYTES:
                 break  # it begins in the next window's own part
-            at = start - len(lead) + m.start(1)
-            out.setdefault(int(m.group(1)), []).append((at, int(m.group(2))))
+            out.setdefault(int(m.group(1)), []).append((offset + m.start(1), int(m.group(2))))
     return out
 
 
