@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
-from .errors import ActiveContent, PermanentJobError, ValidationError
+from .errors import ActiveContent, DigestMismatch, PermanentJobError, ValidationError
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
@@ -421,6 +421,10 @@ class SignCaseKind:
         out = ctx.workdir / "signed.pdf"
         signed = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
                                          attachments=attachments, policy=policy)
+        if signed.checked.received_sha256 != normalized["items"][contract_i]["sha256"]:
+            # A stored contract is read as it is stored: the digest its signature's
+            # hash gave on the way is checked before anything is published.
+            raise DigestMismatch("the contract's SHA-256 differs from the item's")
         artifact = dataclasses.replace(
             await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
             timestamp_expires_at=signed.appended.timestamp_expires_at)

@@ -330,11 +330,13 @@ class Fetcher:
         *,
         max_bytes: int | None = None,
     ) -> Path:
-        """Put the bytes of ``ref`` into ``area`` as ``name`` and return the path.
+        """The path to read the bytes of ``ref`` from: put into ``area`` as ``name``,
+        or, for a tenant object, where it is stored.
 
         The file is for reading only: a tenant object on the same file system is a
-        hard link to the stored object, not a copy. ``max_bytes`` overrides the
-        fetcher's limit for this item. Raises the errors listed in the module docstring.
+        hard link to the stored object, and on another one (a temp area on a tmpfs)
+        the stored file itself, never copied. ``max_bytes`` overrides the fetcher's
+        limit for this item. Raises the errors listed in the module docstring.
         """
         limit = self.max_bytes if max_bytes is None else max_bytes
         want = expect_sha256.lower()
@@ -396,15 +398,19 @@ class Fetcher:
             raise LimitExceeded(f"the object passes the limit of {limit} bytes")
         dst = area.path_for(name)
         try:
-            # Same file system: a hard link costs nothing, and the store verified the
-            # digest when the object was uploaded.
+            # The store verified the digest when the object was uploaded, and a stored
+            # object is never written again. On the same file system a hard link costs
+            # nothing and keeps the file for the attempt.
             await asyncio.to_thread(os.link, src, dst)
             return dst
         except OSError as e:
             if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
                 raise
-        fd = await asyncio.to_thread(os.open, src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        return await _download_fd(fd, area, name, want, expect_size, limit)
+        # Elsewhere it is read where it is: a copy would cost a whole read, write and
+        # hash of it, and its size again in the temp area (a tmpfs holds it in memory).
+        # Neither retention nor erasure removes an object while a job that uses it may
+        # run.
+        return src
 
     async def _fetch_dir(
         self,

@@ -288,3 +288,56 @@ def test_a_signed_contract_keeps_its_signature_and_its_evidence_is_bound_by_dige
         "photo-1.png": hashlib.sha256(PNG).hexdigest(), "note.txt": hashlib.sha256(note).hexdigest()}
     (signed,) = [e for e in d.events(job["job_id"]) if e["type"] == "signed"]
     assert signed["detail"]["evidence"] == "digest"
+
+
+@pytest.mark.parametrize("temp", ["beside the state", "on another file system"])
+def test_a_packets_stored_contract_is_read_where_it_is_and_its_digest_checked_as_it_is_signed(
+        daemon_factory, tmp_path, temp):
+    # A packet's stored contract is a hard link in the temp area on the same file
+    # system, and read where it is stored on another (the temp area on a tmpfs): never
+    # copied. Either way the digest that the signature's hash gives on the way is
+    # checked before anything is published.
+    import shutil
+    import tempfile
+
+    overrides, area_root = None, None
+    if temp == "on another file system":
+        shm = Path("/dev/shm")
+        if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
+            pytest.skip("no second file system here for the temp area")
+        area_root = Path(tempfile.mkdtemp(dir=shm, prefix="casesignd-test-"))
+        overrides = {"storage": {"temp_dir": str(area_root)}}
+    try:
+        d = daemon_factory(overrides)
+        contract = reportlab_pdf(tmp_path / "c.pdf", text="read in place").read_bytes()
+        note = ("note.txt", "text/plain", upload(d, "INPLACE-1", b"a note\n"))
+        job = d.wait_job(d.submit(manifest("INPLACE-1", upload(d, "INPLACE-1", contract),
+                                           [note])).json()["job_id"])
+        assert job["state"] == "ready", job
+        signed = d.request("GET", job["result"]["download_url"], auth=False).body
+        assert signed.startswith(contract)
+        out = tmp_path / "in-place.pdf"
+        out.write_bytes(signed)
+        assert_valid(out, d, tmp_path)
+        detail = next(e["detail"] for e in d.events(job["job_id"]) if e["type"] == "signed")
+        assert detail["received_sha256"] == hashlib.sha256(contract).hexdigest()
+
+        # The stored file altered after its upload, its size kept (a byte of a comment,
+        # so that it still reads as a PDF): refused as it is signed, nothing published.
+        other = reportlab_pdf(tmp_path / "d.pdf", text="altered on disk").read_bytes()
+        m = manifest("INPLACE-2", upload(d, "INPLACE-2", other),
+                     [("note.txt", "text/plain", upload(d, "INPLACE-2", b"a note\n"))])
+        sha = hashlib.sha256(other).hexdigest()
+        stored = d.dir / "objects" / "blobs" / sha[:2] / sha  # the case's entry links to it
+        at = other.index(b"ReportLab Generated")
+        with open(stored, "r+b") as f:
+            f.seek(at)
+            f.write(b"r")
+        artifacts_before = sorted((d.dir / "artifacts").rglob("art_*"))
+        failed = d.wait_job(d.submit(m).json()["job_id"])
+        assert failed["state"] == "failed" and failed["error"]["code"] == "digest_mismatch", failed
+        assert sorted((d.dir / "artifacts").rglob("art_*")) == artifacts_before
+        assert "signed" not in [e["type"] for e in d.events(failed["job_id"])]
+    finally:
+        if area_root is not None:
+            shutil.rmtree(area_root, ignore_errors=True)

@@ -4,6 +4,7 @@ objects, a directory root and a flaky HTTP server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import sys
@@ -194,7 +195,8 @@ class Harness:
             p = await self.fetcher.fetch(
                 parse_ref(ref), "tenant", "case-1", area, "item-0", data_sha, size, **kw
             )
-            assert p.parent == area.path
+            # In the area, or a stored object read where it is stored.
+            assert p.parent == area.path or p == self.objects.path("tenant", "case-1", data_sha)
             return p.read_bytes()
 
 
@@ -227,6 +229,27 @@ async def test_tenant_object_is_linked_into_the_area(harness):
 
     await harness.objects.put("tenant", "case-1", sha(data), body(), 10**6, None)
     assert await harness.fetch(f"sha256:{sha(data)}", sha(data), len(data)) == data
+
+
+async def test_a_tenant_object_on_another_file_system_is_read_where_it_is_stored(
+        harness, monkeypatch):
+    data = os.urandom(100_000)
+
+    async def body():
+        yield data
+
+    await harness.objects.put("tenant", "case-1", sha(data), body(), 10**6, None)
+
+    def cross_device(src, dst):
+        raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+    monkeypatch.setattr(os, "link", cross_device)
+    async with harness.temp.attempt("job", 1, 0) as area:
+        p = await harness.fetcher.fetch(parse_ref(f"sha256:{sha(data)}"), "tenant", "case-1",
+                                        area, "item-0", sha(data), len(data))
+        assert p == harness.objects.path("tenant", "case-1", sha(data))
+        assert p.read_bytes() == data
+        assert list(Path(area.path).iterdir()) == []  # no copy of it in the temp area
 
 
 @pytest.mark.parametrize(
