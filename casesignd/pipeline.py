@@ -117,19 +117,17 @@ def _sha256(src: Path | bytes) -> str:
 
 
 def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, *,
-          received: str | None = None, digest_source: bool = True
-          ) -> tuple[Checked, Path | bytes, PdfReader]:
+          digest_source: bool = True) -> tuple[Checked, Path | bytes, PdfReader]:
     """Steps 1–3: the document to sign (``src`` or its rewrite, written to
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
     reader that read it. Raises the refusal.
 
-    ``received``: ``src``'s SHA-256 when the caller has it already. With
-    ``digest_source`` False the caller hashes the document to sign as it copies it
-    (:func:`prepare_file`), so that a large file is not read once more only to be
+    With ``digest_source`` False the caller hashes the document to sign as it copies
+    it (:func:`prepare_file`), so that a large file is not read once more only to be
     hashed: ``source_sha256`` is left empty, and so is ``received_sha256`` when that
-    document is ``src``."""
-    if received is None and digest_source:
-        received = _sha256(src)
+    document is ``src``. Digests are never taken from a caller's word: a kept
+    verdict is keyed by the one computed here."""
+    received = _sha256(src) if digest_source else None
     src_for_rewrite: Path | bytes
     try:
         report, reader = inspect_document(src, limits)
@@ -263,6 +261,7 @@ def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
         if isinstance(source, Path) and source != src:
             source.unlink(missing_ok=True)
     copied = prepared.source_sha256
+    assert copied, "a prepared file carries the digest of what it copied"
     return dataclasses.replace(checked, received_sha256=checked.received_sha256 or copied,
                                source_sha256=copied, evidence=prepared.evidence), prepared
 
@@ -336,7 +335,7 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
         return known, document, pades.prepare_bytes(
             document, meta=meta, contents_bytes=contents_bytes,
             structure=VERDICTS.structure(sha256, document))
-    checked, source, reader = check(document, limits, received=sha256)
+    checked, source, reader = check(document, limits)
     assert isinstance(source, bytes)
     try:
         prepared = pades.prepare_bytes(source, meta=meta, contents_bytes=contents_bytes,

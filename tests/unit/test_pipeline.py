@@ -126,3 +126,24 @@ def test_a_files_digest_is_that_of_the_bytes_signed_and_costs_no_pass_of_its_own
     assert checked.received_sha256 == checked.source_sha256 == prepared.source_sha256 == want
     assert hashlib.sha256(dst.read_bytes()[:len(data)]).hexdigest() == want
     assert hashed == []  # the copy that the signature's hash reads is the only pass
+
+
+def test_a_verdict_is_kept_under_the_digest_computed_not_the_one_claimed(tmp_path) -> None:
+    import datetime as dt
+    import hashlib
+
+    from casesignd import pipeline
+    from casesignd.pades import SignatureMeta
+    from casesignd.pdfcheck import PdfLimits
+    from tests.helpers_pki import big_pdf
+
+    document = big_pdf(tmp_path / "doc.pdf", 2_000).read_bytes()
+    claimed = hashlib.sha256(b"another document").hexdigest()
+    meta = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
+    limits = PdfLimits()
+    checked, _base, _update = pipeline.prepare_document(document, limits=limits, meta=meta,
+                                                        contents_bytes=8192, sha256=claimed)
+    real = hashlib.sha256(document).hexdigest()
+    assert checked.received_sha256 == checked.source_sha256 == real
+    assert pipeline.VERDICTS.get(claimed, limits) is None
+    assert pipeline.VERDICTS.get(real, limits) is not None
