@@ -200,15 +200,64 @@ def object_definitions(src: Source) -> dict[int, list[tuple[int, int]]]:
     """Every ``N G obj`` in the file, as a rebuilding reader finds them: object number
     -> [(offset of N, generation)] in file order."""
     out: dict[int, list[tuple[int, int]]] = {}
+    counted: set[int] = set()  # offsets of the headers counted
+
+    def count(at: int, num: int, gen: int) -> None:
+        if at not in counted:
+            counted.add(at)
+            out.setdefault(num, []).append((at, gen))
+
     # One byte before each window, for the look-behind of its first match.
     for offset, skip, window in src.windows(_HEADER_OVERLAP, lead=1):
+        if offset:
+            # White space may run on for any length inside a header: one that began
+            # before this window and ends past what the window before read ahead is
+            # read back from the file here (rebuilding readers find it too).
+            run = len(window) - len(window.lstrip(_WHITE + _DIGITS))
+            if window.startswith(b"obj", run):
+                found = _header_before(src, offset + run)
+                if found is not None:
+                    count(*found)
         for m in _headers(window):
             if m.start() < skip:
                 continue  # it began in the window before, which counted it
             if src.data is None and m.start() - skip >= SCAN_WINDOW_BYTES:
                 break  # it begins in the next window's own part
-            out.setdefault(int(m.group(1)), []).append((offset + m.start(1), int(m.group(2))))
+            if m.end() == len(window) and offset + len(window) < src.size:
+                # The byte after its keyword, which decides, is the next window's:
+                # that window reads this header back.
+                continue
+            count(offset + m.start(1), int(m.group(1)), int(m.group(2)))
     return out
+
+
+def _header_before(src: Source, at: int) -> tuple[int, int, int] | None:
+    """(offset, number, generation) of the header whose ``obj`` keyword begins at
+    ``at``, read back from ``src`` a window at a time, as :data:`_OBJ_HEADER` decides
+    (a number of at most 10 digits after no digit, white space, a generation of at
+    most 5, white space); None when the keyword ends none."""
+    if src.read(at + 3, at + 4).isalnum():
+        return None
+    gen_end = _back_over(src, at, _WHITE)
+    gen_start = _back_over(src, gen_end, _DIGITS, 6)
+    num_end = _back_over(src, gen_start, _WHITE)
+    num_start = _back_over(src, num_end, _DIGITS, 11)
+    if (gen_end == at or not 1 <= gen_end - gen_start <= 5 or num_end == gen_start
+            or not 1 <= num_end - num_start <= 10):
+        return None
+    return num_start, int(src.read(num_start, num_end)), int(src.read(gen_start, gen_end))
+
+
+def _back_over(src: Source, end: int, chars: bytes, most: int | None = None) -> int:
+    """Where the run of ``chars`` that ends at ``end`` begins, read back a window at a
+    time (or looking back ``most`` bytes at the most)."""
+    while end > 0:
+        start = max(0, end - (most or SCAN_WINDOW_BYTES))
+        kept = len(src.read(start, end).rstrip(chars))
+        if kept or most is not None:
+            return start + kept
+        end = start
+    return 0
 
 
 _WHITE = b"\x00\t\n\x0c\r "

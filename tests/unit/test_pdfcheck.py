@@ -514,3 +514,35 @@ def test_hex_and_run_length_bombs_stay_small() -> None:
         measure_decoded(hexed, ["/FlateDecode", "/AHx"], 16 << 20)
     assert measure_decoded(rl, ["/FlateDecode", "/RL"], 16 << 20)[0] == 8 << 20
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 64 * 1024
+
+
+@pytest.mark.parametrize("gap", [1, 300, 5000])
+def test_a_second_definition_whose_header_crosses_a_scan_window_is_found_in_a_file(
+        tmp_path, gap: int) -> None:
+    # Object 3 defined again after the definition the cross-reference names, its
+    # header "3 <white space> 0 obj" running across the end of the first window of
+    # the file scan: a rebuilding reader (qpdf, Ghostscript) takes the second one.
+    from casesignd import pdfframe
+    from casesignd.pdfcheck import PdfLimits, inspect_document
+
+    objs = [b"1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n",
+            b"2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n",
+            b"3 0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 10 10] >>\nendobj\n"]
+    out = bytearray(b"%PDF-1.7\n")
+    offsets = []
+    for o in objs:
+        offsets.append(len(out))
+        out += o
+    out += b"%" + b"x" * (pdfframe.SCAN_WINDOW_BYTES - 12 - len(out)) + b"\n"
+    out += (b"3" + b" " * gap + b"0 obj\n<< /Type /Page /Parent 2 0 R /MediaBox [0 0 500 500] >>"
+            b"\nendobj\n")
+    xref = len(out)
+    out += b"xref\n0 4\n0000000000 65535 f \n" + b"".join(b"%010d 00000 n \n" % o for o in offsets)
+    out += b"trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(bytes(out))
+    for src in (bytes(out), path):
+        report, reader = inspect_document(src, PdfLimits())
+        reader.stream.close()
+        assert [f.reason for f in report.findings] == [
+            "object 3 is defined again after the definition the cross-reference names"], src

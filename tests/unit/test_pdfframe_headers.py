@@ -61,3 +61,34 @@ def test_a_file_read_in_windows_gives_the_definitions_of_its_bytes(
     with open(path, "rb") as f:
         from_file = object_definitions(Source(fd=f.fileno(), size=len(data)))
     assert from_file == object_definitions(Source(data)) == _reference_definitions(data)
+
+
+@pytest.mark.parametrize("overlap", [4, 16, 256])
+def test_headers_whose_white_space_runs_past_a_window_are_found_in_a_file(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, overlap: int) -> None:
+    # White space inside a header may run on for any length: a header that begins in
+    # one window and ends past what that window reads ahead is found all the same,
+    # once, at its own offset (as a rebuilding reader finds it).
+    monkeypatch.setattr(pdfframe, "SCAN_WINDOW_BYTES", 97)
+    monkeypatch.setattr(pdfframe, "_HEADER_OVERLAP", overlap)
+    rnd = random.Random(overlap)
+    white = b"\x00\t\n\x0c\r "
+
+    def run(most: int) -> bytes:
+        return bytes(rnd.choice(white) for _ in range(rnd.randrange(1, most)))
+
+    parts = []
+    for n in range(1, 300):
+        wide = rnd.random() < 0.5
+        gen = b"%d" % rnd.randrange(100000) if rnd.random() < 0.2 else b"0"
+        parts.append(b"%d" % n + run(400 if wide else 3) + gen + run(400 if wide else 3)
+                     + b"obj" + rnd.choice([b"\n", b"x", b"1", b"/", b""]))
+        parts.append(rnd.choice([b"", b"7", b"12345678901", b" 5 ", b"endobj\n", b"%", b"obj"]))
+        parts.append(bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 30))))
+    data = b"%PDF-1.7\n" + b"".join(parts)
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        from_file = object_definitions(Source(fd=f.fileno(), size=len(data)))
+    assert from_file == object_definitions(Source(data)) == _reference_definitions(data)
+    assert sum(len(v) for v in from_file.values()) > 100
