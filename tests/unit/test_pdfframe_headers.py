@@ -46,6 +46,17 @@ def _reference_definitions(data: bytes) -> dict[int, list[tuple[int, int]]]:
     return out
 
 
+def _assert_read_alike(tmp_path, data: bytes) -> dict[int, list[tuple[int, int]]]:
+    """The definitions of ``data`` read from a file in windows, held whole, and by the
+    pattern tried at every byte are the same; the file's."""
+    path = tmp_path / "doc.pdf"
+    path.write_bytes(data)
+    with open(path, "rb") as f:
+        from_file = object_definitions(Source(fd=f.fileno(), size=len(data)))
+    assert from_file == object_definitions(Source(data)) == _reference_definitions(data)
+    return from_file
+
+
 def test_a_file_read_in_windows_gives_the_definitions_of_its_bytes(
         tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Small windows, so that headers straddle them; and the bytes held whole.
@@ -55,12 +66,7 @@ def test_a_file_read_in_windows_gives_the_definitions_of_its_bytes(
     for n in range(1, 400):
         parts.append(b"%d %d obj\n<< /Length %d >>\nendobj\n" % (n, rnd.randrange(3), n))
         parts.append(bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 40))))
-    data = b"%PDF-1.7\n" + b"".join(parts)
-    path = tmp_path / "doc.pdf"
-    path.write_bytes(data)
-    with open(path, "rb") as f:
-        from_file = object_definitions(Source(fd=f.fileno(), size=len(data)))
-    assert from_file == object_definitions(Source(data)) == _reference_definitions(data)
+    _assert_read_alike(tmp_path, b"%PDF-1.7\n" + b"".join(parts))
 
 
 @pytest.mark.parametrize("overlap", [4, 16, 256])
@@ -85,10 +91,5 @@ def test_headers_whose_white_space_runs_past_a_window_are_found_in_a_file(
                      + b"obj" + rnd.choice([b"\n", b"x", b"1", b"/", b""]))
         parts.append(rnd.choice([b"", b"7", b"12345678901", b" 5 ", b"endobj\n", b"%", b"obj"]))
         parts.append(bytes(rnd.randrange(256) for _ in range(rnd.randrange(0, 30))))
-    data = b"%PDF-1.7\n" + b"".join(parts)
-    path = tmp_path / "doc.pdf"
-    path.write_bytes(data)
-    with open(path, "rb") as f:
-        from_file = object_definitions(Source(fd=f.fileno(), size=len(data)))
-    assert from_file == object_definitions(Source(data)) == _reference_definitions(data)
+    from_file = _assert_read_alike(tmp_path, b"%PDF-1.7\n" + b"".join(parts))
     assert sum(len(v) for v in from_file.values()) > 100
