@@ -469,12 +469,18 @@ class SignedFile:
 
 def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
                        attachments: list[pades.Attachment], meta: pades.SignatureMeta,
-                       contents_bytes: int, finish: bool) -> SignedFile:
+                       contents_bytes: int, finish: bool, expect_sha256: str | None = None
+                       ) -> SignedFile:
     """Steps 1–5 for a file in one call to a signing worker process: ``dst`` receives
     the signed document (with ``finish``; else the prepared one, to be finalized by
-    the caller once it has a timestamp or the key's signature)."""
+    the caller once it has a timestamp or the key's signature). ``expect_sha256``:
+    the digest ``src`` must have (a stored object read where it is stored), checked
+    from the copy's hash before the key is used."""
     checked, prepared = prepare_file(src, dst, limits=limits, attachments=attachments,
                                      meta=meta, contents_bytes=contents_bytes)
+    if expect_sha256 is not None and checked.received_sha256 != expect_sha256:
+        dst.unlink(missing_ok=True)
+        raise DigestMismatch("the document's SHA-256 differs from the item's")
     signed_attrs = cms.build_signed_attrs(prepared.digest, _PROCESS["template"])
     if _PROCESS["key"] is None:
         return SignedFile(checked, prepared, signed_attrs, None, 0.0)

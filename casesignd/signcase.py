@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, tsa
 from .config import Config, Policy
-from .errors import ActiveContent, DigestMismatch, PermanentJobError, ValidationError
+from .errors import ActiveContent, PermanentJobError, ValidationError
 from .jobs import check_case_id, sha256_hex
 from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
@@ -216,12 +216,13 @@ class SignedPdf:
 
 
 async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
-                            attachments: list[pades.Attachment], policy: Policy | None
-                            ) -> SignedPdf:
+                            attachments: list[pades.Attachment], policy: Policy | None,
+                            expect_sha256: str | None = None) -> SignedPdf:
     """The signing pipeline for a file (:mod:`casesignd.pipeline`): check, normalise,
     prepare and sign in one CPU call (the worker process holds the key and takes a key
     slot around its use), timestamp (B-T when the policy names a TSA), finalize.
-    Shared by sign_case and signed invoices."""
+    Shared by sign_case and signed invoices. ``expect_sha256``: the digest ``src``
+    must have, checked before the key is used."""
     services = ctx.services
     signer = keys.configured(services.signer)
     limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
@@ -229,7 +230,8 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     # Before the key is used: a certificate that must not sign is refused here.
     chain = await services.longterm.before_signing(policy)
     call = functools.partial(pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
-                             services.contents_bytes(timestamped), not timestamped)
+                             services.contents_bytes(timestamped), not timestamped,
+                             expect_sha256)
     async with ctx.phase("sign"):
         await ctx.check_lease()
         if ctx.kiosk:
@@ -419,12 +421,11 @@ class SignCaseKind:
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.workdir / "signed.pdf"
+        # A stored contract is read as it is stored: the digest its signature's hash
+        # gives on the way is checked before the key is used.
         signed = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
-                                         attachments=attachments, policy=policy)
-        if signed.checked.received_sha256 != normalized["items"][contract_i]["sha256"]:
-            # A stored contract is read as it is stored: the digest its signature's
-            # hash gave on the way is checked before anything is published.
-            raise DigestMismatch("the contract's SHA-256 differs from the item's")
+                                         attachments=attachments, policy=policy,
+                                         expect_sha256=normalized["items"][contract_i]["sha256"])
         artifact = dataclasses.replace(
             await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
             timestamp_expires_at=signed.appended.timestamp_expires_at)

@@ -147,3 +147,26 @@ def test_a_verdict_is_kept_under_the_digest_computed_not_the_one_claimed(tmp_pat
     assert checked.received_sha256 == checked.source_sha256 == real
     assert pipeline.VERDICTS.get(claimed, limits) is None
     assert pipeline.VERDICTS.get(real, limits) is not None
+
+
+def test_a_file_not_of_the_digest_expected_is_refused_before_the_key_and_leaves_nothing(
+        tmp_path, monkeypatch) -> None:
+    import datetime as dt
+    import hashlib
+
+    from casesignd import pipeline
+    from casesignd.errors import DigestMismatch
+    from casesignd.pades import SignatureMeta
+    from casesignd.pdfcheck import PdfLimits
+    from tests.helpers_pki import big_pdf
+
+    src = big_pdf(tmp_path / "in.pdf", 2_000)
+    used: list[bytes] = []
+    monkeypatch.setattr(pipeline, "_process_sign", lambda attrs: used.append(attrs))
+    meta = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
+    dst = tmp_path / "out" / "signed.pdf"
+    dst.parent.mkdir()
+    with pytest.raises(DigestMismatch):
+        pipeline.sign_prepared_file(src, dst, PdfLimits(), [], meta, 8192, True,
+                                    hashlib.sha256(b"another document").hexdigest())
+    assert used == [] and list(dst.parent.iterdir()) == []
