@@ -163,3 +163,73 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
 )
 
 CODES: dict[str, Code] = {row[0]: Code(*row) for row in _ROWS}
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why a document was refused, finer than its code: the code it is refused with
+    and what it means (for people)."""
+
+    name: str
+    code: str
+    meaning: str
+
+
+# A refused document's `reason` (with `where`: page, object, attachment or field).
+# Stable like the codes: clients and the console branch on them.
+_REASON_ROWS: tuple[tuple[str, str, str], ...] = (
+    # active content
+    ("automatic_action", "active_content",
+     "an action that runs without a click (/OpenAction, /AA) leaves the document"),
+    ("link_scheme", "active_content",
+     "a link or button goes to a target the policy's allowed_link_schemes does not allow "
+     "(file:, UNC and SMB paths, javascript:, data:, or no URL at all)"),
+    ("forbidden_action", "active_content",
+     "an action that starts a program, imports data or is not allowed (Launch, ImportData, "
+     "RichMediaExecute, an action type outside the policy's allowed_actions)"),
+    ("javascript", "active_content", "JavaScript, anywhere in the document"),
+    ("xfa_form", "active_content", "an XFA form, which carries its own scripts"),
+    ("active_media", "active_content", "a media player, 3D artwork or rich media"),
+    ("executable_attachment", "active_content",
+     "an embedded file that runs, mounts or opens with macros (a program, a script, a disk "
+     "image, an Office file with macros, an archive holding one)"),
+    ("unchecked_attachment", "active_content",
+     "an embedded file that cannot be decoded or looked into, so it cannot be checked"),
+    # ambiguity and damage
+    ("duplicate_key", "ambiguous_pdf", "a dictionary names one key twice"),
+    ("xref_conflict", "ambiguous_pdf",
+     "the cross-reference and the objects the file defines disagree (an object defined "
+     "twice, an entry naming another object, a freed object still read)"),
+    ("page_tree_conflict", "ambiguous_pdf",
+     "the page tree counts or types its pages in a way readers read differently"),
+    ("page_entry_conflict", "ambiguous_pdf",
+     "a page's resources, boxes or contents are of a type readers resolve differently"),
+    ("data_around_pdf", "ambiguous_pdf",
+     "bytes before the header or after the end: another program opens it as something else"),
+    ("viewer_drawn_form", "ambiguous_pdf",
+     "a form field whose look each viewer draws itself, in a document that cannot be "
+     "rewritten (it carries a signature, or the policy never normalises)"),
+    ("readers_disagree", "ambiguous_pdf",
+     "no two independent readers (pypdf, qpdf, poppler, MuPDF) agree on what the pages hold"),
+    ("pages_render_differently", "ambiguous_pdf",
+     "a page of the rewrite looks different from the received page"),
+    ("truncated", "malformed_pdf", "the file ends before its end: it was cut off"),
+    ("damaged", "malformed_pdf", "damage no two readers repair alike"),
+    ("not_a_pdf", "malformed_pdf", "the file is not a PDF, or holds no pages"),
+    # encryption
+    ("password_encryption", "encrypted_pdf", "encrypted with a password (standard security)"),
+    ("public_key_encryption", "encrypted_pdf", "encrypted for recipients' certificates"),
+    # certification
+    ("certified_no_changes", "certified_no_changes",
+     "certified with DocMDP P=1: nothing may be added, not even a signature"),
+    # limits
+    ("too_many_pages", "limit_exceeded", "more pages than the policy's max_pages"),
+    ("too_many_objects", "limit_exceeded", "more objects than the policy's max_pdf_objects"),
+    ("too_large", "limit_exceeded", "larger than the policy's max_document_bytes"),
+    ("decompression_bomb", "limit_exceeded",
+     "a stream, an image or all streams together decode past the policy's limits"),
+    ("check_time", "limit_exceeded", "checking it takes more CPU time than max_check_cpu_s"),
+    ("nested_too_deeply", "limit_exceeded", "objects or embedded PDFs nested too deeply"),
+)
+
+REASONS: dict[str, Reason] = {row[0]: Reason(*row) for row in _REASON_ROWS}

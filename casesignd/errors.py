@@ -29,6 +29,10 @@ class CasesignError(Exception):
     # False for a wait on a shared resource (temp space): the job waits its turn and
     # the wait does not use up its attempts.
     counts_as_attempt: bool = True
+    # A refused document's finer reason (a word of casesignd.codes.REASONS) and where
+    # in the document it is (page, object, attachment, field): both go to the client,
+    # and neither carries the document's text, its URLs or names of people.
+    reason: str | None = None
 
     def __init__(
         self,
@@ -40,6 +44,8 @@ class CasesignError(Exception):
         status: int | None = None,
         headers: dict[str, str] | None = None,
         detail: dict[str, Any] | None = None,
+        reason: str | None = None,
+        where: dict[str, Any] | None = None,
     ) -> None:
         if code is not None:
             self.code = code
@@ -51,6 +57,9 @@ class CasesignError(Exception):
         self.headers = headers or {}
         # Operator-facing detail: goes to the log, never to the client.
         self.detail = detail or {}
+        if reason is not None:
+            self.reason = reason
+        self.where = where or {}
         super().__init__(self.message)
 
 

@@ -52,6 +52,15 @@ class Finding:
 
     kind: str
     reason: str
+    # Its word in casesignd.codes.REASONS ("" for the kind's own: damaged, or
+    # readers_disagree), and where it is, as (key, value) pairs: ("object", 12).
+    code: str = ""
+    where: tuple[tuple[str, int | str], ...] = ()
+
+    @property
+    def word(self) -> str:
+        """The refusal reason this finding gives."""
+        return self.code or ("damaged" if self.kind == DAMAGE else "readers_disagree")
 
 
 @dataclass(frozen=True)

@@ -98,10 +98,15 @@ class PdfReport:
         """The error that refuses this document as it is, for its findings."""
         reasons = [f.reason for f in self.findings]
         if all(f.kind == DAMAGE for f in self.findings):
+            first = self.findings[0]
             return MalformedPdf("the PDF is damaged: " + "; ".join(reasons[:3]),
-                                detail={"findings": reasons})
+                                detail={"findings": reasons}, reason=first.word,
+                                where=dict(first.where))
+        # The first ambiguity names the refusal: damage alone could have been repaired.
+        first = next(f for f in self.findings if f.kind != DAMAGE)
         return AmbiguousPdf("readers could show this PDF differently: " + "; ".join(reasons[:3]),
-                            detail={"findings": reasons})
+                            detail={"findings": reasons}, reason=first.word,
+                            where=dict(first.where))
 
 
 
