@@ -22,6 +22,7 @@ NORMALIZE_MODES = ("never", "when_needed", "always")
 # PAdES baseline levels, lowest first (ETSI EN 319 142-1).
 LEVELS = ("B-B", "B-T", "B-LT", "B-LTA")
 FETCH_MODES = ("never", "missing", "always")
+LINK_SCHEMES = ("https", "http", "mailto")
 # Actions a policy may allow (PDF 32000-1 §12.6.4.1, Table 198). JavaScript, Launch,
 # ImportData and RichMediaExecute run code or read local files and are never allowed.
 ALLOWABLE_ACTIONS = ("GoTo", "Named", "URI", "GoToR", "GoToE", "GoTo3DView", "Thread",
@@ -167,10 +168,11 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # PDF before it is signed: "when_needed"; "always" rewrites every unsigned
     # document; "never" refuses them (ambiguous_pdf / malformed_pdf).
     normalize: str = "when_needed"
-    # Actions a document may hold (PDF 32000-1 §12.6.4), by their /S type; every
-    # other action anywhere is active content. "Named" covers the page-navigation
-    # names only (NextPage, PrevPage, FirstPage, LastPage).
+    # Action types (§12.6.4) allowed anywhere, automatic ones too ("Named": page
+    # navigation only); casesignd.pdfrules says what else a click may do.
     allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
+    # Where a clicked link or form button may lead, by URL scheme ([]: nowhere).
+    allowed_link_schemes: list[str] = msgspec.field(default_factory=lambda: list(LINK_SCHEMES))
     # The PAdES baseline level (ETSI EN 319 142-1) every signature of this policy
     # meets: "B-B", "B-T" (a signature timestamp from tsa_url), "B-LT" (certificates
     # and revocation data of every chain in the document's /DSS) or "B-LTA" (and a
@@ -433,6 +435,8 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+UNSAFE_LINK_SCHEMES = frozenset({"file", "smb", "javascript", "vbscript", "data", "jar"})  # files, code
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}")
 _POLICY = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
@@ -494,6 +498,10 @@ def _check(cfg: Config) -> None:
             if a not in ALLOWABLE_ACTIONS:
                 raise ConfigError(f"policies[{i}].allowed_actions",
                                   f"{a!r} cannot be allowed; choose from {', '.join(ALLOWABLE_ACTIONS)}")
+        for scheme in p.allowed_link_schemes:
+            if scheme.lower() in UNSAFE_LINK_SCHEMES or not _SCHEME.fullmatch(scheme):
+                raise ConfigError(f"policies[{i}].allowed_link_schemes", f"{scheme!r} cannot be "
+                                  f"allowed; never {', '.join(sorted(UNSAFE_LINK_SCHEMES))}")
         if p.level and p.level not in LEVELS:
             raise ConfigError(f"policies[{i}].level",
                               f"expected one of {', '.join(LEVELS)}, got {p.level!r}")

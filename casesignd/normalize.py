@@ -97,7 +97,8 @@ def page_digests(reader: PdfReader, max_nodes: int = 1_000_000) -> list[bytes]:
     def digest(obj: Any, path: tuple[tuple[int, int], ...]) -> bytes:
         count[0] += 1
         if count[0] > max_nodes:
-            raise LimitExceeded("the PDF has too many objects to compare its readings")
+            raise LimitExceeded("the PDF has too many objects to compare its readings",
+                                reason="too_many_objects")
         if isinstance(obj, g.IndirectObject):
             ref = (obj.idnum, obj.generation)
             if ref in index and path:

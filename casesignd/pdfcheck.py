@@ -51,9 +51,11 @@ from pypdf import PdfReader
 from pypdf.errors import LimitReachedError
 from pypdf.generic import ArrayObject, DictionaryObject, IndirectObject, StreamObject
 
-from . import normalize, pdfparse, pdfrules
+from . import normalize, pdfform, pdfparse, pdfrules
 from .errors import (
     ActiveContent,
+    CasesignError,
+    CertifiedPdf,
     EncryptedPdf,
     LimitExceeded,
     MalformedPdf,
@@ -70,6 +72,7 @@ from .pdfframe import (
 )
 from .pdfguard import MAX_WARNINGS, translated, warning_finding
 from .pdflimits import Budget, PdfLimits, PdfReport
+from .pdfxref import xref_findings
 
 MiB = 1024 * 1024
 
@@ -147,6 +150,7 @@ class _Parsed:
 class _Findings:
     objects: int = 0
     has_signatures: bool = False
+    external_links: int = 0
     used: set[tuple[int, int]] = field(default_factory=set)
     found: list[Finding] = field(default_factory=list)
 
@@ -157,7 +161,7 @@ def _count_pages(catalog: DictionaryObject, limits: PdfLimits, parsed: _Parsed,
     depth; a /Count that disagrees with the leaves, or a node that is both a page and
     a tree node, is an ambiguity (readers count pages differently)."""
     if "/Pages" not in catalog:
-        raise MalformedPdf("the document catalog has no page tree")
+        raise MalformedPdf("the document catalog has no page tree", reason="not_a_pdf")
     stack = [(catalog.raw_get("/Pages"), 0)]
     seen: set[Any] = set()
     parents_ok: set[Any] = set()
@@ -184,20 +188,22 @@ def _count_pages(catalog: DictionaryObject, limits: PdfLimits, parsed: _Parsed,
         else:
             if "/Kids" in node or kind != "/Page":
                 out.found.append(Finding(AMBIGUITY, "a page tree node is typed "
-                                                    f"{str(kind)[:32]!r} but is used as a page"))
+                                                    f"{str(kind)[:32]!r} but is used as a page",
+                                         "page_tree_conflict", (("page", pages + 1),)))
             pages += 1
-            out.found.extend(_page_findings(node))
+            out.found.extend(_page_findings(node, pages))
             if isinstance(ref, IndirectObject):
                 # Leaves are many: past the budget, the walk reads them again.
                 parsed.visited((ref.idnum, ref.generation), node)
             if pages > limits.max_pages:
                 raise LimitExceeded(f"the PDF has more than {limits.max_pages} pages",
-                                    detail={"max_pages": limits.max_pages})
+                                    detail={"max_pages": limits.max_pages},
+                                    reason="too_many_pages")
     if pages == 0:
-        raise MalformedPdf("the PDF has no pages")
+        raise MalformedPdf("the PDF has no pages", reason="not_a_pdf")
     if not isinstance(declared, int) or declared != pages:
         out.found.append(Finding(AMBIGUITY, f"the page tree says {str(declared)[:16]} pages "
-                                            f"but holds {pages}"))
+                                            f"but holds {pages}", "page_tree_conflict"))
     return pages
 
 
@@ -206,7 +212,7 @@ _INHERITED = {"/Resources": DictionaryObject, "/MediaBox": ArrayObject,
               "/CropBox": ArrayObject}
 
 
-def _page_findings(page: DictionaryObject) -> list[Finding]:
+def _page_findings(page: DictionaryObject, number: int) -> list[Finding]:
     """A page whose entries readers resolve differently: an inherited attribute of the
     wrong type (one reader keeps it, another inherits the parent's), or /Contents that
     holds anything but streams (one reader skips it, another drops the page)."""
@@ -214,11 +220,13 @@ def _page_findings(page: DictionaryObject) -> list[Finding]:
     for key, kind in _INHERITED.items():
         if key in page and not isinstance(_get(page, key), kind):
             found.append(Finding(AMBIGUITY, f"a page's {key} is not a "
-                                            f"{'dictionary' if kind is DictionaryObject else 'array'}"))
+                                            f"{'dictionary' if kind is DictionaryObject else 'array'}",
+                                 "page_entry_conflict", (("page", number),)))
     contents = _get(page, "/Contents")
     parts = list(contents) if isinstance(contents, ArrayObject) else [contents]
     if "/Contents" in page and not all(isinstance(_resolve(c), StreamObject) for c in parts):
-        found.append(Finding(AMBIGUITY, "a page's /Contents holds something other than streams"))
+        found.append(Finding(AMBIGUITY, "a page's /Contents holds something other than streams",
+                             "page_entry_conflict", (("page", number),)))
     return found
 
 
@@ -241,28 +249,23 @@ def _check_parent_chain(ref: Any, ok: set[Any], limits: PdfLimits) -> None:
     ok.update(chain)
 
 
-# Keys whose value is an action (§12.6.2), and those whose arrays list actions.
-_ACTION_SLOTS = frozenset({"/A", "/OpenAction", "/PA", "/Next"})
-
-
 def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: Budget,
           depth_embedded: int, out: _Findings) -> None:
-    """Visit every object reachable from the trailer, iteratively, each at most twice
-    (once plain, once where an action goes)."""
-    # An object is visited once per role: plain, in an action slot, as embedded file
-    # data (a stream reached first under another key is still checked as a file).
-    visited: set[tuple[int, int, bool, bool]] = set()
+    """Visit every object reachable from the trailer, iteratively, each at most once
+    per role (plain, in a clicked action's slot, in an automatic one, as file data)."""
+    visited: set[tuple[int, int, str | None, bool]] = set()
     trailer = reader.trailer
-    # (object, direct nesting depth, key it was found under, in an action slot)
-    stack: list[tuple[Any, int, str, bool]] = [
-        (trailer.raw_get(k), 0, k, False) for k in ("/Root", "/Info") if k in trailer
+    # (object, direct nesting depth, key it was found under, who triggers it when it
+    # is an action, the number of the indirect object it is in)
+    stack: list[tuple[Any, int, str, str | None, int]] = [
+        (trailer.raw_get(k), 0, k, None, 0) for k in ("/Root", "/Info") if k in trailer
     ]
     steps = 0
     while stack:
-        obj, depth, via, slot = stack.pop()
+        obj, depth, via, trigger, holder = stack.pop()
         ref = _key(obj)
         if ref is not None:
-            role = (*ref, slot, via == "/EF")
+            role = (*ref, trigger, via == "/EF")
             if role in visited:
                 continue
             visited.add(role)
@@ -270,50 +273,84 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: Budget,
                 out.used.add(ref)
                 if len(out.used) > limits.max_objects:
                     raise LimitExceeded(f"the PDF has more than {limits.max_objects} objects",
-                                        detail={"max_objects": limits.max_objects})
+                                        detail={"max_objects": limits.max_objects},
+                                        reason="too_many_objects")
             obj = obj.get_object()
             depth = 0
+            holder = ref[0]
         steps += 1
         if not steps % CPU_CHECK_EVERY:
             budget.tick()
         if depth > limits.max_depth:
             raise MalformedPdf("the PDF nests objects too deeply",
-                               detail={"max_depth": limits.max_depth})
+                               detail={"max_depth": limits.max_depth},
+                               reason="damaged", where={"object": holder})
         if ref is not None:
             # Each object is visited once (twice at most).
             parsed.visited(ref, obj)
         if isinstance(obj, DictionaryObject):
-            _check_dict(obj, via, slot, limits, budget, depth_embedded, out)
+            try:
+                _check_dict(obj, via, trigger, holder, limits, budget, depth_embedded, out)
+            except CasesignError as e:
+                pdfform.name_field(reader, holder, e.where)
+                raise
             for key, value in dict.items(obj):
-                child_slot = key in _ACTION_SLOTS or via == "/AA"
                 child_via = "/EF" if via == "/EF" else key
-                stack.append((value, depth + 1, child_via, child_slot))
+                stack.append((value, depth + 1, child_via, pdfrules.child_trigger(key, via, trigger),
+                              holder))
         elif isinstance(obj, ArrayObject):
             # A /Next array lists actions; other arrays (a destination) do not.
-            item_slot = slot and via == "/Next"
-            stack.extend((item, depth + 1, via, item_slot) for item in list.__iter__(obj))
+            item_trigger = trigger if via == "/Next" else None
+            stack.extend((item, depth + 1, via, item_trigger, holder)
+                         for item in list.__iter__(obj))
     out.objects = len(out.used)
 
 
 def _plain(d: DictionaryObject) -> dict[str, Any]:
     """The entries the rules read, resolved (names and strings as str)."""
-    return {k: _get(d, k) for k in ("/S", "/N", "/Type", "/Subtype", *pdfrules.FILE_NAME_KEYS)
-            if k in d} | {k: True for k in pdfrules.ACTIVE_KEYS if k in d} | (
-                {"/EF": True} if "/EF" in d else {})
+    return {k: _get(d, k) for k in ("/S", "/N", "/Type", "/Subtype", "/URI",
+                                    *pdfrules.FILE_NAME_KEYS) if k in d} | {
+        k: True for k in pdfrules.ACTIVE_KEYS if k in d} | (
+        {"/EF": True} if "/EF" in d else {})
 
 
-def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
-                budget: Budget, depth_embedded: int, out: _Findings) -> None:
+def _where(d: DictionaryObject, holder: int) -> dict[str, Any]:
+    """Where a refused dictionary is: its object, and the form field or embedded
+    file it names (a field's partial name, a file's name: the document's own labels,
+    never its text)."""
+    where: dict[str, Any] = {"object": holder} if holder else {}
+    name = pdfform.field_name(d)
+    if name is not None:
+        where["field"] = name
+    if "/EF" in d:
+        attachment = pdfrules.embedded_file_name(_plain(d))
+        if attachment is not None:
+            where["attachment"] = attachment
+    return where
+
+
+def _check_dict(d: DictionaryObject, via: str, trigger: str | None, holder: int,
+                limits: PdfLimits, budget: Budget, depth_embedded: int,
+                out: _Findings) -> None:
     if _get(d, "/Type") == "/Sig" or "/ByteRange" in d:
         out.has_signatures = True
     if limits.forbid_active_content:
         plain = _plain(d)
-        reason = pdfrules.dict_reason(plain)
-        if reason is None and pdfrules.is_action(plain, slot):
-            reason = pdfrules.action_reason(plain, limits.allowed_actions)
-        if reason:
-            raise ActiveContent(f"the PDF contains active content: {reason}",
-                                detail={"rule": reason})
+        rule = pdfrules.dict_rule(plain)
+        action = rule is None and pdfrules.is_action(plain, trigger is not None)
+        if action:
+            if trigger is None:
+                # Found outside any slot: run by no viewer; judged as a click's.
+                trigger = pdfrules.CLICK
+            rule = pdfrules.action_rule(plain, limits.allowed_actions, trigger,
+                                        limits.link_schemes)
+        if rule:
+            word, message = rule
+            raise ActiveContent(f"the PDF contains active content: {message}",
+                                detail={"rule": message}, reason=word,
+                                where=_where(d, holder))
+        if action and pdfrules.is_external_link(plain):
+            out.external_links += 1
     _appearance_findings(d, out)
     if not isinstance(d, StreamObject):
         return
@@ -323,7 +360,8 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         if size is not None and size > limits.max_decoded_stream_bytes:
             raise LimitExceeded("an image decodes to more than the allowed size",
                                 detail={"image_bytes": size,
-                                        "limit": limits.max_decoded_stream_bytes})
+                                        "limit": limits.max_decoded_stream_bytes},
+                                reason="decompression_bomb", where={"object": holder})
     filters = _get(d, "/Filter")
     names = [str(_resolve(f)) for f in filters] if isinstance(filters, ArrayObject) else (
         [str(filters)] if filters is not None else [])
@@ -339,12 +377,18 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
     except zlib.error:
         if embedded and limits.forbid_active_content:
             raise ActiveContent("the PDF embeds a file whose data does not decode, so it "
-                                "cannot be checked", detail={"rule": "undecodable embedded file"}
+                                "cannot be checked", detail={"rule": "undecodable embedded file"},
+                                reason="unchecked_attachment", where={"object": holder}
                                 ) from None
         return  # damaged Flate data: viewers show what decodes; it is not a bomb
     budget.spend(total)
     if embedded and limits.forbid_active_content:
-        _check_embedded(d, names, head, limits, budget, depth_embedded)
+        try:
+            _check_embedded(d, names, head, limits, budget, depth_embedded)
+        except CasesignError as e:
+            if not e.where:
+                e.where = {"object": holder}
+            raise
 
 
 def _appearance_findings(d: DictionaryObject, out: _Findings) -> None:
@@ -378,15 +422,17 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
                 budget.limits.max_decoded_stream_bytes <= 0:
             raise ActiveContent("the PDF embeds a large file under filters that cannot be "
                                 "checked in bounded memory",
-                                detail={"rule": "embedded file too large to check"})
+                                detail={"rule": "embedded file too large to check"},
+                                reason="unchecked_attachment")
         try:
             whole = d.get_data()
         except Exception:  # noqa: BLE001 - pypdf raises many types on odd filters
             raise ActiveContent("the PDF embeds a file that cannot be decoded, so it cannot "
-                                "be checked", detail={"rule": "undecodable embedded file"}
-                                ) from None
+                                "be checked", detail={"rule": "undecodable embedded file"},
+                                reason="unchecked_attachment") from None
         if len(whole) > budget.stream_limit():
-            raise LimitExceeded("an embedded file decodes to more than the allowed size")
+            raise LimitExceeded("an embedded file decodes to more than the allowed size",
+                                reason="decompression_bomb")
         head = whole[:pdfrules.HEAD_BYTES]
     elif pdfrules.needs_whole(head):
         whole = measure_decoded(d._data, names, budget.stream_limit(), keep=True,
@@ -394,12 +440,12 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
     reason = pdfrules.risky_content(head, whole if pdfrules.needs_whole(head) else None)
     if reason:
         raise ActiveContent(f"the PDF contains active content: {reason}",
-                            detail={"rule": reason})
+                            detail={"rule": reason}, reason="executable_attachment")
     if whole is None or b"%PDF-" not in whole[:1024]:
         return
     if depth_embedded >= MAX_EMBEDDED_DEPTH:
         raise ActiveContent("the PDF embeds PDFs too deeply to be checked",
-                            detail={"rule": "embedded PDF depth"})
+                            detail={"rule": "embedded PDF depth"}, reason="unchecked_attachment")
     readings = [whole]
     with contextlib.suppress(MalformedPdf, EncryptedPdf):
         # qpdf's reading too: a viewer opens the embedded file with its own parser.
@@ -412,10 +458,11 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
             reader.stream.close()
         except ActiveContent as e:
             raise ActiveContent(f"an embedded PDF contains active content: {e.detail.get('rule')}",
-                                detail=e.detail) from None
+                                detail=e.detail, reason=e.reason) from None
         except EncryptedPdf:
             raise ActiveContent("the PDF embeds an encrypted PDF, which cannot be checked",
-                                detail={"rule": "encrypted embedded PDF"}) from None
+                                detail={"rule": "encrypted embedded PDF"},
+                                reason="unchecked_attachment") from None
         except MalformedPdf:
             continue  # this reader makes nothing of it; the other may
 
@@ -434,6 +481,18 @@ def docmdp_permission(catalog: DictionaryObject) -> int | None:
             p = _get(params, "/P", 2) if isinstance(params, DictionaryObject) else 2
             return int(p)
     return 2
+
+
+def encrypted_refusal(encrypt: Any) -> EncryptedPdf:
+    """The refusal of a document under the security handler ``encrypt`` (its
+    /Encrypt dictionary): a public-key handler (§7.6.5) or a password."""
+    handler = _get(encrypt, "/Filter") if isinstance(encrypt, DictionaryObject) else None
+    sub = str(_get(encrypt, "/SubFilter") or "") if isinstance(encrypt, DictionaryObject) \
+        else ""
+    if handler == "/Adobe.PubSec" or sub.startswith("/adbe.pkcs7"):
+        return EncryptedPdf("the PDF is encrypted for its recipients' certificates",
+                            reason="public_key_encryption")
+    return EncryptedPdf("the PDF is encrypted", reason="password_encryption")
 
 
 def _producer(reader: PdfReader) -> str | None:
@@ -467,10 +526,11 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
              depth_embedded: int) -> tuple[PdfReport, PdfReader]:
     size = len(src) if isinstance(src, bytes) else os.stat(src).st_size
     if size == 0:
-        raise MalformedPdf("the file is empty")
+        raise MalformedPdf("the file is empty", reason="not_a_pdf")
     if size > limits.max_bytes:
         raise LimitExceeded(f"the PDF is larger than {limits.max_bytes} bytes",
-                            detail={"size": size, "max_bytes": limits.max_bytes})
+                            detail={"size": size, "max_bytes": limits.max_bytes},
+                            reason="too_large")
     f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115 - see above
     try:
         buf = Source(src) if isinstance(src, bytes) else Source(fd=f.fileno(), size=size)
@@ -486,10 +546,17 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
                                        detail={"library": str(e)[:300]}) from None
                 raise
             if "/Encrypt" in reader.trailer:
-                raise EncryptedPdf("the PDF is encrypted")
+                raise encrypted_refusal(_get(reader.trailer, "/Encrypt"))
             catalog = _get(reader.trailer, "/Root")
             if not isinstance(catalog, DictionaryObject):
-                raise MalformedPdf("the PDF has no document catalog")
+                raise MalformedPdf("the PDF has no document catalog", reason="not_a_pdf")
+            certified = docmdp_permission(catalog)
+            if certified == 1 and depth_embedded == 0 and limits.refuse_certified:
+                # Nothing may be added to it, not even a signature: no content check
+                # could change that, so it is the first thing said (§12.8.2.2).
+                raise CertifiedPdf("the document is certified against any change; it "
+                                   "cannot be signed", code="certified_no_changes",
+                                   field="items[0]", reason="certified_no_changes")
             parsed = _Parsed(reader)
             found = _Findings()
             # The walk first: active content is refused even in a document whose
@@ -502,7 +569,7 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
             # A cross-reference pypdf rebuilt guesses where objects sit in object
             # streams: their indices say nothing then (the damage is noted anyway).
             rebuilt = bool(warnings) or any(x.kind == DAMAGE for x in frame.findings)
-            found.found.extend(_xref_findings(reader, found.used, check_index=not rebuilt))
+            found.found.extend(xref_findings(reader, found.used, check_index=not rebuilt))
             version = str(_get(catalog, "/Version", "")).lstrip("/")
             report = PdfReport(
                 pages=pages,
@@ -513,65 +580,16 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
                 encrypted=False,
                 size=size,
                 objects=found.objects,
-                docmdp_permission=docmdp_permission(catalog),
+                docmdp_permission=certified,
                 warnings=tuple(warnings),
                 findings=_dedup([*frame.findings, *found.found,
                                  *(warning_finding(w) for w in warnings)]),
+                external_links=found.external_links,
             )
     except BaseException:
         f.close()
         raise
     return report, reader
-
-
-def _xref_findings(reader: PdfReader, used: set[tuple[int, int]], *,
-                   check_index: bool = True) -> list[Finding]:
-    """Where pypdf's cross-reference and another reader's part ways, for the objects
-    the document reaches: an object a section marks free that pypdf still takes from
-    an older section (qpdf takes it as deleted), and an object stream whose header
-    lists a number twice or holds another number at the index the xref names (pypdf
-    takes the first entry of that number, poppler the one at the index, qpdf the
-    last; PDF 32000-1 §7.5.7)."""
-    found: list[Finding] = []
-    freed = {num: gen for gen, entries in reader.xref_free_entry.items()
-             for num, is_free in entries.items() if is_free and num}
-    headers: dict[int, list[int] | None] = {}
-    for num, gen in sorted(used):
-        if num in freed and freed[num] >= gen:
-            found.append(Finding(AMBIGUITY, f"object {num} is marked free by a cross-reference "
-                                            "section, yet read from another"))
-        where = reader.xref_objStm.get(num)
-        if where is None:
-            continue
-        stream_num, index = where
-        if stream_num not in headers:
-            headers[stream_num] = _objstm_numbers(reader, stream_num)
-        numbers = headers[stream_num]
-        if numbers is None:
-            continue
-        if len(set(numbers)) != len(numbers):
-            found.append(Finding(AMBIGUITY, f"object stream {stream_num} lists an object "
-                                            "number twice"))
-        elif check_index and (not 0 <= index < len(numbers) or numbers[index] != num):
-            found.append(Finding(AMBIGUITY, f"the cross-reference places object {num} at an "
-                                            f"index of object stream {stream_num} that holds "
-                                            "another"))
-        if len(found) >= MAX_WARNINGS:
-            break
-    return found
-
-
-def _objstm_numbers(reader: PdfReader, stream_num: int) -> list[int] | None:
-    """The object numbers an object stream's header lists, in order (§7.5.7)."""
-    try:
-        stm = reader.get_object(stream_num)
-        if not isinstance(stm, StreamObject):
-            return None
-        first, count = int(_get(stm, "/First")), int(_get(stm, "/N"))
-        head = stm.get_data()[:first].split()
-        return [int(x) for x in head[0:2 * count:2]]
-    except Exception:  # noqa: BLE001 - a header pypdf cannot read, pypdf has warned about
-        return None
 
 
 def _dedup(found: list[Finding]) -> tuple[Finding, ...]:

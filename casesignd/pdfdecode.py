@@ -252,7 +252,8 @@ def measure_decoded(raw: bytes, filters: list[str], budget: int, head_bytes: int
         raise LimitExceeded(
             "a stream decompresses to more than the allowed size (a decompression bomb?)",
             detail={"decoded_at_least": e.produced, "limit": budget, "filters": filters},
-        ) from None
+            reason="decompression_bomb") from None
     except LimitReachedError as e:
         raise LimitExceeded("a stream decompresses to more than the allowed size",
-                            detail={"library": str(e), "limit": budget}) from None
+                            detail={"library": str(e), "limit": budget},
+                            reason="decompression_bomb") from None

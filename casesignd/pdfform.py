@@ -28,6 +28,7 @@ signatures stay valid (see :mod:`casesignd.attachments`).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -71,7 +72,8 @@ def read_form(catalog: g.DictionaryObject) -> Form:
     while todo:
         ref, parent, inherited_ft, depth = todo.pop()
         if depth > MAX_DEPTH or len(seen) >= MAX_FIELDS:
-            raise LimitExceeded("the form's field hierarchy is too deep or too large")
+            raise LimitExceeded("the form's field hierarchy is too deep or too large",
+                                reason="nested_too_deeply")
         if not isinstance(ref, g.IndirectObject):
             continue  # fields are indirect objects (§12.7.3.1); pyHanko skips others too
         if (ref.idnum, ref.generation) in seen:
@@ -154,3 +156,27 @@ def fieldmdp_reference(form: Form, root_ref: g.IndirectObject) -> bytes:
     return (b"/Reference [<</Type /SigRef /TransformMethod /FieldMDP /Data %d %d R"
             b" /TransformParams <</Type /TransformParams " % (root_ref.idnum, root_ref.generation)
             + _fieldmdp(form) + b" /V /1.2>>>>]")
+
+
+# --- naming a field in a refusal --------------------------------------------------
+
+
+def field_name(d: Any) -> str | None:
+    """A form field's (or its widget's) partial name, /T (§12.7.3.1)."""
+    if not isinstance(d, g.DictionaryObject):
+        return None
+    name = resolved(d, "/T")
+    if isinstance(name, str) and ("/FT" in d or resolved(d, "/Subtype") == "/Widget"):
+        return name[:100]
+    return None
+
+
+def name_field(reader: Any, holder: int, where: dict[str, Any]) -> None:
+    """Add to ``where`` the form field whose object (``holder``) holds a refused
+    dictionary (a button's action is a dictionary inside its widget)."""
+    if "field" in where or not holder:
+        return
+    with contextlib.suppress(Exception):
+        name = field_name(reader.get_object(holder))
+        if name is not None:
+            where["field"] = name

@@ -83,28 +83,31 @@ def read_frame(src: Source | bytes) -> Frame:
     size = src.size
     m = _HEADER.search(src.read(0, HEADER_WINDOW_BYTES))
     if not m:
-        raise MalformedPdf("not a PDF: no %PDF- header in the first 1024 bytes")
+        raise MalformedPdf("not a PDF: no %PDF- header in the first 1024 bytes",
+                           reason="not_a_pdf")
     found: list[Finding] = []
     if m.start():
         found.append(Finding(AMBIGUITY, f"{m.start()} bytes before the %PDF- header "
-                                        "(another file format around the PDF?)"))
+                                        "(another file format around the PDF?)",
+                             "data_around_pdf"))
     eof = src.rfind(b"%%EOF")
     end = size
     if eof < 0:
-        found.append(Finding(DAMAGE, "no %%EOF marker: the file is truncated"))
+        found.append(Finding(DAMAGE, "no %%EOF marker: the file is truncated", "truncated"))
     else:
         end = eof
         after = size - (eof + 5)
         if after > _TRAILING_SAMPLE_BYTES or src.read(eof + 5, size).strip(_TRAILING_OK):
             found.append(Finding(AMBIGUITY, f"{after} bytes after the last %%EOF "
-                                            "(an appended file or a polyglot?)"))
+                                            "(an appended file or a polyglot?)",
+                                 "data_around_pdf"))
     near = max(0, end - 4096)
     tail = src.read(near, end)
     sx = tail.rfind(b"startxref")
     startxref: int | None = None
     xref_stream = False
     if sx < 0:
-        found.append(Finding(DAMAGE, "no startxref before the end of the file"))
+        found.append(Finding(DAMAGE, "no startxref before the end of the file", "truncated"))
     else:
         sm = _STARTXREF.match(tail, sx)
         offset = int(sm.group(1)) if sm else -1
@@ -327,7 +330,8 @@ def definition_findings(
             # takes the plain one; pypdf takes the object stream's.
             if mine:
                 found.append(Finding(AMBIGUITY, f"object {num} is defined both plainly and "
-                                                "in an object stream"))
+                                                "in an object stream", "xref_conflict",
+                                     (("object", num),)))
         else:
             offset = xref.get(gen, {}).get(num)
             if offset is None:
@@ -337,13 +341,15 @@ def definition_findings(
             m = None if at[:1].isdigit() else _HEADER_AT.match(at, 1)
             if m is None:
                 found.append(Finding(DAMAGE, f"the cross-reference entry of object {num} "
-                                             "points at no object"))
+                                             "points at no object", where=(("object", num),)))
             elif (int(m.group(1)), int(m.group(2))) != (num, gen):
                 found.append(Finding(AMBIGUITY, f"the cross-reference entry of object {num} "
-                                                f"points at object {int(m.group(1))}"))
+                                                f"points at object {int(m.group(1))}",
+                                     "xref_conflict", (("object", num),)))
             elif any(off > offset - 1 + m.start(1) for off, g in mine if g == gen):
                 found.append(Finding(AMBIGUITY, f"object {num} is defined again after the "
-                                                "definition the cross-reference names"))
+                                                "definition the cross-reference names",
+                                     "xref_conflict", (("object", num),)))
         if len(found) >= 20:
             break
     return found

@@ -89,7 +89,9 @@ def warning_finding(message: str) -> Finding:
     low = message.lower()
     kind = AMBIGUITY if any(w in low for w in _AMBIGUITY_WORDS) else DAMAGE
     said = _QUOTED.sub("", message)[:120].rstrip(" :;,(") or "a repair"
-    return Finding(kind, f"the parser had to guess: {said}")
+    word = "duplicate_key" if "multiple definitions" in low or "duplicate" in low else (
+        "xref_conflict" if "overwriting cache" in low or "ref repaired" in low else "")
+    return Finding(kind, f"the parser had to guess: {said}", word)
 
 
 @contextmanager
@@ -106,19 +108,25 @@ def translated(max_stream_bytes: int) -> Iterator[list[str]]:
     except CasesignError:
         raise
     except FileNotDecryptedError as e:
-        raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)}) from None
+        raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)},
+                           reason="password_encryption") from None
     except LimitReachedError as e:
         raise LimitExceeded("the PDF exceeds a parser limit",
-                            detail={"library": str(e)}) from None
+                            detail={"library": str(e)}, reason="too_many_objects") from None
     except RecursionError:
         raise MalformedPdf("the PDF nests objects too deeply to read") from None
     except MemoryError:
-        raise LimitExceeded("the PDF needs more memory than allowed") from None
+        raise LimitExceeded("the PDF needs more memory than allowed",
+                            reason="decompression_bomb") from None
     except Exception as e:  # pypdf raises many types on damaged input
         if "encrypt" in str(e).lower():
             # pypdf reads only the standard security handler: any other (public-key,
             # a vendor's) fails while the reader opens.
-            raise EncryptedPdf("the PDF is encrypted", detail={"library": str(e)[:300]}) from None
+            public = any(w in str(e).lower() for w in ("pubsec", "pkcs7", "public"))
+            raise EncryptedPdf("the PDF is encrypted" + (
+                " for its recipients' certificates" if public else ""),
+                detail={"library": str(e)[:300]},
+                reason="public_key_encryption" if public else "password_encryption") from None
         raise MalformedPdf("the PDF is damaged and cannot be read",
                            detail={"library": f"{type(e).__name__}: {e}"[:500],
                                    "warnings": list(warnings)}) from None

@@ -41,8 +41,14 @@ class PdfLimits:
     # not count against the document).
     max_check_cpu_s: float = 20.0
     allowed_actions: frozenset[str] = pdfrules.DEFAULT_ALLOWED_ACTIONS
+    # URL schemes a clicked link or form button may lead to (lower case).
+    link_schemes: frozenset[str] = pdfrules.DEFAULT_LINK_SCHEMES
     # "never" | "when_needed" | "always": see casesignd.pipeline.
     normalize: str = "when_needed"
+    # A document certified against any change (DocMDP P=1) is refused before any
+    # content check: it is to be signed. False where nothing is added (a check of
+    # a document for its own sake).
+    refuse_certified: bool = True
 
     @classmethod
     def from_policy(cls, policy: Policy) -> PdfLimits:
@@ -57,6 +63,7 @@ class PdfLimits:
             max_decoded_bytes=policy.max_decoded_document_bytes,
             max_check_cpu_s=policy.max_check_cpu_s,
             allowed_actions=frozenset("/" + a for a in policy.allowed_actions),
+            link_schemes=frozenset(s.lower() for s in policy.allowed_link_schemes),
             normalize=policy.normalize,
         )
 
@@ -89,6 +96,9 @@ class PdfReport:
     warnings: tuple[str, ...] = ()
     # Why readers may repair this document or read it differently (empty: they agree).
     findings: tuple[Finding, ...] = ()
+    # Links and form buttons that leave the document (URI, SubmitForm actions), counted
+    # for the audit trail; their targets are never kept.
+    external_links: int = 0
 
     @property
     def damaged(self) -> bool:
@@ -124,7 +134,7 @@ class Budget:
         if time.thread_time() > self.cpu_until:
             raise LimitExceeded(
                 f"checking the PDF takes more than {self.limits.max_check_cpu_s:g} s of CPU time",
-                detail={"max_check_cpu_s": self.limits.max_check_cpu_s})
+                detail={"max_check_cpu_s": self.limits.max_check_cpu_s}, reason="check_time")
 
     def stream_limit(self) -> int:
         return min(self.limits.max_decoded_stream_bytes, self.decoded_left, self.inflate_left)
@@ -137,4 +147,5 @@ class Budget:
             raise LimitExceeded(
                 "the PDF's streams decompress to more than the allowed size in all "
                 "(a decompression bomb?)",
-                detail={"max_decoded_bytes": self.limits.max_decoded_bytes})
+                detail={"max_decoded_bytes": self.limits.max_decoded_bytes},
+                reason="decompression_bomb")

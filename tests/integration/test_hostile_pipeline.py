@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.codes import REASONS
 from casesignd.errors import CasesignError
 from tests.helpers_corpus import good_corpus  # noqa: F401  (session fixture)
 from tests.helpers_hostile import (
@@ -186,6 +187,9 @@ def test_entry_gets_its_outcome(name: str, hostile_corpus: dict[str, Hostile],  
         assert err is not None, f"{name}: expected {entry.expect}, but it was signed " \
             f"(normalized={outcome.checked.normalized}, reasons={outcome.checked.reasons})"
         _assert_refused(err, entry.expect, work, dst)
+        assert err.reason in REASONS and REASONS[err.reason].code == err.code, err.reason
+        if entry.reason:
+            assert err.reason == entry.reason, f"{name}: {err.reason}: {err.message}"
         return
     if err is not None:
         allowed = {NORMALIZED_OR_AMBIGUOUS: AMBIGUOUS,
@@ -273,7 +277,7 @@ def test_check_file_decides_like_sign_file(
     """check_file (no signing) refuses with the same codes, reports rewrites as
     sign_file does, and leaves its workdir empty either way."""
     picks = ["dup_key_contents", "random_bytes", "encrypted_aes_256", "encrypted_pubsec",
-             "link_uri", "embedded_txt_is_pe", "budget_40_streams_of_8mib"]
+             "link_unc", "embedded_txt_is_pe", "budget_40_streams_of_8mib"]
     wrong = []
     for i, name in enumerate(picks):
         if name not in hostile_corpus:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.codes import REASONS
 from casesignd.errors import CasesignError
 from casesignd.pdfcheck import PdfLimits, PdfReport, inspect_pdf
 from tests.helpers_corpus import (
@@ -40,24 +41,23 @@ def test_good_pdf_passes(name: str, good_corpus: dict[str, Path]) -> None:  # no
     if name not in good_corpus:
         dest = next(iter(good_corpus.values())).parent
         pytest.skip(good_corpus_missing(dest).get(name, "not built"))
-    # hyperref's links are URI actions: a policy that allows them accepts the file.
-    limits = PdfLimits(allowed_actions=frozenset({"/GoTo", "/Named", "/URI"})) \
-        if "hyperref" in name else PdfLimits()
-    report = inspect_pdf(good_corpus[name], limits)
+    report = inspect_pdf(good_corpus[name], PdfLimits())
     assert report.pages >= 1
     assert report.encrypted is False
     assert report.size == good_corpus[name].stat().st_size
     assert pickle.loads(pickle.dumps(report)) == report
 
 
-def test_links_are_active_content_unless_the_policy_allows_them(
+def test_links_are_signed_unless_the_policy_keeps_clicks_in_the_document(
     good_corpus: dict[str, Path],  # noqa: F811
 ) -> None:
     if "pdflatex_hyperref" not in good_corpus:
         pytest.skip("pdflatex is not installed")
+    assert inspect_pdf(good_corpus["pdflatex_hyperref"], PdfLimits()).external_links >= 1
     with pytest.raises(CasesignError) as info:
-        inspect_pdf(good_corpus["pdflatex_hyperref"], PdfLimits())
-    assert info.value.code == "active_content" and "URI" in info.value.message
+        inspect_pdf(good_corpus["pdflatex_hyperref"], PdfLimits(link_schemes=frozenset()))
+    assert (info.value.code, info.value.reason) == ("active_content", "link_scheme")
+    assert "object" in info.value.where
 
 
 def test_good_pdf_facts(good_corpus: dict[str, Path]) -> None:  # noqa: F811
@@ -81,7 +81,9 @@ def test_bad_pdf_raises_its_code(name: str, bad_corpus: dict[str, tuple[Path, st
     assert info.value.message and "Traceback" not in info.value.message
     # Errors cross the process-pool boundary intact.
     again = pickle.loads(pickle.dumps(info.value))
-    assert (again.code, again.message) == (info.value.code, info.value.message)
+    assert (again.code, again.message, again.reason, again.where) == (
+        info.value.code, info.value.message, info.value.reason, info.value.where)
+    assert again.reason in REASONS and REASONS[again.reason].code in (code, "certified_no_changes")
 
 
 _CHILD = """

@@ -124,38 +124,75 @@ def test_a_file_is_scanned_in_windows_with_the_same_result(tmp_path: Path, monke
 # --- the active-content rules --------------------------------------------------------
 
 ALLOWED = pdfrules.DEFAULT_ALLOWED_ACTIONS
+AUTO, CLICK = pdfrules.AUTOMATIC, pdfrules.CLICK
 
 
-@pytest.mark.parametrize(("d", "hit"), [
-    ({"/S": "/JavaScript", "/JS": "app.alert(1)"}, "JavaScript"),
-    ({"/S": "/Launch", "/F": "cmd.exe"}, "Launch"),
-    ({"/S": "/ImportData", "/F": "data.fdf"}, "ImportData"),
-    ({"/S": "/SubmitForm", "/F": "https://example.org"}, "SubmitForm"),
-    ({"/S": "/ResetForm"}, "ResetForm"),
-    ({"/S": "/URI", "/URI": "https://example.org"}, "URI"),
-    ({"/S": "/GoToR", "/F": "\\\\evil\\share\\x.pdf"}, "GoToR"),
-    ({"/S": "/GoToE"}, "GoToE"),
-    ({"/S": "/Hide", "/T": "x"}, "Hide"),
-    ({"/S": "/SetOCGState"}, "SetOCGState"),
-    ({"/S": "/Rendition"}, "Rendition"),
-    ({"/S": "/Frobnicate"}, "unknown action"),
-    ({"/S": "/Named", "/N": "/Print"}, "named action"),
-    ({"/S": "/Named", "/N": "/NextPage"}, None),
-    ({"/S": "/GoTo", "/D": []}, None),
+@pytest.mark.parametrize(("d", "trigger", "word"), [
+    ({"/S": "/JavaScript", "/JS": "app.alert(1)"}, CLICK, "javascript"),
+    ({"/S": "/Launch", "/F": "cmd.exe"}, CLICK, "forbidden_action"),
+    ({"/S": "/ImportData", "/F": "data.fdf"}, CLICK, "forbidden_action"),
+    ({"/S": "/RichMediaExecute"}, CLICK, "forbidden_action"),
+    ({"/S": "/ResetForm"}, CLICK, "forbidden_action"),
+    ({"/S": "/GoToR", "/F": "\\\\evil\\share\\x.pdf"}, CLICK, "forbidden_action"),
+    ({"/S": "/Hide", "/T": "x"}, CLICK, "forbidden_action"),
+    ({"/S": "/SetOCGState"}, CLICK, "forbidden_action"),
+    ({"/S": "/Rendition"}, CLICK, "forbidden_action"),
+    ({"/S": "/Frobnicate"}, CLICK, "forbidden_action"),
+    ({"/S": "/Named", "/N": "/Print"}, CLICK, "forbidden_action"),
+    ({"/S": "/Named", "/N": "/NextPage"}, AUTO, None),
+    ({"/S": "/GoTo", "/D": []}, AUTO, None),
+    # a click may leave the document for the allowed schemes
+    ({"/S": "/URI", "/URI": "https://example.org/a?b=c"}, CLICK, None),
+    ({"/S": "/URI", "/URI": "http://example.org"}, CLICK, None),
+    ({"/S": "/URI", "/URI": "mailto:someone@example.org"}, CLICK, None),
+    ({"/S": "/URI", "/URI": b"https://example.org\x00javascript:x"}, CLICK, None),
+    ({"/S": "/URI", "/URI": " https://example.org\n"}, CLICK, None),
+    ({"/S": "/SubmitForm", "/F": "https://example.org/form"}, CLICK, None),
+    ({"/S": "/SubmitForm", "/F": {"/FS": "/URL", "/F": "https://example.org/f"}}, CLICK, None),
+    ({"/S": "/GoToE", "/T": {"/R": "/C", "/N": "a.pdf"}}, CLICK, None),
+    # ... and nowhere else
+    ({"/S": "/URI", "/URI": "file:///etc/passwd"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "FILE://host/share"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "\\\\evil\\share"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "smb://evil/share"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "javascript:alert(1)"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": " JavaScript:alert(1)"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "data:text/html,<script>"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "www.example.org"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "http:\\\\evil\\x"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "http:///nohost"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": "https://exa mple.org"}, CLICK, "link_scheme"),
+    ({"/S": "/URI"}, CLICK, "link_scheme"),
+    ({"/S": "/URI", "/URI": 12}, CLICK, "link_scheme"),
+    ({"/S": "/SubmitForm", "/F": "\\\\evil\\share\\in"}, CLICK, "link_scheme"),
+    ({"/S": "/GoToE", "/F": "other.pdf", "/T": {"/R": "/C"}}, CLICK, "link_scheme"),
+    # what runs by itself stays in the document
+    ({"/S": "/URI", "/URI": "https://example.org"}, AUTO, "automatic_action"),
+    ({"/S": "/SubmitForm", "/F": "https://example.org"}, AUTO, "automatic_action"),
+    ({"/S": "/GoToE", "/T": {"/R": "/C", "/N": "a.pdf"}}, AUTO, "automatic_action"),
 ])
-def test_action_reason(d: dict, hit: str | None) -> None:
-    reason = pdfrules.action_reason(d, ALLOWED)
-    if hit is None:
-        assert reason is None
-    else:
-        assert reason is not None and hit in reason
+def test_action_rule(d: dict, trigger: str, word: str | None) -> None:
+    rule = pdfrules.action_rule(d, ALLOWED, trigger)
+    assert (rule[0] if rule else None) == word, rule
+    if rule:
+        assert "example.org" not in rule[1] and "evil" not in rule[1], "a target in words"
+
+
+def test_the_policy_chooses_the_link_schemes() -> None:
+    https = {"/S": "/URI", "/URI": "https://example.org"}
+    assert pdfrules.action_rule(https, ALLOWED, CLICK, frozenset())[0] == "link_scheme"
+    assert pdfrules.action_rule(https, ALLOWED, CLICK, frozenset({"https"})) is None
+    ftp = {"/S": "/URI", "/URI": "ftp://example.org/x"}
+    assert pdfrules.action_rule(ftp, ALLOWED, CLICK)[0] == "link_scheme"
+    assert pdfrules.action_rule(ftp, ALLOWED, CLICK, frozenset({"ftp"})) is None
 
 
 def test_a_policy_may_allow_links_but_never_scripts() -> None:
     allowed = ALLOWED | {"/URI", "/JavaScript", "/Launch"}
-    assert pdfrules.action_reason({"/S": "/URI"}, allowed) is None
-    assert pdfrules.action_reason({"/S": "/JavaScript"}, allowed)
-    assert pdfrules.action_reason({"/S": "/Launch"}, allowed)
+    assert pdfrules.action_rule({"/S": "/URI", "/URI": "https://example.org"}, allowed) is None
+    assert pdfrules.action_rule({"/S": "/URI", "/URI": "file:///x"}, allowed)[0] == "link_scheme"
+    assert pdfrules.action_rule({"/S": "/JavaScript"}, allowed)[0] == "javascript"
+    assert pdfrules.action_rule({"/S": "/Launch"}, allowed)[0] == "forbidden_action"
 
 
 @pytest.mark.parametrize(("d", "slot", "action"), [
@@ -184,17 +221,20 @@ def test_is_action(d: dict, slot: bool, action: bool) -> None:
     ({"/Type": "/Filespec", "/F": "photo.jpg", "/EF": True}, None),
     ({"/Type": "/Filespec", "/F": "setup.exe"}, None),  # a reference, not embedded
 ])
-def test_dict_reason(d: dict, hit: str | None) -> None:
-    reason = pdfrules.dict_reason(d)
+def test_dict_rule(d: dict, hit: str | None) -> None:
+    rule = pdfrules.dict_rule(d)
     if hit is None:
-        assert reason is None
+        assert rule is None
     else:
-        assert reason is not None and hit in reason
+        assert rule is not None and hit in rule[1]
 
 
 @pytest.mark.parametrize(("name", "risky"), [
     ("x.exe", True), ("x.exe.", True), ("x.exe ", True), ("x.exe. . ", True),
     ("REPORT.DOCM", True), ("disk.ISO", True), ("app.HTA", True), ("run.js", True),
+    ("page.html", False), ("page.HTM", False), ("notes.txt", False), ("logo.svg", False),
+    ("scan.png", False), ("data.csv", False), ("x.lnk", True), ("x.url", True),
+    ("x.appref-ms", True), ("x.SettingContent-ms", True), ("x.vhdx", True), ("x.msu", True),
     ("a/b\\c.scr", True), ("notes.txt:evil.exe", False), ("notes.exe:x", True),
     ("photo.jpg", False), ("contract.pdf", False), ("README", False), ("exe", False),
 ])
@@ -218,6 +258,11 @@ def test_risky_content() -> None:
     ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(100) + "_VBA_PROJECT".encode("utf-16-le")
     assert "macros" in pdfrules.risky_content(ole[:64], ole)
     assert pdfrules.risky_content(b"\x89PNG\r\n\x1a\n") is None
+    # a page is a document; an HTML application runs with the user's rights
+    assert pdfrules.risky_content(b"<!doctype html><html><script>x()</script>") is None
+    assert pdfrules.risky_content(b"<svg xmlns='http://www.w3.org/2000/svg'/>") is None
+    hta = b"<html><head><title>t</title><HTA:APPLICATION ID='x'></head></html>"
+    assert "HTML application" in pdfrules.risky_content(hta)
 
 
 @pytest.mark.parametrize(("d", "size"), [
@@ -305,20 +350,69 @@ def test_a_plain_page_passes(tmp_path: Path) -> None:
     assert pickle.loads(pickle.dumps(report)) == report
 
 
-def test_submit_is_refused_wherever_it_is_unless_the_policy_allows_it(tmp_path: Path) -> None:
+def _refusal(tmp_path: Path, data: bytes, limits: PdfLimits | None = None) -> CasesignError:
+    with pytest.raises(CasesignError) as info:
+        _check(tmp_path, data, limits)
+    return info.value
+
+
+def test_a_click_may_leave_the_document_what_runs_by_itself_may_not(tmp_path: Path) -> None:
     submit = b"<< /S /SubmitForm /F << /FS /URL /F (https://example.org/) >> >>"
     link = b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /A 6 0 R >>"
     as_link = _one_page(page_extra=b"/Annots [7 0 R] ", more=[submit, link])
-    assert _code(tmp_path, as_link) == "active_content"
-    allowing = PdfLimits(allowed_actions=pdfrules.DEFAULT_ALLOWED_ACTIONS | {"/SubmitForm"})
-    assert _check(tmp_path, as_link, allowing).pages == 1
-    # A chained (/Next) action is checked like the first one.
+    assert _check(tmp_path, as_link).external_links == 1
+    # The policy chooses the schemes: none keeps every click in the document.
+    e = _refusal(tmp_path, as_link, PdfLimits(link_schemes=frozenset()))
+    assert (e.code, e.reason, e.where) == ("active_content", "link_scheme", {"object": 6})
+    # The same action run when the document opens, or by a page's /AA, is refused.
+    opening = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[submit])
+    e = _refusal(tmp_path, opening)
+    assert (e.code, e.reason, e.where) == ("active_content", "automatic_action", {"object": 6})
+    on_page = _one_page(page_extra=b"/AA << /O 6 0 R >> ", more=[submit])
+    assert _refusal(tmp_path, on_page).reason == "automatic_action"
+    # A link's /AA (mouse-over) runs without a click too.
+    hover = _one_page(page_extra=b"/Annots [7 0 R] ", more=[
+        submit, b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /AA << /E 6 0 R >> >>"])
+    assert _refusal(tmp_path, hover).reason == "automatic_action"
+    # A chained (/Next) action is checked like the first one, with its trigger.
     chained = _one_page(catalog_extra=b"/OpenAction 6 0 R ", more=[
-        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>", b"<< /S /Frobnicate >>"])
-    assert _code(tmp_path, chained) == "active_content"
+        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>",
+        b"<< /S /URI /URI (https://example.org) >>"])
+    assert _refusal(tmp_path, chained).reason == "automatic_action"
+    clicked = _one_page(page_extra=b"/Annots [8 0 R] ", more=[
+        b"<< /S /GoTo /D [3 0 R /Fit] /Next 7 0 R >>",
+        b"<< /S /URI /URI (file:///etc/passwd) >>",
+        b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /A 6 0 R >>"])
+    e = _refusal(tmp_path, clicked)
+    assert (e.reason, e.where) == ("link_scheme", {"object": 7})
+    assert "passwd" not in e.message
     # A destination array is no action: the page it names is not judged as one.
     goto = _one_page(catalog_extra=b"/OpenAction [3 0 R /Fit] ")
     assert _check(tmp_path, goto).pages == 1
+
+
+def test_a_form_buttons_target_is_checked_and_named_by_its_field(tmp_path: Path) -> None:
+    button = (b"<< /Type /Annot /Subtype /Widget /FT /Btn /Ff 65536 /T (Send) "
+              b"/Rect [0 0 10 10] /A << /S /SubmitForm /F (\\\\\\\\evil\\\\in) >> >>")
+    data = _one_page(catalog_extra=b"/AcroForm << /Fields [6 0 R] >> ",
+                     page_extra=b"/Annots [6 0 R] ", more=[button])
+    e = _refusal(tmp_path, data)
+    assert (e.code, e.reason, e.where) == ("active_content", "link_scheme",
+                                           {"object": 6, "field": "Send"})
+
+
+def test_a_certified_document_is_refused_for_that_first(tmp_path: Path) -> None:
+    # Certified against any change (DocMDP P=1) and holding a link that would be
+    # refused: what is said is the certification, before any content check.
+    data = _one_page(catalog_extra=b"/Perms << /DocMDP 6 0 R >> /OpenAction 7 0 R ", more=[
+        b"<< /Type /Sig /Reference [<< /TransformMethod /DocMDP "
+        b"/TransformParams << /P 1 /V /1.2 >> >>] >>",
+        b"<< /S /URI /URI (https://example.org) >>"])
+    e = _refusal(tmp_path, data)
+    assert (e.code, e.reason) == ("certified_no_changes", "certified_no_changes")
+    # Checked for its own sake (nothing is to be added), it is judged on its content.
+    e = _refusal(tmp_path, data, PdfLimits(refuse_certified=False))
+    assert e.reason == "automatic_action"
 
 
 def test_javascript_name_tree(tmp_path: Path) -> None:
@@ -343,7 +437,13 @@ def test_embedded_files(tmp_path: Path) -> None:
         "active_content"
     assert _code(tmp_path, with_attachment(b"run.sh", b"#!/bin/sh\necho\n")) == \
         "active_content"
-    assert _code(tmp_path, with_attachment(b"update.exe", b"plain text")) == "active_content"
+    e = _refusal(tmp_path, with_attachment(b"update.exe", b"plain text"))
+    assert (e.code, e.reason) == ("active_content", "executable_attachment")
+    assert e.where == {"object": 6, "attachment": "update.exe"}
+    # Pages, text and pictures are documents, whatever a browser does with them.
+    page = b"<!doctype html><html><body><script>alert(1)</script></body></html>"
+    assert _check(tmp_path, with_attachment(b"receipt.html", page)).pages == 1
+    assert _check(tmp_path, with_attachment(b"notes.txt", b"plain text")).pages == 1
 
 
 def test_image_pixel_bomb(tmp_path: Path) -> None:
@@ -397,7 +497,7 @@ def test_signatures_and_docmdp_are_reported(tmp_path: Path) -> None:
            b"/TransformMethod /DocMDP /TransformParams << /Type /TransformParams /P 1 /V /1.2 >> "
            b">>] >>")
     data = _one_page(catalog_extra=b"/Perms << /DocMDP 6 0 R >> ", more=[sig])
-    report = _check(tmp_path, data)
+    report = _check(tmp_path, data, PdfLimits(refuse_certified=False))
     assert report.has_signatures and report.docmdp_permission == 1
 
 
