@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import cli_backup, cli_case, cli_casesign, cli_store
+from . import cli_backup, cli_case, cli_casesign, cli_check, cli_store
 from .cli_common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -46,6 +46,7 @@ from .client import (
     config_path_from,
     file_sha256,
     load_settings,
+    refusal_text,
 )
 from .errors import CasesignError, ConfigError
 
@@ -319,6 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     cli_store.register(sub, command)
     cli_backup.register(sub, command)
+    cli_check.register(sub, command)
     cli_case.register(sub, command, _client)
     cli_casesign.register_download(jobs_sub, command, _client)
 
@@ -358,8 +360,10 @@ def run(args: argparse.Namespace) -> int:
         _err(e.line())
         return EXIT_FAILED
     except CasesignError as e:
-        field = f" (field {e.field})" if e.field else ""
-        _err(f"error: {e.code}: {e.message}{field}")
+        extras = [refusal_text(e.reason, e.where)] if e.reason else []
+        extras += [f"field {e.field}"] if e.field else []
+        tail = f" ({', '.join(extras)})" if extras else ""
+        _err(f"error: {e.code}: {e.message}{tail}")
         return EXIT_FAILED
     except BrokenPipeError:
         # stdout closed early (`casesignd jobs list | head`): not an error worth a line.
