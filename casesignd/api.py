@@ -74,7 +74,8 @@ def middlewares(services: Services) -> list[Any]:
             if e.status >= 500:
                 log_event(log, "http.error", level=logging.WARNING, code=e.code, status=e.status,
                           correlation_id=cid, route=route_name(request))
-            resp = json_response(error_body(e.code, e.message, cid, e.field), e.status, e.headers)
+            resp = json_response(error_body(e.code, e.message, cid, e.field, reason=e.reason,
+                                            where=e.where), e.status, e.headers)
         except HttpProcessingError as e:
             # The body's framing broke while a handler read it (a multipart line longer
             # than aiohttp reads, a bad chunk): the client's fault, never a 500.
@@ -136,7 +137,8 @@ def job_resource(services: Services, job: Job, now: float | None = None) -> dict
             out["result"] = {"detail": result.get("detail", {})}
     if job.state == "failed":
         out["error"] = {"category": job.error_category, "code": job.error_code,
-                        "correlation_id": job.correlation_id}
+                        "correlation_id": job.correlation_id,
+                        **(job.refusal() or {})}
     return out
 
 

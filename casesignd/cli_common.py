@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from .client import refusal_text
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -118,9 +120,12 @@ def job_failure_line(job: dict[str, Any], about: str | None = None) -> str:
     if job.get("state") == "canceled":
         return f"error: canceled: job {job.get('job_id')} was canceled"
     extras = [f"category {err['category']}"] if err.get("category") else []
+    if isinstance(err.get("reason"), str):
+        extras.append(refusal_text(err["reason"], err.get("where")))
     if err.get("correlation_id"):
         extras.append(f"correlation id {err['correlation_id']}")
     tail = f" ({', '.join(extras)})" if extras else ""
     code = err.get("code") or "failed"
     lead = f"{about}: " if about else ""
-    return f"error: {code}: {lead}job {job.get('job_id')} failed{tail}"
+    said = f": {err['message']}" if isinstance(err.get("message"), str) else ""
+    return f"error: {code}: {lead}job {job.get('job_id')} failed{said}{tail}"

@@ -53,8 +53,11 @@ class ClientError(CasesignError):
         field: str | None = None,
         correlation_id: str | None = None,
         retry_after_s: float | None = None,
+        reason: str | None = None,
+        where: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message, code=code, field=field, status=status, delay_s=retry_after_s)
+        super().__init__(message, code=code, field=field, status=status, delay_s=retry_after_s,
+                         reason=reason, where=where)
         self.correlation_id = correlation_id
 
     @property
@@ -62,8 +65,9 @@ class ClientError(CasesignError):
         return self.delay_s
 
     def line(self) -> str:
-        """One line for a person: ``error: code: message (field ..., correlation id ...)``."""
-        extras = []
+        """One line for a person: ``error: code: message (field ..., correlation id ...)``;
+        a refused document's ``(reason ..., page ..., object ...)`` too."""
+        extras = [refusal_text(self.reason, self.where)] if self.reason else []
         if self.field:
             extras.append(f"field {self.field}")
         if self.delay_s is not None:
@@ -72,6 +76,17 @@ class ClientError(CasesignError):
             extras.append(f"correlation id {self.correlation_id}")
         tail = f" ({', '.join(extras)})" if extras else ""
         return f"error: {self.code}: {self.message}{tail}"
+
+
+def refusal_text(reason: str, where: Mapping[str, Any] | None) -> str:
+    """``reason R, page P, object O, attachment 'A', field 'F'``: a refused document's
+    reason and where, for one line (pure)."""
+    parts = [f"reason {reason}"]
+    for key in ("page", "object", "attachment", "field"):
+        value = (where or {}).get(key)
+        if value is not None:
+            parts.append(f"{key} {value!r}" if isinstance(value, str) else f"{key} {value}")
+    return ", ".join(parts)
 
 
 class ServerUnreachable(ClientError):
@@ -149,6 +164,8 @@ def error_from_response(
             err.get("field"),
             err.get("correlation_id"),
             retry_after,
+            err.get("reason") if isinstance(err.get("reason"), str) else None,
+            err.get("where") if isinstance(err.get("where"), dict) else None,
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         snippet = body[:200].decode("utf-8", "replace").strip()

@@ -187,7 +187,7 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
     ("forbidden_action", "active_content",
      "an action that starts a program, imports data or is not allowed (Launch, ImportData, "
      "RichMediaExecute, an action type outside the policy's allowed_actions)"),
-    ("javascript", "active_content", "JavaScript, anywhere in the document"),
+    ("javascript", "active_content", "a script (JavaScript), anywhere in the document"),
     ("xfa_form", "active_content", "an XFA form, which carries its own scripts"),
     ("active_media", "active_content", "a media player, 3D artwork or rich media"),
     ("executable_attachment", "active_content",

@@ -190,6 +190,7 @@ class TransientJobError(CasesignError):
 
 class MalformedPdf(PermanentJobError):
     code = "malformed_pdf"
+    reason = "damaged"
 
 
 class AmbiguousPdf(PermanentJobError):
@@ -198,10 +199,12 @@ class AmbiguousPdf(PermanentJobError):
     policy's ``normalize`` is ``never``, or the readers disagree on what it shows."""
 
     code = "ambiguous_pdf"
+    reason = "readers_disagree"
 
 
 class EncryptedPdf(PermanentJobError):
     code = "encrypted_pdf"
+    reason = "password_encryption"
 
 
 class ActiveContent(PermanentJobError):

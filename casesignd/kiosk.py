@@ -148,8 +148,10 @@ def _job_error(job: Job) -> CasesignError:
     """The answer for a replay of a kiosk request whose job did not end well."""
     if job.state == "failed":
         status = 422 if job.error_category == "permanent_input" else 503
-        return CasesignError("the signing request failed", code=job.error_code or "internal_error",
-                             status=status)
+        refused = job.refusal() or {}
+        return CasesignError(refused.get("message") or "the signing request failed",
+                             code=job.error_code or "internal_error", status=status,
+                             reason=refused.get("reason"), where=refused.get("where"))
     if job.state == "retry_wait":
         return CasesignError("signing failed for now; the job is retried in the background",
                              code=job.error_code or "transient_failure", status=503,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .codes import CODES
+from .codes import CODES, REASONS
 
 CASE_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
@@ -24,6 +24,21 @@ AMOUNT_PATTERN = r"^\d+(\.\d+)?$"
 ERROR_CODE_PATTERN = r"^[a-z][a-z0-9_]*$"
 # Every code of the service (casesignd.codes): an answer's, or a failed job's.
 ERROR_CODES = sorted(CODES)
+REASON_WORDS = sorted(REASONS)
+# A refused document's reason and where (the same in an error body and a failed job).
+_REFUSAL = {
+    "reason": {"type": "string", "enum": REASON_WORDS,
+               "description": "A refused document's reason, finer than its code; each "
+                              "goes with one code (the README's table of reasons)."},
+    "where": {
+        "type": "object",
+        "description": "Where in the refused document: its page (from 1), object number, "
+                       "attachment or form field name. Never its text or URLs.",
+        "properties": {"page": {"type": "integer", "minimum": 1},
+                       "object": {"type": "integer", "minimum": 0},
+                       "attachment": {"type": "string"}, "field": {"type": "string"}},
+    },
+}
 IDEMPOTENCY_KEY_PATTERN = r"^[\x20-\x7e]{1,255}$"
 MEDIA_TYPE_PATTERN = r"^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$"
 
@@ -82,6 +97,7 @@ def schemas() -> dict[str, Any]:
                               "description": "The one field at fault, e.g. items[0].sha256."},
                     "correlation_id": {"type": "string",
                                        "description": "Names the request in the server log."},
+                    **_REFUSAL,
                 },
                 ["code", "message", "correlation_id"],
             )},
@@ -215,6 +231,9 @@ def schemas() -> dict[str, Any]:
                 "code": {"type": "string", "enum": ERROR_CODES,
                          "description": "Why the job failed; see the README's error table."},
                 "correlation_id": {"type": "string"},
+                "message": {"type": "string",
+                            "description": "A refused document's reason, in words."},
+                **_REFUSAL,
             },
             ["category", "code", "correlation_id"],
         ),

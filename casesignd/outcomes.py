@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import audit
+
 
 @dataclass(frozen=True)
 class Artifact:
@@ -84,11 +86,17 @@ class RetryLater:
 
 @dataclass(frozen=True)
 class Fail:
-    """running → failed (the dead letter)."""
+    """running → failed (the dead letter). ``refusal``: a refused document's reason,
+    where and message, which the job resource shows (kept as the job's result)."""
 
     category: str
     code: str
     detail: dict[str, Any] = field(default_factory=dict)
+    refusal: dict[str, Any] | None = None
+
+    def result(self) -> str | None:
+        """The failed job's stored result: its refusal, or nothing."""
+        return audit.canonical({"refusal": self.refusal}).decode() if self.refusal else None
 
 
 Outcome = Finish | RetryLater | Fail

@@ -66,7 +66,7 @@ class Recorder:
         detail = error_detail(error)
         if decision.retry:
             return RetryLater(decision.code, decision.delay_s, detail, decision.counts)
-        return Fail(decision.category, decision.code, detail)
+        return Fail(decision.category, decision.code, detail, refusal(error))
 
     def recorded(self, who: Attempt, outcome: Outcome, done: Job | None, *, started: float,
                  phases: dict[str, float], error: BaseException | None = None) -> None:
@@ -106,13 +106,28 @@ def error_detail(error: BaseException) -> dict[str, Any]:
     """What the audit trail keeps of an error: its code, never personal data."""
     if isinstance(error, CasesignError):
         out: dict[str, Any] = {"code": error.code, "retryable": error.retryable}
-        # A retry's reason (a source's "http_5xx", "timeout"...) is a fixed token, and it
-        # is what an operator reading the job's events needs to see.
-        reason = error.detail.get("reason")
+        # A retry's reason (a source's "http_5xx", "timeout"...) and a refused
+        # document's are fixed tokens, and what an operator reading the job's events
+        # needs to see; of where, the page and object numbers (names may be a person's).
+        reason = error.reason or error.detail.get("reason")
         if isinstance(reason, str) and _REASON.fullmatch(reason):
             out["reason"] = reason
+        where = {k: v for k, v in error.where.items() if isinstance(v, int)}
+        if where:
+            out["where"] = where
         return out
     return {"code": "internal_error", "exception": type(error).__name__}
+
+
+def refusal(error: BaseException) -> dict[str, Any] | None:
+    """A refused document's reason, where and message, for the job resource (the
+    tenant's own document: a field or an attachment is named), or None."""
+    if not isinstance(error, CasesignError) or error.reason is None:
+        return None
+    out: dict[str, Any] = {"reason": error.reason, "message": error.message[:500]}
+    if error.where:
+        out["where"] = dict(error.where)
+    return out
 
 
 @contextlib.asynccontextmanager

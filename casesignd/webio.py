@@ -37,10 +37,16 @@ def json_response(data: Any, status: int = 200, headers: dict[str, str] | None =
                         content_type="application/json")
 
 
-def error_body(code: str, message: str, correlation_id: str, field: str | None = None) -> dict[str, Any]:
+def error_body(code: str, message: str, correlation_id: str, field: str | None = None, *,
+               reason: str | None = None, where: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The contract's error body; a refused document adds its reason and where."""
     err: dict[str, Any] = {"code": code, "message": message}
     if field:
         err["field"] = field
+    if reason:
+        err["reason"] = reason
+        if where:
+            err["where"] = where
     err["correlation_id"] = correlation_id
     return {"error": err}
 

@@ -170,6 +170,14 @@ function fact(label, value) {
   return [el('dt', {}, label), el('dd', {}, value)];
 }
 
+function whereText(where) {
+  if (!where || typeof where !== 'object') return '–';
+  const parts = ['page', 'object', 'attachment', 'field']
+    .filter((k) => where[k] !== undefined && where[k] !== null)
+    .map((k) => `${k} ${where[k]}`);
+  return parts.length ? parts.join(', ') : '–';
+}
+
 function download(result) {
   // Only a link into this daemon's artifacts: anything else the answer held is shown
   // as text, never followed.
@@ -197,8 +205,14 @@ function drawJob(job, events) {
     fact('Processing', ms(t.processing_ms)), fact('Total', ms(t.total_ms)),
   ];
   if (job.error) {
-    facts.push(fact('Error', `${job.error.code} (${job.error.category})`),
-               fact('Correlation id', job.error.correlation_id));
+    facts.push(fact('Error', `${job.error.code} (${job.error.category})`));
+    if (job.error.reason) {
+      // A refused document: why, in a word and in words, and where in it.
+      facts.push(fact('Reason', el('span', { class: 'mono' }, job.error.reason)),
+                 fact('Said', job.error.message || '–'),
+                 fact('Where', whereText(job.error.where)));
+    }
+    facts.push(fact('Correlation id', job.error.correlation_id));
   }
   if (job.result && job.result.sha256) {
     facts.push(fact('SHA-256', el('span', { class: 'mono wrap' }, job.result.sha256)),

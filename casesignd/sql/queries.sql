@@ -79,7 +79,7 @@ RETURNING *;
 
 -- name: fail
 UPDATE jobs SET state = 'failed', failures = failures + 1, error_category = :category,
-       error_code = :code, finished_at = :now,
+       error_code = :code, result = :result, finished_at = :now,
        processing_ms = processing_ms + max(0, (:now - claimed_at) * 1000.0),
        lease_owner = NULL, lease_expires = NULL, updated_at = :now
  WHERE job_id = :job_id AND attempt = :attempt AND lease_owner = :owner AND state = 'running'
@@ -132,7 +132,7 @@ RETURNING *;
 
 -- name: replay
 UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases = 0,
-       error_category = NULL, error_code = NULL, finished_at = NULL,
+       error_category = NULL, error_code = NULL, result = NULL, finished_at = NULL,
        next_attempt_at = :now, queued_since = :now, updated_at = :now
  WHERE job_id = :job_id AND tenant = :tenant AND state = 'failed'
    AND (SELECT value FROM counters WHERE name = 'waiting') < :max_queue_depth

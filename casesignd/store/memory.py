@@ -231,7 +231,7 @@ class MemoryStore(MemoryLifecycle):
             return job
         job = self._put(_replace(job, state="failed", failures=job.failures + 1,
                                  error_category=outcome.category, error_code=outcome.code,
-                                 finished_at=now, **ended))
+                                 result=outcome.result(), finished_at=now, **ended))
         self._event(job, "failed", actor,
                     {**outcome.detail, "category": outcome.category, "code": outcome.code}, now=now)
         return job
@@ -342,7 +342,8 @@ class MemoryStore(MemoryLifecycle):
         now = self.clock()
         job = self._put(_replace(job, state="queued", series=job.series + 1, failures=0,
                                  lost_leases=0, error_category=None, error_code=None,
-                                 finished_at=None, next_attempt_at=now, queued_since=now,
+                                 result=None, finished_at=None, next_attempt_at=now,
+                                 queued_since=now,
                                  updated_at=now))
         self._event(job, "replayed", actor, {"series": job.series})
         return job

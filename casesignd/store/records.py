@@ -70,6 +70,12 @@ class Job(msgspec.Struct, kw_only=True):
     def result_dict(self) -> dict[str, Any] | None:
         return msgspec.json.decode(self.result) if self.result else None
 
+    def refusal(self) -> dict[str, Any] | None:
+        """A failed job's refused document: its reason, where and message."""
+        if self.state != "failed" or not self.result:
+            return None
+        return (self.result_dict() or {}).get("refusal")
+
 
 def row_job(row: Any) -> Job:
     """The job of a row: a mapping (psycopg's dict rows), or a ``sqlite3.Row``, read

@@ -181,7 +181,8 @@ def conclude_op(lease: Lease, outcome: Outcome) -> Op:
     failed = outcome
     return fenced("fail", lease, "failed",
                   {**outcome.detail, "category": outcome.category, "code": outcome.code},
-                  lambda tx: {"category": failed.category, "code": failed.code})
+                  lambda tx: {"category": failed.category, "code": failed.code,
+                              "result": failed.result()})
 
 
 def fenced(name: str, lease: Lease, event: str, detail: dict[str, Any],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.codes import REASONS
 from tests.daemon import Daemon
 from tests.helpers_corpus import REPAIRED_BY_PIPELINE, bad_corpus  # noqa: F401 - session fixture
 from tests.helpers_pki import reportlab_pdf
@@ -189,14 +190,22 @@ def test_bad_pdfs_are_refused_on_both_paths_with_bounded_memory(hostile, bad_cor
                       "items": [upload(d, case_id, path.read_bytes())]})
         assert r.status == 202, (name, r.body)
         submitted[name] = (r.json()["job_id"], code)
+    refusals = {}
     for name, (job_id, code) in submitted.items():
         job = d.wait_job(job_id, timeout_s=120)
         if name in REPAIRED_BY_PIPELINE:
             assert job["state"] == "ready", (name, job)
             continue
         assert job["state"] == "failed", (name, job)
-        assert job["error"] == {"category": "permanent_input", "code": code,
-                                "correlation_id": job["error"]["correlation_id"]}, (name, job)
+        err = job["error"]
+        # A refused document says why: a reason word of its code, where, and words.
+        assert REASONS[err["reason"]].code == code, (name, err)
+        assert isinstance(err["message"], str) and err["message"], (name, err)
+        assert {k: err[k] for k in ("category", "code")} == {
+            "category": "permanent_input", "code": code}, (name, job)
+        assert set(err) <= {"category", "code", "correlation_id", "reason", "where",
+                            "message"}, err
+        refusals[name] = (err["reason"], err.get("where"))
     good_job_succeeds(d, tmp_path, "after-jobs")
 
     for name, (path, code) in sorted(bad_corpus.items()):
@@ -206,6 +215,9 @@ def test_bad_pdfs_are_refused_on_both_paths_with_bounded_memory(hostile, bad_cor
             continue
         assert r.status == 422, (name, r.status, r.body[:300])
         assert r.json()["error"]["code"] == code, (name, r.body)
+        # The same reason and where as the job's.
+        assert (r.json()["error"]["reason"], r.json()["error"].get("where")) == \
+            refusals[name], (name, r.body)
         assert r.headers["Content-Type"].startswith("application/json")
     good = reportlab_pdf(tmp_path / "kiosk-good.pdf", text="kiosk good").read_bytes()
     r = kiosk(d, "KGOOD-1", good)

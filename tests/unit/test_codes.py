@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from casesignd import errors, metrics, openapi
-from casesignd.codes import CODES, INTERNAL, PERMANENT, RETRIES
+from casesignd.codes import CODES, INTERNAL, PERMANENT, REASONS, RETRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 # A code as the source writes it: code="x", a class's code = "x", or the first
@@ -76,3 +76,31 @@ def test_the_openapi_document_and_the_metrics_take_the_table() -> None:
     assert error_code["enum"] == sorted(CODES)
     assert doc["components"]["schemas"]["JobError"]["properties"]["code"]["enum"] == sorted(CODES)
     assert metrics.error_codes() == set(CODES)
+
+
+def test_every_reason_goes_with_a_code_and_the_readme_lists_them() -> None:
+    for reason in REASONS.values():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", reason.name)
+        assert reason.code in CODES and reason.meaning[0].islower(), reason
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("### Why a document is refused"):]
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \| `([a-z0-9_]+)` \| (.+) \|$", section, re.M)
+    assert {name: (code, meaning) for name, code, meaning in rows} == {
+        r.name: (r.code, r.meaning) for r in REASONS.values()}
+    doc = openapi.document()
+    error = doc["components"]["schemas"]["Error"]["properties"]["error"]["properties"]
+    assert error["reason"]["enum"] == sorted(REASONS)
+    assert doc["components"]["schemas"]["JobError"]["properties"]["reason"]["enum"] == \
+        sorted(REASONS)
+
+
+def test_every_reason_the_source_writes_is_in_the_table() -> None:
+    written = re.compile(r"""\breason\s*=\s*"([a-z][a-z0-9_]{1,63})\"""")
+    missing = {}
+    for path in sorted((ROOT / "casesignd").glob("*.py")):
+        if path.name in ("codes.py", "sources.py"):
+            continue  # sources' retry reasons are tokens of their own
+        for word in written.findall(path.read_text()):
+            if word not in REASONS:
+                missing.setdefault(word, path.name)
+    assert not missing, f"reasons written in the source but not in codes.REASONS: {missing}"

@@ -213,7 +213,7 @@ RETURNING *;
 
 -- name: fail
 UPDATE jobs SET state = 'failed', failures = failures + 1, error_category = %(category)s,
-       error_code = %(code)s, finished_at = %(now)s::float8,
+       error_code = %(code)s, result = %(result)s, finished_at = %(now)s::float8,
        processing_ms = processing_ms + greatest(0, (%(now)s::float8 - claimed_at) * 1000.0),
        lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
  WHERE job_id = %(job_id)s AND attempt = %(attempt)s AND lease_owner = %(owner)s
@@ -290,7 +290,7 @@ RETURNING jobs.*, waiting.state AS old_state;
 
 -- name: replay
 UPDATE jobs SET state = 'queued', series = series + 1, failures = 0, lost_leases = 0,
-       error_category = NULL, error_code = NULL, finished_at = NULL,
+       error_category = NULL, error_code = NULL, result = NULL, finished_at = NULL,
        next_attempt_at = %(now)s::float8, queued_since = %(now)s::float8,
        updated_at = %(now)s::float8
  WHERE job_id = %(job_id)s AND tenant = %(tenant)s AND state = 'failed'
