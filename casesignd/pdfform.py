@@ -22,6 +22,15 @@ equality), and under a lock that is a violation: a document timestamp, a DSS or 
 later signature would break the service's signature. A stream restated in the signed
 revision is its own; identical objects are no change for the earlier signatures.
 
+The same rule makes one field's appearance ownable by one signature only. A field an
+earlier signature locks already (its FieldMDP /Reference, which pyHanko enforces, or
+its field's /Lock) keeps its appearance streams where they are: restated, they would
+be an in-place appearance update of a locked field for that signature, which pyHanko
+classes as a violation of its lock (``ModificationLevel.OTHER``) though not a byte
+changed. The service's lock leaves such a field out, since a lock on a stream it does
+not restate would break at the next revision; the earlier lock keeps the field as it
+is. This is what a second signature by the service over a form meets.
+
 A document whose form holds a signature already is updated so that the earlier
 signatures stay valid (see :mod:`casesignd.attachments`).
 """
@@ -44,9 +53,10 @@ MAX_DEPTH = 32  # the field hierarchy (§12.7.3.1) is shallow; deeper is hostile
 @dataclass(frozen=True)
 class Form:
     """What the signing update needs of the form: the fully qualified names
-    (§12.7.3.2) of its terminal fields other than signature fields (what the lock
-    covers), the signature fields that hold a signature, and the strictest DocMDP
-    permission a signed field's /Lock sets (PDF 2.0 §12.7.5.5, /P), if any."""
+    (§12.7.3.2) of its terminal fields other than signature fields that the service's
+    lock covers (all but those whose appearance streams an earlier lock holds, see the
+    module docstring), the signature fields that hold a signature, and the strictest
+    DocMDP permission a signed field's /Lock sets (PDF 2.0 §12.7.5.5, /P), if any."""
 
     lockable: tuple[str, ...] = ()
     signed: tuple[str, ...] = ()
@@ -62,10 +72,10 @@ def read_form(catalog: g.DictionaryObject) -> Form:
     fields = resolved(acro, "/Fields") if isinstance(acro, g.DictionaryObject) else None
     if not isinstance(fields, g.ArrayObject):
         return Form()
-    lockable: list[str] = []
+    terminal: list[tuple[str, list[tuple[int, int]]]] = []  # (name, appearance streams)
     signed: list[str] = []
     lock_ps: list[int] = []
-    appearances: dict[tuple[int, int], None] = {}
+    locks: list[tuple[str, tuple[str, ...]]] = []  # the earlier signatures' FieldMDP
     seen: set[tuple[int, int]] = set()
     # (reference, parent's fully qualified name, inherited /FT, depth), in document order
     todo: list[tuple[Any, str, Any, int]] = [(ref, "", None, 0) for ref in reversed(fields)]
@@ -92,14 +102,19 @@ def read_form(catalog: g.DictionaryObject) -> Form:
         if kids:
             todo.extend((k, qualified, ft, depth + 1) for k in reversed(kids))
         elif ft != "/Sig":
-            lockable.append(qualified)
-            appearances.update(dict.fromkeys(_appearance_streams(node)))
+            terminal.append((qualified, _appearance_streams(node)))
         elif "/V" in node:
             signed.append(qualified)
             p = _lock_p(node)
             if p is not None:
                 lock_ps.append(p)
-    return Form(tuple(lockable), tuple(signed), min(lock_ps, default=None), tuple(appearances))
+            locks.extend(_fieldmdp_specs(node))
+    held = {stream for name, streams in terminal if any(_locks(spec, name) for spec in locks)
+            for stream in streams}
+    mine = [(name, streams) for name, streams in terminal if held.isdisjoint(streams)]
+    appearances = dict.fromkeys(stream for _name, streams in mine for stream in streams)
+    return Form(tuple(name for name, _streams in mine), tuple(signed), min(lock_ps, default=None),
+                tuple(appearances))
 
 
 def _appearance_streams(node: g.DictionaryObject) -> list[tuple[int, int]]:
@@ -129,6 +144,38 @@ def locked_appearances(form: Form, reader: Any) -> list[tuple[int, int, bytes]]:
 def _has_name(ref: g.IndirectObject) -> bool:
     node = ref.get_object()
     return isinstance(node, g.DictionaryObject) and "/T" in node
+
+
+def _fieldmdp_specs(sig_field: g.DictionaryObject) -> list[tuple[str, tuple[str, ...]]]:
+    """The fields a signed signature field locks, as (action, field names): the
+    signature's FieldMDP transform (§12.8.2.4, what pyHanko enforces) and the field's
+    /Lock (Table 233). An action that cannot be read counts as /All."""
+    dicts = [resolved(sig_field, "/Lock")]
+    value = resolved(sig_field, "/V")
+    refs = resolved(value, "/Reference") if isinstance(value, g.DictionaryObject) else None
+    for ref in refs if isinstance(refs, g.ArrayObject) else []:
+        ref = ref.get_object()
+        if isinstance(ref, g.DictionaryObject) and resolved(ref, "/TransformMethod") == "/FieldMDP":
+            dicts.append(resolved(ref, "/TransformParams"))
+    out = []
+    for d in dicts:
+        if not isinstance(d, g.DictionaryObject):
+            continue
+        action = resolved(d, "/Action")
+        listed = resolved(d, "/Fields")
+        names = tuple(str(n.get_object()) for n in listed) if isinstance(listed, g.ArrayObject) else ()
+        out.append((str(action) if action in ("/Include", "/Exclude") else "/All", names))
+    return out
+
+
+def _locks(spec: tuple[str, tuple[str, ...]], name: str) -> bool:
+    """Whether a FieldMDP ``spec`` locks the field ``name`` (a name in /Fields covers
+    the fields beneath it, as pyHanko reads it)."""
+    action, names = spec
+    if action == "/All":
+        return True
+    listed = any(name == n or name.startswith(n + ".") for n in names)
+    return listed if action == "/Include" else not listed
 
 
 def _lock_p(sig_field: g.DictionaryObject) -> int | None:

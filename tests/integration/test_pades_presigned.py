@@ -1,8 +1,15 @@
 """A contract that carries signatures already keeps them valid after the service signs
 it: pyHanko's difference analysis classes everything the service's update adds as
-form filling or better for each earlier signature (approval signatures by another
-signer, a certification with DocMDP P=2, forms), with and without evidence, which
-is then bound by digest in the signature dictionary instead of embedded."""
+form filling or better for each earlier signature, and poppler's pdfsig finds every
+signature valid, with and without evidence, which is then bound by digest in the
+signature dictionary instead of embedded.
+
+The earlier signatures are pyHanko's (approval, visible, in a field made before,
+certifications with DocMDP P=2 and P=3), the service's own (over a form too, whose
+fields its lock covers), and a small signer written in the tests (a classic
+cross-reference table after any kind, the /AcroForm direct or not); the documents are
+laid out as producers do (object and cross-reference streams, a hybrid file, /Annots
+direct or indirect, an /EmbeddedFiles tree, forms with a direct /AcroForm)."""
 
 from __future__ import annotations
 
@@ -18,6 +25,7 @@ from casesignd.errors import CertifiedPdf
 from tests.helpers_pki import (
     Pki,
     embedded_files,
+    hybrid_pdf,
     pdflatex_pdf,
     pdfsig,
     pki,
@@ -27,8 +35,11 @@ from tests.helpers_pki import (
 from tests.helpers_presigned import (
     FIELD,
     OtherSigner,
+    add_dss,
     form_pdfs,
+    handmade_sign,
     last_signature,
+    layouts,
     other_signer,
     pyhanko_sign,
     regular_statuses,
@@ -36,18 +47,43 @@ from tests.helpers_presigned import (
 
 __all__ = ["pki"]  # fixtures
 
-# name: (base, the earlier signatures, made in this order: (field, certify or None))
+# name: (base, the earlier signatures, made in this order: (signer, field, option)).
+# pyhanko's option: the DocMDP permission of a certification (an MDPPerm), "visible",
+# or "precreated" (a visible field made by an update before it is signed); handmade's:
+# "direct", the /AcroForm direct in the catalog; casesignd: the service itself.
+APPROVAL = ("pyhanko", "Approval", None)
+SERVICE = ("casesignd", "", None)
+HANDMADE = ("handmade", "Other", None)
 CASES = {
-    "approval": ("plain", [("Approval", None)]),
-    "two_approvals": ("plain", [("Approval", None), ("Second", None)]),
-    "certified_p2": ("plain", [("Certification", "FILL_FORMS")]),
-    "certified_p2_then_approval": ("plain", [("Certification", "FILL_FORMS"), ("Approval", None)]),
-    "pdflatex_approval": ("pdflatex", [("Approval", None)]),
+    "approval": ("plain", [APPROVAL]),
+    "two_approvals": ("plain", [APPROVAL, ("pyhanko", "Second", None)]),
+    "certified_p2": ("plain", [("pyhanko", "Certification", "FILL_FORMS")]),
+    "certified_p2_then_approval": ("plain", [("pyhanko", "Certification", "FILL_FORMS"), APPROVAL]),
+    "certified_p3": ("plain", [("pyhanko", "Certification", "ANNOTATE")]),
+    "visible_approval": ("plain", [("pyhanko", "Approval", "visible")]),
+    "precreated_field_approval": ("plain", [("pyhanko", "Approval", "precreated")]),
+    "pdflatex_approval": ("pdflatex", [APPROVAL]),
     "form": ("reportlab_form", []),
-    "form_approval": ("reportlab_form", [("Approval", None)]),
-    "form_certified_p2": ("reportlab_form", [("Certification", "FILL_FORMS")]),
-    "libreoffice_form_approval": ("libreoffice_form", [("Approval", None)]),
-    "pdflatex_form_approval": ("pdflatex_form", [("Approval", None)]),
+    "form_approval": ("reportlab_form", [APPROVAL]),
+    "form_certified_p2": ("reportlab_form", [("pyhanko", "Certification", "FILL_FORMS")]),
+    "libreoffice_form_approval": ("libreoffice_form", [APPROVAL]),
+    "pdflatex_form_approval": ("pdflatex_form", [APPROVAL]),
+    "service": ("plain", [SERVICE]),
+    "service_form": ("reportlab_form", [SERVICE]),
+    "service_form_then_approval": ("reportlab_form", [SERVICE, APPROVAL]),
+    "approval_then_service_form": ("reportlab_form", [APPROVAL, SERVICE]),
+    "handmade": ("plain", [HANDMADE]),
+    "handmade_direct_acroform": ("plain", [("handmade", "Other", "direct")]),
+    "handmade_form": ("reportlab_form", [HANDMADE]),
+    "objstm_approval": ("objstm", [APPROVAL]),
+    "objstm_handmade": ("objstm", [HANDMADE]),
+    "objstm_service_form": ("objstm_form", [SERVICE]),
+    "hybrid_approval": ("hybrid", [APPROVAL]),
+    "annots_direct_approval": ("annots_direct", [APPROVAL]),
+    "annots_indirect_approval": ("annots_indirect", [APPROVAL]),
+    "annots_direct_handmade": ("annots_direct", [HANDMADE]),
+    "names_approval": ("names", [APPROVAL]),
+    "direct_acroform_form_approval": ("direct_acroform_form", [APPROVAL]),
 }
 
 
@@ -69,18 +105,27 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         made = None
     if made is not None:
         out["pdflatex"] = made
+    out["hybrid"] = hybrid_pdf(directory / "hybrid.pdf")
+    out.update(layouts(out["plain"], out["reportlab_form"], directory / "layouts"))
     return out
 
 
-def _contract(case: str, bases: dict[str, Path], other: OtherSigner, tmp_path: Path) -> Path:
+def _contract(case: str, bases: dict[str, Path], other: OtherSigner, pki: Pki, tmp_path: Path) -> Path:
     base, earlier = CASES[case]
     if base not in bases:
         pytest.skip(f"{base} unavailable on this machine")
-    data = bases[base].read_bytes()
-    for field, certify in earlier:
-        data = pyhanko_sign(data, other, field, certify)
     path = tmp_path / "contract.pdf"
-    path.write_bytes(data)
+    path.write_bytes(bases[base].read_bytes())
+    for signer, field, option in earlier:
+        if signer == "casesignd":
+            pipeline.sign_file(path, tmp_path / "service.pdf", pki.signer("rsa"), meta=sample_meta())
+            (tmp_path / "service.pdf").replace(path)
+        elif signer == "handmade":
+            path.write_bytes(handmade_sign(path.read_bytes(), other, field, acroform_direct=option == "direct"))
+        else:
+            look = {"visible": option == "visible", "precreated": option == "precreated"}
+            certify = option if option not in look else None
+            path.write_bytes(pyhanko_sign(path.read_bytes(), other, field, certify, **look))
     return path
 
 
@@ -98,7 +143,7 @@ def test_earlier_signatures_stay_valid(
     case: str, with_evidence: bool, bases: dict[str, Path], other: OtherSigner, pki: Pki,
     tmp_path: Path,
 ) -> None:
-    contract = _contract(case, bases, other, tmp_path)
+    contract = _contract(case, bases, other, pki, tmp_path)
     evidence = _evidence(tmp_path) if with_evidence else []
     out = tmp_path / "signed.pdf"
     outcome = pipeline.sign_file(contract, out, pki.signer("ec"), meta=sample_meta(),
@@ -128,7 +173,7 @@ def test_earlier_signatures_stay_valid(
              hashlib.sha256(a.path.read_bytes()).hexdigest()) for a in evidence]
     files = embedded_files(out)
     if earlier:
-        assert files == {}
+        assert files == embedded_files(contract)  # the document's own, if any: none added
     else:
         assert files == {a.name: a.path.read_bytes() for a in evidence}
 
@@ -136,12 +181,44 @@ def test_earlier_signatures_stay_valid(
 def test_the_signed_form_is_locked_after_an_earlier_signature(
     bases: dict[str, Path], other: OtherSigner, pki: Pki, tmp_path: Path
 ) -> None:
-    contract = _contract("form_approval", bases, other, tmp_path)
+    contract = _contract("form_approval", bases, other, pki, tmp_path)
     out = tmp_path / "signed.pdf"
     pipeline.sign_file(contract, out, pki.signer("ec"), meta=sample_meta())
     field, _sig = last_signature(out)
     # The earlier signature field is not locked: only fields that are not signatures.
     assert list(field["/Lock"]["/Fields"]) == [FIELD]
+
+
+def test_a_form_the_service_signed_stays_locked_by_that_signature(
+    bases: dict[str, Path], other: OtherSigner, pki: Pki, tmp_path: Path
+) -> None:
+    """The service's second signature over a form leaves the field its first one locks
+    to that lock, appearance and all (see casesignd.pdfform): both signatures then
+    survive what comes after, a document security store here."""
+    contract = _contract("service_form", bases, other, pki, tmp_path)
+    first, _sig = last_signature(contract)
+    assert list(first["/Lock"]["/Fields"]) == [FIELD]
+    out = tmp_path / "signed.pdf"
+    pipeline.sign_file(contract, out, pki.signer("ec"), meta=sample_meta())
+    field, sig = last_signature(out)
+    assert "/Lock" not in field and "/Reference" not in sig
+    later = tmp_path / "dss.pdf"
+    later.write_bytes(add_dss(out.read_bytes(), [pki.ca.cert]))
+    statuses = regular_statuses(later, [pki.ca.cert])
+    assert [s.modification_level for s in statuses] == [ModificationLevel.FORM_FILLING,
+                                                        ModificationLevel.LTA_UPDATES]
+    assert all(s.bottom_line for s in statuses), [s.pretty_print_details() for s in statuses]
+
+
+def test_a_certification_against_any_change_is_refused(
+    bases: dict[str, Path], other: OtherSigner, pki: Pki, tmp_path: Path
+) -> None:
+    contract = tmp_path / "certified.pdf"
+    contract.write_bytes(pyhanko_sign(bases["plain"].read_bytes(), other, "Certification", "NO_CHANGES"))
+    with pytest.raises(CertifiedPdf) as info:
+        pipeline.sign_file(contract, tmp_path / "o.pdf", pki.signer("ec"), meta=sample_meta())
+    assert info.value.code == "certified_no_changes"
+    assert not (tmp_path / "o.pdf").exists()
 
 
 def test_a_signature_whose_lock_forbids_changes_is_refused(
