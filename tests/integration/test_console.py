@@ -252,3 +252,26 @@ def test_the_token_stays_in_the_page_and_requests_stay_on_the_daemon(console, br
     page.wait_for_selector("#signin:not([hidden])")
     assert page.is_hidden("#console")
     assert Path(page.url).name == "console"
+
+
+
+def test_a_refused_document_shows_its_reason_and_where(console, browser_page):
+    # Run last: it adds a sign_case job the tests above do not expect.
+    from tests.helpers_corpus import _one_page
+    from tests.helpers_ops import case_manifest
+
+    d, _ = console
+    page, _ = browser_page
+    link = (b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] "
+            rb"/A << /S /URI /URI (\\\\files\\share) >> >>")
+    r = d.submit(case_manifest(d, "MKT-2026-00052",
+                               _one_page(page_extra=b"/Annots [6 0 R] ", more=[link])))
+    refused = d.wait_job(r.json()["job_id"])
+    assert refused["error"]["reason"] == "link_scheme"
+    page.wait_for_selector(f"button[data-job='{refused['job_id']}']", timeout=30_000)
+    page.click(f"button[data-job='{refused['job_id']}']")
+    page.wait_for_function("() => document.querySelector('#job-facts').textContent"
+                           ".includes('link_scheme')")
+    facts = page.text_content("#job-facts")
+    assert "object 6" in facts and refused["error"]["message"] in facts
+    assert "files" not in facts  # the link's target is nowhere
