@@ -283,7 +283,7 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: Budget,
             # Each object is visited once (twice at most).
             parsed.visited(ref, obj)
         if isinstance(obj, DictionaryObject):
-            _check_dict(obj, via, slot, limits, budget, depth_embedded, out)
+            _check_dict(obj, via, slot, limits, budget, depth_embedded, out, ref)
             for key, value in dict.items(obj):
                 child_slot = key in _ACTION_SLOTS or via == "/AA"
                 child_via = "/EF" if via == "/EF" else key
@@ -303,7 +303,8 @@ def _plain(d: DictionaryObject) -> dict[str, Any]:
 
 
 def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
-                budget: Budget, depth_embedded: int, out: _Findings) -> None:
+                budget: Budget, depth_embedded: int, out: _Findings,
+                ref: tuple[int, int] | None = None) -> None:
     if _get(d, "/Type") == "/Sig" or "/ByteRange" in d:
         out.has_signatures = True
     if limits.forbid_active_content:
@@ -314,7 +315,7 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         if reason:
             raise ActiveContent(f"the PDF contains active content: {reason}",
                                 detail={"rule": reason})
-    _appearance_findings(d, out)
+    _appearance_findings(d, ref, out)
     if not isinstance(d, StreamObject):
         return
     embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
@@ -347,19 +348,48 @@ def _check_dict(d: DictionaryObject, via: str, slot: bool, limits: PdfLimits,
         _check_embedded(d, names, head, limits, budget, depth_embedded)
 
 
-def _appearance_findings(d: DictionaryObject, out: _Findings) -> None:
+def _appearance_findings(d: DictionaryObject, ref: tuple[int, int] | None,
+                         out: _Findings) -> None:
     """A form whose viewers draw their own appearances (/NeedAppearances, §12.7.2),
     or an annotation with appearance states and no /AS to choose one (§12.5.5): what
-    a reader shows is then its own choice, not what was signed."""
+    a reader shows is then its own choice, not what was signed. A form field's are
+    ``viewer_drawn_form``, which the rewrite draws (:mod:`casesignd.pdfdraw`); another
+    annotation's states are left as readers disagreeing."""
     if str(_get(d, "/NeedAppearances")) in ("True", "true"):
         out.found.append(Finding(AMBIGUITY, "the form asks viewers to draw their own "
-                                            "appearances (/NeedAppearances)"))
+                                            "appearances (/NeedAppearances)",
+                                 code="viewer_drawn_form", where=_object_where(ref)))
     if "/AP" in d and "/AS" not in d:
         ap = _get(d, "/AP")
         normal = _get(ap, "/N") if isinstance(ap, DictionaryObject) else None
         if isinstance(normal, DictionaryObject) and not isinstance(normal, StreamObject):
-            out.found.append(Finding(AMBIGUITY, "an annotation has appearance states but "
-                                                "no /AS choosing one"))
+            if _get(d, "/Subtype") == "/Widget":
+                out.found.append(Finding(AMBIGUITY, "a form field has appearance states but "
+                                                    "no /AS choosing one",
+                                         code="viewer_drawn_form", where=_field_where(d, ref)))
+            else:
+                out.found.append(Finding(AMBIGUITY, "an annotation has appearance states but "
+                                                    "no /AS choosing one",
+                                         where=_object_where(ref)))
+
+
+# A field's partial name (§12.7.3.2) in a finding's where, cut to this length.
+MAX_FIELD_NAME_CHARS = 64
+
+
+def _object_where(ref: tuple[int, int] | None) -> tuple[tuple[str, int | str], ...]:
+    return (("object", ref[0]),) if ref is not None else ()
+
+
+def _field_where(widget: DictionaryObject, ref: tuple[int, int] | None
+                 ) -> tuple[tuple[str, int | str], ...]:
+    """Where a widget is: its field's partial name (/T, the widget's own or its
+    parent's, §12.7.3.1), else its object number."""
+    for node in (widget, _get(widget, "/Parent")):
+        name = _get(node, "/T") if isinstance(node, DictionaryObject) else None
+        if isinstance(name, str) and name:
+            return (("field", name[:MAX_FIELD_NAME_CHARS]),)
+    return _object_where(ref)
 
 
 def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfLimits,
@@ -403,7 +433,7 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
     readings = [whole]
     with contextlib.suppress(MalformedPdf, EncryptedPdf):
         # qpdf's reading too: a viewer opens the embedded file with its own parser.
-        rewritten = normalize.rewrite(whole)[0]  # bytes in, bytes out
+        rewritten = normalize.rewrite(whole, draw_forms=False)[0]  # bytes in, bytes out
         if isinstance(rewritten, bytes):
             readings.append(rewritten)
     for data in readings:

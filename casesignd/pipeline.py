@@ -146,17 +146,18 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     if verdict == REFUSE:
         _close(reader)
         raise report.refusal()
-    reasons = tuple(f.reason for f in report.findings)
+    # One reason once: a form finds the same for each of its fields.
+    reasons = tuple(dict.fromkeys(f.reason for f in report.findings))
     try:
         target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
-        rewritten, _warnings = normalize.rewrite(src_for_rewrite, target)
+        rewritten, _warnings, drawn = normalize.rewrite(src_for_rewrite, target)
         try:
             report2, reader2 = inspect_document(rewritten, limits)
             if report2.findings:
                 # What qpdf's rewrite still shows two ways is in the document itself.
                 _close(reader2)
                 raise report2.refusal()
-            if not _same_pages(reader, reader2, limits):
+            if not _same_pages(reader, reader2, limits, drawn.widgets):
                 _close(reader2)
                 cls = AmbiguousPdf if _ambiguous(report) else MalformedPdf
                 raise cls("readers reconstruct this PDF differently: what it shows depends "
@@ -169,6 +170,9 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
         _close(reader)
     if not report.findings:
         reasons = ("the policy rewrites every document",)
+    if drawn.widgets:
+        reasons += (f"the form's appearances were generated: {len(drawn.widgets)} field "
+                    "widget(s) drawn once, so that no viewer draws its own",)
     return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
                     reasons, report2.pages), rewritten, reader2)
 
@@ -219,10 +223,11 @@ def _ambiguous(report: PdfReport) -> bool:
     return any(f.kind != DAMAGE for f in report.findings)
 
 
-def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits) -> bool:
+def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits,
+                drawn: frozenset[tuple[int, int]] = frozenset()) -> bool:
     try:
-        return normalize.page_digests(a, limits.max_objects) == \
-            normalize.page_digests(b, limits.max_objects)
+        return normalize.page_digests(a, limits.max_objects, drawn) == \
+            normalize.page_digests(b, limits.max_objects, drawn)
     except CasesignError:
         raise
     except Exception:  # noqa: BLE001 - a reading pypdf cannot walk shows nothing reliable
