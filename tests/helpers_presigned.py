@@ -107,10 +107,9 @@ def pdflatex_form_pdf(directory: Path) -> Path | None:
 
 
 def form_pdfs(directory: Path) -> dict[str, Path]:
-    """The forms this machine can make, by producer. LibreOffice and hyperref ask
-    viewers to draw the fields (/NeedAppearances), which the checks refuse as
-    ambiguous (each reader draws its own): qpdf draws them once
-    (``--generate-appearances``), as a form filler would before signing."""
+    """The forms this machine can make, by producer, as the producer wrote them.
+    LibreOffice and hyperref ask viewers to draw the fields (/NeedAppearances): the
+    service's rewrite draws them once before it signs (casesignd.pdfdraw)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = {"reportlab": reportlab_form_pdf(directory / "reportlab-form.pdf")}
     for name, make in (("libreoffice", libreoffice_form_pdf), ("pdflatex", pdflatex_form_pdf)):
@@ -118,11 +117,8 @@ def form_pdfs(directory: Path) -> dict[str, Path]:
         sub.mkdir(parents=True, exist_ok=True)
         try:
             made = make(sub)
-            if made is not None and shutil.which("qpdf") is not None:
-                drawn = directory / f"{name}-form.pdf"
-                subprocess.run(["qpdf", "--generate-appearances", str(made), str(drawn)],
-                               check=True, timeout=60, capture_output=True)
-                out[name] = drawn
+            if made is not None:
+                out[name] = made
         except (subprocess.SubprocessError, OSError):
             continue
     return out
