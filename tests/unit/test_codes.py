@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from casesignd import errors, metrics, openapi
-from casesignd.codes import CODES, INTERNAL, PERMANENT, RETRIES
+from casesignd.codes import CODES, INTERNAL, PERMANENT, REASONS, RETRIES
 
 ROOT = Path(__file__).resolve().parents[2]
 # A code as the source writes it: code="x", a class's code = "x", or the first
 # argument of invoice.py's _refuse("x", ...).
 _LITERAL = re.compile(
     r"""(?:\bcode\s*(?::\s*str\s*)?=\s*|\b_refuse\(\s*)"([a-z][a-z0-9_]{1,63})\"""")
+# A refusal's reason as the source writes it: reason="x" (an error's keyword argument).
+_REASON_LITERAL = re.compile(r"""\breason="([a-z][a-z0-9_]{1,63})\"""")
 # The command-line client's own errors (ClientError) describe its side of a call.
 CLIENT_MODULES = {"client.py"}
 
@@ -44,9 +46,19 @@ def test_every_code_the_source_writes_is_in_the_table() -> None:
         if path.name in CLIENT_MODULES:
             continue
         for code in _LITERAL.findall(path.read_text()):
-            if code not in CODES:
+            # A finding's code is the refusal reason it gives (pdfframe.Finding.code).
+            if code not in CODES and code not in REASONS:
                 missing.setdefault(code, path.name)
     assert not missing, f"codes written in the source but not in casesignd/codes.py: {missing}"
+
+
+def test_every_reason_the_source_writes_is_in_the_table() -> None:
+    missing = {}
+    for path in sorted((ROOT / "casesignd").glob("*.py")):
+        for reason in _REASON_LITERAL.findall(path.read_text()):
+            if reason not in REASONS:
+                missing.setdefault(reason, path.name)
+    assert not missing, f"reasons written in the source but not in codes.REASONS: {missing}"
 
 
 @pytest.mark.parametrize("cls", [c for c in _exception_classes()
