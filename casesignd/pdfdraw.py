@@ -16,9 +16,10 @@ drops the flag:
   not a stream are drawn here (the /MK /CA caption in ZapfDingbats on the same frame,
   nothing but the frame for /Off); /AS takes the state the field's /V names when the
   widget has it, else /Off;
-* push buttons, rotated widgets (/MK /R), and a button whose on-state cannot be told
-  are not drawn: the form keeps /NeedAppearances (or the widget its missing /AS), and
-  the check of the rewrite refuses it as before.
+* push buttons, rotated widgets (/MK /R), a button whose on-state cannot be told, and
+  a multiline, comb, rich text or password field with a value are not drawn: the form
+  keeps /NeedAppearances (or the widget its missing /AS), and the check of the rewrite
+  refuses it as before.
 
 The pure parts (:func:`parse_da`, :func:`frame`, :func:`caption`, :func:`state_for`)
 take values and return content-stream bytes or names; :func:`complete` walks a
@@ -35,9 +36,13 @@ import pikepdf
 
 MAX_DEPTH = 32  # a field's /Parent chain (§12.7.3.1); deeper is hostile
 
-# Field flags (§12.7.3.1 Table 226, §12.7.4.2.1 Table 228).
+# Field flags (§12.7.3.1 Table 226, §12.7.4.2.1 Table 228, §12.7.4.3 Table 230).
 FF_RADIO = 1 << 15
 FF_PUSHBUTTON = 1 << 16
+# Text fields qpdf does not draw as viewers do: it draws one line of plain text, where
+# viewers wrap a multiline value, space a comb's characters into cells, lay out rich
+# text (/RV) and hide a password. Such a field with a value is left to viewers.
+FF_TEXT_UNDRAWN = (1 << 12) | (1 << 13) | (1 << 24) | (1 << 25)
 # Annotation flags (§12.5.3, Table 165): Hidden, NoView; such widgets are not drawn.
 F_HIDDEN = 1 << 1
 F_NOVIEW = 1 << 5
@@ -174,6 +179,11 @@ class Drawn:
     undrawn: int = 0
 
 
+def _string(obj: Any) -> bytes:
+    """A string object's bytes; b"" for anything else."""
+    return bytes(obj) if isinstance(obj, pikepdf.String) else b""
+
+
 def _is_dict(obj: Any) -> bool:
     """A dictionary (a stream's dictionary does not count: pikepdf types them apart)."""
     return isinstance(obj, pikepdf.Dictionary)
@@ -192,16 +202,26 @@ def _inherited(widget: Any, key: str) -> Any:
     return None
 
 
+def _flags(widget: Any) -> int:
+    try:
+        return int(_inherited(widget, "/Ff") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _laid_out(widget: Any) -> bool:
+    """A text field with a value that viewers lay out in ways qpdf does not."""
+    return str(_inherited(widget, "/FT")) == "/Tx" and bool(_flags(widget) & FF_TEXT_UNDRAWN) \
+        and bool(str(_inherited(widget, "/V") or ""))
+
+
 def _kind(widget: Any) -> str:
     ft = str(_inherited(widget, "/FT") or "")
     if ft in ("/Tx", "/Ch"):
         return "text"
     if ft != "/Btn":
         return ""  # signature fields and widgets of no field: viewers draw nothing
-    try:
-        flags = int(_inherited(widget, "/Ff") or 0)
-    except (TypeError, ValueError):
-        flags = 0
+    flags = _flags(widget)
     if flags & FF_PUSHBUTTON:
         return "pushbutton"
     return "radio" if flags & FF_RADIO else "checkbox"
@@ -290,12 +310,12 @@ def complete(pdf: Any) -> Drawn:
                 widgets.append(((p, i), annot))
     drawn: set[tuple[int, int]] = set()
     undrawn = 0
-    da_default = bytes(acroform.get("/DA", b"")) if acroform is not None else b""
+    da_default = _string(acroform.get("/DA")) if acroform is not None else b""
     if need:
         for at, widget in widgets:
             if widget.objgen not in fields or not _shown(widget) or _kind(widget) != "text":
                 continue
-            if _rotated(widget):
+            if _rotated(widget) or _laid_out(widget):
                 undrawn += 1
                 continue
             _text_frame(pdf, widget)
@@ -388,7 +408,7 @@ def _draw_button(pdf: Any, widget: Any, kind: str, da_default: bytes) -> bool:
         else DEFAULT_CAPTION[kind]
     if size is None or len(mark) != 1 or not mark.isascii():
         return False
-    da = parse_da(bytes(_inherited(widget, "/DA") or da_default))
+    da = parse_da(_string(_inherited(widget, "/DA")) or da_default)
     border = _border(widget)
     base = frame(*size, _mk(widget, "/BG"), _mk(widget, "/BC"), border)
     font = pikepdf.Dictionary({"/Type": pikepdf.Name.Font, "/Subtype": pikepdf.Name.Type1,

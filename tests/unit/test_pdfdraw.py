@@ -86,9 +86,9 @@ def _checkbox_without_as(value: bytes = b"/Yes", extra_widget: bytes = b"",
 
 
 def _text_field(extra_widget: bytes = b"", kind: bytes = b"/FT /Tx",
-                catalog_extra: bytes = b"") -> bytes:
+                catalog_extra: bytes = b"", value: bytes = b"/V (J. Doe) ") -> bytes:
     """A text field whose form asks viewers to draw it (/NeedAppearances, §12.7.2)."""
-    widget = (b"<< /Type /Annot /Subtype /Widget " + kind + b" /T (buyer) /V (J. Doe) "
+    widget = (b"<< /Type /Annot /Subtype /Widget " + kind + b" /T (buyer) " + value +
               b"/DA (/Helv 10 Tf 0 g) /Rect [72 500 272 520] /F 4 /P 3 0 R "
               b"/MK << /BC [1 0 0] /BG [1 1 1] >> " + extra_widget + b">>")
     return _one_page(
@@ -174,9 +174,19 @@ def test_a_push_button_no_one_can_draw_stays_refused() -> None:
     assert pikepdf.open(io.BytesIO(rewritten)).Root.AcroForm.NeedAppearances is True
 
 
-def test_a_rotated_widget_is_not_drawn() -> None:
-    error = _refusal(_text_field(b"/MK << /R 90 >> "))
-    assert error.reason == "viewer_drawn_form"
+@pytest.mark.parametrize("extra", [
+    b"/MK << /R 90 >> ",  # rotated
+    b"/Ff 4096 ",  # multiline: viewers wrap the value, qpdf draws one line
+    b"/Ff 8192 ",  # password: viewers hide it, qpdf would draw it
+    b"/Ff 16777216 /MaxLen 8 ",  # comb: viewers space the characters into cells
+])
+def test_a_field_qpdf_does_not_draw_as_viewers_do_stays_refused(extra: bytes) -> None:
+    assert _refusal(_text_field(extra)).reason == "viewer_drawn_form"
+
+
+def test_an_empty_multiline_field_is_drawn() -> None:
+    checked, pdf = _signed_as(_text_field(b"/Ff 4096 ", value=b""))
+    assert checked.normalized and "/NeedAppearances" not in pdf.Root.AcroForm
 
 
 @pytest.mark.parametrize("build", [_checkbox_without_as, _text_field])
