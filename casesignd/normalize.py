@@ -7,6 +7,9 @@ number, one classic cross-reference table, ``%%EOF`` at the end and nothing arou
 Unreachable objects are dropped. Stream data is copied as it is (not decoded, not
 recompressed), page attributes stay where they were inherited from, and the file ID
 is derived from the content, so the same document always gives the same rewrite.
+A form that leaves its look to viewers (/NeedAppearances, or a widget's state not
+chosen) is drawn once before the save (:mod:`casesignd.pdfdraw`): the only objects the
+rewrite adds or changes.
 
 qpdf is the reader here because it is the most careful repairer in wide use and what
 poppler and pdf.js agree with on rebuilt files; the rewrite is then checked again by
@@ -73,7 +76,7 @@ def rewrite(src: Path | bytes, dst: Path | None = None, *, draw_forms: bool = Tr
         if draw_forms:
             try:
                 drawn = pdfdraw.complete(pdf)
-            except (pikepdf.PdfError, RuntimeError, ValueError, TypeError, KeyError) as e:
+            except Exception as e:  # noqa: BLE001 - qpdf and pikepdf raise many types on a hostile form
                 # Half drawn, the form would be neither the received one nor a whole
                 # drawing: it stays for viewers to draw, which is refused.
                 raise AmbiguousPdf("the PDF's form leaves its appearances to viewers and "

@@ -12,8 +12,9 @@ through the same steps, so what the key signs is decided in one place:
    policy says ``never``; then it is refused ``ambiguous_pdf`` (``malformed_pdf`` when
    the findings are damage);
 3. **normalise** (:func:`casesignd.normalize.rewrite`): one clean rewrite by qpdf,
+   with a form that leaves its look to viewers drawn once (:mod:`casesignd.pdfdraw`),
    checked again in full; it must have no findings, and pypdf's reading of the
-   original and qpdf's must show the same pages
+   original and qpdf's must show the same pages, but for the appearances drawn
    (:func:`casesignd.normalize.page_digests`) — otherwise the readers disagree on what
    the document shows and it is refused ``ambiguous_pdf`` (``malformed_pdf`` for
    damage). A document pypdf cannot read at all is refused ``malformed_pdf``: a
