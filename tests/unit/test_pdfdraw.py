@@ -86,13 +86,14 @@ def _checkbox_without_as(value: bytes = b"/Yes", extra_widget: bytes = b"",
 
 
 def _text_field(extra_widget: bytes = b"", kind: bytes = b"/FT /Tx",
-                catalog_extra: bytes = b"", value: bytes = b"/V (J. Doe) ") -> bytes:
+                catalog_extra: bytes = b"", value: bytes = b"/V (J. Doe) ",
+                form_extra: bytes = b"") -> bytes:
     """A text field whose form asks viewers to draw it (/NeedAppearances, §12.7.2)."""
     widget = (b"<< /Type /Annot /Subtype /Widget " + kind + b" /T (buyer) " + value +
               b"/DA (/Helv 10 Tf 0 g) /Rect [72 500 272 520] /F 4 /P 3 0 R "
               b"/MK << /BC [1 0 0] /BG [1 1 1] >> " + extra_widget + b">>")
     return _one_page(
-        catalog_extra=b"/AcroForm << /Fields [6 0 R] /NeedAppearances true "
+        catalog_extra=b"/AcroForm << /Fields [6 0 R] /NeedAppearances true " + form_extra +
                       b"/DR << /Font << /Helv 7 0 R >> >> /DA (/Helv 0 Tf 0 g) >> " + catalog_extra,
         page_extra=b"/Annots [6 0 R]", more=[widget, _FIELD_FONT])
 
@@ -195,6 +196,12 @@ def test_never_normalise_and_a_signature_keep_the_refusal(build) -> None:
     # A signature (here its dictionary alone) forbids the rewrite.
     signed = build(catalog_extra=b"/X << /Type /Sig >> ")
     assert _refusal(signed).reason == "viewer_drawn_form"
+
+
+def test_an_xfa_form_stays_refused_as_active_content() -> None:
+    # The rewrite never sees it: XFA carries its own scripts (pdfrules).
+    error = _refusal(_text_field(form_extra=b"/XFA [(template) 5 0 R] "))
+    assert error.code == "active_content" and "XFA" in error.detail["rule"]
 
 
 def test_a_form_that_needs_nothing_is_rewritten_unchanged() -> None:
