@@ -15,13 +15,12 @@ form (drawn by poppler itself) with its rewrite (drawn by the service).
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.helpers_corpus import assemble, stream
+from tests.helpers_corpus import assemble, libreoffice_html, stream
 
 RESOLUTION_DPI = 50
 TOOL_TIMEOUT_S = 180
@@ -85,16 +84,22 @@ def checkbox_without_state() -> bytes:
     ])
 
 
-def _pdflatex(work: Path, out: Path) -> None:
+HYPERREF_FIELDS = ("\\TextField[name=buyer,width=6cm,value={J. Doe}]{Buyer name:}\\par"
+                   "\\CheckBox[name=agree,checked]{I agree}\\par"
+                   "\\CheckBox[name=news]{Newsletter}")
+# A multiline field's value: viewers wrap it, qpdf would draw one line.
+HYPERREF_MULTILINE = ("\\TextField[name=notes,multiline,width=6cm,height=2cm,"
+                      "value={Delivery to the back door, not the front, on weekdays only}]"
+                      "{Notes:}")
+
+
+def _pdflatex(work: Path, out: Path, fields: str = HYPERREF_FIELDS) -> None:
     # Zapf Dingbats' TeX metrics (pzdr.tfm) come with texlive-fonts-recommended; a TeX
     # without them gets cmr's for the check boxes' marks (the PDF names ZapfDingbats).
     (work / "form.tex").write_text(
         "\\documentclass{article}\\usepackage{hyperref}"
         "\\DeclareFontFamily{U}{pzd}{}\\DeclareFontShape{U}{pzd}{m}{n}{<->cmr10}{}"
-        "\\begin{document}Service agreement.\\begin{Form}"
-        "\\TextField[name=buyer,width=6cm,value={J. Doe}]{Buyer name:}\\par"
-        "\\CheckBox[name=agree,checked]{I agree}\\par"
-        "\\CheckBox[name=news]{Newsletter}"
+        "\\begin{document}Service agreement.\\begin{Form}" + fields +
         "\\end{Form}\\end{document}\n")
     subprocess.run(["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "form.tex"],
                    cwd=work, check=True, timeout=TOOL_TIMEOUT_S, capture_output=True)
@@ -102,22 +107,15 @@ def _pdflatex(work: Path, out: Path) -> None:
 
 
 def _libreoffice(work: Path, out: Path) -> None:
-    home = work / "home"
-    home.mkdir(exist_ok=True)
-    (work / "form.html").write_text(
+    made = libreoffice_html(work, "form", (
         "<html><body><h1>Service agreement</h1><form>"
         '<p>Buyer name: <input type="text" name="buyer" value="J. Doe" size="30"></p>'
         '<p><input type="checkbox" name="agree" value="yes" checked> I agree</p>'
         '<p><input type="checkbox" name="news" value="yes"> Newsletter</p>'
         '<p><input type="radio" name="pay" value="card" checked> Card '
         '<input type="radio" name="pay" value="cash"> Cash</p>'
-        "</form></body></html>")
-    subprocess.run(["soffice", "--headless", "--norestore",
-                    f"-env:UserInstallation=file://{home}", "--convert-to",
-                    "pdf:writer_pdf_Export", "--outdir", str(work), str(work / "form.html")],
-                   check=True, timeout=TOOL_TIMEOUT_S, capture_output=True,
-                   env={**os.environ, "HOME": str(home)})
-    shutil.copyfile(work / "form.pdf", out)
+        "</form></body></html>"))
+    shutil.copyfile(made, out)
 
 
 def viewer_drawn_forms(dest: Path) -> Forms:
@@ -128,13 +126,14 @@ def viewer_drawn_forms(dest: Path) -> Forms:
         ("reportlab", None, lambda o, w: _reportlab(o)),
         ("checkbox_without_state", None, lambda o, w: o.write_bytes(checkbox_without_state())),
         ("pdflatex_hyperref", "pdflatex", lambda o, w: _pdflatex(w, o)),
+        ("pdflatex_multiline", "pdflatex", lambda o, w: _pdflatex(w, o, HYPERREF_MULTILINE)),
         ("libreoffice", "soffice", lambda o, w: _libreoffice(w, o)),
     ]
     for name, tool, build in recipes:
         if tool is not None and shutil.which(tool) is None:
             forms.missing[name] = f"{tool} not installed"
             continue
-        if name == "pdflatex_hyperref" and not _kpsewhich("hyperref.sty"):
+        if name.startswith("pdflatex") and not _kpsewhich("hyperref.sty"):
             forms.missing[name] = "hyperref.sty not installed (Debian: texlive-latex-base)"
             continue
         work = dest / name

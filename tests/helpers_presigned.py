@@ -9,7 +9,6 @@ document security store, a document timestamp. Keys are generated at test time.
 from __future__ import annotations
 
 import io
-import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from casesignd import devpki
+from tests.helpers_corpus import libreoffice_html
 
 FIELD = "buyer"  # the text field of every form here (hyperref drops underscores)
 PASSWORD = b"other-signer"
@@ -78,16 +78,9 @@ def libreoffice_form_pdf(directory: Path) -> Path | None:
     """An HTML form converted by LibreOffice: a text field with an appearance stream."""
     if shutil.which("soffice") is None:
         return None
-    home = directory / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    (directory / "form.html").write_text(
+    return libreoffice_html(directory, "form", (
         "<html><body><h1>Service agreement</h1><form><p>Buyer name: "
-        f'<input type="text" name="{FIELD}" value="J. Doe" size="30"></p></form></body></html>')
-    subprocess.run(["soffice", "--headless", "--norestore", f"-env:UserInstallation=file://{home}",
-                    "--convert-to", "pdf:writer_pdf_Export", "--outdir", str(directory),
-                    str(directory / "form.html")], check=True, timeout=180, capture_output=True,
-                   env={**os.environ, "HOME": str(home)})
-    return directory / "form.pdf"
+        f'<input type="text" name="{FIELD}" value="J. Doe" size="30"></p></form></body></html>'))
 
 
 def pdflatex_form_pdf(directory: Path) -> Path | None:

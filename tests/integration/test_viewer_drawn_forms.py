@@ -51,6 +51,8 @@ def signed(forms: Forms, pki: Pki, tmp_path_factory: pytest.TempPathFactory
     out_dir = tmp_path_factory.mktemp("signed")
     done = {}
     for name, src in forms.built.items():
+        if name not in NAMES:
+            continue
         out = out_dir / f"{name}.pdf"
         outcome = pipeline.sign_file(src, out, pki.signer("ec"), meta=sample_meta())
         done[name] = (out, outcome.checked)
@@ -117,4 +119,12 @@ def test_the_form_with_a_signature_in_it_is_refused(
     presigned.write_bytes(data)
     with pytest.raises(CasesignError) as info:
         pipeline.check_file(presigned, PdfLimits(), tmp_path)
+    assert (info.value.code, info.value.reason) == ("ambiguous_pdf", "viewer_drawn_form")
+
+
+def test_a_multiline_value_no_one_here_lays_out_is_refused(forms: Forms, tmp_path: Path) -> None:
+    # qpdf draws one line where viewers wrap the value: signing that would drop words.
+    src = _form(forms, "pdflatex_multiline")
+    with pytest.raises(CasesignError) as info:
+        pipeline.check_file(src, PdfLimits(), tmp_path)
     assert (info.value.code, info.value.reason) == ("ambiguous_pdf", "viewer_drawn_form")
