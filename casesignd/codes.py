@@ -208,7 +208,9 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
      "bytes before the header or after the end: another program opens it as something else"),
     ("viewer_drawn_form", "ambiguous_pdf",
      "a form field whose look each viewer draws itself, in a document that cannot be "
-     "rewritten (it carries a signature, or the policy never normalises)"),
+     "rewritten (it carries a signature, or the policy never normalises), or that the "
+     "rewrite cannot draw (a push button without an appearance, a multiline, comb or "
+     "password field's value, a rotated field)"),
     ("readers_disagree", "ambiguous_pdf",
      "no two independent readers (pypdf, qpdf, poppler, MuPDF) agree on what the pages hold"),
     ("pages_render_differently", "ambiguous_pdf",

@@ -290,7 +290,8 @@ def _walk(reader: PdfReader, limits: PdfLimits, parsed: _Parsed, budget: Budget,
             parsed.visited(ref, obj)
         if isinstance(obj, DictionaryObject):
             try:
-                _check_dict(obj, via, trigger, holder, limits, budget, depth_embedded, out)
+                _check_dict(obj, via, trigger, holder, limits, budget, depth_embedded, out,
+                            ref)
             except CasesignError as e:
                 pdfform.name_field(reader, holder, e.where)
                 raise
@@ -331,7 +332,7 @@ def _where(d: DictionaryObject, holder: int) -> dict[str, Any]:
 
 def _check_dict(d: DictionaryObject, via: str, trigger: str | None, holder: int,
                 limits: PdfLimits, budget: Budget, depth_embedded: int,
-                out: _Findings) -> None:
+                out: _Findings, ref: tuple[int, int] | None = None) -> None:
     if _get(d, "/Type") == "/Sig" or "/ByteRange" in d:
         out.has_signatures = True
     if limits.forbid_active_content:
@@ -351,7 +352,7 @@ def _check_dict(d: DictionaryObject, via: str, trigger: str | None, holder: int,
                                 where=_where(d, holder))
         if action and pdfrules.is_external_link(plain):
             out.external_links += 1
-    _appearance_findings(d, out)
+    out.found.extend(pdfform.appearance_findings(d, ref))
     if not isinstance(d, StreamObject):
         return
     embedded = via == "/EF" or _get(d, "/Type") == "/EmbeddedFile"
@@ -389,21 +390,6 @@ def _check_dict(d: DictionaryObject, via: str, trigger: str | None, holder: int,
             if not e.where:
                 e.where = {"object": holder}
             raise
-
-
-def _appearance_findings(d: DictionaryObject, out: _Findings) -> None:
-    """A form whose viewers draw their own appearances (/NeedAppearances, §12.7.2),
-    or an annotation with appearance states and no /AS to choose one (§12.5.5): what
-    a reader shows is then its own choice, not what was signed."""
-    if str(_get(d, "/NeedAppearances")) in ("True", "true"):
-        out.found.append(Finding(AMBIGUITY, "the form asks viewers to draw their own "
-                                            "appearances (/NeedAppearances)"))
-    if "/AP" in d and "/AS" not in d:
-        ap = _get(d, "/AP")
-        normal = _get(ap, "/N") if isinstance(ap, DictionaryObject) else None
-        if isinstance(normal, DictionaryObject) and not isinstance(normal, StreamObject):
-            out.found.append(Finding(AMBIGUITY, "an annotation has appearance states but "
-                                                "no /AS choosing one"))
 
 
 def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfLimits,
@@ -449,7 +435,7 @@ def _check_embedded(d: StreamObject, names: list[str], head: bytes, limits: PdfL
     readings = [whole]
     with contextlib.suppress(MalformedPdf, EncryptedPdf):
         # qpdf's reading too: a viewer opens the embedded file with its own parser.
-        rewritten = normalize.rewrite(whole)[0]  # bytes in, bytes out
+        rewritten = normalize.rewrite(whole, draw_forms=False)[0]  # bytes in, bytes out
         if isinstance(rewritten, bytes):
             readings.append(rewritten)
     for data in readings:

@@ -44,6 +44,7 @@ from typing import Any, cast
 from pypdf import generic as g
 
 from .errors import LimitExceeded
+from .pdfframe import AMBIGUITY, Finding
 from .pdfsyntax import name_object, pdf_text, raw, resolved, serialize
 
 MAX_FIELDS = 100_000  # field dictionaries walked, in all
@@ -205,7 +206,65 @@ def fieldmdp_reference(form: Form, root_ref: g.IndirectObject) -> bytes:
             + _fieldmdp(form) + b" /V /1.2>>>>]")
 
 
-# --- naming a field in a refusal --------------------------------------------------
+# --- forms whose look viewers choose, and naming a field in a refusal --------------
+
+
+def appearance_findings(d: g.DictionaryObject, ref: tuple[int, int] | None) -> list[Finding]:
+    """A form whose viewers draw their own appearances (/NeedAppearances, §12.7.2),
+    or an annotation with appearance states and no /AS to choose one (§12.5.5): what
+    a reader shows is then its own choice, not what was signed. A form field's are
+    ``viewer_drawn_form``, which the rewrite draws (:mod:`casesignd.pdfdraw`); another
+    annotation's states are left as readers disagreeing. A signature widget whose
+    states are none at all (an invisible signature some signers write so) shows
+    nothing in any viewer."""
+    out: list[Finding] = []
+    if str(resolved(d, "/NeedAppearances")) in ("True", "true"):
+        out.append(Finding(AMBIGUITY, "the form asks viewers to draw their own "
+                                            "appearances (/NeedAppearances)",
+                                 code="viewer_drawn_form", where=_object_where(ref)))
+    if "/AP" in d and "/AS" not in d:
+        ap = resolved(d, "/AP")
+        normal = resolved(ap, "/N") if isinstance(ap, g.DictionaryObject) else None
+        if isinstance(normal, g.DictionaryObject) and not isinstance(normal, g.StreamObject) \
+                and (normal or _field_type(d) != "/Sig"):
+            if resolved(d, "/Subtype") == "/Widget":
+                out.append(Finding(AMBIGUITY, "a form field has appearance states but "
+                                                    "no /AS choosing one",
+                                         code="viewer_drawn_form", where=_field_where(d, ref)))
+            else:
+                out.append(Finding(AMBIGUITY, "an annotation has appearance states but "
+                                                    "no /AS choosing one",
+                                         where=_object_where(ref)))
+    return out
+
+
+def _field_type(widget: g.DictionaryObject) -> Any:
+    """A widget's field type, /FT, its own or its parent's (§12.7.3.1)."""
+    for node in (widget, resolved(widget, "/Parent")):
+        if isinstance(node, g.DictionaryObject) and "/FT" in node:
+            return resolved(node, "/FT")
+    return None
+
+
+# A field's partial name (§12.7.3.2) in a finding's where, cut to this length.
+MAX_FIELD_NAME_CHARS = 64
+
+
+def _object_where(ref: tuple[int, int] | None) -> tuple[tuple[str, int | str], ...]:
+    return (("object", ref[0]),) if ref is not None else ()
+
+
+def _field_where(widget: g.DictionaryObject, ref: tuple[int, int] | None
+                 ) -> tuple[tuple[str, int | str], ...]:
+    """Where a widget is: its field's partial name (/T, the widget's own or its
+    parent's, §12.7.3.1), else its object number."""
+    for node in (widget, resolved(widget, "/Parent")):
+        name = resolved(node, "/T") if isinstance(node, g.DictionaryObject) else None
+        if isinstance(name, str) and name:
+            return (("field", name[:MAX_FIELD_NAME_CHARS]),)
+    return _object_where(ref)
+
+
 
 
 def field_name(d: Any) -> str | None:
@@ -214,7 +273,7 @@ def field_name(d: Any) -> str | None:
         return None
     name = resolved(d, "/T")
     if isinstance(name, str) and ("/FT" in d or resolved(d, "/Subtype") == "/Widget"):
-        return name[:100]
+        return name[:MAX_FIELD_NAME_CHARS]
     return None
 
 

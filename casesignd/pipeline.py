@@ -12,8 +12,9 @@ through the same steps, so what the key signs is decided in one place:
    policy says ``never``; then it is refused ``ambiguous_pdf`` (``malformed_pdf`` when
    the findings are damage);
 3. **normalise** (:func:`casesignd.normalize.rewrite`): one clean rewrite by qpdf,
+   with a form that leaves its look to viewers drawn once (:mod:`casesignd.pdfdraw`),
    checked again in full; it must have no findings, and pypdf's reading of the
-   original and qpdf's must show the same pages
+   original and qpdf's must show the same pages, but for the appearances drawn
    (:func:`casesignd.normalize.page_digests`) — otherwise the readers disagree on what
    the document shows and it is refused ``ambiguous_pdf`` (``malformed_pdf`` for
    damage). A document pypdf cannot read at all is refused ``malformed_pdf``: a
@@ -151,17 +152,18 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     if verdict == REFUSE:
         _close(reader)
         raise report.refusal()
-    reasons = tuple(f.reason for f in report.findings)
+    # One reason once: a form finds the same for each of its fields.
+    reasons = tuple(dict.fromkeys(f.reason for f in report.findings))
     try:
         target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
-        rewritten, _warnings = normalize.rewrite(src_for_rewrite, target)
+        rewritten, _warnings, drawn = normalize.rewrite(src_for_rewrite, target)
         try:
             report2, reader2 = inspect_document(rewritten, limits)
             if report2.findings:
                 # What qpdf's rewrite still shows two ways is in the document itself.
                 _close(reader2)
                 raise report2.refusal()
-            if not _same_pages(reader, reader2, limits):
+            if not _same_pages(reader, reader2, limits, drawn.widgets):
                 _close(reader2)
                 cls = AmbiguousPdf if _ambiguous(report) else MalformedPdf
                 raise cls("readers reconstruct this PDF differently: what it shows depends "
@@ -174,6 +176,9 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
         _close(reader)
     if not report.findings:
         reasons = ("the policy rewrites every document",)
+    if drawn.widgets:
+        reasons += (f"the form's appearances were generated: {len(drawn.widgets)} field "
+                    "widget(s) drawn once, so that no viewer draws its own",)
     return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
                     reasons, report2.pages, external_links=report2.external_links),
             rewritten, reader2)
@@ -225,10 +230,11 @@ def _ambiguous(report: PdfReport) -> bool:
     return any(f.kind != DAMAGE for f in report.findings)
 
 
-def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits) -> bool:
+def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits,
+                drawn: frozenset[tuple[int, int]] = frozenset()) -> bool:
     try:
-        return normalize.page_digests(a, limits.max_objects) == \
-            normalize.page_digests(b, limits.max_objects)
+        return normalize.page_digests(a, limits.max_objects, drawn) == \
+            normalize.page_digests(b, limits.max_objects, drawn)
     except CasesignError:
         raise
     except Exception:  # noqa: BLE001 - a reading pypdf cannot walk shows nothing reliable

@@ -240,16 +240,23 @@ The parties sign below.
     shutil.copyfile(work / "doc.pdf", out)
 
 
-def _libreoffice(work: Path, out: Path) -> None:
+def libreoffice_html(work: Path, name: str, html: str) -> Path:
+    """``html`` written to ``work/name.html`` and exported by LibreOffice Writer to
+    ``work/name.pdf`` (returned), with a profile of its own under ``work``."""
     home = work / "home"
-    home.mkdir(exist_ok=True)
-    (work / "letter.html").write_text(
-        "<html><body><h1>Offer letter</h1><p>Dear J. Doe, we are pleased ...</p>"
-        "<table border=1><tr><td>Salary</td><td>1000</td></tr></table></body></html>")
+    home.mkdir(parents=True, exist_ok=True)
+    (work / f"{name}.html").write_text(html)
     _run(["soffice", "--headless", "--norestore", f"-env:UserInstallation=file://{home}",
           "--convert-to", "pdf:writer_pdf_Export", "--outdir", str(work),
-          str(work / "letter.html")], env={"HOME": str(home)})
-    shutil.copyfile(work / "letter.pdf", out)
+          str(work / f"{name}.html")], env={"HOME": str(home)})
+    return work / f"{name}.pdf"
+
+
+def _libreoffice(work: Path, out: Path) -> None:
+    made = libreoffice_html(work, "letter", (
+        "<html><body><h1>Offer letter</h1><p>Dear J. Doe, we are pleased ...</p>"
+        "<table border=1><tr><td>Salary</td><td>1000</td></tr></table></body></html>"))
+    shutil.copyfile(made, out)
 
 
 def _chromium(work: Path, out: Path, exe: str) -> None:

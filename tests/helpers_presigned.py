@@ -20,6 +20,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from casesignd import devpki
+from tests.helpers_corpus import libreoffice_html
 
 FIELD = "buyer"  # the text field of every form here (hyperref drops underscores)
 PASSWORD = b"other-signer"
@@ -177,16 +178,9 @@ def libreoffice_form_pdf(directory: Path) -> Path | None:
     """An HTML form converted by LibreOffice: a text field with an appearance stream."""
     if shutil.which("soffice") is None:
         return None
-    home = directory / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    (directory / "form.html").write_text(
+    return libreoffice_html(directory, "form", (
         "<html><body><h1>Service agreement</h1><form><p>Buyer name: "
-        f'<input type="text" name="{FIELD}" value="J. Doe" size="30"></p></form></body></html>')
-    subprocess.run(["soffice", "--headless", "--norestore", f"-env:UserInstallation=file://{home}",
-                    "--convert-to", "pdf:writer_pdf_Export", "--outdir", str(directory),
-                    str(directory / "form.html")], check=True, timeout=180, capture_output=True,
-                   env={**os.environ, "HOME": str(home)})
-    return directory / "form.pdf"
+        f'<input type="text" name="{FIELD}" value="J. Doe" size="30"></p></form></body></html>'))
 
 
 def pdflatex_form_pdf(directory: Path) -> Path | None:
@@ -206,10 +200,9 @@ def pdflatex_form_pdf(directory: Path) -> Path | None:
 
 
 def form_pdfs(directory: Path) -> dict[str, Path]:
-    """The forms this machine can make, by producer. LibreOffice and hyperref ask
-    viewers to draw the fields (/NeedAppearances), which the checks refuse as
-    ambiguous (each reader draws its own): qpdf draws them once
-    (``--generate-appearances``), as a form filler would before signing."""
+    """The forms this machine can make, by producer, as the producer wrote them.
+    LibreOffice and hyperref ask viewers to draw the fields (/NeedAppearances): the
+    service's rewrite draws them once before it signs (casesignd.pdfdraw)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = {"reportlab": reportlab_form_pdf(directory / "reportlab-form.pdf")}
     for name, make in (("libreoffice", libreoffice_form_pdf), ("pdflatex", pdflatex_form_pdf)):
@@ -217,11 +210,8 @@ def form_pdfs(directory: Path) -> dict[str, Path]:
         sub.mkdir(parents=True, exist_ok=True)
         try:
             made = make(sub)
-            if made is not None and shutil.which("qpdf") is not None:
-                drawn = directory / f"{name}-form.pdf"
-                subprocess.run(["qpdf", "--generate-appearances", str(made), str(drawn)],
-                               check=True, timeout=60, capture_output=True)
-                out[name] = drawn
+            if made is not None:
+                out[name] = made
         except (subprocess.SubprocessError, OSError):
             continue
     return out

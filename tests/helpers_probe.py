@@ -255,6 +255,11 @@ def _sound_typed_otherwise() -> bytes:
 
 
 ACTIVE = ("active_content",)
+# Probes a rewrite makes unambiguous: signed only as that rewrite, which draws the form
+# from the field's value (PAY 999999 EUR), never the stale appearance (PAY 10 EUR).
+DRAWN_BY_REWRITE: dict[str, tuple[bytes, bytes]] = {
+    "form_needs_appearances": (b"PAY 999999 EUR", b"PAY 10 EUR"),
+}
 PROBES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "exe_bad_adler": (lambda: with_embedded(bad_adler(MZ)), ACTIVE),
     "exe_png_predictor": (lambda: with_embedded(

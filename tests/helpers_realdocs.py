@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers_corpus import _chromium_exe, _run, assemble, stream
+from tests.helpers_corpus import _chromium_exe, _run, assemble, libreoffice_html, stream
 
 # Renders at this resolution; a changed word changes many pixels even here.
 RENDER_DPI = 50
@@ -68,36 +68,23 @@ def _pdflatex_form(work: Path, out: Path) -> None:
     shutil.copyfile(work / "form.pdf", out)
 
 
-def _soffice(work: Path, src: Path, out: Path) -> None:
-    home = work / "home"
-    home.mkdir(exist_ok=True)
-    _run(["soffice", "--headless", "--norestore", f"-env:UserInstallation=file://{home}",
-          "--convert-to", "pdf:writer_pdf_Export", "--outdir", str(work), str(src)],
-         env={"HOME": str(home)})
-    shutil.copyfile(work / f"{src.stem}.pdf", out)
-
-
 def _libreoffice_links(work: Path, out: Path) -> None:
-    page = work / "lo_links.html"
-    page.write_text(
+    shutil.copyfile(libreoffice_html(work, "lo_links", (
         "<html><body><h1>Supply contract</h1><p>Terms: <a href='https://example.org/terms'>"
         "example.org/terms</a>. Contact <a href='mailto:sales@example.org'>sales</a>.</p>"
         "<p><a href='#annex'>See the annex</a>.</p><h2 id='annex'>Annex</h2>"
-        "<p>Delivery within 30 days.</p></body></html>")
-    _soffice(work, page, out)
+        "<p>Delivery within 30 days.</p></body></html>")), out)
 
 
 def _libreoffice_form(work: Path, out: Path) -> None:
     # LibreOffice turns an HTML form's controls into form fields, and exports them.
-    page = work / "lo_form.html"
-    page.write_text(
+    shutil.copyfile(libreoffice_html(work, "lo_form", (
         "<html><body><h1>Order form</h1><form>"
         "<p>Name: <input type='text' name='customer' value='J. Doe'></p>"
         "<p><input type='checkbox' name='express' checked> Express delivery</p>"
         "<p><input type='radio' name='pay' value='card' checked> Card "
         "<input type='radio' name='pay' value='cash'> Cash</p>"
-        "</form></body></html>")
-    _soffice(work, page, out)
+        "</form></body></html>")), out)
 
 
 def _chromium_links(work: Path, out: Path) -> None:
