@@ -1,0 +1,285 @@
+"""Pages compared as pictures: what poppler and MuPDF draw of a received document and
+of its rewrite.
+
+A rewrite (:mod:`casesignd.normalize`) is qpdf's reading of a document. pypdf's
+reading of the same pages (:func:`casesignd.normalize.page_digests`) is one check
+that it shows what was received; it compares object graphs, and pypdf repairs some
+files otherwise than qpdf, poppler and MuPDF all do, so alone it refuses documents
+every viewer shows alike. The two rendering engines most viewers are built on
+(poppler: Evince, Okular, pdftoppm; MuPDF: SumatraPDF, zathura, many phones) decide
+what a page *shows*: each draws every page of the received document and of the
+rewrite, and each engine is compared with itself only, since two engines differ
+from each other in anti-aliasing and font substitution on the very same file.
+:func:`verdict` turns those comparisons and pypdf's into one decision
+(:mod:`casesignd.pipeline` raises it).
+
+What counts as the same page (:class:`Tolerance`): pages of the same pixel size
+whose gray values differ nowhere by more than :data:`PIXEL_DELTA`, save at most
+:data:`MAX_CHANGED_FRACTION` of the page. Pages are drawn at :data:`RENDER_DPI`, in
+gray: the lowest resolution at which a changed digit, word or decimal comma in
+8-point Helvetica still moves pixels past the delta in both engines
+(``scripts/bench_render.py`` prints the table).
+
+A reader that cannot draw the received document — it fails, is killed by its
+budgets, or runs past its time — does not agree: hostile input is refused, never
+passed because a reader gave up on it. The same holds for the rewrite.
+
+A renderer that is not installed is the service's fault, not the document's: the
+check raises :class:`~casesignd.errors.RendererUnavailable` (``renderer_unavailable``,
+retryable: a job waits for the operator to install ``poppler-utils`` and
+``mupdf-tools``), and ``/readyz`` reports ``renderers`` not ready while one is
+missing and a policy may rewrite documents. It never passes a document unchecked.
+
+Each call draws into a private directory made by :mod:`tempfile` under the
+directory the caller gives (the one the rewrite is written to), removed whatever
+happens. Each renderer runs with a time limit (:func:`timeout_s`), a memory limit
+and a limit on the size of any file it writes (one page), and draws no more pages
+than the rewrite has, plus one to see a page the received document has more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from PIL import Image, ImageChops
+
+from .errors import RendererUnavailable
+
+POPPLER = "poppler"
+MUPDF = "mupdf"
+ENGINES = (POPPLER, MUPDF)
+# The program each engine is run as, and the Debian package it comes in.
+COMMANDS = {POPPLER: "pdftoppm", MUPDF: "mutool"}
+PACKAGES = {POPPLER: "poppler-utils", MUPDF: "mupdf-tools"}
+
+# 40 dpi: a changed digit in 8-point type moves 2-3 pixels past PIXEL_DELTA in both
+# engines, a decimal comma made a point one pixel (by 26-34 gray levels); at 30 dpi
+# that pixel moves by less than 16 and the comma is lost. A letter page is 340 x 440
+# pixels, and drawing it costs a few milliseconds.
+RENDER_DPI = 40
+# The same engine draws an unchanged page identically: zero pixels differed between
+# the received file and its rewrite across 14 producers' files and 80 rewritten
+# hostile ones. 16 of 255 gray levels leaves room for a rewrite that writes a number
+# of the page (a box, a matrix) differently and shifts an edge by a rounding, and is
+# still half of what the smallest real change measured moves (a comma, above).
+PIXEL_DELTA = 16
+# None: any allowance of whole pixels would let a changed digit through at this
+# resolution (it moves 2-4 pixels of a page's 150,000).
+MAX_CHANGED_FRACTION = 0.0
+
+# Time for one renderer on one document: a start, and a share per page drawn.
+RENDER_BASE_TIMEOUT_S = 20.0
+RENDER_TIMEOUT_S_PER_PAGE = 0.5
+# A renderer's address space, and the largest file it may write (one page: 64 MiB of
+# gray is a page of 200 x 200 inches at RENDER_DPI). A page past either fails to draw.
+RENDER_MEMORY_BYTES = 2 << 30
+RENDER_PAGE_MAX_BYTES = 64 << 20
+# What of a renderer's complaint is kept for the operator's log.
+STDERR_KEEP_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """When two drawings of a page count as the same (see the module docstring)."""
+
+    pixel_delta: int = PIXEL_DELTA
+    max_changed_fraction: float = MAX_CHANGED_FRACTION
+
+
+DEFAULT_TOLERANCE = Tolerance()
+
+
+# --- pure: comparing drawings ---------------------------------------------------------
+
+
+def changed_pixels(a: Image.Image, b: Image.Image, pixel_delta: int) -> int:
+    """How many pixels of two gray images of one size differ by more than
+    ``pixel_delta`` gray levels."""
+    histogram = ImageChops.difference(a.convert("L"), b.convert("L")).histogram()
+    return sum(histogram[pixel_delta + 1:])
+
+
+def same_page(a: Image.Image, b: Image.Image, tolerance: Tolerance = DEFAULT_TOLERANCE) -> bool:
+    """Whether two drawings of a page by one engine show the same thing."""
+    if a.size != b.size:
+        return False
+    allowed = int(tolerance.max_changed_fraction * a.size[0] * a.size[1])
+    return changed_pixels(a, b, tolerance.pixel_delta) <= allowed
+
+
+def first_differing_page(a: Sequence[Image.Image | Path], b: Sequence[Image.Image | Path],
+                         tolerance: Tolerance = DEFAULT_TOLERANCE) -> int | None:
+    """The first page (1-based) two drawings of a document by one engine show
+    differently, or None. A page one has and the other has not differs. Drawings
+    given as files are opened two at a time."""
+    for number, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+        with _opened(x) as image_a, _opened(y) as image_b:
+            if not same_page(image_a, image_b, tolerance):
+                return number
+    if len(a) != len(b):
+        return min(len(a), len(b)) + 1
+    return None
+
+
+def _opened(page: Image.Image | Path) -> contextlib.AbstractContextManager[Image.Image]:
+    # A file is closed again; an image the caller holds is left to the caller.
+    return Image.open(page) if isinstance(page, Path) else contextlib.nullcontext(page)
+
+
+@dataclass(frozen=True)
+class EngineResult:
+    """What one engine made of the received document and its rewrite: the first page
+    it draws differently (None: every page alike), why it could not draw one of
+    them ("" when it could), and the milliseconds it took for both."""
+
+    engine: str
+    page: int | None
+    failed: str = ""
+    ms: float = 0.0
+    pages: int = 0  # pages drawn of the rewrite
+
+
+# A verdict's reasons (words of casesignd.codes.REASONS).
+PAGES_RENDER_DIFFERENTLY = "pages_render_differently"
+READERS_DISAGREE = "readers_disagree"
+
+
+def verdict(pypdf_page: int | None, engines: Mapping[str, EngineResult]
+            ) -> tuple[str, int] | None:
+    """Whether the rewrite may be signed, from what each reader made of the received
+    document compared with qpdf's rewrite: pypdf's first differing page
+    (``pypdf_page``, None when its readings agree) and each engine's. Pure.
+
+    None: every engine draws the received pages as the rewrite (qpdf, poppler and
+    MuPDF agree; pypdf alone may read it otherwise). Else ``(reason, page)``:
+    :data:`READERS_DISAGREE` when no reader at all agrees with the rewrite (no two
+    readers agree), :data:`PAGES_RENDER_DIFFERENTLY` when some do, but an engine
+    draws a page of the rewrite differently from the received one."""
+    differ = [r.page for r in engines.values() if r.page is not None]
+    if not differ:
+        return None
+    if pypdf_page is not None and len(differ) == len(engines):
+        return READERS_DISAGREE, min(pypdf_page, *differ)
+    return PAGES_RENDER_DIFFERENTLY, min(differ)
+
+
+# --- I/O: drawing ---------------------------------------------------------------------
+
+
+def missing_renderers() -> list[str]:
+    """The engines whose program is not installed here."""
+    return [e for e in ENGINES if shutil.which(COMMANDS[e]) is None]
+
+
+def require_renderers() -> None:
+    """Raise :class:`RendererUnavailable` unless every engine is installed."""
+    missing = missing_renderers()
+    if missing:
+        raise RendererUnavailable(
+            "the page renderers that check a rewritten document are not installed: "
+            + ", ".join(f"{COMMANDS[e]} ({PACKAGES[e]})" for e in missing),
+            detail={"missing": [COMMANDS[e] for e in missing]})
+
+
+def timeout_s(pages: int) -> float:
+    """The time one renderer has to draw ``pages`` pages of one document."""
+    return RENDER_BASE_TIMEOUT_S + RENDER_TIMEOUT_S_PER_PAGE * pages
+
+
+def _argv(engine: str, pdf: Path, outdir: Path, last_page: int, dpi: int) -> list[str]:
+    exe = shutil.which(COMMANDS[engine])
+    if exe is None:
+        require_renderers()
+        raise AssertionError("unreachable")  # pragma: no cover
+    # Absolute paths: a file name that starts with "-" is not read as an option.
+    pdf, outdir = pdf.absolute(), outdir.absolute()
+    if engine == POPPLER:
+        return [exe, "-q", "-r", str(dpi), "-gray", "-f", "1", "-l", str(last_page),
+                str(pdf), str(outdir / "p")]
+    return [exe, "draw", "-q", "-r", str(dpi), "-c", "gray", "-o", str(outdir / "p%d.pgm"),
+            str(pdf), f"1-{last_page}"]
+
+
+def _limit_child() -> None:
+    # In the child, before exec: a renderer that a page makes grow is stopped by the
+    # kernel, not by the worker's memory running out.
+    resource.setrlimit(resource.RLIMIT_AS, (RENDER_MEMORY_BYTES, RENDER_MEMORY_BYTES))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (RENDER_PAGE_MAX_BYTES, RENDER_PAGE_MAX_BYTES))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, dpi: int = RENDER_DPI,
+           limit_s: float | None = None) -> tuple[list[Path], str]:
+    """Draw pages 1..``last_page`` of ``pdf`` with ``engine`` into ``outdir`` (empty,
+    private): the drawings in page order, and why drawing failed ("" when it did
+    not). Raises :class:`RendererUnavailable` when the engine is not installed."""
+    argv = _argv(engine, pdf, outdir, last_page, dpi)
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=limit_s if limit_s is not None else timeout_s(last_page),
+                              preexec_fn=_limit_child, env={**os.environ, "LC_ALL": "C"},
+                              check=False)
+    except subprocess.TimeoutExpired:
+        return [], "timeout"
+    except OSError as e:
+        return [], f"{type(e).__name__}: {e}"[:STDERR_KEEP_CHARS]
+    pages = sorted(outdir.iterdir(), key=lambda p: int("".join(filter(str.isdigit, p.stem)) or 0))
+    if proc.returncode != 0:
+        complaint = proc.stderr.decode("utf-8", "replace").strip()[-STDERR_KEEP_CHARS:]
+        return pages, f"exit {proc.returncode}: {complaint}"
+    return pages, ""
+
+
+def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdir: Path | None,
+            tolerance: Tolerance = DEFAULT_TOLERANCE, engines: Sequence[str] = ENGINES,
+            dpi: int = RENDER_DPI) -> dict[str, EngineResult]:
+    """Each engine's drawing of the received document (``original``) against its
+    drawing of the rewrite (``rewrite``, which has ``pages`` pages), in a private
+    directory under ``workdir`` (the system's temp directory when None), removed
+    again. Raises :class:`RendererUnavailable` before drawing anything when an
+    engine is not installed."""
+    require_renderers()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix=".render-", dir=workdir) as private:
+        root = Path(private)
+        os.chmod(root, 0o700)
+        original_pdf = _as_file(original, root / "received.pdf")
+        rewrite_pdf = _as_file(rewrite, root / "rewrite.pdf")
+        for engine in engines:
+            started = time.perf_counter()
+            a_dir, b_dir = root / f"{engine}-received", root / f"{engine}-rewrite"
+            a_dir.mkdir()
+            b_dir.mkdir()
+            # One page past the rewrite's: a page the received document has more shows.
+            a, a_failed = render(engine, original_pdf, a_dir, last_page=pages + 1, dpi=dpi)
+            b, b_failed = render(engine, rewrite_pdf, b_dir, last_page=pages + 1, dpi=dpi)
+            failed = (f"received: {a_failed}" if a_failed else "") or \
+                (f"rewrite: {b_failed}" if b_failed else "")
+            # A reader that could not draw a document does not agree with anything.
+            page = 1 if failed else first_differing_page(a, b, tolerance)
+            results[engine] = EngineResult(engine, page, failed,
+                                           (time.perf_counter() - started) * 1000, len(b))
+            shutil.rmtree(a_dir)
+            shutil.rmtree(b_dir)
+    return results
+
+
+def _as_file(doc: Path | bytes, path: Path) -> Path:
+    if isinstance(doc, Path):
+        return doc
+    path.write_bytes(doc)
+    return path
+
+
+__all__ = ["DEFAULT_TOLERANCE", "ENGINES", "MAX_CHANGED_FRACTION", "PIXEL_DELTA", "RENDER_DPI",
+           "EngineResult", "Tolerance", "changed_pixels", "compare", "first_differing_page",
+           "missing_renderers", "render", "require_renderers", "same_page", "verdict"]

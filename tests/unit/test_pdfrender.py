@@ -1,0 +1,130 @@
+"""Pages compared as pictures: the pure comparison and the verdict (casesignd.pdfrender)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+from casesignd.pdfrender import (
+    PAGES_RENDER_DIFFERENTLY,
+    PIXEL_DELTA,
+    READERS_DISAGREE,
+    EngineResult,
+    Tolerance,
+    changed_pixels,
+    first_differing_page,
+    same_page,
+    verdict,
+)
+
+SIZE = (340, 440)  # a letter page at 40 dpi
+
+
+def page(*marks: tuple[int, int, int], size: tuple[int, int] = SIZE) -> Image.Image:
+    """A white gray page with single pixels (x, y, gray) set."""
+    image = Image.new("L", size, 255)
+    for x, y, gray in marks:
+        image.putpixel((x, y), gray)
+    return image
+
+
+def text_page(text: str) -> Image.Image:
+    image = Image.new("L", SIZE, 255)
+    ImageDraw.Draw(image).text((40, 40), text, fill=0)
+    return image
+
+
+@pytest.mark.parametrize(("a", "b", "tolerance", "same"), [
+    (page(), page(), Tolerance(), True),
+    # a change of the delta or less is a rounding, not a change
+    (page(), page((10, 10, 255 - PIXEL_DELTA)), Tolerance(), True),
+    (page(), page((10, 10, 255 - PIXEL_DELTA - 1)), Tolerance(), False),
+    # one pixel is enough by default: a changed digit moves two to four
+    (page(), page((10, 10, 0)), Tolerance(), False),
+    (page((5, 5, 0)), page((6, 5, 0)), Tolerance(), False),
+    # an allowance of a fraction of the page (340 x 440 x 1e-5 = 1.5 pixels)
+    (page(), page((10, 10, 0)), Tolerance(max_changed_fraction=1e-5), True),
+    (page(), page((10, 10, 0), (20, 20, 0)), Tolerance(max_changed_fraction=1e-5), False),
+    (page(), page((10, 10, 0)), Tolerance(pixel_delta=255), True),
+    # another size is another page, whatever it shows
+    (page(), page(size=(340, 441)), Tolerance(max_changed_fraction=1.0), False),
+    (text_page("Salary 1000 EUR"), text_page("Salary 1000 EUR"), Tolerance(), True),
+    (text_page("Salary 1000 EUR"), text_page("Salary 1900 EUR"), Tolerance(), False),
+    (text_page("Pay 1,000"), text_page("Pay 1.000"), Tolerance(), False),
+])
+def test_same_page(a: Image.Image, b: Image.Image, tolerance: Tolerance, same: bool) -> None:
+    assert same_page(a, b, tolerance) is same
+    assert same_page(b, a, tolerance) is same
+
+
+def test_changed_pixels_counts_past_the_delta() -> None:
+    a = page()
+    b = page((1, 1, 0), (2, 2, 200), (3, 3, 255 - PIXEL_DELTA))
+    assert changed_pixels(a, b, PIXEL_DELTA) == 2
+    assert changed_pixels(a, b, 0) == 3
+    assert changed_pixels(a, b.convert("RGB"), PIXEL_DELTA) == 2  # compared in gray
+
+
+BLANK, INKED = page(), page((100, 100, 0))
+
+
+@pytest.mark.parametrize(("a", "b", "first"), [
+    ([], [], None),
+    ([BLANK], [BLANK], None),
+    ([BLANK, BLANK, BLANK], [BLANK, BLANK, BLANK], None),
+    ([BLANK, BLANK, BLANK], [BLANK, INKED, BLANK], 2),
+    ([INKED, BLANK], [BLANK, INKED], 1),
+    # a page one drawing has more: the first page past the shorter
+    ([BLANK], [BLANK, BLANK], 2),
+    ([BLANK, BLANK], [BLANK], 2),
+    ([], [BLANK], 1),
+    # a difference before the end counts first
+    ([BLANK, INKED], [BLANK, BLANK, BLANK], 2),
+])
+def test_first_differing_page(a: list[Image.Image], b: list[Image.Image],
+                              first: int | None) -> None:
+    assert first_differing_page(a, b) == first
+
+
+def test_first_differing_page_reads_files(tmp_path: Path) -> None:
+    files = []
+    for i, image in enumerate([BLANK, BLANK, INKED]):
+        path = tmp_path / f"p{i}.pgm"
+        image.save(path)
+        files.append(path)
+    assert first_differing_page(files[:2], [BLANK, BLANK]) is None
+    assert first_differing_page(files, [BLANK, BLANK, BLANK]) == 3
+
+
+def _engines(poppler: int | None, mupdf: int | None) -> dict[str, EngineResult]:
+    return {"poppler": EngineResult("poppler", poppler), "mupdf": EngineResult("mupdf", mupdf)}
+
+
+@pytest.mark.parametrize(("pypdf", "poppler", "mupdf", "outcome"), [
+    # every reader agrees with the rewrite
+    (None, None, None, None),
+    # only pypdf reads it otherwise: qpdf, poppler and MuPDF agree
+    (1, None, None, None),
+    (3, None, None, None),
+    # an engine draws the rewrite otherwise: a reader agrees with qpdf, the page differs
+    (None, 2, None, (PAGES_RENDER_DIFFERENTLY, 2)),
+    (None, None, 4, (PAGES_RENDER_DIFFERENTLY, 4)),
+    (None, 3, 2, (PAGES_RENDER_DIFFERENTLY, 2)),
+    (2, None, 5, (PAGES_RENDER_DIFFERENTLY, 5)),
+    (2, 5, None, (PAGES_RENDER_DIFFERENTLY, 5)),
+    # no reader agrees with qpdf's rewrite: no two readers agree
+    (2, 3, 4, (READERS_DISAGREE, 2)),
+    (4, 3, 1, (READERS_DISAGREE, 1)),
+])
+def test_verdict(pypdf: int | None, poppler: int | None, mupdf: int | None,
+                 outcome: tuple[str, int] | None) -> None:
+    assert verdict(pypdf, _engines(poppler, mupdf)) == outcome
+
+
+def test_verdict_reasons_are_words_of_the_table() -> None:
+    from casesignd.codes import REASONS
+
+    assert REASONS[PAGES_RENDER_DIFFERENTLY].code == REASONS[READERS_DISAGREE].code == \
+        "ambiguous_pdf"
