@@ -83,8 +83,6 @@ RENDER_TIMEOUT_S_PER_PAGE = 0.5
 # gray is a page of 200 x 200 inches at RENDER_DPI). A page past either fails to draw.
 RENDER_MEMORY_BYTES = 2 << 30
 RENDER_PAGE_MAX_BYTES = 64 << 20
-# What of a renderer's complaint is kept for the operator's log.
-STDERR_KEEP_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -224,18 +222,22 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, dpi: int = R
     not). Raises :class:`RendererUnavailable` when the engine is not installed."""
     argv = _argv(engine, pdf, outdir, last_page, dpi)
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL,
                               timeout=limit_s if limit_s is not None else timeout_s(last_page),
                               preexec_fn=_limit_child, env={**os.environ, "LC_ALL": "C"},
                               check=False)
     except subprocess.TimeoutExpired:
         return [], "timeout"
     except OSError as e:
-        return [], f"{type(e).__name__}: {e}"[:STDERR_KEEP_CHARS]
+        return [], type(e).__name__
     pages = sorted(outdir.iterdir(), key=lambda p: int("".join(filter(str.isdigit, p.stem)) or 0))
+    # What a renderer printed is left out: its complaints quote the document (names
+    # of fonts and objects, operators), and the reason goes to the operator's log.
+    if proc.returncode < 0:
+        return pages, f"signal {-proc.returncode}"
     if proc.returncode != 0:
-        complaint = proc.stderr.decode("utf-8", "replace").strip()[-STDERR_KEEP_CHARS:]
-        return pages, f"exit {proc.returncode}: {complaint}"
+        return pages, f"exit {proc.returncode}"
     return pages, ""
 
 
