@@ -46,13 +46,15 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-from PIL import Image, ImageChops
+from typing import TYPE_CHECKING
 
 from .errors import RendererUnavailable
+
+if TYPE_CHECKING:  # Pillow is imported where pages are compared, not by the daemon's API
+    from PIL import Image
 
 POPPLER = "poppler"
 MUPDF = "mupdf"
@@ -102,6 +104,8 @@ DEFAULT_TOLERANCE = Tolerance()
 def changed_pixels(a: Image.Image, b: Image.Image, pixel_delta: int) -> int:
     """How many pixels of two gray images of one size differ by more than
     ``pixel_delta`` gray levels."""
+    from PIL import ImageChops
+
     histogram = ImageChops.difference(a.convert("L"), b.convert("L")).histogram()
     return sum(histogram[pixel_delta + 1:])
 
@@ -129,6 +133,8 @@ def first_differing_page(a: Sequence[Image.Image | Path], b: Sequence[Image.Imag
 
 
 def _opened(page: Image.Image | Path) -> contextlib.AbstractContextManager[Image.Image]:
+    from PIL import Image
+
     # A file is closed again; an image the caller holds is left to the caller.
     return Image.open(page) if isinstance(page, Path) else contextlib.nullcontext(page)
 
@@ -176,6 +182,19 @@ def verdict(pypdf_page: int | None, engines: Mapping[str, EngineResult]
 def missing_renderers() -> list[str]:
     """The engines whose program is not installed here."""
     return [e for e in ENGINES if shutil.which(COMMANDS[e]) is None]
+
+
+def readiness(normalize_modes: Iterable[str]) -> dict[str, object] | None:
+    """``/readyz``'s ``renderers`` check: not ready while an engine is missing and a
+    policy may rewrite documents (``normalize`` other than "never"); None when no
+    policy ever rewrites, so nothing here is needed."""
+    if all(mode == "never" for mode in normalize_modes):
+        return None
+    missing = missing_renderers()
+    if not missing:
+        return {"ok": True}
+    return {"ok": False, "detail": "not installed: " + ", ".join(
+        f"{COMMANDS[e]} ({PACKAGES[e]})" for e in missing)}
 
 
 def require_renderers() -> None:
@@ -284,4 +303,5 @@ def _as_file(doc: Path | bytes, path: Path) -> Path:
 
 __all__ = ["DEFAULT_TOLERANCE", "ENGINES", "MAX_CHANGED_FRACTION", "PIXEL_DELTA", "RENDER_DPI",
            "EngineResult", "Tolerance", "changed_pixels", "compare", "first_differing_page",
-           "missing_renderers", "render", "require_renderers", "same_page", "verdict"]
+           "missing_renderers", "readiness", "render", "require_renderers", "same_page",
+           "verdict"]

@@ -128,3 +128,21 @@ def test_verdict_reasons_are_words_of_the_table() -> None:
 
     assert REASONS[PAGES_RENDER_DIFFERENTLY].code == REASONS[READERS_DISAGREE].code == \
         "ambiguous_pdf"
+
+
+@pytest.mark.parametrize(("modes", "missing", "check"), [
+    (["never"], [], None),
+    (["never", "never"], ["mutool"], None),  # nothing is ever rewritten: nothing needed
+    (["when_needed"], [], {"ok": True}),
+    (["never", "always"], ["mutool"], {"ok": False,
+                                       "detail": "not installed: mutool (mupdf-tools)"}),
+    (["when_needed"], ["pdftoppm", "mutool"], {
+        "ok": False, "detail": "not installed: pdftoppm (poppler-utils), mutool (mupdf-tools)"}),
+])
+def test_readiness_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, modes: list[str],
+                                         missing: list[str], check: dict | None) -> None:
+    from casesignd import pdfrender
+
+    monkeypatch.setattr(pdfrender.shutil, "which",
+                        lambda name: None if name in missing else f"/usr/bin/{name}")
+    assert pdfrender.readiness(modes) == check
