@@ -46,7 +46,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -226,9 +226,20 @@ def _argv(engine: str, pdf: Path, outdir: Path, last_page: int, dpi: int) -> lis
             str(pdf), f"1-{last_page}"]
 
 
+def _limited(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
+    """``argv`` under the renderers' limits: a renderer that a page makes grow is
+    stopped by the kernel, not by the worker's memory running out. util-linux's
+    ``prlimit`` sets them where it is installed (Debian always has it); else the
+    child sets them itself before exec, which costs a fork rather than a spawn and
+    is unsafe in a process with threads, so it is only the fallback."""
+    limits = {"--as": RENDER_MEMORY_BYTES, "--fsize": RENDER_PAGE_MAX_BYTES, "--core": 0}
+    prlimit = shutil.which("prlimit")
+    if prlimit is not None:
+        return [prlimit, *(f"{k}={v}" for k, v in limits.items()), "--", *argv], None
+    return argv, _limit_child
+
+
 def _limit_child() -> None:
-    # In the child, before exec: a renderer that a page makes grow is stopped by the
-    # kernel, not by the worker's memory running out.
     resource.setrlimit(resource.RLIMIT_AS, (RENDER_MEMORY_BYTES, RENDER_MEMORY_BYTES))
     resource.setrlimit(resource.RLIMIT_FSIZE, (RENDER_PAGE_MAX_BYTES, RENDER_PAGE_MAX_BYTES))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -239,12 +250,12 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, dpi: int = R
     """Draw pages 1..``last_page`` of ``pdf`` with ``engine`` into ``outdir`` (empty,
     private): the drawings in page order, and why drawing failed ("" when it did
     not). Raises :class:`RendererUnavailable` when the engine is not installed."""
-    argv = _argv(engine, pdf, outdir, last_page, dpi)
+    argv, preexec = _limited(_argv(engine, pdf, outdir, last_page, dpi))
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
                               timeout=limit_s if limit_s is not None else timeout_s(last_page),
-                              preexec_fn=_limit_child, env={**os.environ, "LC_ALL": "C"},
+                              preexec_fn=preexec, env={**os.environ, "LC_ALL": "C"},
                               check=False)
     except subprocess.TimeoutExpired:
         return [], "timeout"

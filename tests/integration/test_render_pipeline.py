@@ -220,6 +220,24 @@ def test_a_renderer_past_its_time_is_stopped(tmp_path: Path) -> None:
         assert pdfrender.render(engine, pdf, out, last_page=2, limit_s=0.0001) == ([], "timeout")
 
 
+@pytest.mark.parametrize("with_prlimit", [True, False])
+def test_a_page_past_the_renderers_limits_fails_to_draw(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, with_prlimit: bool) -> None:
+    # A page of 340 x 440 gray pixels is a file of 150 kB: past a limit of 16 kB.
+    monkeypatch.setattr(pdfrender, "RENDER_PAGE_MAX_BYTES", 16 << 10)
+    if not with_prlimit:  # the fallback: the child sets the limits itself
+        which = shutil.which
+        monkeypatch.setattr(pdfrender.shutil, "which",
+                            lambda name: None if name == "prlimit" else which(name))
+    pdf = tmp_path / "doc.pdf"
+    pdf.write_bytes(contract())
+    for engine in pdfrender.ENGINES:
+        out = tmp_path / f"{engine}-{with_prlimit}"
+        out.mkdir()
+        _pages, failed = pdfrender.render(engine, pdf, out, last_page=2)
+        assert failed, engine
+
+
 def test_each_engine_draws_every_page_and_no_more(tmp_path: Path) -> None:
     pdf = tmp_path / "-doc.pdf"  # a name that looks like an option
     pdf.write_bytes(contract())
