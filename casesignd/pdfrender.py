@@ -78,7 +78,10 @@ PIXEL_DELTA = 16
 # resolution (it moves 2-4 pixels of a page's 150,000).
 MAX_CHANGED_FRACTION = 0.0
 
-# Time for one renderer on one document: a start, and a share per page drawn.
+# Pages drawn by one call of a renderer: the drawings of a batch of both documents are
+# on disk at once (about 150 kB a letter page), the next batch after they are compared.
+RENDER_BATCH_PAGES = 50
+# Time for one renderer on one batch: a start, and a share per page drawn.
 RENDER_BASE_TIMEOUT_S = 20.0
 RENDER_TIMEOUT_S_PER_PAGE = 0.5
 # A renderer's address space, and the largest file it may write (one page: 64 MiB of
@@ -149,7 +152,7 @@ class EngineResult:
     page: int | None
     failed: str = ""
     ms: float = 0.0
-    pages: int = 0  # pages drawn of the rewrite
+    pages: int = 0  # pages of the rewrite
 
 
 # A verdict's reasons (words of casesignd.codes.REASONS).
@@ -212,7 +215,8 @@ def timeout_s(pages: int) -> float:
     return RENDER_BASE_TIMEOUT_S + RENDER_TIMEOUT_S_PER_PAGE * pages
 
 
-def _argv(engine: str, pdf: Path, outdir: Path, last_page: int, dpi: int) -> list[str]:
+def _argv(engine: str, pdf: Path, outdir: Path, first_page: int, last_page: int,
+          dpi: int) -> list[str]:
     exe = shutil.which(COMMANDS[engine])
     if exe is None:
         require_renderers()
@@ -220,10 +224,10 @@ def _argv(engine: str, pdf: Path, outdir: Path, last_page: int, dpi: int) -> lis
     # Absolute paths: a file name that starts with "-" is not read as an option.
     pdf, outdir = pdf.absolute(), outdir.absolute()
     if engine == POPPLER:
-        return [exe, "-q", "-r", str(dpi), "-gray", "-f", "1", "-l", str(last_page),
+        return [exe, "-q", "-r", str(dpi), "-gray", "-f", str(first_page), "-l", str(last_page),
                 str(pdf), str(outdir / "p")]
     return [exe, "draw", "-q", "-r", str(dpi), "-c", "gray", "-o", str(outdir / "p%d.pgm"),
-            str(pdf), f"1-{last_page}"]
+            str(pdf), f"{first_page}-{last_page}"]
 
 
 def _limited(argv: list[str]) -> tuple[list[str], Callable[[], None] | None]:
@@ -245,16 +249,18 @@ def _limit_child() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, dpi: int = RENDER_DPI,
-           limit_s: float | None = None) -> tuple[list[Path], str]:
-    """Draw pages 1..``last_page`` of ``pdf`` with ``engine`` into ``outdir`` (empty,
-    private): the drawings in page order, and why drawing failed ("" when it did
-    not). Raises :class:`RendererUnavailable` when the engine is not installed."""
-    argv, preexec = _limited(_argv(engine, pdf, outdir, last_page, dpi))
+def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: int = 1,
+           dpi: int = RENDER_DPI, limit_s: float | None = None) -> tuple[list[Path], str]:
+    """Draw pages ``first_page``..``last_page`` of ``pdf`` (those it has) with
+    ``engine`` into ``outdir`` (empty, private): the drawings in page order, and why
+    drawing failed ("" when it did not). Raises :class:`RendererUnavailable` when the
+    engine is not installed."""
+    argv, preexec = _limited(_argv(engine, pdf, outdir, first_page, last_page, dpi))
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL,
-                              timeout=limit_s if limit_s is not None else timeout_s(last_page),
+                              timeout=limit_s if limit_s is not None
+                              else timeout_s(last_page - first_page + 1),
                               preexec_fn=preexec, env={**os.environ, "LC_ALL": "C"},
                               check=False)
     except subprocess.TimeoutExpired:
@@ -288,21 +294,46 @@ def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdi
         rewrite_pdf = _as_file(rewrite, root / "rewrite.pdf")
         for engine in engines:
             started = time.perf_counter()
-            a_dir, b_dir = root / f"{engine}-received", root / f"{engine}-rewrite"
-            a_dir.mkdir()
-            b_dir.mkdir()
-            # One page past the rewrite's: a page the received document has more shows.
-            a, a_failed = render(engine, original_pdf, a_dir, last_page=pages + 1, dpi=dpi)
-            b, b_failed = render(engine, rewrite_pdf, b_dir, last_page=pages + 1, dpi=dpi)
-            failed = (f"received: {a_failed}" if a_failed else "") or \
-                (f"rewrite: {b_failed}" if b_failed else "")
-            # A reader that could not draw a document does not agree with anything.
-            page = 1 if failed else first_differing_page(a, b, tolerance)
+            page, failed = _compare_engine(engine, original_pdf, rewrite_pdf, pages, root,
+                                           tolerance, dpi)
             results[engine] = EngineResult(engine, page, failed,
-                                           (time.perf_counter() - started) * 1000, len(b))
+                                           (time.perf_counter() - started) * 1000, pages)
+    return results
+
+
+def batches(pages: int, size: int | None = None) -> list[tuple[int, int]]:
+    """The page ranges a document of ``pages`` pages is drawn in: ``size`` pages at a
+    time, the last one reaching one page past the end (a page the received document
+    has more shows there), and never that page alone (a renderer asked only for a
+    page past the end fails). Pure."""
+    size = size or RENDER_BATCH_PAGES
+    starts = range(1, max(pages, 1) + 1, size)
+    return [(f, min(f + size - 1, pages) if f + size <= pages else pages + 1) for f in starts]
+
+
+def _compare_engine(engine: str, a_pdf: Path, b_pdf: Path, pages: int, root: Path,
+                    tolerance: Tolerance, dpi: int) -> tuple[int | None, str]:
+    """One engine: the first page drawn differently (None: none), and why it could
+    not draw one ("" when it could), drawing a batch of pages of each at a time."""
+    for first, last in batches(pages):
+        a_dir, b_dir = root / f"{engine}-received", root / f"{engine}-rewrite"
+        a_dir.mkdir()
+        b_dir.mkdir()
+        try:
+            a, a_failed = render(engine, a_pdf, a_dir, first_page=first, last_page=last, dpi=dpi)
+            b, b_failed = render(engine, b_pdf, b_dir, first_page=first, last_page=last, dpi=dpi)
+            # A reader that could not draw a document does not agree with anything.
+            if a_failed:
+                return first, f"received: {a_failed}"
+            if b_failed:
+                return first, f"rewrite: {b_failed}"
+            page = first_differing_page(a, b, tolerance)
+            if page is not None:
+                return first + page - 1, ""
+        finally:
             shutil.rmtree(a_dir)
             shutil.rmtree(b_dir)
-    return results
+    return None, ""
 
 
 def _as_file(doc: Path | bytes, path: Path) -> Path:
@@ -314,5 +345,5 @@ def _as_file(doc: Path | bytes, path: Path) -> Path:
 
 __all__ = ["DEFAULT_TOLERANCE", "ENGINES", "MAX_CHANGED_FRACTION", "PIXEL_DELTA", "RENDER_DPI",
            "EngineResult", "Tolerance", "changed_pixels", "compare", "first_differing_page",
-           "missing_renderers", "readiness", "render", "require_renderers", "same_page",
+           "batches", "missing_renderers", "readiness", "render", "require_renderers", "same_page",
            "verdict"]

@@ -238,6 +238,34 @@ def test_a_page_past_the_renderers_limits_fails_to_draw(
         assert failed, engine
 
 
+def _pages(*texts: str) -> bytes:
+    objs = [b"<< /Type /Catalog /Pages 2 0 R >>", b"", _FONT]
+    for i, text in enumerate(texts):
+        objs += _page(4 + 2 * i, _text(text))
+    kids = b" ".join(b"%d 0 R" % (4 + 2 * i) for i in range(len(texts)))
+    objs[1] = b"<< /Type /Pages /Kids [%s] /Count %d >>" % (kids, len(texts))
+    return assemble(objs)
+
+
+@pytest.mark.parametrize(("received", "rewrite", "page"), [
+    (["A", "B", "C", "D", "E"], ["A", "B", "C", "D", "E"], None),
+    (["A", "B", "C", "D", "E"], ["A", "B", "C", "X", "E"], 4),   # in the second batch
+    (["A", "B", "C", "D", "E"], ["A", "B", "C", "D", "X"], 5),   # in the last
+    (["A", "B", "C", "D", "E", "F"], ["A", "B", "C", "D", "E"], 6),  # one page more
+    (["A", "B", "C", "D", "E", "F", "G"], ["A", "B", "C", "D", "E"], 6),
+    (["A", "B", "C"], ["A", "B", "C", "D", "E"], 4),  # fewer: its batch cannot be drawn
+    (["A", "B", "C", "D"], ["A", "B", "C", "D", "E"], 5),
+])
+def test_pages_are_drawn_and_compared_in_batches(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, received: list[str],
+        rewrite: list[str], page: int | None) -> None:
+    monkeypatch.setattr(pdfrender, "RENDER_BATCH_PAGES", 2)
+    results = pdfrender.compare(_pages(*received), _pages(*rewrite), pages=len(rewrite),
+                                workdir=tmp_path)
+    assert {e: r.page for e, r in results.items()} == {"poppler": page, "mupdf": page}
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_each_engine_draws_every_page_and_no_more(tmp_path: Path) -> None:
     pdf = tmp_path / "-doc.pdf"  # a name that looks like an option
     pdf.write_bytes(contract())

@@ -13,6 +13,7 @@ from casesignd.pdfrender import (
     READERS_DISAGREE,
     EngineResult,
     Tolerance,
+    batches,
     changed_pixels,
     first_differing_page,
     same_page,
@@ -146,3 +147,20 @@ def test_readiness_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, modes:
     monkeypatch.setattr(pdfrender.shutil, "which",
                         lambda name: None if name in missing else f"/usr/bin/{name}")
     assert pdfrender.readiness(modes) == check
+
+
+@pytest.mark.parametrize(("pages", "size", "ranges"), [
+    (1, 50, [(1, 2)]),
+    (49, 50, [(1, 50)]),
+    (50, 50, [(1, 51)]),  # never the page past the end alone
+    (51, 50, [(1, 50), (51, 52)]),
+    (100, 50, [(1, 50), (51, 101)]),
+    (101, 50, [(1, 50), (51, 100), (101, 102)]),
+    (5, 2, [(1, 2), (3, 4), (5, 6)]),
+    (4, 2, [(1, 2), (3, 5)]),
+])
+def test_batches_cover_every_page_and_one_past(pages: int, size: int,
+                                               ranges: list[tuple[int, int]]) -> None:
+    assert batches(pages, size) == ranges
+    drawn = [p for first, last in ranges for p in range(first, last + 1)]
+    assert drawn == list(range(1, pages + 2))
