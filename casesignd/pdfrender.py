@@ -63,16 +63,17 @@ ENGINES = (POPPLER, MUPDF)
 COMMANDS = {POPPLER: "pdftoppm", MUPDF: "mutool"}
 PACKAGES = {POPPLER: "poppler-utils", MUPDF: "mupdf-tools"}
 
-# 40 dpi: a changed digit in 8-point type moves 2-3 pixels past PIXEL_DELTA in both
-# engines, a decimal comma made a point one pixel (by 26-34 gray levels); at 30 dpi
-# that pixel moves by less than 16 and the comma is lost. A letter page is 340 x 440
-# pixels, and drawing it costs a few milliseconds.
+# 40 dpi, the lowest resolution with a margin: at 30 dpi both engines miss a decimal
+# comma made a point in 8-point Helvetica; at 36 they see it (one pixel, by 32 gray
+# levels) but an 8-point digit moves MuPDF's pixels by 32 at most, at 40 by 89 (and
+# the comma by 26-34). Costs hardly differ from 30 to 50 dpi: starting the renderer
+# is most of it (scripts/bench_render.py). A letter page is 340 x 440 pixels.
 RENDER_DPI = 40
 # The same engine draws an unchanged page identically: zero pixels differed between
 # the received file and its rewrite across 14 producers' files and 80 rewritten
 # hostile ones. 16 of 255 gray levels leaves room for a rewrite that writes a number
 # of the page (a box, a matrix) differently and shifts an edge by a rounding, and is
-# still half of what the smallest real change measured moves (a comma, above).
+# below the least the smallest real change measured moves (26: the comma, above).
 PIXEL_DELTA = 16
 # None: any allowance of whole pixels would let a changed digit through at this
 # resolution (it moves 2-4 pixels of a page's 150,000).
