@@ -87,7 +87,10 @@ RENDER_BASE_TIMEOUT_S = 20.0
 RENDER_TIMEOUT_S_PER_PAGE = 0.5
 # A renderer's address space, and the largest file it may write (one page: 64 MiB of
 # gray is a page of 200 x 200 inches at RENDER_DPI). A page past either fails to draw.
-RENDER_MEMORY_BYTES = 2 << 30
+# 1 GiB: half of the systemd unit's MemoryMax=2G, and room for an A4 scan at 600 dpi
+# decoded whole (100 MB) many times over; every producer's file in the test corpus
+# draws in 512 MiB.
+RENDER_MEMORY_BYTES = 1 << 30
 RENDER_PAGE_MAX_BYTES = 64 << 20
 
 
