@@ -34,12 +34,15 @@ Each call draws into a private directory made by :mod:`tempfile` under the
 directory the caller gives (the one the rewrite is written to), removed whatever
 happens. Each renderer runs with a time limit (:func:`timeout_s`), a memory limit
 and a limit on the size of any file it writes (one page), and draws no more pages
-than the rewrite has, plus one to see a page the received document has more.
+than the rewrite has, plus one to see a page the received document has more,
+:data:`RENDER_BATCH_PAGES` at a time (:func:`batches`): the drawings on disk stay
+few, and the first difference ends the drawing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import resource
 import shutil
@@ -125,17 +128,20 @@ def same_page(a: Image.Image, b: Image.Image, tolerance: Tolerance = DEFAULT_TOL
     return changed_pixels(a, b, tolerance.pixel_delta) <= allowed
 
 
-def first_differing_page(a: Sequence[Image.Image | Path], b: Sequence[Image.Image | Path],
+def first_differing_page(a: Sequence[Image.Image | Path | None],
+                         b: Sequence[Image.Image | Path | None],
                          tolerance: Tolerance = DEFAULT_TOLERANCE) -> int | None:
     """The first page (1-based) two drawings of a document by one engine show
-    differently, or None. A page one has and the other has not differs. Drawings
-    given as files are opened two at a time."""
-    for number, (x, y) in enumerate(zip(a, b, strict=False), start=1):
+    differently, or None. A page one has and the other has not (None, or past its
+    end) differs. Drawings given as files are opened two at a time."""
+    for number, (x, y) in enumerate(itertools.zip_longest(a, b), start=1):
+        if x is None or y is None:
+            if x is not y:
+                return number
+            continue
         with _opened(x) as image_a, _opened(y) as image_b:
             if not same_page(image_a, image_b, tolerance):
                 return number
-    if len(a) != len(b):
-        return min(len(a), len(b)) + 1
     return None
 
 
@@ -271,7 +277,7 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: 
         return [], "timeout"
     except OSError as e:
         return [], type(e).__name__
-    pages = sorted(outdir.iterdir(), key=lambda p: int("".join(filter(str.isdigit, p.stem)) or 0))
+    pages = sorted(outdir.iterdir(), key=_page_number)
     # What a renderer printed is left out: its complaints quote the document (names
     # of fonts and objects, operators), and the reason goes to the operator's log.
     if proc.returncode < 0:
@@ -326,18 +332,35 @@ def _compare_engine(engine: str, a_pdf: Path, b_pdf: Path, pages: int, root: Pat
         try:
             a, a_failed = render(engine, a_pdf, a_dir, first_page=first, last_page=last, dpi=dpi)
             b, b_failed = render(engine, b_pdf, b_dir, first_page=first, last_page=last, dpi=dpi)
-            # A reader that could not draw a document does not agree with anything.
-            if a_failed:
-                return first, f"received: {a_failed}"
-            if b_failed:
-                return first, f"rewrite: {b_failed}"
-            page = first_differing_page(a, b, tolerance)
+            failed = (f"received: {a_failed}" if a_failed else "") or \
+                (f"rewrite: {b_failed}" if b_failed else "")
+            # Drawings by page number: a page a renderer skipped is a page it did not draw.
+            page = first_differing_page(_aligned(a, first, last), _aligned(b, first, last),
+                                        tolerance)
             if page is not None:
-                return first + page - 1, ""
+                return first + page - 1, failed
+            # A reader that could not draw a document does not agree with anything,
+            # even where what it drew looks alike.
+            if failed:
+                return first, failed
         finally:
             shutil.rmtree(a_dir)
             shutil.rmtree(b_dir)
     return None, ""
+
+
+def _page_number(drawing: Path) -> int:
+    return int("".join(filter(str.isdigit, drawing.stem)) or 0)
+
+
+def _aligned(drawings: list[Path], first: int, last: int) -> list[Path | None]:
+    """Pages ``first``..``last`` in order, None where no drawing is, trailing Nones
+    dropped (the document ended)."""
+    by_number = {_page_number(d): d for d in drawings}
+    out = [by_number.get(n) for n in range(first, last + 1)]
+    while out and out[-1] is None:
+        out.pop()
+    return out
 
 
 def _as_file(doc: Path | bytes, path: Path) -> Path:

@@ -83,6 +83,10 @@ BLANK, INKED = page(), page((100, 100, 0))
     ([], [BLANK], 1),
     # a difference before the end counts first
     ([BLANK, INKED], [BLANK, BLANK, BLANK], 2),
+    # a page not drawn (None) differs from one drawn, not from another not drawn
+    ([BLANK, None, BLANK], [BLANK, BLANK, BLANK], 2),
+    ([BLANK, None, BLANK], [BLANK, None, BLANK], None),
+    ([BLANK, None, INKED], [BLANK, None, BLANK], 3),
 ])
 def test_first_differing_page(a: list[Image.Image], b: list[Image.Image],
                               first: int | None) -> None:
@@ -164,3 +168,19 @@ def test_batches_cover_every_page_and_one_past(pages: int, size: int,
     assert batches(pages, size) == ranges
     drawn = [p for first, last in ranges for p in range(first, last + 1)]
     assert drawn == list(range(1, pages + 2))
+
+
+@pytest.mark.parametrize(("names", "first", "last", "aligned"), [
+    (["p-1.pgm", "p-2.pgm"], 1, 3, ["p-1.pgm", "p-2.pgm"]),
+    (["p-01.pgm", "p-10.pgm", "p-02.pgm"], 1, 10,  # poppler pads, sorts as text
+     ["p-01.pgm", "p-02.pgm", None, None, None, None, None, None, None, "p-10.pgm"]),
+    (["p3.pgm", "p1.pgm"], 1, 3, ["p1.pgm", None, "p3.pgm"]),  # MuPDF skipped page 2
+    (["p51.pgm", "p52.pgm"], 51, 101, ["p51.pgm", "p52.pgm"]),
+    ([], 1, 2, []),
+])
+def test_drawings_are_aligned_by_page_number(names: list[str], first: int, last: int,
+                                             aligned: list[str | None]) -> None:
+    from casesignd.pdfrender import _aligned
+
+    out = _aligned([Path(n) for n in names], first, last)
+    assert [p.name if p is not None else None for p in out] == aligned
