@@ -264,8 +264,11 @@ def _disagreement(report: PdfReport, refusal: tuple[str, int],
                             for e, r in engines.items()}}
     where = {"page": page}
     if _damaged(report):
-        return MalformedPdf("readers repair this damaged PDF differently: what it shows "
-                            "depends on the reader", reason="damaged", where=where, detail=detail)
+        unopened = any(r.failed.startswith("received") for r in engines.values())
+        return MalformedPdf(("a viewer cannot draw this damaged PDF" if unopened else
+                             "readers repair this damaged PDF differently")
+                            + ": what it shows depends on the reader",
+                            reason="damaged", where=where, detail=detail)
     if reason == pdfrender.READERS_DISAGREE:
         return AmbiguousPdf("readers reconstruct this PDF differently: what it shows depends "
                             "on the reader", reason=reason, where=where, detail=detail)

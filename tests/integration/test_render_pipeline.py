@@ -186,6 +186,7 @@ def test_damage_a_viewer_cannot_open_stays_malformed(workdir: Path) -> None:
     err = refusal(received, PdfLimits(), workdir)
     assert isinstance(err, MalformedPdf)
     assert (err.reason, err.where) == ("damaged", {"page": 1})
+    assert err.message.startswith("a viewer cannot draw this damaged PDF")
     assert err.detail["renderers"]["mupdf"] == {"page": 1, "failed": "received: exit 1"}
     assert err.detail["renderers"]["poppler"] == {"page": None}
 
