@@ -289,12 +289,15 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: 
 
 def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdir: Path | None,
             tolerance: Tolerance = DEFAULT_TOLERANCE, engines: Sequence[str] = ENGINES,
-            dpi: int = RENDER_DPI) -> dict[str, EngineResult]:
+            dpi: int = RENDER_DPI, stop_at_difference: bool = False) -> dict[str, EngineResult]:
     """Each engine's drawing of the received document (``original``) against its
     drawing of the rewrite (``rewrite``, which has ``pages`` pages), in a private
     directory under ``workdir`` (the system's temp directory when None), removed
-    again. Raises :class:`RendererUnavailable` before drawing anything when an
-    engine is not installed."""
+    again. With ``stop_at_difference``, the engines after one that draws a page
+    differently are not asked (the caller refuses whatever they say: a hostile
+    document that makes a renderer run to its time costs that time once). Raises
+    :class:`RendererUnavailable` before drawing anything when an engine is not
+    installed."""
     require_renderers()
     results = {}
     with tempfile.TemporaryDirectory(prefix=".render-", dir=workdir) as private:
@@ -308,6 +311,8 @@ def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdi
                                            tolerance, dpi)
             results[engine] = EngineResult(engine, page, failed,
                                            (time.perf_counter() - started) * 1000, pages)
+            if page is not None and stop_at_difference:
+                break
     return results
 
 

@@ -165,9 +165,12 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
                 raise report2.refusal()
             pypdf_page = _first_differing_page(reader, reader2, limits)
             # Every page of the rewrite, drawn by poppler and by MuPDF, against the
-            # same engine's drawing of what was received (casesignd.pdfrender).
+            # same engine's drawing of what was received (casesignd.pdfrender). Where
+            # pypdf agrees, one engine that differs refuses it; where it does not,
+            # both are asked whether any reader agrees with the rewrite.
             engines = pdfrender.compare(src, rewritten, pages=report2.pages,
-                                        workdir=target.parent if target is not None else None)
+                                        workdir=target.parent if target is not None else None,
+                                        stop_at_difference=pypdf_page is None)
             refusal = pdfrender.verdict(pypdf_page, engines)
             if refusal is not None:
                 _close(reader2)
