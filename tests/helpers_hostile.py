@@ -703,12 +703,14 @@ HOSTILE_NAMES: tuple[str, ...] = (
 
 # What each differential entry is claimed to be, as a check on the file. "readers"
 # claims were verified to hold for pypdf 6.21, poppler 22.12 and libqpdf 12.4
-# (pikepdf); "latent" ones are only structural: these three readers agree on them
-# (they check object headers, and follow a sound xref to the first definition), but a
-# reader trusting the xref blindly, or a rebuild, shows the other text.
+# (pikepdf), and MuPDF 1.21 reads them as poppler and qpdf do (so the first two are
+# signed as those three show them; the third is refused, qpdf's rewrite having both
+# pages); "latent" ones are only structural: these readers agree on them (they check
+# object headers, and follow a sound xref to the first definition), but a reader
+# trusting the xref blindly, or a rebuild, shows the other text.
 DIFFERENTIAL_CLAIMS: dict[str, str] = {
-    "dup_key_contents": "readers",        # pypdf: FIRST; poppler, qpdf: SECOND
-    "object_defined_twice_xref_damaged": "readers",  # pypdf: FIRST; poppler, qpdf: SECOND
+    "dup_key_contents": "readers",        # pypdf: FIRST; poppler, qpdf, MuPDF: SECOND
+    "object_defined_twice_xref_damaged": "readers",  # pypdf: FIRST; the others: SECOND
     "page_count_mismatch": "readers",     # pypdf: 2 pages; poppler, qpdf --show-npages: 1
     "xref_wrong_object_header": "latent",  # all three show OBJECT FIVE
     "object_defined_twice": "latent",      # all three show FIRST DEFINITION
