@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import audit, jobs, verify
+from . import audit, jobs, pdfrender, verify
 from .app import SERVICES, Services
 from .errors import (
     Busy,
@@ -438,6 +438,10 @@ async def readyz(request: web.Request) -> web.Response:
     alive = pool.started and all(not t.done() for t in pool._tasks)
     checks["workers"] = {"ok": alive and not s.shutting_down}
     checks["cpu"] = {"ok": s.cpu_warm}
+    # A document that needs a rewrite cannot be checked without the page renderers.
+    renderers = pdfrender.readiness(p.normalize for p in s.config.policies)
+    if renderers is not None:
+        checks["renderers"] = renderers
     if s.scanner is not None and hasattr(s.scanner, "ping"):
         ok = await s.scanner.ping()
         checks["scanner"] = {"ok": bool(ok)}

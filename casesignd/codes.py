@@ -146,6 +146,8 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("source_unavailable", 503, RETRIES, True, "a source could not be read for now"),
     ("temp_quota", 503, RETRIES, True, "the temp volume is full for now; the job waits"),
     ("scanner_unavailable", 503, RETRIES, True, "the malware scanner cannot be reached"),
+    ("renderer_unavailable", 503, RETRIES, True,
+     "a page renderer that checks rewritten documents (pdftoppm, mutool) is not installed"),
     ("tsa_unavailable", 503, RETRIES, True, "the time-stamping authority cannot be reached"),
     ("revocation_unavailable", 503, RETRIES, True,
      "revocation data (OCSP or CRL) for a chain cannot be had for now"),

@@ -261,6 +261,14 @@ class ScannerUnavailable(TransientJobError):
     code = "scanner_unavailable"
 
 
+class RendererUnavailable(TransientJobError):
+    """A page renderer that checks a rewritten document (poppler's pdftoppm, MuPDF's
+    mutool: casesignd.pdfrender) is not installed. The service's fault, not the
+    document's: the job waits for the operator rather than being refused or passed."""
+
+    code = "renderer_unavailable"
+
+
 class TsaUnavailable(TransientJobError):
     code = "tsa_unavailable"
 

@@ -13,12 +13,19 @@ through the same steps, so what the key signs is decided in one place:
    the findings are damage);
 3. **normalise** (:func:`casesignd.normalize.rewrite`): one clean rewrite by qpdf,
    with a form that leaves its look to viewers drawn once (:mod:`casesignd.pdfdraw`),
-   checked again in full; it must have no findings, and pypdf's reading of the
-   original and qpdf's must show the same pages, but for the appearances drawn
-   (:func:`casesignd.normalize.page_digests`) — otherwise the readers disagree on what
-   the document shows and it is refused ``ambiguous_pdf`` (``malformed_pdf`` for
-   damage). A document pypdf cannot read at all is refused ``malformed_pdf``: a
-   repair is trusted only where two independent readers agree on it;
+   checked again in full; it must have no findings, and it must show what was
+   received. Four readers are asked: pypdf compares the pages' object graphs
+   (:func:`casesignd.normalize.page_digests`), and poppler and MuPDF each draw every
+   page of the received document and of the rewrite (:mod:`casesignd.pdfrender`,
+   each engine compared with itself). When both engines draw the same pages the
+   rewrite is signed, even if pypdf alone reads the original otherwise (the reasons
+   say so). Otherwise it is refused ``ambiguous_pdf``: reason ``readers_disagree``
+   when no reader agrees with qpdf's rewrite, ``pages_render_differently`` when an
+   engine draws a page of it differently (``where``: the page); a document whose
+   findings are damage only is refused ``malformed_pdf`` (reason ``damaged``)
+   instead. An engine that cannot draw the received document does not agree. A
+   document pypdf cannot read at all is refused ``malformed_pdf``: a repair is
+   trusted only where independent readers agree on it;
 4. **prepare** (:mod:`casesignd.pades`), reusing the parse of step 1 or 3, with the
    one DocMDP rule (:func:`casesignd.pades.check_docmdp`); evidence is embedded, or
    bound by digest when the document carries a signature already;
@@ -46,7 +53,7 @@ from typing import Any
 
 from pypdf import PdfReader
 
-from . import cms, normalize, pades
+from . import cms, normalize, pades, pdfrender
 from .errors import (
     AmbiguousPdf,
     CasesignError,
@@ -163,11 +170,18 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
                 # What qpdf's rewrite still shows two ways is in the document itself.
                 _close(reader2)
                 raise report2.refusal()
-            if not _same_pages(reader, reader2, limits, drawn.widgets):
+            pypdf_page = _first_differing_page(reader, reader2, limits, drawn.widgets)
+            # Every page of the rewrite, drawn by poppler and by MuPDF, against the
+            # same engine's drawing of what was received (casesignd.pdfrender). Where
+            # pypdf agrees, one engine that differs refuses it; where it does not,
+            # both are asked whether any reader agrees with the rewrite.
+            engines = pdfrender.compare(src, rewritten, pages=report2.pages,
+                                        workdir=target.parent if target is not None else None,
+                                        stop_at_difference=pypdf_page is None)
+            refusal = pdfrender.verdict(pypdf_page, engines)
+            if refusal is not None:
                 _close(reader2)
-                cls = AmbiguousPdf if _ambiguous(report) else MalformedPdf
-                raise cls("readers reconstruct this PDF differently: what it shows depends "
-                          "on the reader", detail={"findings": list(reasons)})
+                raise _disagreement(report, refusal, engines, reasons)
         except BaseException:
             if isinstance(rewritten, Path):
                 rewritten.unlink(missing_ok=True)
@@ -179,6 +193,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     if drawn.widgets:
         reasons += (f"the form's appearances were generated: {len(drawn.widgets)} field "
                     "widget(s) drawn once, so that no viewer draws its own",)
+    if pypdf_page is not None:
+        reasons = (*reasons, PYPDF_ALONE)
     return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
                     reasons, report2.pages, external_links=report2.external_links),
             rewritten, reader2)
@@ -226,19 +242,54 @@ def _object_end(data: bytes, at: int) -> int:
     return end if end >= 0 else at + 1024
 
 
-def _ambiguous(report: PdfReport) -> bool:
-    return any(f.kind != DAMAGE for f in report.findings)
+# Recorded with a rewrite that pypdf alone reads otherwise than the received document.
+PYPDF_ALONE = ("pypdf alone read its pages otherwise: qpdf, poppler and MuPDF show the "
+               "received pages as rewritten")
 
 
-def _same_pages(a: PdfReader, b: PdfReader, limits: PdfLimits,
-                drawn: frozenset[tuple[int, int]] = frozenset()) -> bool:
+def _damaged(report: PdfReport) -> bool:
+    """Whether a document's findings are damage only (no two readers repairing it
+    alike is then ``malformed_pdf``; anything else is ``ambiguous_pdf``)."""
+    return bool(report.findings) and all(f.kind == DAMAGE for f in report.findings)
+
+
+def _first_differing_page(a: PdfReader, b: PdfReader, limits: PdfLimits,
+                          drawn: frozenset[tuple[int, int]] = frozenset()) -> int | None:
+    """The first page (1-based) pypdf reads differently in ``a`` and ``b``, but for
+    the appearances the rewrite ``drawn``, or None."""
     try:
-        return normalize.page_digests(a, limits.max_objects, drawn) == \
-            normalize.page_digests(b, limits.max_objects, drawn)
+        x = normalize.page_digests(a, limits.max_objects, drawn)
+        y = normalize.page_digests(b, limits.max_objects, drawn)
     except CasesignError:
         raise
     except Exception:  # noqa: BLE001 - a reading pypdf cannot walk shows nothing reliable
-        return False
+        return 1
+    for number, (p, q) in enumerate(zip(x, y, strict=False), start=1):
+        if p != q:
+            return number
+    return None if len(x) == len(y) else min(len(x), len(y)) + 1
+
+
+def _disagreement(report: PdfReport, refusal: tuple[str, int],
+                  engines: dict[str, pdfrender.EngineResult], findings: tuple[str, ...]
+                  ) -> CasesignError:
+    """The refusal of a rewrite the readers do not all see as the received document."""
+    reason, page = refusal
+    detail = {"findings": list(findings),
+              "renderers": {e: {"page": r.page, **({"failed": r.failed} if r.failed else {})}
+                            for e, r in engines.items()}}
+    where = {"page": page}
+    if _damaged(report):
+        unopened = any(r.failed.startswith("received") for r in engines.values())
+        return MalformedPdf(("a viewer cannot draw this damaged PDF" if unopened else
+                             "readers repair this damaged PDF differently")
+                            + ": what it shows depends on the reader",
+                            reason="damaged", where=where, detail=detail)
+    if reason == pdfrender.READERS_DISAGREE:
+        return AmbiguousPdf("readers reconstruct this PDF differently: what it shows depends "
+                            "on the reader", reason=reason, where=where, detail=detail)
+    return AmbiguousPdf(f"page {page} of the rewritten PDF looks different from the received "
+                        "page", reason=reason, where=where, detail=detail)
 
 
 def _close(reader: PdfReader | None) -> None:

@@ -345,6 +345,20 @@ OBJSTM_UNRECOVERABLE = frozenset({
 })
 
 
+# Damaged files one of the rendering engines cannot open at all (poppler 22.12, MuPDF
+# 1.21): a reader that cannot draw the received document does not agree with a
+# repair, so they are refused (casesignd.pdfrender), whatever pypdf and qpdf rebuild.
+VIEWER_CANNOT_OPEN: dict[str, str] = {
+    # MuPDF stops at the /Prev that names its own section ("cannot find page tree").
+    **{f"prev_loop_{s}": "mupdf" for s in DAMAGE_SOURCES if s != "pdflatex_hyperref"},
+    # poppler finds no trailer to rebuild from ("Couldn't find trailer dictionary").
+    **{f"truncated_tail_{s}": "poppler" for s in DAMAGE_SOURCES if s != "pdflatex_hyperref"},
+    # poppler cannot rebuild an xref stream's objects ("Couldn't read xref table").
+    "startxref_off17_pdflatex_hyperref": "poppler",
+    "xref_shift3_pdflatex_hyperref": "poppler",
+}
+
+
 # --- encryption ------------------------------------------------------------------------
 
 
@@ -525,7 +539,10 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
 
     recipes = [
         # parser differentials
-        R("dup_key_contents", AMBIGUOUS, _bytes(_dup_key_contents)),
+        # pypdf takes the first /Contents, qpdf, poppler and MuPDF the second: the
+        # viewers agree on the page, so it is signed as they show it.
+        R("dup_key_contents", NORMALIZED, _bytes(_dup_key_contents), never=AMBIGUOUS,
+          markers=("SECOND CONTENTS SHOWN",)),
         R("dup_key_same_value", NORMALIZED, _bytes(_dup_key_same), never=AMBIGUOUS,
           markers=("DUPLICATE TYPE KEY",)),
         # Latent differentials: every reader here repairs these the same way (the
@@ -535,7 +552,10 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
           markers=("OBJECT FIVE SHOWN",)),
         R("object_defined_twice", NORMALIZED, _bytes(_twice_defined), never=AMBIGUOUS,
           markers=("FIRST DEFINITION SHOWN",)),
-        R("object_defined_twice_xref_damaged", AMBIGUOUS, _bytes(_twice_defined_xref_damaged)),
+        # pypdf keeps the first definition, qpdf, poppler and MuPDF rebuild and take
+        # the last: signed as the viewers show it.
+        R("object_defined_twice_xref_damaged", NORMALIZED, _bytes(_twice_defined_xref_damaged),
+          never=AMBIGUOUS, markers=("SECOND DEFINITION SHOWN",)),
         R("html_prefix", NORMALIZED, _bytes(lambda: _with_prefix(
             b"<html><body><p>Nothing to see here</p></body></html>\n")), never=AMBIGUOUS,
           markers=("PREFIXED DOCUMENT",)),
@@ -548,14 +568,20 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
           markers=("ZIP POLYGLOT DOCUMENT",)),
         R("stream_length_short", NORMALIZED_OR_AMBIGUOUS, _bytes(_short_length),
           never=AMBIGUOUS, markers=("SHORT LENGTH STREAM",)),
-        R("page_count_mismatch", NORMALIZED, _bytes(_count_mismatch), never=AMBIGUOUS,
-          markers=("COUNTED PAGE", "UNCOUNTED PAGE")),
+        # poppler and MuPDF draw the one page /Count admits; qpdf's rewrite (and pypdf)
+        # has both: a page viewers never showed would be signed.
+        R("page_count_mismatch", AMBIGUOUS, _bytes(_count_mismatch)),
     ]
     # damaged but readable, hand-made and real producers' files
     for source, (markers, exact) in DAMAGE_SOURCES.items():
         for damage in DAMAGES:
             name = f"{damage}_{source}"
             expect = NORMALIZED_OR_MALFORMED if name in OBJSTM_UNRECOVERABLE else NORMALIZED
+            if name in VIEWER_CANNOT_OPEN:
+                recipes.append(R(name, MALFORMED, damaged(source, damage), markers=markers,
+                                 exact_text=exact,
+                                 limits=dict(DAMAGE_SOURCE_LIMITS.get(source, {}))))
+                continue
             recipes.append(R(name, expect, damaged(source, damage), never=MALFORMED,
                              markers=markers, exact_text=exact,
                              limits=dict(DAMAGE_SOURCE_LIMITS.get(source, {}))))
@@ -713,12 +739,14 @@ HOSTILE_NAMES: tuple[str, ...] = (
 
 # What each differential entry is claimed to be, as a check on the file. "readers"
 # claims were verified to hold for pypdf 6.21, poppler 22.12 and libqpdf 12.4
-# (pikepdf); "latent" ones are only structural: these three readers agree on them
-# (they check object headers, and follow a sound xref to the first definition), but a
-# reader trusting the xref blindly, or a rebuild, shows the other text.
+# (pikepdf), and MuPDF 1.21 reads them as poppler and qpdf do (so the first two are
+# signed as those three show them; the third is refused, qpdf's rewrite having both
+# pages); "latent" ones are only structural: these readers agree on them (they check
+# object headers, and follow a sound xref to the first definition), but a reader
+# trusting the xref blindly, or a rebuild, shows the other text.
 DIFFERENTIAL_CLAIMS: dict[str, str] = {
-    "dup_key_contents": "readers",        # pypdf: FIRST; poppler, qpdf: SECOND
-    "object_defined_twice_xref_damaged": "readers",  # pypdf: FIRST; poppler, qpdf: SECOND
+    "dup_key_contents": "readers",        # pypdf: FIRST; poppler, qpdf, MuPDF: SECOND
+    "object_defined_twice_xref_damaged": "readers",  # pypdf: FIRST; the others: SECOND
     "page_count_mismatch": "readers",     # pypdf: 2 pages; poppler, qpdf --show-npages: 1
     "xref_wrong_object_header": "latent",  # all three show OBJECT FIVE
     "object_defined_twice": "latent",      # all three show FIRST DEFINITION
@@ -844,6 +872,13 @@ def qpdf_text(path: Path) -> str:
     return "\n".join(out)
 
 
+def mupdf_text(path: Path) -> str:
+    """MuPDF's text of every page (``mutool draw -F txt``); "" when it cannot read it."""
+    proc = subprocess.run(["mutool", "draw", "-q", "-F", "txt", "-o", "-", str(path)],
+                          capture_output=True, timeout=TOOL_TIMEOUT_S)
+    return proc.stdout.decode("utf-8", "replace") if proc.returncode == 0 else ""
+
+
 @dataclass
 class ReaderViews:
     pypdf_pages: int | None
@@ -852,10 +887,11 @@ class ReaderViews:
     poppler_text: str
     qpdf_pages: int | None
     qpdf_content: str
+    mupdf_text: str = ""
 
     def shows(self, marker: str) -> dict[str, bool]:
         return {"pypdf": marker in self.pypdf_text, "poppler": marker in self.poppler_text,
-                "qpdf": marker in self.qpdf_content}
+                "qpdf": marker in self.qpdf_content, "mupdf": marker in self.mupdf_text}
 
 
 def reader_views(path: Path) -> ReaderViews:
@@ -870,7 +906,49 @@ def reader_views(path: Path) -> ReaderViews:
         qtext = f"<{type(e).__name__}: {e}>"
     return ReaderViews(n, " ".join(words(ptext)), pdfinfo_pages(path),
                        " ".join(words(" ".join(pdftotext_pages(path)))), qpdf_pages(path),
-                       qtext)
+                       qtext, " ".join(words(mupdf_text(path))))
+
+
+def drawn_pages(path: Path, engine: str, dpi: int = 72) -> list[object]:
+    """Every page of ``path`` as ``engine`` ("poppler" or "mupdf") draws it, in gray, as
+    Pillow images; at a higher resolution than the pipeline's own check, so that the
+    test does not share its blind spots."""
+    import tempfile
+
+    from PIL import Image
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        if engine == "poppler":
+            cmd = ["pdftoppm", "-q", "-r", str(dpi), "-gray", str(path), str(out / "p")]
+        else:
+            cmd = ["mutool", "draw", "-q", "-r", str(dpi), "-c", "gray", "-o",
+                   str(out / "p%d.pgm"), str(path)]
+        proc = subprocess.run(cmd, capture_output=True, timeout=TOOL_TIMEOUT_S)
+        assert proc.returncode == 0, (engine, path.name, proc.stderr[-500:])
+        files = sorted(out.iterdir(), key=lambda p: int("".join(filter(str.isdigit, p.stem))))
+        pages = []
+        for f in files:
+            with Image.open(f) as image:
+                pages.append(image.convert("L").copy())
+        return pages
+
+
+def assert_drawn_alike(received: Path, signed: Path, engines: tuple[str, ...] = ("poppler", "mupdf")
+                       ) -> None:
+    """Each engine draws every page of the signed document exactly as it draws the
+    received one (same page count, same pixels): what was signed is what a viewer of
+    the received file showed."""
+    from PIL import ImageChops
+
+    for engine in engines:
+        a, b = drawn_pages(received, engine), drawn_pages(signed, engine)
+        assert len(a) == len(b), (engine, len(a), len(b))
+        for number, (x, y) in enumerate(zip(a, b, strict=True), start=1):
+            assert x.size == y.size, (engine, number, x.size, y.size)  # type: ignore[attr-defined]
+            box = ImageChops.difference(x, y).getbbox()  # type: ignore[arg-type]
+            assert box is None, f"{engine} draws page {number} of the signed document " \
+                                f"otherwise than the received one (at {box})"
 
 
 # --- signed results ------------------------------------------------------------------

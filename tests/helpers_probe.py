@@ -299,7 +299,9 @@ PROBES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
     "html_application_named_harmlessly": (lambda: with_embedded(
         zlib.compress(b'<html><script>new ActiveXObject("WScript.Shell")</script></html>')),
         ACTIVE),
-    "page_resources_null": (_resources_null, ("ambiguous_pdf",)),
+    # null is no entry (PDF 32000-1 §7.3.9): qpdf, poppler and MuPDF draw the inherited
+    # resources, pypdf alone does not; the rewrite shows what the viewers show.
+    "page_resources_null": (_resources_null, ("ambiguous_pdf", "normalized")),
     "form_needs_appearances": (_need_appearances, ("ambiguous_pdf",)),
     "appearance_states_without_as": (_states_without_as, ("ambiguous_pdf",)),
     "contents_array_with_a_dictionary": (_contents_with_a_dictionary, ("ambiguous_pdf",)),

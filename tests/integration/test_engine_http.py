@@ -287,7 +287,8 @@ def test_unknown_routes_and_methods_use_the_error_shape(daemon):
 def test_health_readiness_and_openapi(daemon):
     assert daemon.request("GET", "/healthz", auth=False).status == 200
     ready = daemon.request("GET", "/readyz", auth=False).json()
-    assert ready["ready"] and set(ready["checks"]) >= {"store", "temp", "signing_key", "workers"}
+    assert ready["ready"] and set(ready["checks"]) >= {"store", "temp", "signing_key", "workers",
+                                                       "renderers"}
     doc = daemon.request("GET", "/v1/openapi.json", auth=False).json()
     assert doc["openapi"].startswith("3.1")
 

@@ -4,7 +4,8 @@ Every entry of the corpus gets its designed outcome from ``pipeline.sign_file``:
 refused with its code (and nothing left behind), signed as received, or signed only
 after a clean rewrite. Every signed result is then read by independent tools: pyHanko
 and poppler's pdfsig validate the signature, ``qpdf --check`` finds no damage, and
-qpdf, poppler and pypdf count the same pages and show the same words.
+qpdf, poppler and pypdf count the same pages and show the same words; a rewrite is
+drawn by poppler and MuPDF exactly as the received document.
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ from tests.helpers_hostile import (
     NORMALIZED_OR_MALFORMED,
     REFUSAL_CODES,
     SIGNED,
+    VIEWER_CANNOT_OPEN,
     Hostile,
     _hostile_recipes,
+    assert_drawn_alike,
     assert_signed_and_readable,
+    drawn_pages,
     hostile_corpus,  # noqa: F401  (session fixture)
     hostile_missing,
     reader_views,
@@ -132,19 +136,39 @@ def test_corpus_is_built(hostile_corpus: dict[str, Hostile]) -> None:  # noqa: F
 
 
 def test_differential_entries_are_what_they_claim(hostile_corpus: dict[str, Hostile]) -> None:  # noqa: F811
-    """pypdf, poppler and qpdf really read the "readers" entries differently; the
-    "latent" ones carry the structure they claim."""
+    """pypdf, poppler and qpdf really read the "readers" entries differently, and
+    MuPDF reads them as poppler and qpdf do; the "latent" ones carry the structure
+    they claim."""
     views = {name: reader_views(hostile_corpus[name].path) for name in DIFFERENTIAL_CLAIMS}
     v = views["dup_key_contents"]
     assert "FIRST CONTENTS SHOWN" in v.pypdf_text and "SECOND" not in v.pypdf_text
     assert "SECOND CONTENTS SHOWN" in v.poppler_text and "FIRST" not in v.poppler_text
     assert "SECOND CONTENTS SHOWN" in v.qpdf_content
+    assert "SECOND CONTENTS SHOWN" in v.mupdf_text and "FIRST" not in v.mupdf_text
     v = views["object_defined_twice_xref_damaged"]
     assert "FIRST DEFINITION SHOWN" in v.pypdf_text
     assert "SECOND DEFINITION SHOWN" in v.poppler_text
     assert "SECOND DEFINITION SHOWN" in v.qpdf_content
+    assert "SECOND DEFINITION SHOWN" in v.mupdf_text and "FIRST" not in v.mupdf_text
     v = views["page_count_mismatch"]
     assert v.pypdf_pages == 2 and v.poppler_pages == 1 and v.qpdf_pages == 1
+    assert "COUNTED PAGE" in v.mupdf_text and "UNCOUNTED" not in v.mupdf_text
+
+
+def test_damaged_entries_a_viewer_cannot_open_are_what_they_claim(
+    hostile_corpus: dict[str, Hostile],  # noqa: F811
+) -> None:
+    """The engine VIEWER_CANNOT_OPEN names draws nothing of the entry, the other does."""
+    for name, engine in VIEWER_CANNOT_OPEN.items():
+        if name not in hostile_corpus:
+            continue
+        path = hostile_corpus[name].path
+        for which in ("poppler", "mupdf"):
+            if which == engine:
+                with pytest.raises(AssertionError):
+                    drawn_pages(path, which, dpi=20)
+            else:
+                assert drawn_pages(path, which, dpi=20), (name, which)
 
     # latent: the xref entry of object 5 holds "7 0 obj", and 5 and 7 show other text
     data = hostile_corpus["xref_wrong_object_header"].path.read_bytes()
@@ -222,6 +246,9 @@ def test_entry_gets_its_outcome(name: str, hostile_corpus: dict[str, Hostile],  
                                        exact_text=entry.exact_text)
     assert checked.pages == pages
     assert outcome.path == dst and outcome.size == len(signed)
+    if checked.normalized:
+        # What was signed is what poppler and MuPDF showed of what was received.
+        assert_drawn_alike(entry.path, dst)
 
 
 @pytest.mark.parametrize("name", NEVER_NAMES)
@@ -276,7 +303,7 @@ def test_check_file_decides_like_sign_file(
 ) -> None:
     """check_file (no signing) refuses with the same codes, reports rewrites as
     sign_file does, and leaves its workdir empty either way."""
-    picks = ["dup_key_contents", "random_bytes", "encrypted_aes_256", "encrypted_pubsec",
+    picks = ["page_count_mismatch", "random_bytes", "encrypted_aes_256", "encrypted_pubsec",
              "link_unc", "embedded_txt_is_pe", "budget_40_streams_of_8mib"]
     wrong = []
     for i, name in enumerate(picks):
@@ -293,7 +320,8 @@ def test_check_file_decides_like_sign_file(
                 wrong.append(f"{name}: expected {entry.expect}, got {e.code}: {e.message}")
         if list(workdir.iterdir()):
             wrong.append(f"{name}: left {[p.name for p in workdir.iterdir()]}")
-    for name, normalized, pages in (("html_prefix", True, 1), ("allowed_goto_and_named", False, 2)):
+    for name, normalized, pages in (("html_prefix", True, 1), ("allowed_goto_and_named", False, 2),
+                                    ("dup_key_contents", True, 1)):
         entry = hostile_corpus[name]
         workdir = tmp_path / f"ok-{name}"
         workdir.mkdir()

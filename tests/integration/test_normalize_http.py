@@ -80,3 +80,24 @@ def test_never_refuses_what_when_needed_would_rewrite(daemon_factory, tmp_path):
     job = d.wait_job(d.submit(manifest("NORM-6", upload(d, "NORM-6", doc), [])).json()["job_id"])
     assert job["state"] == "failed" and job["error"]["code"] == "ambiguous_pdf", job
     assert "signed" not in [e["type"] for e in d.events(job["job_id"])]
+
+
+def test_a_document_only_pypdf_reads_otherwise_is_signed_as_the_viewers_show_it(daemon, tmp_path):
+    """A page with two /Contents: pypdf takes the first, qpdf, poppler and MuPDF the
+    second. Signed as its rewrite, drawn by both engines as the received document;
+    a page the viewers never showed (a /Count below the pages) is refused."""
+    from casesignd.pipeline import PYPDF_ALONE
+    from tests.helpers_hostile import _count_mismatch, _dup_key_contents, assert_drawn_alike
+
+    doc = _dup_key_contents()
+    k = sign(daemon, doc, case_id="NORM-7")
+    assert k.status == 200, k.body[:300]
+    received, signed = tmp_path / "received.pdf", tmp_path / "signed.pdf"
+    received.write_bytes(doc)
+    signed.write_bytes(k.body)
+    assert_valid(signed, daemon, tmp_path)
+    assert_drawn_alike(received, signed)
+    detail = _signed_event(daemon, k.headers["X-Job-Id"])["detail"]
+    assert detail["normalized"] is True and PYPDF_ALONE in detail["normalize_reasons"]
+    k = sign(daemon, _count_mismatch(), case_id="NORM-8")
+    assert k.status == 422 and k.json()["error"]["code"] == "ambiguous_pdf", k.body[:300]

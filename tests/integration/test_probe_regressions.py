@@ -1,19 +1,23 @@
 """Every document of the security probe (tests/helpers_probe.py) is refused with its
-code: none is signed as received. A form that leaves its look to viewers is signed only
-as the rewrite that draws it from the field's value."""
+code: none is signed as received, and one a rewrite may repair is signed only as
+that rewrite, drawn by poppler and MuPDF as the received document. A form that leaves
+its look to viewers is signed only as the rewrite that draws it from the field's value."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from casesignd import pipeline
 from casesignd.errors import CasesignError
 from casesignd.pdfcheck import PdfLimits
+from tests.helpers_hostile import assert_drawn_alike
 from tests.helpers_probe import DRAWN_BY_REWRITE, PROBES
 
 
 @pytest.mark.parametrize("name", sorted(PROBES))
-def test_probe_is_refused(name: str) -> None:
+def test_probe_is_refused(name: str, tmp_path: Path) -> None:
     build, codes = PROBES[name]
     data = build()
     limits = PdfLimits(max_decoded_stream_bytes=16 << 20)
@@ -29,6 +33,14 @@ def test_probe_is_refused(name: str) -> None:
             shown, stale = DRAWN_BY_REWRITE[name]
             drawn = source if isinstance(source, bytes) else b""
             assert shown in drawn and stale not in drawn, (name, mode)
+            continue
+        if "normalized" in codes and checked.normalized:
+            # Signed only as its rewrite, and only as the viewers showed what was received.
+            received, rewrite = tmp_path / f"{mode}-received.pdf", tmp_path / f"{mode}-rewrite.pdf"
+            received.write_bytes(data)
+            assert isinstance(source, bytes)
+            rewrite.write_bytes(source)
+            assert_drawn_alike(received, rewrite)
             continue
         pytest.fail(f"{name} under {mode}: signed (normalized={checked.normalized}, "
                     f"reasons={checked.reasons})")

@@ -153,6 +153,12 @@ reader = pypdf.PdfReader(io.BytesIO(buf.getvalue()))
 writer = pypdf.PdfWriter(); writer.append(reader); writer.add_attachment("a.txt", b"x")
 writer.write(io.BytesIO())
 done.append("pdf")
+from casesignd import pdfrender
+if not pdfrender.missing_renderers():  # pdftoppm and mutool inherit the filter, as in the unit
+    (tmp / "r.pdf").write_bytes(buf.getvalue())
+    drawn = pdfrender.compare(tmp / "r.pdf", tmp / "r.pdf", pages=1, workdir=tmp)
+    assert all(r.page is None and not r.failed for r in drawn.values()), drawn
+    done.append("render")
 msgspec.json.decode(msgspec.json.encode({"a": [1, 2]}))
 softhsm = Path("/usr/lib/softhsm/libsofthsm2.so")
 if softhsm.exists():  # signing.pkcs11: the PKCS#11 module is dlopen()ed in-process
@@ -224,4 +230,8 @@ def test_the_stack_runs_under_memory_deny_write_execute(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert {"cms", "pdf", "asyncio", "uvloop"} <= set(report["done"]), report
+    from casesignd import pdfrender
+
+    if not pdfrender.missing_renderers():
+        assert "render" in report["done"], report
     assert report["refused"] == [], report
