@@ -120,27 +120,59 @@ def changed_pixels(a: Image.Image, b: Image.Image, pixel_delta: int) -> int:
     return sum(histogram[pixel_delta + 1:])
 
 
-def same_page(a: Image.Image, b: Image.Image, tolerance: Tolerance = DEFAULT_TOLERANCE) -> bool:
-    """Whether two drawings of a page by one engine show the same thing."""
+# A box of a page, as fractions of its drawn width and height from the top left:
+# (left, top, right, bottom).
+Box = tuple[float, float, float, float]
+# Past this share of a page, fields the rewrite drew are not left out of the
+# comparison: a page that is mostly a viewer-drawn field is compared whole (and
+# refused when it differs).
+MAX_MASKED_FRACTION = 0.25
+# Pixels around a masked box also left out (anti-aliasing of its border).
+MASK_MARGIN_PX = 2
+
+
+def same_page(a: Image.Image, b: Image.Image, tolerance: Tolerance = DEFAULT_TOLERANCE,
+              masks: Sequence[Box] = ()) -> bool:
+    """Whether two drawings of a page by one engine show the same thing, outside the
+    boxes ``masks``: form fields whose look a viewer chose in the received document
+    and the rewrite drew from their values, where the two drawings differ by design."""
     if a.size != b.size:
         return False
+    if masks and sum((r - x) * (btm - t) for x, t, r, btm in masks) <= MAX_MASKED_FRACTION:
+        a, b = _masked(a, masks), _masked(b, masks)
     allowed = int(tolerance.max_changed_fraction * a.size[0] * a.size[1])
     return changed_pixels(a, b, tolerance.pixel_delta) <= allowed
 
 
+def _masked(image: Image.Image, masks: Sequence[Box]) -> Image.Image:
+    from PIL import ImageDraw
+
+    out = image.convert("L").copy()
+    w, h = out.size
+    draw = ImageDraw.Draw(out)
+    for x, t, r, btm in masks:
+        draw.rectangle((int(x * w) - MASK_MARGIN_PX, int(t * h) - MASK_MARGIN_PX,
+                        int(r * w) + MASK_MARGIN_PX, int(btm * h) + MASK_MARGIN_PX), fill=0)
+    return out
+
+
 def first_differing_page(a: Sequence[Image.Image | Path | None],
                          b: Sequence[Image.Image | Path | None],
-                         tolerance: Tolerance = DEFAULT_TOLERANCE) -> int | None:
+                         tolerance: Tolerance = DEFAULT_TOLERANCE,
+                         masks: Mapping[int, Sequence[Box]] | None = None,
+                         first: int = 1) -> int | None:
     """The first page (1-based) two drawings of a document by one engine show
     differently, or None. A page one has and the other has not (None, or past its
-    end) differs. Drawings given as files are opened two at a time."""
+    end) differs. Drawings given as files are opened two at a time; ``masks`` by
+    page number (the first drawing is page ``first``): see :func:`same_page`."""
     for number, (x, y) in enumerate(itertools.zip_longest(a, b), start=1):
         if x is None or y is None:
             if x is not y:
                 return number
             continue
         with _opened(x) as image_a, _opened(y) as image_b:
-            if not same_page(image_a, image_b, tolerance):
+            boxes = (masks or {}).get(first + number - 1, ())
+            if not same_page(image_a, image_b, tolerance, boxes):
                 return number
     return None
 
@@ -289,7 +321,8 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: 
 
 def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdir: Path | None,
             tolerance: Tolerance = DEFAULT_TOLERANCE, engines: Sequence[str] = ENGINES,
-            dpi: int = RENDER_DPI, stop_at_difference: bool = False) -> dict[str, EngineResult]:
+            dpi: int = RENDER_DPI, stop_at_difference: bool = False,
+            masks: Mapping[int, Sequence[Box]] | None = None) -> dict[str, EngineResult]:
     """Each engine's drawing of the received document (``original``) against its
     drawing of the rewrite (``rewrite``, which has ``pages`` pages), in a private
     directory under ``workdir`` (the system's temp directory when None), removed
@@ -308,7 +341,7 @@ def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdi
         for engine in engines:
             started = time.perf_counter()
             page, failed = _compare_engine(engine, original_pdf, rewrite_pdf, pages, root,
-                                           tolerance, dpi)
+                                           tolerance, dpi, masks)
             results[engine] = EngineResult(engine, page, failed,
                                            (time.perf_counter() - started) * 1000, pages)
             if page is not None and stop_at_difference:
@@ -327,7 +360,8 @@ def batches(pages: int, size: int | None = None) -> list[tuple[int, int]]:
 
 
 def _compare_engine(engine: str, a_pdf: Path, b_pdf: Path, pages: int, root: Path,
-                    tolerance: Tolerance, dpi: int) -> tuple[int | None, str]:
+                    tolerance: Tolerance, dpi: int,
+                    masks: Mapping[int, Sequence[Box]] | None = None) -> tuple[int | None, str]:
     """One engine: the first page drawn differently (None: none), and why it could
     not draw one ("" when it could), drawing a batch of pages of each at a time."""
     for first, last in batches(pages):
@@ -341,7 +375,7 @@ def _compare_engine(engine: str, a_pdf: Path, b_pdf: Path, pages: int, root: Pat
                 (f"rewrite: {b_failed}" if b_failed else "")
             # Drawings by page number: a page a renderer skipped is a page it did not draw.
             page = first_differing_page(_aligned(a, first, last), _aligned(b, first, last),
-                                        tolerance)
+                                        tolerance, masks, first)
             if page is not None:
                 return first + page - 1, failed
             # A reader that could not draw a document does not agree with anything,

@@ -29,6 +29,14 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
 
+``--document``: the one-page document every kiosk sends: ``plain`` (reportlab text),
+``links`` (the same with a link out and a mailto link, which are signed as they are),
+or ``form`` (a reportlab form that leaves its look to the viewer: each request is
+rewritten with its fields drawn, and poppler and MuPDF draw the received page and
+the rewrite; the render check's cost on the kiosk's path). ``--baseline-rev REV``
+runs casesignd's phases again from a worktree of that commit, in the same run: the
+kiosk's latency before and after.
+
 Both services sign with the key ``casesignd init`` makes (``--key-type``): ECDSA P-256
 by default, as init does; ``--key-type rsa`` measures RSA-2048, whose signature is
 the largest single cost of a one-page kiosk signature.
@@ -491,17 +499,57 @@ def add_hostile_tenant(args: argparse.Namespace, d: Any) -> None:
           f"{args.bomb_stream_bytes} decoded) in {time.perf_counter() - t:.1f} s", file=sys.stderr)
 
 
+def kiosk_document(kind: str, tmp: Path) -> bytes:
+    """The one-page document of ``--document``."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    from tests.helpers_pki import reportlab_pdf
+
+    if kind == "plain":
+        return reportlab_pdf(tmp / "kiosk.pdf").read_bytes()
+    path = tmp / f"kiosk-{kind}.pdf"
+    c = canvas.Canvas(str(path), pagesize=A4)
+    c.drawString(72, 770, "Kiosk agreement MKT-2026-00042")
+    if kind == "links":
+        c.drawString(72, 740, "Terms: example.org/terms; questions: office@example.org")
+        c.linkURL("https://example.org/terms", (72, 735, 300, 752), relative=0)
+        c.linkURL("mailto:office@example.org", (300, 735, 500, 752), relative=0)
+    else:
+        c.drawString(72, 740, "Name:")
+        c.acroForm.textfield(name="name", x=140, y=732, width=200, height=20, value="J. Doe")
+        c.acroForm.checkbox(name="agree", x=140, y=700, size=16, checked=True)
+    c.showPage()
+    c.save()
+    if kind == "links":
+        return path.read_bytes()
+    # reportlab draws its fields; a viewer-drawn form asks the viewers to.
+    import io
+
+    import pikepdf
+
+    with pikepdf.open(path) as pdf:
+        pdf.Root.AcroForm.NeedAppearances = True
+        out = io.BytesIO()
+        pdf.save(out)
+    return out.getvalue()
+
+
 def table(results: dict[str, Any]) -> str:
     cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
             "deadline_504", "other_errors"]
     key = results.get("config", {}).get("key_type", "?")
     lines = [f"signing key: {key} (both services); latencies in ms",
              f"{'service':<10} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)]
-    for svc in ("casesignd", "pyhanko"):
+    services = ["casesignd", *(k for k in results if k.startswith("casesignd@")), "pyhanko"]
+    width = max(10, *(len(s) for s in services))
+    lines[1] = f"{'service':<{width}} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)
+    for svc in services:
         for phase in ("idle", "paced", "load", "hostile"):
             r = results.get(svc, {}).get(phase)
             if r:
-                lines.append(f"{svc:<10} {phase:<7} " + " ".join(f"{str(r[c]):>12}" for c in cols))
+                lines.append(f"{svc:<{width}} {phase:<7} "
+                             + " ".join(f"{str(r[c]):>12}" for c in cols))
     hostile = results.get("casesignd", {}).get("hostile")
     if hostile:
         bomb = hostile["bomb"]
@@ -548,6 +596,10 @@ def main() -> None:
                          "of kiosk.max_concurrent)")
     ap.add_argument("--paced-rps", type=float, default=100.0,
                     help="the paced phase: requests a second from all kiosks together")
+    ap.add_argument("--document", choices=("plain", "links", "form"), default="plain",
+                    help="the one-page document each kiosk sends (see the docstring)")
+    ap.add_argument("--baseline-rev", default="",
+                    help="also run casesignd's phases from a worktree of this commit")
     ap.add_argument("--workdir", type=Path, default=None)
     ap.add_argument("--temp-dir", type=Path, default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
                     help="where the daemon's working files go (a tmpfs, as in production)")
@@ -567,7 +619,7 @@ def main() -> None:
     d = baseline = None
     cleanup = [tmp]
     try:
-        document = reportlab_pdf(tmp / "kiosk.pdf").read_bytes()
+        document = kiosk_document(args.document, tmp)
         t = time.perf_counter()
         paths = [build_large_pdf(tmp / f"big-{i}.pdf", int(args.batch_mb * 1e6))
                  for i in range(args.batch_docs if "load" in args.phases else 0)]
@@ -591,6 +643,29 @@ def main() -> None:
             results["casesignd"] = asyncio.run(measure_casesignd(args, d, document, objects))
             d.stop(timeout_s=120)
             print(table(results), file=sys.stderr)
+        if args.baseline_rev and args.only in (None, "casesignd"):
+            tree = tmp / f"rev-{args.baseline_rev}"
+            r = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
+                                str(tree), args.baseline_rev], capture_output=True, text=True)
+            if r.returncode == 0:
+                try:
+                    old = Daemon(tmp / "daemon-rev", {
+                        "workers": {"concurrency": args.workers},
+                        "storage": {"temp_dir": str(shm)},
+                        "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
+                    }, env={"CASESIGND_STRICT_LABELS": "0", "PYTHONPATH": str(tree)},
+                        init_args=["--key-type", args.key_type])
+                    old.env.pop("CASESIGND_TEST_KIND", None)
+                    old.start()
+                    objects = upload_objects(old, paths)
+                    results[f"casesignd@{args.baseline_rev}"] = asyncio.run(
+                        measure_casesignd(args, old, document, objects))
+                    old.stop(timeout_s=120)
+                finally:
+                    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
+                                    str(tree)], capture_output=True)
+            else:
+                print(f"(no baseline: {args.baseline_rev} is not a commit here)", file=sys.stderr)
         if args.only in (None, "pyhanko"):
             port = free_port()
             password = (d.dir / "signing.pass").read_bytes().strip()

@@ -297,7 +297,8 @@ PROBES: dict[str, tuple[Callable[[], bytes], tuple[str, ...]]] = {
                              ACTIVE),
     "file_name_only_in_unix": (lambda: _named(b"/Unix (run.hta)"), ACTIVE),
     "html_application_named_harmlessly": (lambda: with_embedded(
-        zlib.compress(b'<html><script>new ActiveXObject("WScript.Shell")</script></html>')),
+        zlib.compress(b'<html><head><hta:application id="r"/></head>'
+                      b'<script>new ActiveXObject("WScript.Shell")</script></html>')),
         ACTIVE),
     # null is no entry (PDF 32000-1 §7.3.9): qpdf, poppler and MuPDF draw the inherited
     # resources, pypdf alone does not; the rewrite shows what the viewers show.

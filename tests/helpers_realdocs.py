@@ -172,7 +172,7 @@ REAL_NAMES = tuple(RECIPES)
 # What each must still show after signing (pypdf and poppler alike).
 MARKERS: dict[str, tuple[str, ...]] = {
     "pdflatex_links": ("Parties", "Rent"), "pdflatex_form": ("Application",),
-    "libreoffice_links": ("Delivery within 30 days", "Annex"), "libreoffice_form": ("Order form",),
+    "libreoffice_links": ("Delivery within 30 days", "Annex"), "libreoffice_form": ("Express delivery",),
     "chromium_links": ("Receipt",), "ghostscript_links": ("Policy document",),
     "reportlab_acroform": ("Claim form",), "checkbox_without_as": ("Terms accepted",),
 }

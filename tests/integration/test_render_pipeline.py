@@ -14,6 +14,7 @@ import pytest
 from casesignd import normalize, pdfrender, pipeline
 from casesignd.errors import AmbiguousPdf, CasesignError, MalformedPdf, RendererUnavailable
 from casesignd.pdfcheck import PdfLimits
+from casesignd.pdfdraw import Drawn
 from tests.helpers_corpus import assemble, stream
 from tests.helpers_hostile import (
     _count_mismatch,
@@ -66,11 +67,11 @@ def contract(salary: str = "Salary 1000 EUR", terms_layer: bytes | None = None) 
 
 def rewritten_as(monkeypatch: pytest.MonkeyPatch, document: bytes) -> None:
     """qpdf's rewrite, replaced by ``document``: a rewrite that changed the document."""
-    def rewrite(src, dst=None):
+    def rewrite(src, dst=None, **_):
         if dst is None:
-            return document, ()
+            return document, (), Drawn()
         dst.write_bytes(document)
-        return dst, ()
+        return dst, (), Drawn()
     monkeypatch.setattr(normalize, "rewrite", rewrite)
 
 

@@ -184,3 +184,33 @@ def test_drawings_are_aligned_by_page_number(names: list[str], first: int, last:
 
     out = _aligned([Path(n) for n in names], first, last)
     assert [p.name if p is not None else None for p in out] == aligned
+
+
+def test_a_field_the_rewrite_drew_is_left_out_and_nothing_else() -> None:
+    field = (0.1, 0.1, 0.4, 0.15)  # left, top, right, bottom, as fractions
+    inside = page((int(0.2 * SIZE[0]), int(0.12 * SIZE[1]), 0))
+    outside = page((int(0.2 * SIZE[0]), int(0.5 * SIZE[1]), 0))
+    assert same_page(page(), inside, masks=[field])
+    assert not same_page(page(), outside, masks=[field])
+    assert not same_page(page(), inside)
+    # A page that is mostly viewer-drawn fields is compared whole.
+    assert not same_page(page(), inside, masks=[field, (0.0, 0.2, 1.0, 0.6)])
+    # By page number, from the first page a batch holds.
+    assert first_differing_page([page(), page()], [page(), inside], masks={2: [field]}) is None
+    assert first_differing_page([page(), page()], [page(), inside], masks={3: [field]},
+                                first=2) is None
+    assert first_differing_page([page(), page()], [page(), inside], masks={1: [field]}) == 2
+
+
+def test_the_boxes_of_drawn_widgets_are_where_the_renderers_draw_them(tmp_path: Path) -> None:
+    from pypdf import PdfReader
+
+    from casesignd.pdfdraw import drawn_boxes
+    from tests.helpers_corpus import _one_page
+
+    widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (a) /Rect [61.2 712.8 306 792] >>"
+    path = tmp_path / "f.pdf"
+    path.write_bytes(_one_page(page_extra=b"/Annots [6 0 R] ", more=[widget]))
+    boxes = drawn_boxes(PdfReader(path), frozenset({(0, 0)}))
+    assert boxes == {1: [pytest.approx((0.1, 0.0, 0.5, 0.1))]}
+    assert drawn_boxes(PdfReader(path), frozenset({(0, 3)})) == {}  # no such widget
