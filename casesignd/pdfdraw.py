@@ -435,33 +435,3 @@ def _draw_button(pdf: Any, widget: Any, kind: str, da_default: bytes) -> bool:
             del ap["/D"]
     return True
 
-
-def drawn_boxes(reader: Any, widgets: frozenset[tuple[int, int]]
-                ) -> dict[int, list[tuple[float, float, float, float]]]:
-    """Where on its page each widget the rewrite drew is (``reader``: pypdf's reading
-    of the rewrite), by page number (from 1), as fractions of the page's crop box
-    from its top left: the boxes :func:`casesignd.pdfrender.same_page` leaves out,
-    since a viewer drew the received field its own way. A widget on a rotated page, or
-    without a usable /Rect, has none: its page is compared whole."""
-    boxes: dict[int, list[tuple[float, float, float, float]]] = {}
-    for page_index, annot_index in sorted(widgets):
-        try:
-            page = reader.pages[page_index]
-            if int(page.rotation) % 360:
-                continue
-            rect = [float(v) for v in page["/Annots"][annot_index].get_object()["/Rect"]]
-            crop = page.cropbox
-            x0, y0, x1, y1 = (float(crop.left), float(crop.bottom), float(crop.right),
-                              float(crop.top))
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            continue
-        width, height = x1 - x0, y1 - y0
-        if width <= 0 or height <= 0 or len(rect) != 4:
-            continue
-        left, right = sorted((rect[0], rect[2]))
-        bottom, top = sorted((rect[1], rect[3]))
-        box = ((left - x0) / width, (y1 - top) / height,
-               (right - x0) / width, (y1 - bottom) / height)
-        boxes.setdefault(page_index + 1, []).append(
-            tuple(min(max(v, 0.0), 1.0) for v in box))  # type: ignore[arg-type]
-    return boxes

@@ -52,7 +52,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import RendererUnavailable
 
@@ -154,6 +154,37 @@ def _masked(image: Image.Image, masks: Sequence[Box]) -> Image.Image:
         draw.rectangle((int(x * w) - MASK_MARGIN_PX, int(t * h) - MASK_MARGIN_PX,
                         int(r * w) + MASK_MARGIN_PX, int(btm * h) + MASK_MARGIN_PX), fill=0)
     return out
+
+
+def drawn_boxes(reader: Any, widgets: frozenset[tuple[int, int]]
+                ) -> dict[int, list[Box]]:
+    """Where on its page each widget the rewrite drew is (``reader``: pypdf's reading
+    of the rewrite), by page number (from 1), as fractions of the page's crop box
+    from its top left: the boxes :func:`same_page` leaves out,
+    since a viewer drew the received field its own way. A widget on a rotated page, or
+    without a usable /Rect, has none: its page is compared whole."""
+    boxes: dict[int, list[Box]] = {}
+    for page_index, annot_index in sorted(widgets):
+        try:
+            page = reader.pages[page_index]
+            if int(page.rotation) % 360:
+                continue
+            rect = [float(v) for v in page["/Annots"][annot_index].get_object()["/Rect"]]
+            crop = page.cropbox
+            x0, y0, x1, y1 = (float(crop.left), float(crop.bottom), float(crop.right),
+                              float(crop.top))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            continue
+        width, height = x1 - x0, y1 - y0
+        if width <= 0 or height <= 0 or len(rect) != 4:
+            continue
+        left, right = sorted((rect[0], rect[2]))
+        bottom, top = sorted((rect[1], rect[3]))
+        box = ((left - x0) / width, (y1 - top) / height,
+               (right - x0) / width, (y1 - bottom) / height)
+        boxes.setdefault(page_index + 1, []).append(
+            tuple(min(max(v, 0.0), 1.0) for v in box))  # type: ignore[arg-type]
+    return boxes
 
 
 def first_differing_page(a: Sequence[Image.Image | Path | None],

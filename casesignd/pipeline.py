@@ -178,7 +178,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
             engines = pdfrender.compare(src, rewritten, pages=report2.pages,
                                         workdir=target.parent if target is not None else None,
                                         stop_at_difference=pypdf_page is None,
-                                        masks=_drawn_boxes(reader2, drawn.widgets))
+                                        masks=pdfrender.drawn_boxes(reader2, drawn.widgets))
             refusal = pdfrender.verdict(pypdf_page, engines)
             if refusal is not None:
                 _close(reader2)
@@ -241,14 +241,6 @@ def _object_end(data: bytes, at: int) -> int:
     first KiB: a catalog is a small dictionary."""
     end = data.find(b"endobj", at, at + 1024)
     return end if end >= 0 else at + 1024
-
-
-def _drawn_boxes(reader: PdfReader, widgets: frozenset[tuple[int, int]]) -> dict[int, Any]:
-    if not widgets:
-        return {}
-    from . import pdfdraw  # qpdf's side: only documents whose forms were drawn
-
-    return pdfdraw.drawn_boxes(reader, widgets)
 
 
 # Recorded with a rewrite that pypdf alone reads otherwise than the received document.

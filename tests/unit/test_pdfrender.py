@@ -205,7 +205,7 @@ def test_a_field_the_rewrite_drew_is_left_out_and_nothing_else() -> None:
 def test_the_boxes_of_drawn_widgets_are_where_the_renderers_draw_them(tmp_path: Path) -> None:
     from pypdf import PdfReader
 
-    from casesignd.pdfdraw import drawn_boxes
+    from casesignd.pdfrender import drawn_boxes
     from tests.helpers_corpus import _one_page
 
     widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (a) /Rect [61.2 712.8 306 792] >>"
