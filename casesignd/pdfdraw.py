@@ -42,6 +42,7 @@ FF_PUSHBUTTON = 1 << 16
 # Text fields qpdf does not draw as viewers do: it draws one line of plain text, where
 # viewers wrap a multiline value, space a comb's characters into cells, lay out rich
 # text (/RV) and hide a password. Such a field with a value is left to viewers.
+FF_MULTILINE = 1 << 12
 FF_TEXT_UNDRAWN = (1 << 12) | (1 << 13) | (1 << 24) | (1 << 25)
 # Annotation flags (§12.5.3, Table 165): Hidden, NoView; such widgets are not drawn.
 F_HIDDEN = 1 << 1
@@ -178,6 +179,9 @@ class Drawn:
 
     widgets: frozenset[tuple[int, int]] = frozenset()
     undrawn: int = 0
+    # Every widget a viewer drew its own way in the received form (/NeedAppearances:
+    # push buttons too, whose look the rewrite leaves as it was).
+    viewer_drawn: frozenset[tuple[int, int]] = frozenset()
 
 
 def _string(obj: Any) -> bytes:
@@ -211,9 +215,35 @@ def _flags(widget: Any) -> int:
 
 
 def _laid_out(widget: Any) -> bool:
-    """A text field with a value that viewers lay out in ways qpdf does not."""
-    return str(_inherited(widget, "/FT")) == "/Tx" and bool(_flags(widget) & FF_TEXT_UNDRAWN) \
-        and bool(str(_inherited(widget, "/V") or ""))
+    """A text field with a value that viewers lay out in ways qpdf does not: a comb,
+    rich text or password value, or a multiline one qpdf's single line would not
+    hold (a line break, or wider than its box)."""
+    if str(_inherited(widget, "/FT")) != "/Tx" or not _flags(widget) & FF_TEXT_UNDRAWN:
+        return False
+    value = str(_inherited(widget, "/V") or "")
+    if not value:
+        return False
+    if _flags(widget) & FF_TEXT_UNDRAWN != FF_MULTILINE:
+        return True
+    return not _fits_one_line(widget, value)
+
+
+# Wider than any Latin glyph of the standard fonts, as a share of the font size (an
+# estimate that errs towards refusing: Courier's 0.6, Helvetica's widest capitals).
+GLYPH_WIDTH_EM = 0.72
+
+
+def _fits_one_line(widget: Any, value: str) -> bool:
+    """Whether a multiline field's value is one line that its box holds as qpdf draws
+    it (at the /DA size; an automatic size, 0, is taken as 12)."""
+    if any(c in value for c in "\r\n\u2028\u2029"):
+        return False
+    try:
+        x0, _, x1, _ = (float(v) for v in widget.get("/Rect"))
+    except (TypeError, ValueError):
+        return False
+    size = parse_da(_string(_inherited(widget, "/DA") or b"")).size or 12.0
+    return len(value) * size * GLYPH_WIDTH_EM <= abs(x1 - x0) - 4
 
 
 def _kind(widget: Any) -> str:
@@ -346,7 +376,8 @@ def complete(pdf: Any) -> Drawn:
         acroform["/NeedAppearances"] = True  # left to viewers: the check refuses it
     elif need and "/NeedAppearances" in acroform:
         del acroform["/NeedAppearances"]
-    return Drawn(frozenset(drawn), undrawn)
+    chosen = frozenset(at for at, widget in widgets if need and _shown(widget)) | drawn
+    return Drawn(frozenset(drawn), undrawn, chosen)
 
 
 def _normal(widget: Any) -> Any:

@@ -50,6 +50,8 @@ def _hook_pypdf_warnings() -> None:
         # process that configured none they are dropped, never printed bare by
         # logging's last-resort handler into the daemon's JSON log.
         logging.getLogger("pypdf").addHandler(logging.NullHandler())
+        # pdfparse says its own repairs the way pypdf does, under its own name.
+        logging.getLogger("casesignd.pdfparse").addHandler(logging.NullHandler())
     original = _HOOK.setdefault("original", _utils.logger_warning)
 
     def kept(message: str, *, source: str, **values: Any) -> None:

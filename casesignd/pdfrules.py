@@ -71,6 +71,9 @@ NEVER_ACTIONS = frozenset({"/JavaScript", "/ECMAScript", "/Launch", "/ImportData
 
 # The named actions a reader performs without leaving the document (§12.6.4.11).
 NAVIGATION_NAMES = frozenset({"/NextPage", "/PrevPage", "/FirstPage", "/LastPage"})
+# And those a click may also ask of the viewer (Acrobat's own names, which forms'
+# Back and Print buttons use): its page history, and its print dialog.
+CLICK_NAMES = NAVIGATION_NAMES | {"/GoBack", "/GoForward", "/Print"}
 
 DEFAULT_ALLOWED_ACTIONS = frozenset({"/GoTo", "/Named"})
 # What a click may do besides the policy's allowed_actions: go into an embedded file
@@ -182,9 +185,12 @@ def action_rule(d: Mapping[str, Any], allowed: frozenset[str], trigger: str = AU
             return "forbidden_action", f"a {kind[1:]} action"
         return "forbidden_action", (f"an unknown action type {kind[:64]!r}" if kind
                                     else "a typeless action")
-    if kind == "/Named" and _name(d.get("/N")) not in NAVIGATION_NAMES:
+    names = CLICK_NAMES if trigger == CLICK else NAVIGATION_NAMES
+    if kind == "/Named" and _name(d.get("/N")) not in names:
         return "forbidden_action", (f"a named action {_name(d.get('/N'))[:64]!r} "
-                                    "(only page navigation is allowed)")
+                                    "(only page navigation is allowed"
+                                    + (", and Back, Forward and Print on a click)"
+                                       if trigger == CLICK else " without a click)"))
     return None
 
 

@@ -178,7 +178,10 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
             engines = pdfrender.compare(src, rewritten, pages=report2.pages,
                                         workdir=target.parent if target is not None else None,
                                         stop_at_difference=pypdf_page is None,
-                                        masks=pdfrender.drawn_boxes(reader2, drawn.widgets))
+                                        # Fields viewers drew their own way are left
+                                        # out where pypdf found the rest alike.
+                                        masks=pdfrender.drawn_boxes(reader2, drawn.viewer_drawn)
+                                        if pypdf_page is None else None)
             refusal = pdfrender.verdict(pypdf_page, engines)
             if refusal is not None:
                 _close(reader2)

@@ -642,7 +642,9 @@ def _hostile_recipes(dest: Path, good: dict[str, Path] | None = None) -> list[_R
         R("import_data", ACTIVE, _bytes(_link(b"<< /S /ImportData /F (data.fdf) >>"))),
         R("rendition", ACTIVE, _bytes(_link(b"<< /S /Rendition /OP 0 >>"))),
         R("unknown_action", ACTIVE, _bytes(_link(b"<< /S /Frobnicate >>"))),
-        R("named_print", ACTIVE, _bytes(_link(b"<< /S /Named /N /Print >>"))),
+        # Print by itself when the document opens (a click may ask for it).
+        R("named_print", ACTIVE, _bytes(_one_page(
+            catalog_extra=b"/OpenAction << /S /Named /N /Print >> ")), reason="forbidden_action"),
         R("next_chain_js", ACTIVE, _bytes(_one_page(
             catalog_extra=b"/OpenAction << /S /GoTo /D [3 0 R /Fit] /Next 6 0 R >> ",
             more=[_JS]))),

@@ -138,7 +138,11 @@ AUTO, CLICK = pdfrules.AUTOMATIC, pdfrules.CLICK
     ({"/S": "/SetOCGState"}, CLICK, "forbidden_action"),
     ({"/S": "/Rendition"}, CLICK, "forbidden_action"),
     ({"/S": "/Frobnicate"}, CLICK, "forbidden_action"),
-    ({"/S": "/Named", "/N": "/Print"}, CLICK, "forbidden_action"),
+    ({"/S": "/Named", "/N": "/Print"}, AUTO, "forbidden_action"),
+    ({"/S": "/Named", "/N": "/Print"}, CLICK, None),
+    ({"/S": "/Named", "/N": "/GoBack"}, CLICK, None),
+    ({"/S": "/Named", "/N": "/SaveAs"}, CLICK, "forbidden_action"),
+    ({"/S": "/Named", "/N": "/Quit"}, CLICK, "forbidden_action"),
     ({"/S": "/Named", "/N": "/NextPage"}, AUTO, None),
     ({"/S": "/GoTo", "/D": []}, AUTO, None),
     # a click may leave the document for the allowed schemes
