@@ -224,6 +224,12 @@ class EngineResult:
     ms: float = 0.0
     pages: int = 0  # pages of the rewrite
 
+    @property
+    def abstained(self) -> bool:
+        """It could not draw the received document: it says nothing of the rewrite
+        (the rewrite it must draw, or it differs)."""
+        return self.failed.startswith("received")
+
 
 # A verdict's reasons (words of casesignd.codes.REASONS).
 PAGES_RENDER_DIFFERENTLY = "pages_render_differently"
@@ -236,17 +242,26 @@ def verdict(pypdf_page: int | None, engines: Mapping[str, EngineResult]
     document compared with qpdf's rewrite: pypdf's first differing page
     (``pypdf_page``, None when its readings agree) and each engine's. Pure.
 
-    None: every engine draws the received pages as the rewrite (qpdf, poppler and
-    MuPDF agree; pypdf alone may read it otherwise). Else ``(reason, page)``:
-    :data:`READERS_DISAGREE` when no reader at all agrees with the rewrite (no two
-    readers agree), :data:`PAGES_RENDER_DIFFERENTLY` when some do, but an engine
-    draws a page of the rewrite differently from the received one."""
-    differ = [r.page for r in engines.values() if r.page is not None]
-    if not differ:
+    None: no engine that drew the received document draws the rewrite otherwise,
+    and besides qpdf at least two readers agree with it: both engines (pypdf alone
+    may read it otherwise), or one engine and pypdf (the other engine could not
+    draw the received document at all: a viewer built on it shows nothing, so it
+    says nothing of what the document means). Else ``(reason, page)``:
+    :data:`PAGES_RENDER_DIFFERENTLY` when an engine draws a page of the rewrite
+    differently from the received one, or no engine can draw the received one;
+    :data:`READERS_DISAGREE` when no two readers agree with the rewrite."""
+    drew = [r for r in engines.values() if not r.abstained]
+    differ = [r.page for r in drew if r.page is not None]
+    if differ:
+        if pypdf_page is not None and len(differ) == len(engines):
+            return READERS_DISAGREE, min(pypdf_page, *differ)
+        return PAGES_RENDER_DIFFERENTLY, min(differ)
+    if len(drew) + (pypdf_page is None) >= 2:
         return None
-    if pypdf_page is not None and len(differ) == len(engines):
-        return READERS_DISAGREE, min(pypdf_page, *differ)
-    return PAGES_RENDER_DIFFERENTLY, min(differ)
+    abstained = [r.page or 1 for r in engines.values() if r.abstained]
+    if not drew:
+        return PAGES_RENDER_DIFFERENTLY, min(abstained)
+    return READERS_DISAGREE, min(pypdf_page or 1, *abstained)
 
 
 # --- I/O: drawing ---------------------------------------------------------------------
@@ -374,7 +389,8 @@ def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdi
                                            tolerance, dpi, masks)
             results[engine] = EngineResult(engine, page, failed,
                                            (time.perf_counter() - started) * 1000, pages)
-            if page is not None and stop_at_difference:
+            if page is not None and stop_at_difference \
+                    and not results[engine].abstained:
                 break
     return results
 

@@ -199,6 +199,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
                     "widget(s) drawn once, so that no viewer draws its own",)
     if pypdf_page is not None:
         reasons = (*reasons, PYPDF_ALONE)
+    reasons += tuple(f"{e} could not draw the received document: the other readers agree "
+                     "on the rewrite" for e, r in engines.items() if r.abstained)
     return (Checked(received or _sha256(src), _sha256(rewritten) if digest_source else "", True,
                     reasons, report2.pages, external_links=report2.external_links),
             rewritten, reader2)

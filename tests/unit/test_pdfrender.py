@@ -212,3 +212,25 @@ def test_the_boxes_of_drawn_widgets_are_where_the_renderers_draw_them(tmp_path: 
     boxes = drawn_boxes(PdfReader(path), frozenset({(0, 0)}))
     assert boxes == {1: [pytest.approx((0.1, 0.0, 0.5, 0.1))]}
     assert drawn_boxes(PdfReader(path), frozenset({(0, 3)})) == {}  # no such widget
+
+
+def _r(engine: str, page: int | None, failed: str = "") -> EngineResult:
+    return EngineResult(engine, page, failed)
+
+
+@pytest.mark.parametrize(("pypdf_page", "poppler", "mupdf", "expected"), [
+    # an engine that cannot open the received document says nothing of it: the
+    # others decide, two of them at least
+    (None, _r("poppler", None), _r("mupdf", 1, "received: exit 1"), None),
+    (None, _r("poppler", 1, "received: timeout"), _r("mupdf", None), None),
+    (2, _r("poppler", None), _r("mupdf", 1, "received: exit 1"), (READERS_DISAGREE, 1)),
+    (None, _r("poppler", 1, "received: exit 1"), _r("mupdf", 1, "received: exit 1"),
+     (PAGES_RENDER_DIFFERENTLY, 1)),
+    # one that opens it and draws it otherwise is heard whatever the others say
+    (None, _r("poppler", 3), _r("mupdf", 1, "received: exit 1"), (PAGES_RENDER_DIFFERENTLY, 3)),
+    # a rewrite an engine cannot draw is no rewrite to sign
+    (None, _r("poppler", 1, "rewrite: exit 1"), _r("mupdf", None), (PAGES_RENDER_DIFFERENTLY, 1)),
+])
+def test_an_engine_that_cannot_open_the_received_document_abstains(
+        pypdf_page, poppler, mupdf, expected) -> None:
+    assert verdict(pypdf_page, {"poppler": poppler, "mupdf": mupdf}) == expected
