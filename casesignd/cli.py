@@ -232,6 +232,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     else:
         for r in report.signatures:
             _out(r.describe())
+        for finding in report.findings:
+            _out(f"note: {finding}")
         if not report.signatures:
             _out(f"{path}: no signatures")
     return EXIT_OK if report.passed else EXIT_FAILED
