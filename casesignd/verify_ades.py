@@ -29,6 +29,7 @@ from pyhanko.pdf_utils.decode_limits import DecodePurpose
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign.ades.report import AdESFailure, AdESIndeterminate, AdESStatus, AdESSubIndic
 from pyhanko.sign.diff_analysis import DEFAULT_DIFF_POLICY, DiffResult, ModificationLevel
+from pyhanko.sign.fields import MDPPerm
 from pyhanko.sign.general import find_cms_attribute_iter
 from pyhanko.sign.validation import EmbeddedPdfSignature
 from pyhanko.sign.validation.ades import (
@@ -39,6 +40,7 @@ from pyhanko.sign.validation.ades import (
     ades_with_time_validation,
 )
 from pyhanko.sign.validation.generic_cms import message_imprint_checker
+from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko.sign.validation.policy_decl import (
     CertificateFetchingRule,
     LocalKnowledge,
@@ -60,6 +62,8 @@ from pyhanko_certvalidator.policy_decl import (
 from pyhanko_certvalidator.registry import SimpleTrustManager
 from pyhanko_certvalidator.revinfo.archival import CRLContainer, OCSPContainer
 from pyhanko_certvalidator.sig_validate import DefaultSignatureValidator
+
+from . import verify_rules as rules
 
 # Left undecided by the document's own data, and perhaps decided by fresh revocation data.
 _FETCH_MAY_HELP = frozenset({
@@ -304,23 +308,45 @@ class Changes:
 
 
 def modification(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> Changes:
-    """What the revisions after ``sig`` changed."""
+    """What the revisions after ``sig`` changed: pyHanko's difference analysis, then
+    casesignd's rules on top of it (:mod:`casesignd.verify_rules`)."""
     sig.compute_integrity_info(diff_policy=DEFAULT_DIFF_POLICY)
     summary = sig.summarise_integrity_info()
     diff = summary["diff_result"]
+    docmdp_ok = summary["docmdp_ok"]
     problems: list[str] = []
     level = diff.modification_level if isinstance(diff, DiffResult) else None
+    if diff is not None and (level is None or level == ModificationLevel.OTHER):
+        explained = rules.explain_revisions(reader, sig.signed_revision, sig.fieldmdp,
+                                            _docmdp(reader, sig))
+        if explained is not None:
+            level, docmdp_ok, diff = explained, True, None
     if diff is not None and level is None:
         problems.append("a later revision changes what a reader sees: "
                         + " ".join(str(diff).split()))
-    if summary["docmdp_ok"] is False and level is not None:
+    if docmdp_ok is False and level is not None:
         allowed = sig.docmdp_level.name.lower() if sig.docmdp_level else "none"
         problems.append(f"a later revision does {level.name.lower()}, which the signature's "
                         f"DocMDP permissions ({allowed}) do not allow")
+    covered = rules.overlays(reader, sig.signed_revision)
+    if covered:
+        level = None
+        problems += covered
     tail = _uncovered_tail(reader, sig)
     if tail:
         problems.append(f"{tail} bytes after the last revision are covered by no signature")
-    return Changes(level, summary["docmdp_ok"], tail, tuple(problems))
+    return Changes(level, docmdp_ok, tail, tuple(problems))
+
+
+def _docmdp(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> MDPPerm | None:
+    """The strictest DocMDP that binds the revisions after ``sig``: the document's
+    certification (PDF 32000-1 §12.8.2.2) or the signature's own FieldMDP /P."""
+    levels = [sig.docmdp_level]
+    with contextlib.suppress(Exception):
+        cert = read_certification_data(reader)
+        levels.append(cert.permission if cert is not None else None)
+    known = [lv for lv in levels if lv is not None]
+    return min(known) if known else None
 
 
 def _uncovered_tail(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> int:

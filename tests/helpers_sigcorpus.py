@@ -108,8 +108,9 @@ def sign_pkcs7_sha1(src: Path, dst: Path, pki: Pki) -> Path:
     return dst
 
 
-def form_pdf(src: Path, dst: Path, names: tuple[str, ...]) -> Path:
-    """``src`` with empty text fields ``names``, one below the other."""
+def form_pdf(src: Path, dst: Path, names: tuple[str, ...], background: bool = False) -> Path:
+    """``src`` with empty text fields ``names``, one below the other (``background``:
+    each declares a white background, /MK /BG)."""
     with open(src, "rb") as inf:
         w = IncrementalPdfFileWriter(inf, strict=False)
         page_ref = w.root["/Pages"].raw_get("/Kids")[0]
@@ -121,6 +122,8 @@ def form_pdf(src: Path, dst: Path, names: tuple[str, ...]) -> Path:
                 pdf_name("/Type"): pdf_name("/Annot"), pdf_name("/Subtype"): pdf_name("/Widget"),
                 pdf_name("/P"): page_ref, pdf_name("/F"): generic.NumberObject(4),
                 pdf_name("/Rect"): generic.ArrayObject(map(generic.NumberObject, (72, y, 300, y + 20))),
+                **({pdf_name("/MK"): generic.DictionaryObject({pdf_name("/BG"): generic.ArrayObject(
+                    [generic.NumberObject(1)])})} if background else {}),
             })))
         w.root["/AcroForm"] = w.add_object(generic.DictionaryObject(
             {pdf_name("/Fields"): generic.ArrayObject(refs)}))
@@ -149,6 +152,35 @@ def fill(src: Path, dst: Path, name: str, value: str, appearance: bytes | None =
                     }, stream_data=appearance)
                     tx["/AP"] = generic.DictionaryObject({pdf_name("/N"): w.add_object(ap)})
                 w.update_container(tx)
+        with open(dst, "wb") as out:
+            w.write(out)
+    return dst
+
+
+def sig_field_overlay(src: Path, dst: Path) -> Path:
+    """An update that adds an empty signature field whose widget paints a white box with
+    "PAID" over the page (pyHanko's rules accept a new signature field)."""
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        page_ref = w.root["/Pages"].raw_get("/Kids")[0]
+        ap = w.add_object(generic.StreamObject({
+            pdf_name("/Type"): pdf_name("/XObject"), pdf_name("/Subtype"): pdf_name("/Form"),
+            pdf_name("/BBox"): generic.ArrayObject(map(generic.NumberObject, (0, 0, 340, 50))),
+        }, stream_data=b"1 g 0 0 340 50 re f 0 g BT /Helvetica 24 Tf 10 15 Td (PAID) Tj ET"))
+        field = generic.DictionaryObject({
+            pdf_name("/FT"): pdf_name("/Sig"), pdf_name("/T"): pdf_string("Overlay"),
+            pdf_name("/Type"): pdf_name("/Annot"), pdf_name("/Subtype"): pdf_name("/Widget"),
+            pdf_name("/P"): page_ref, pdf_name("/F"): generic.NumberObject(4),
+            pdf_name("/Rect"): generic.ArrayObject(map(generic.NumberObject, (60, 780, 400, 830))),
+            pdf_name("/AP"): generic.DictionaryObject({pdf_name("/N"): ap}),
+        })
+        fields.append_signature_field(w, fields.SigFieldSpec("Overlay", box=(60, 780, 400, 830)))
+        # pyHanko made the field; its widget gets the overlay's appearance.
+        for ref in w.root["/AcroForm"]["/Fields"]:
+            obj = ref.get_object()
+            if obj.get("/T") == "Overlay":
+                obj["/AP"] = field["/AP"]
+                w.update_container(obj)
         with open(dst, "wb") as out:
             w.write(out)
     return dst
@@ -351,6 +383,7 @@ def build_corpus(pki: Pki, d: Path) -> dict[str, tuple[Path, Expect]]:
         shadow_hide_and_replace(covered, d / "shadow-hide-replace.pdf"), TAMPERED)
     add("rewritten_page", rewrite_page(pades, d / "rewritten.pdf"), TAMPERED)
     add("annotation_overlay", add_overlay(pades, d / "overlay.pdf"), TAMPERED)
+    add("sig_field_overlay", sig_field_overlay(pades, d / "sigfield-overlay.pdf"), TAMPERED)
 
     # A ByteRange that does not describe the file (ETSI TS 119 102-1 §5.2.2, format
     # checking): fails, whatever the digest says.
