@@ -210,7 +210,8 @@ def _verify_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"cannot read {e.filename}: {e.strerror}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return VerifyOptions(roots, args.fetch or validation.fetch, validation.fetch_timeout_s)
+    return VerifyOptions.within(validation.budget, roots, args.fetch or validation.fetch,
+                                validation.fetch_timeout_s)
 def cmd_verify(args: argparse.Namespace) -> int:
     path = _need_file(args.file)
     try:
@@ -218,15 +219,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise CasesignError(f"signature validation is not available: {e}",
                             code="unavailable") from None
-    from .errors import EncryptedPdf, MalformedPdf
+    from .errors import EncryptedPdf, LimitExceeded, MalformedPdf
 
     options = _verify_options(args)
     try:
         report = verify_file(path, options)
     except OSError as e:
         raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
-    except (MalformedPdf, EncryptedPdf) as e:
-        raise UsageError(f"{e.code}: {args.file}: {e.message}") from None
+    except (MalformedPdf, EncryptedPdf, LimitExceeded) as e:
+        why = f" ({e.reason})" if e.reason else ""
+        raise UsageError(f"{e.code}{why}: {args.file}: {e.message}") from None
     if args.json:
         _dump(report.to_json())
     else:

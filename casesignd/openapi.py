@@ -462,10 +462,12 @@ def _paths() -> dict[str, Any]:
                     "413": _error("too_large: over kiosk.max_document_bytes."),
                     "415": _error("unsupported_media_type: the body is not application/pdf."),
                     "422": _error("malformed_pdf: the body is not a PDF; encrypted_pdf: it "
-                                  "opens only with a password."),
+                                  "opens only with a password; limit_exceeded: past a "
+                                  "validation.budget (its reason says which)."),
                     "503": _error("busy: more than kiosk.max_concurrent verify requests at "
-                                  "once; worker_lost; unavailable: the trust roots cannot be "
-                                  "read.", retry_after=True),
+                                  "once, or more than validation.budget.max_inflight_per_tenant "
+                                  "of this tenant; worker_lost; unavailable: the trust roots "
+                                  "cannot be read.", retry_after=True),
                 },
             },
         },

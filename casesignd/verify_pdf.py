@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -28,6 +29,7 @@ from typing import BinaryIO
 from asn1crypto import cms as acms
 from asn1crypto import x509 as ax509
 from pyhanko.pdf_utils import generic, misc
+from pyhanko.pdf_utils.decode_limits import DecodeLimits, DocumentDecodeBudget
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign import fields as pfields
 from pyhanko.sign.ades.report import AdESSubIndic
@@ -38,7 +40,8 @@ from pyhanko.sign.validation.status import SignatureStatus
 from pyhanko_certvalidator.fetchers.aiohttp_fetchers import AIOHttpFetcherBackend
 
 from . import verify_ades as ades
-from .errors import EncryptedPdf, MalformedPdf
+from .errors import EncryptedPdf, LimitExceeded, MalformedPdf
+from .verify_budget import cpu_budget
 from .verify_report import (
     DOC_TIMESTAMP,
     FAILED,
@@ -62,12 +65,21 @@ _MAX_LOGGED_PROBLEMS = 4
 
 
 def verify_stream(stream: BinaryIO, options: VerifyOptions) -> VerifyReport:
-    """Every signature of the PDF in ``stream``, in signing order."""
-    reader, findings = _open(stream)
-    with ades.quiet_pyhanko():
-        found = _collect(reader)
-        reports = asyncio.run(_validate_all(reader, found, options, findings))
-        return VerifyReport(reports, tuple(findings))
+    """Every signature of the PDF in ``stream``, in signing order, within the
+    options' budgets (:mod:`casesignd.verify_budget`): LimitExceeded past one."""
+    try:
+        with cpu_budget(options.max_cpu_s):
+            reader, findings = _open(stream, options)
+            with ades.quiet_pyhanko():
+                found = _collect(reader, options)
+                reports = asyncio.run(_validate_all(reader, found, options, findings))
+                return VerifyReport(reports, tuple(findings))
+    except MemoryError:
+        raise LimitExceeded("validating its signatures needs more memory than a verify "
+                            "process has", reason="memory_budget") from None
+    except misc.PdfDecodeLimitError:
+        raise LimitExceeded("its streams decode to more than the verify budget allows",
+                            reason="decompression_bomb") from None
 
 
 class _TolerantReader(PdfFileReader):
@@ -88,9 +100,30 @@ def _encrypt_is_null(reader: PdfFileReader) -> bool:
         return False
 
 
-def _open(stream: BinaryIO) -> tuple[PdfFileReader, list[str]]:
+# A signature's /Contents as written (PDF 32000-1 §12.8.1: a hex string in the file,
+# never in an object stream, for its offsets are those /ByteRange leaves out).
+_CONTENTS = re.compile(rb"/Contents\s*<([0-9A-Fa-f\s]*)>")
+
+
+def _check_contents_sizes(stream: BinaryIO, max_contents_bytes: int) -> None:
+    """Refuse a document with a signature /Contents over the budget before pyHanko's
+    parser, which reads hex strings a byte at a time, spends seconds and hundreds of
+    megabytes on it."""
+    stream.seek(0)
+    data = stream.read()
+    for m in _CONTENTS.finditer(data):
+        if (m.end(1) - m.start(1)) // 2 > max_contents_bytes:
+            raise LimitExceeded(f"a signature's /Contents is larger than {max_contents_bytes} "
+                                "bytes (validation.budget.max_contents_bytes)",
+                                reason="contents_too_large")
+
+
+def _open(stream: BinaryIO, options: VerifyOptions) -> tuple[PdfFileReader, list[str]]:
+    _check_contents_sizes(stream, options.max_contents_bytes)
+    limits = DecodeLimits(document_budget=DocumentDecodeBudget(
+        base_allowance=options.max_decoded_bytes, max_ratio=0))
     try:
-        reader = _TolerantReader(stream, strict=False)
+        reader = _TolerantReader(stream, strict=False, decode_limits=limits)
         if reader.encrypted:
             # Encrypted for confidentiality without a user password: the empty one
             # opens it (PDF 32000-1 §7.6.4.3). Otherwise nothing can be checked.
@@ -102,7 +135,7 @@ def _open(stream: BinaryIO) -> tuple[PdfFileReader, list[str]]:
                 raise EncryptedPdf("the PDF is encrypted and opens only with a password")
         if not isinstance(reader.root, generic.DictionaryObject):
             raise misc.PdfReadError("the catalog is not a dictionary")
-    except EncryptedPdf:
+    except (EncryptedPdf, MemoryError, misc.PdfDecodeLimitError):
         raise
     except RecursionError:
         raise MalformedPdf("cannot read the PDF: its objects are nested too deeply",
@@ -155,18 +188,31 @@ def _sig_fields(handler: object) -> Iterator[tuple[str, generic.IndirectObject,
         yield str(name), field_ref, raw.reference if isinstance(raw, generic.IndirectObject) else None
 
 
-def _collect(reader: PdfFileReader) -> list[_Found]:
+def _collect(reader: PdfFileReader, options: VerifyOptions) -> list[_Found]:
     """The last revision's signature fields, and those an earlier revision had that
     the last one lost (a field removed, a value cleared). pyHanko lists only the last
-    revision's, and only those of a /SubFilter it knows."""
+    revision's, and only those of a /SubFilter it knows. More than the budget's
+    signatures are refused before any CMS is parsed."""
+    found: list[_Found] = []
+
+    def add(item: _Found) -> None:
+        found.append(item)
+        if len(found) > options.max_signatures:
+            raise LimitExceeded(f"more than {options.max_signatures} signatures "
+                                "(validation.budget.max_signatures)",
+                                reason="too_many_signatures")
+
     try:
-        found = [_Found(n, f, v) for n, f, v in _sig_fields(reader)]
-        seen = {f.value_ref for f in found}
+        for n, field, v in _sig_fields(reader):
+            add(_Found(n, field, v))
+        seen = {item.value_ref for item in found}
         for rev in range(reader.xrefs.total_revisions - 1):
             for n, field, v in _sig_fields(reader.get_historical_resolver(rev)):
                 if v is not None and v not in seen:
                     seen.add(v)
-                    found.append(_Found(n, field, v, dropped=True, revision=rev))
+                    add(_Found(n, field, v, dropped=True, revision=rev))
+    except (MemoryError, misc.PdfDecodeLimitError, LimitExceeded):
+        raise
     except RecursionError:
         raise MalformedPdf("cannot read the form: its fields are nested too deeply",
                            reason="damaged") from None
@@ -174,6 +220,10 @@ def _collect(reader: PdfFileReader) -> list[_Found]:
         raise MalformedPdf("cannot read the form: a field or its value does not resolve",
                            reason="damaged") from None
     for f in found:
+        if _contents_bytes(f) > options.max_contents_bytes:
+            f.error = (f"the signature's /Contents is larger than the verify budget allows "
+                       f"({options.max_contents_bytes} bytes): it was not parsed")
+            continue
         try:
             f.embedded = EmbeddedPdfSignature(reader, f.field_ref.get_object(), f.name)
             f.revision = f.embedded.signed_revision
@@ -181,6 +231,13 @@ def _collect(reader: PdfFileReader) -> list[_Found]:
             f.error = ("the signature's /Contents is not a CMS SignedData that can be parsed "
                        "(RFC 5652 §5.1), or its /ByteRange names no revision")
     return sorted(found, key=lambda f: f.revision)
+
+
+def _contents_bytes(f: _Found) -> int:
+    try:
+        return len(f.field_ref.get_object()["/V"].raw_get("/Contents"))
+    except Exception:  # noqa: BLE001 - no /Contents: pyHanko says so when it reads it
+        return 0
 
 
 async def _validate_all(reader: PdfFileReader, found: list[_Found], options: VerifyOptions,
@@ -263,6 +320,8 @@ async def _signature(reader: PdfFileReader, f: _Found, policy: ades.Policy, dss:
     except SignatureValidationError as e:
         return _unchecked(f, SIGNATURE, [*problems, e.failure_message], e.ades_subindication,
                           changes=changes)
+    except (MemoryError, misc.PdfDecodeLimitError):
+        raise  # the document's budget, not this signature's damage
     except Exception:  # noqa: BLE001 - one signature's damage leaves it unchecked alone
         return _unchecked(f, SIGNATURE, [*problems, _CANNOT_CHECK], changes=changes)
     status, ts = evidence.status, evidence.timestamp_status
@@ -290,6 +349,8 @@ def _changes(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> tuple[ades.Cha
         return ades.modification(reader, sig), []
     except SignatureValidationError as e:
         return None, [e.failure_message]
+    except (MemoryError, misc.PdfDecodeLimitError):
+        raise
     except Exception:  # noqa: BLE001 - a revision pyHanko cannot walk
         return None, ["the revisions after the signature could not be compared with it"]
 
@@ -308,6 +369,8 @@ async def _doc_timestamp(reader: PdfFileReader, f: _Found, policy: ades.Policy,
         evidence = await ades.validate_timestamp(sig, policy)
     except SignatureValidationError as e:
         return _unchecked(f, kind, [e.failure_message], e.ades_subindication, changes=changes)
+    except (MemoryError, misc.PdfDecodeLimitError):
+        raise
     except Exception:  # noqa: BLE001 - one timestamp's damage leaves it unchecked alone
         return _unchecked(f, kind, [_CANNOT_CHECK], changes=changes)
     status = evidence.status

@@ -9,20 +9,37 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import asdict, dataclass
 
+from .verify_budget import VerifyBudget
+
 PASSED, FAILED, INDETERMINATE = "TOTAL-PASSED", "TOTAL-FAILED", "INDETERMINATE"
 FETCH_MODES = ("never", "missing", "always")
 SIGNATURE, DOC_TIMESTAMP = "signature", "document_timestamp"
 MODIFICATIONS = ("none", "lta_updates", "form_filling", "annotations", "other")
 
 
+_BUDGET = VerifyBudget()
+
+
 @dataclass(frozen=True)
 class VerifyOptions:
     """How to validate: trust anchors (DER certificates), where revocation data may
-    come from, and how long fetching it may take."""
+    come from, how long fetching it may take, and what one document may cost
+    (:mod:`casesignd.verify_budget`)."""
 
     trust_roots: tuple[bytes, ...] = ()
     fetch: str = "missing"
     fetch_timeout_s: float = 5.0
+    max_signatures: int = _BUDGET.max_signatures
+    max_cpu_s: float = _BUDGET.max_cpu_s
+    max_decoded_bytes: int = _BUDGET.max_decoded_bytes
+    max_contents_bytes: int = _BUDGET.max_contents_bytes
+
+    @classmethod
+    def within(cls, budget: VerifyBudget, trust_roots: tuple[bytes, ...], fetch: str,
+               fetch_timeout_s: float) -> VerifyOptions:
+        """The options with ``budget``'s limits."""
+        return cls(trust_roots, fetch, fetch_timeout_s, budget.max_signatures, budget.max_cpu_s,
+                   budget.max_decoded_bytes, budget.max_contents_bytes)
 
     def __post_init__(self) -> None:
         if self.fetch not in FETCH_MODES:

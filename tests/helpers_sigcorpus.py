@@ -418,3 +418,68 @@ def regions(data: bytes) -> dict[str, tuple[int, int]]:
     if dss >= 0:
         out["dss"] = (dss, min(len(data), dss + 2000))
     return out
+
+
+def many_signatures(src: Path, dst: Path, count: int) -> Path:
+    """The security probe's document: an update of ``count`` signature fields, each
+    carrying a copy of the first signature (its /Contents and /ByteRange)."""
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        first = w.prev.embedded_signatures[0].sig_object
+        page_ref = w.root["/Pages"].raw_get("/Kids")[0]
+        acro = w.root["/AcroForm"]
+        for i in range(count):
+            value = w.add_object(generic.DictionaryObject({
+                pdf_name("/Type"): pdf_name("/Sig"), pdf_name("/Filter"): first["/Filter"],
+                pdf_name("/SubFilter"): first["/SubFilter"],
+                pdf_name("/ByteRange"): first.raw_get("/ByteRange"),
+                pdf_name("/Contents"): first.raw_get("/Contents"),
+            }))
+            acro["/Fields"].append(w.add_object(generic.DictionaryObject({
+                pdf_name("/FT"): pdf_name("/Sig"), pdf_name("/T"): pdf_string(f"Copy{i}"),
+                pdf_name("/V"): value, pdf_name("/Type"): pdf_name("/Annot"),
+                pdf_name("/Subtype"): pdf_name("/Widget"), pdf_name("/P"): page_ref,
+                pdf_name("/Rect"): generic.ArrayObject([generic.NumberObject(0)] * 4),
+            })))
+        w.update_container(acro)
+        with open(dst, "wb") as out:
+            w.write(out)
+    return dst
+
+
+def large_contents(src: Path, dst: Path, nbytes: int) -> Path:
+    """An update with one more signature field whose /Contents holds ``nbytes``."""
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        value = w.add_object(generic.DictionaryObject({
+            pdf_name("/Type"): pdf_name("/Sig"), pdf_name("/Filter"): pdf_name("/Adobe.PPKLite"),
+            pdf_name("/SubFilter"): pdf_name("/ETSI.CAdES.detached"),
+            pdf_name("/ByteRange"): generic.ArrayObject([generic.NumberObject(0)] * 4),
+            pdf_name("/Contents"): generic.ByteStringObject(b"\x30\x82" + b"\x01" * nbytes),
+        }))
+        acro = w.root["/AcroForm"]
+        acro["/Fields"].append(w.add_object(generic.DictionaryObject({
+            pdf_name("/FT"): pdf_name("/Sig"), pdf_name("/T"): pdf_string("Large"),
+            pdf_name("/V"): value,
+        })))
+        w.update_container(acro)
+        with open(dst, "wb") as out:
+            w.write(out)
+    return dst
+
+
+def dss_bomb(src: Path, dst: Path, inflated_bytes: int) -> Path:
+    """An update with a DSS certificate stream that inflates to ``inflated_bytes``."""
+    import zlib
+
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        bomb = w.add_object(generic.StreamObject(
+            {pdf_name("/Filter"): pdf_name("/FlateDecode")},
+            encoded_data=zlib.compress(b"\0" * inflated_bytes, 9)))
+        w.root["/DSS"] = w.add_object(generic.DictionaryObject(
+            {pdf_name("/Certs"): generic.ArrayObject([bomb])}))
+        w.update_root()
+        with open(dst, "wb") as out:
+            w.write(out)
+    return dst
