@@ -424,7 +424,30 @@ async def post_verify(request: web.Request) -> web.Response:
             gate.by_tenant[tenant] = left
         else:
             del gate.by_tenant[tenant]
+    if _wants_xml(request):
+        from .verify_etsi import MEDIA_TYPE, etsi_report
+
+        body = etsi_report(report)
+        return web.Response(body=body, headers={"Content-Type": f"{MEDIA_TYPE}; charset=utf-8"})
     return json_response(report.to_json())
+
+
+def _wants_xml(request: web.Request) -> bool:
+    """Accept: application/xml (ETSI TS 119 102-2) preferred over JSON; JSON otherwise."""
+    best, best_q = "application/json", -1.0
+    for part in request.headers.get("Accept", "").split(","):
+        media, _, params = part.strip().partition(";")
+        q = 1.0
+        for p in params.split(";"):
+            key, _, value = p.strip().partition("=")
+            if key == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if media.strip() in ("application/xml", "text/xml", "application/json", "*/*") and q > best_q:
+            best, best_q = media.strip(), q
+    return best in ("application/xml", "text/xml")
 
 
 # --- operations -------------------------------------------------------------------------

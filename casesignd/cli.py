@@ -229,7 +229,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except (MalformedPdf, EncryptedPdf, LimitExceeded) as e:
         why = f" ({e.reason})" if e.reason else ""
         raise UsageError(f"{e.code}{why}: {args.file}: {e.message}") from None
-    if args.json:
+    if args.report == "etsi":
+        from .verify_etsi import NoSignatures, etsi_report
+
+        try:
+            sys.stdout.buffer.write(etsi_report(report) + b"\n")
+            sys.stdout.flush()
+        except NoSignatures as e:
+            _out(f"{path}: {e.message}")
+    elif args.json:
         _dump(report.to_json())
     else:
         for r in report.signatures:
@@ -344,6 +352,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "always (default: the config's validation.fetch, else missing)")
     c.add_argument("--json", action="store_true",
                    help="print the report as JSON: {\"signatures\": [...], \"passed\": ...}")
+    c.add_argument("--report", choices=("etsi",),
+                   help="etsi: print the ETSI TS 119 102-2 validation report (XML) instead")
     return p
 
 

@@ -455,8 +455,13 @@ def _paths() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/pdf": {
                     "schema": {"type": "string", "contentMediaType": "application/pdf"}}}},
                 "responses": {
-                    "200": {"description": "The report, whether or not the signatures pass.",
-                            "content": _json("VerifyReport")},
+                    "200": {"description": "The report, whether or not the signatures pass: "
+                            "JSON, or with Accept: application/xml the ETSI TS 119 102-2 "
+                            "validation report (a document without signatures has none: "
+                            "422 invalid_input).",
+                            "content": {**_json("VerifyReport"), "application/xml": {
+                                "schema": {"type": "string",
+                                           "contentMediaType": "application/xml"}}}},
                     "401": _UNAUTHORIZED,
                     "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over kiosk.max_document_bytes."),

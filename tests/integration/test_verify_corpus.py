@@ -96,6 +96,11 @@ def _check(data: bytes, options: VerifyOptions) -> None:
         assert e.reason and "Error" not in e.message, e.message
         return
     json.dumps(report.to_json())
+    if report.signatures:
+        from casesignd.verify_etsi import etsi_report
+        from tests.helpers_etsi import assert_valid
+
+        assert_valid(etsi_report(report))
     for sig in report.signatures:
         if sig.passed:
             assert sig.intact and sig.valid and sig.modification is not None, sig
@@ -126,3 +131,33 @@ def test_many_flips_never_escape(corpus, options, base, flips) -> None:
     for where, xor in flips:
         data = damage(data, int(len(data) * where), xor)
     _check(data, options)
+
+
+# --- the ETSI TS 119 102-2 report -----------------------------------------------------
+
+
+def test_the_etsi_report_is_valid_for_every_file(corpus, options) -> None:
+    from casesignd.verify_etsi import CS, VR, etsi_report
+    from tests.helpers_etsi import assert_valid
+
+    for name, (path, expect) in corpus.items():
+        report = verify_file(path, options)
+        root = assert_valid(etsi_report(report))
+        first = root.find(f"{{{VR}}}SignatureValidationReport")
+        main = first.findtext(f"{{{VR}}}SignatureValidationStatus/{{{VR}}}MainIndication")
+        assert main.endswith(expect.indication.lower()), (name, main)
+        sub = first.findtext(f"{{{VR}}}SignatureValidationStatus/{{{VR}}}SubIndication")
+        assert sub == (f"urn:etsi:019102:subindication:{expect.sub_indication}"
+                       if expect.sub_indication else None), (name, sub)
+        assert first.find(f"{{{CS}}}Verdict/{{{CS}}}modification").text == expect.modification, name
+        assert len(root.findall(f"{{{VR}}}SignatureValidationReport")) == len(report.signatures)
+
+
+def test_the_etsi_report_from_the_command_line(corpus, pki, capsys) -> None:
+    from tests.helpers_etsi import assert_valid
+
+    rc = cli.main(["verify", str(corpus["doc_timestamp"][0]), "--report", "etsi",
+                   "--fetch", "never", "--trust", str(pki.ca_pem)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert_valid(out.encode())

@@ -181,3 +181,21 @@ def test_every_corpus_file_and_its_damage_is_answered(d, pki, tmp_path) -> None:
         first = report["signatures"][0]
         assert (first["intact"], first["valid"]) == (expect.intact, expect.valid), name
     assert "FORMAT_FAILURE" in seen and "NO_SIGNING_CERTIFICATE_FOUND" in seen
+
+
+def test_the_etsi_report_over_http(d, signed, tmp_path) -> None:
+    from tests.helpers_etsi import assert_valid
+
+    r = post_verify(d, signed.read_bytes(), headers={"Accept": "application/xml"})
+    assert r.status == 200 and r.headers["Content-Type"].startswith("application/xml")
+    root = assert_valid(r.body)
+    assert root.tag == "{http://uri.etsi.org/19102/v1.2.1#}ValidationReport"
+    # JSON stays the default, and wins when preferred.
+    assert post_verify(d, signed.read_bytes()).json()["passed"] is True
+    r = post_verify(d, signed.read_bytes(),
+                    headers={"Accept": "application/xml;q=0.5, application/json"})
+    assert r.headers["Content-Type"].startswith("application/json")
+    # No signature, no ETSI report: the schema wants one.
+    r = post_verify(d, reportlab_pdf(tmp_path / "plain.pdf").read_bytes(),
+                    headers={"Accept": "application/xml"})
+    assert r.status == 422 and r.json()["error"]["code"] == "invalid_input"
