@@ -3,8 +3,10 @@ it should get (issue 41): signatures by pyHanko and by casesignd, PKCS#7 detache
 hand-built adbe.pkcs7.sha1 one, a document timestamp, a hybrid-reference file, a form
 fill under a FieldMDP lock, DSS and VRI updates, shadow attacks (hide, replace,
 hide-and-replace) and an annotation overlay, ByteRanges that overlap, run past the end
-or leave a gap, a corrupt CMS, a CMS without its signer's certificate, a damaged DSS
-stream and a trailer with ``/Encrypt null``.
+or leave a gap, a corrupt CMS, a SignedData followed by other bytes, a CMS without its
+signer's certificate, a timestamp token in a /Sig dictionary, a damaged DSS stream and
+a trailer with ``/Encrypt null``. endesive's signatures are not among them: its
+dependency oscrypto cannot find this system's OpenSSL 3 (LibraryNotFoundError).
 
 Everything is made under the caller's directory with the test PKI; nothing is
 committed. ``build_corpus(pki, directory)`` returns ``{name: (path, Expect)}``; the
@@ -104,6 +106,24 @@ def sign_pkcs7_sha1(src: Path, dst: Path, pki: Pki) -> Path:
         signed = asyncio.run(signer.async_sign_general_data(
             prep.document_digest, "sha1", detached=False))
         embed.send(signed)
+    dst.write_bytes(out.getvalue())
+    return dst
+
+
+def timestamp_as_signature(src: Path, dst: Path, pki: Pki) -> Path:
+    """A /Sig signature dictionary whose /SubFilter is ETSI.RFC3161: its /Contents is a
+    timestamp token over the signed bytes, as some signers write one."""
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        embed = PdfCMSEmbedder().write_cms(field_name="Stamp", writer=w)
+        next(embed)
+        placeholder = signers.SignatureObject(bytes_reserved=8192)
+        placeholder["/SubFilter"] = pdf_name("/ETSI.RFC3161")
+        embed.send(SigObjSetup(sig_placeholder=placeholder))
+        prep, out = embed.send(SigIOSetup(md_algorithm="sha256", in_place=False,
+                                          output=io.BytesIO()))
+        token = asyncio.run(timestamper(pki).async_timestamp(prep.document_digest, "sha256"))
+        embed.send(token)
     dst.write_bytes(out.getvalue())
     return dst
 
@@ -220,6 +240,13 @@ def replace_cms(src: Path, dst: Path, der: bytes) -> Path:
     assert len(hexed) <= b - a
     dst.write_bytes(data[:a] + hexed + b"0" * (b - a - len(hexed)) + data[b:])
     return dst
+
+
+def _cms_of(path: Path) -> bytes:
+    data = path.read_bytes()
+    a, b = _contents_span(data)
+    info = acms.ContentInfo.load(bytes.fromhex(data[a:b].decode()))
+    return info.dump()
 
 
 def without_certificates(src: Path, dst: Path) -> Path:
@@ -387,15 +414,21 @@ def build_corpus(pki: Pki, d: Path) -> dict[str, tuple[Path, Expect]]:
 
     # A ByteRange that does not describe the file (ETSI TS 119 102-1 §5.2.2, format
     # checking): fails, whatever the digest says.
-    bad_range = Expect(FAILED, "FORMAT_FAILURE", None, None, None)
+    bad_form = Expect(FAILED, "FORMAT_FAILURE", None, None, None)
     add("byterange_overlap", set_byte_range(
-        pades, d / "br-overlap.pdf", lambda r, n: [0, r[2] + 10, r[2], r[3]]), bad_range)
+        pades, d / "br-overlap.pdf", lambda r, n: [0, r[2] + 10, r[2], r[3]]), bad_form)
     add("byterange_past_end", set_byte_range(
-        pades, d / "br-past-end.pdf", lambda r, n: [0, r[1], r[2], r[3] + 1000]), bad_range)
+        pades, d / "br-past-end.pdf", lambda r, n: [0, r[1], r[2], r[3] + 1000]), bad_form)
     add("byterange_gap", set_byte_range(
-        pades, d / "br-gap.pdf", lambda r, n: [0, r[1] - 10, r[2], r[3]]), bad_range)
+        pades, d / "br-gap.pdf", lambda r, n: [0, r[1] - 10, r[2], r[3]]), bad_form)
 
     add("corrupt_cms", replace_cms(pades, d / "corrupt-cms.pdf", b"\x04\x03abc" * 40), UNCHECKED)
+    # A SignedData followed by bytes that are not padding: what is signed is not what
+    # a reader of the whole /Contents sees (RFC 5652 §5.1, DER).
+    cms = _cms_of(pades)
+    add("cms_trailing_bytes", replace_cms(pades, d / "cms-trailing.pdf", cms + b"\x30\x03abc"),
+        bad_form)
+    add("rfc3161_on_sig", timestamp_as_signature(base, d / "rfc3161-sig.pdf", pki), OK)
     add("no_signer_certificate", without_certificates(pades, d / "no-cert.pdf"),
         Expect(INDETERMINATE, "NO_SIGNING_CERTIFICATE_FOUND", None, None, "none"))
     return out
