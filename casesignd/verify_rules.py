@@ -155,8 +155,10 @@ def overlays(reader: PdfFileReader, signed_revision: int) -> list[str]:
             if not (isinstance(after, generic.DictionaryObject) and _val(after, "/Subtype") == "/Widget"):
                 continue
             before = _get(old, ref)
-            if isinstance(before, generic.DictionaryObject) and not (
-                    {"/AP", "/AS"} & _changed_keys(before, after)):
+            # Only a new appearance counts: a checkbox or radio button switched to
+            # another of the appearances it had when signed (/AS) shows what the
+            # signer's document already held.
+            if isinstance(before, generic.DictionaryObject) and "/AP" not in _changed_keys(before, after):
                 continue
             if _hidden(after) or _signed_signature(after):
                 continue

@@ -117,6 +117,37 @@ def test_a_fill_whose_appearance_paints_a_box_is_an_overlay(files, tmp_path) -> 
     assert _overlays(fill(files["locked"], tmp_path / "text.pdf", "Note", "ok", appearance=text)) == []
 
 
+def test_a_checkbox_switched_to_an_appearance_it_had_is_no_overlay(pki, tmp_path) -> None:
+    from pyhanko.pdf_utils.generic import pdf_name
+    from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
+
+    base = form_pdf(reportlab_pdf(tmp_path / "b.pdf"), tmp_path / "f.pdf", ("Box",))
+    with open(base, "rb") as inf:  # the box gets its two appearances, both painted
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        box = w.root["/AcroForm"]["/Fields"][0]
+        on, off = (w.add_object(generic.StreamObject(
+            {pdf_name("/BBox"): generic.ArrayObject(map(generic.NumberObject, (0, 0, 20, 20)))},
+            stream_data=b"0 0 20 20 re f" if state else b"1 g 0 0 20 20 re f"))
+            for state in (True, False))
+        box["/FT"] = pdf_name("/Btn")
+        box["/AP"] = generic.DictionaryObject({pdf_name("/N"): generic.DictionaryObject(
+            {pdf_name("/Yes"): on, pdf_name("/Off"): off})})
+        box["/AS"] = pdf_name("/Off")
+        w.update_container(box)
+        with open(tmp_path / "boxed.pdf", "wb") as out:
+            w.write(out)
+    signed = sign(tmp_path / "boxed.pdf", tmp_path / "s.pdf", pki)
+    with open(signed, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        box = w.root["/AcroForm"]["/Fields"][0]
+        box["/V"], box["/AS"] = pdf_name("/Yes"), pdf_name("/Yes")
+        w.update_container(box)
+        with open(tmp_path / "ticked.pdf", "wb") as out:
+            w.write(out)
+    assert _explain(tmp_path / "ticked.pdf", lock=None) == ModificationLevel.FORM_FILLING
+    assert _overlays(tmp_path / "ticked.pdf") == []
+
+
 def test_a_declared_background_is_no_overlay(files, tmp_path) -> None:
     box = b"1 g 0 0 228 20 re f 0 g BT /Helvetica 12 Tf 2 5 Td (ok) Tj ET"
     assert _overlays(fill(files["bg"], tmp_path / "bg.pdf", "Note", "ok", appearance=box)) == []
