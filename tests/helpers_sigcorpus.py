@@ -35,7 +35,7 @@ from pyhanko.sign.timestamps.dummy_client import DummyTimeStamper
 from pyhanko.sign.validation.dss import DocumentSecurityStore
 
 from tests.helpers_pki import Pki, hybrid_pdf, reportlab_pdf, sample_meta
-from tests.helpers_verify import add_overlay, pyhanko_signer, rewrite_page
+from tests.helpers_verify import add_overlay, pyhanko_signer, rewrite_page, update_pdf
 
 PASSED, FAILED, INDETERMINATE = "TOTAL-PASSED", "TOTAL-FAILED", "INDETERMINATE"
 
@@ -131,8 +131,7 @@ def timestamp_as_signature(src: Path, dst: Path, pki: Pki) -> Path:
 def form_pdf(src: Path, dst: Path, names: tuple[str, ...], background: bool = False) -> Path:
     """``src`` with empty text fields ``names``, one below the other (``background``:
     each declares a white background, /MK /BG)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         page_ref = w.root["/Pages"].raw_get("/Kids")[0]
         refs = []
         for i, name in enumerate(names):
@@ -151,15 +150,12 @@ def form_pdf(src: Path, dst: Path, names: tuple[str, ...], background: bool = Fa
         page = page_ref.get_object()
         page["/Annots"] = generic.ArrayObject(refs)
         w.update_container(page)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def fill(src: Path, dst: Path, name: str, value: str, appearance: bytes | None = None) -> Path:
     """An update that fills the text field ``name`` (and, given, its appearance)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         for ref in w.root["/AcroForm"]["/Fields"]:
             tx = ref.get_object()
             if tx.get("/T") == name:
@@ -172,54 +168,38 @@ def fill(src: Path, dst: Path, name: str, value: str, appearance: bytes | None =
                     }, stream_data=appearance)
                     tx["/AP"] = generic.DictionaryObject({pdf_name("/N"): w.add_object(ap)})
                 w.update_container(tx)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def sig_field_overlay(src: Path, dst: Path) -> Path:
     """An update that adds an empty signature field whose widget paints a white box with
     "PAID" over the page (pyHanko's rules accept a new signature field)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
-        page_ref = w.root["/Pages"].raw_get("/Kids")[0]
+    def change(w: IncrementalPdfFileWriter) -> None:
         ap = w.add_object(generic.StreamObject({
             pdf_name("/Type"): pdf_name("/XObject"), pdf_name("/Subtype"): pdf_name("/Form"),
             pdf_name("/BBox"): generic.ArrayObject(map(generic.NumberObject, (0, 0, 340, 50))),
         }, stream_data=b"1 g 0 0 340 50 re f 0 g BT /Helvetica 24 Tf 10 15 Td (PAID) Tj ET"))
-        field = generic.DictionaryObject({
-            pdf_name("/FT"): pdf_name("/Sig"), pdf_name("/T"): pdf_string("Overlay"),
-            pdf_name("/Type"): pdf_name("/Annot"), pdf_name("/Subtype"): pdf_name("/Widget"),
-            pdf_name("/P"): page_ref, pdf_name("/F"): generic.NumberObject(4),
-            pdf_name("/Rect"): generic.ArrayObject(map(generic.NumberObject, (60, 780, 400, 830))),
-            pdf_name("/AP"): generic.DictionaryObject({pdf_name("/N"): ap}),
-        })
         fields.append_signature_field(w, fields.SigFieldSpec("Overlay", box=(60, 780, 400, 830)))
         # pyHanko made the field; its widget gets the overlay's appearance.
         for ref in w.root["/AcroForm"]["/Fields"]:
             obj = ref.get_object()
             if obj.get("/T") == "Overlay":
-                obj["/AP"] = field["/AP"]
+                obj["/AP"] = generic.DictionaryObject({pdf_name("/N"): ap})
                 w.update_container(obj)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def add_dss(src: Path, dst: Path, pki: Pki, *, vri: bool = False) -> Path:
     """An update with a DSS holding the chain (and, with ``vri``, a VRI entry for the
     first signature, keyed as ETSI EN 319 142-1 §5.4.2.3 says)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         contents = None
         if vri:
             sig = w.prev.embedded_signatures[0]
             contents = sig.sig_object.raw_get("/Contents").original_bytes
         DocumentSecurityStore.supply_dss_in_writer(
             w, contents, certs=[_asn1(pki.ec.cert), _asn1(pki.ca.cert)])
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 # --- damage done to the bytes ---------------------------------------------------------
@@ -276,17 +256,14 @@ def set_byte_range(src: Path, dst: Path, make: Callable[[list[int], int], list[i
 def damaged_dss(src: Path, dst: Path, pki: Pki) -> Path:
     """An update with a DSS whose certificate stream claims /FlateDecode but holds bytes
     zlib cannot inflate (and the chain, intact, beside it)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         DocumentSecurityStore.supply_dss_in_writer(
             w, None, certs=[_asn1(pki.ec.cert), _asn1(pki.ca.cert)])
         dss = w.root["/DSS"]
         broken = w.add_object(generic.StreamObject(
             {pdf_name("/Filter"): pdf_name("/FlateDecode")}, encoded_data=b"\x78\x9c" + b"\xff" * 40))
         dss["/Certs"].append(broken)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def encrypt_null(src: Path, dst: Path) -> Path:
@@ -308,8 +285,7 @@ def encrypt_null(src: Path, dst: Path) -> Path:
 def covered_pdf(src: Path, dst: Path) -> Path:
     """``src`` whose page draws a second content stream: a white box with "100 EUR"
     over the text "1,000,000 EUR" (the hidden content a shadow attack reveals)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         page_ref = w.root["/Pages"].raw_get("/Kids")[0]
         page = page_ref.get_object()
         hidden = w.add_object(generic.StreamObject(
@@ -319,36 +295,28 @@ def covered_pdf(src: Path, dst: Path) -> Path:
         first = page.raw_get("/Contents")
         page["/Contents"] = generic.ArrayObject([first, hidden, cover])
         w.update_container(page)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def shadow_hide(src: Path, dst: Path) -> Path:
     """Hide: the update empties the covering stream (same object, new revision)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         page = w.root["/Pages"]["/Kids"][0]
         cover_ref = page.raw_get("/Contents").raw_get(2)
         cover = cover_ref.get_object()
         cover._data = b""  # the stream now draws nothing
         cover._encoded_data = None
         w.mark_update(cover_ref)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def shadow_hide_and_replace(src: Path, dst: Path) -> Path:
     """Hide-and-replace: the update points the page at the hidden stream alone."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         page = w.root["/Pages"]["/Kids"][0]
         page["/Contents"] = page.raw_get("/Contents").raw_get(1)
         w.update_container(page)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def shadow_replace_by_field(src: Path, dst: Path) -> Path:
@@ -456,8 +424,7 @@ def regions(data: bytes) -> dict[str, tuple[int, int]]:
 def many_signatures(src: Path, dst: Path, count: int) -> Path:
     """The security probe's document: an update of ``count`` signature fields, each
     carrying a copy of the first signature (its /Contents and /ByteRange)."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         first = w.prev.embedded_signatures[0].sig_object
         page_ref = w.root["/Pages"].raw_get("/Kids")[0]
         acro = w.root["/AcroForm"]
@@ -475,15 +442,12 @@ def many_signatures(src: Path, dst: Path, count: int) -> Path:
                 pdf_name("/Rect"): generic.ArrayObject([generic.NumberObject(0)] * 4),
             })))
         w.update_container(acro)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def large_contents(src: Path, dst: Path, nbytes: int) -> Path:
     """An update with one more signature field whose /Contents holds ``nbytes``."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         value = w.add_object(generic.DictionaryObject({
             pdf_name("/Type"): pdf_name("/Sig"), pdf_name("/Filter"): pdf_name("/Adobe.PPKLite"),
             pdf_name("/SubFilter"): pdf_name("/ETSI.CAdES.detached"),
@@ -496,23 +460,18 @@ def large_contents(src: Path, dst: Path, nbytes: int) -> Path:
             pdf_name("/V"): value,
         })))
         w.update_container(acro)
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
 
 
 def dss_bomb(src: Path, dst: Path, inflated_bytes: int) -> Path:
     """An update with a DSS certificate stream that inflates to ``inflated_bytes``."""
     import zlib
 
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
+    def change(w: IncrementalPdfFileWriter) -> None:
         bomb = w.add_object(generic.StreamObject(
             {pdf_name("/Filter"): pdf_name("/FlateDecode")},
             encoded_data=zlib.compress(b"\0" * inflated_bytes, 9)))
         w.root["/DSS"] = w.add_object(generic.DictionaryObject(
             {pdf_name("/Certs"): generic.ArrayObject([bomb])}))
         w.update_root()
-        with open(dst, "wb") as out:
-            w.write(out)
-    return dst
+    return update_pdf(src, dst, change)
