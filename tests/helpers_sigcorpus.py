@@ -91,41 +91,36 @@ def doc_timestamp(src: Path, dst: Path, pki: Pki) -> Path:
     return dst
 
 
+def embed_cms(src: Path, dst: Path, field: str, subfilter: str, md: str,
+              make: Callable[[bytes], acms.ContentInfo]) -> Path:
+    """A signature by hand: a /Sig with ``subfilter`` in a new ``field``, whose /Contents
+    is ``make(digest)``, ``digest`` being the ``md`` digest of the signed bytes."""
+    with open(src, "rb") as inf:
+        w = IncrementalPdfFileWriter(inf, strict=False)
+        embed = PdfCMSEmbedder().write_cms(field_name=field, writer=w)
+        next(embed)
+        placeholder = signers.SignatureObject(bytes_reserved=8192)
+        placeholder["/SubFilter"] = pdf_name(subfilter)
+        embed.send(SigObjSetup(sig_placeholder=placeholder))
+        prep, out = embed.send(SigIOSetup(md_algorithm=md, in_place=False, output=io.BytesIO()))
+        embed.send(make(prep.document_digest))
+    dst.write_bytes(out.getvalue())
+    return dst
+
+
 def sign_pkcs7_sha1(src: Path, dst: Path, pki: Pki) -> Path:
     """adbe.pkcs7.sha1 by hand (PDF 32000-1 §12.8.3.3.1): the CMS encapsulates the SHA-1
     digest of the signed byte ranges and signs that."""
     signer = pyhanko_signer(pki)
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
-        embed = PdfCMSEmbedder().write_cms(field_name="Sig1", writer=w)
-        next(embed)
-        placeholder = signers.SignatureObject(bytes_reserved=8192)
-        placeholder["/SubFilter"] = pdf_name("/adbe.pkcs7.sha1")
-        embed.send(SigObjSetup(sig_placeholder=placeholder))
-        prep, out = embed.send(SigIOSetup(md_algorithm="sha1", in_place=False, output=io.BytesIO()))
-        signed = asyncio.run(signer.async_sign_general_data(
-            prep.document_digest, "sha1", detached=False))
-        embed.send(signed)
-    dst.write_bytes(out.getvalue())
-    return dst
+    return embed_cms(src, dst, "Sig1", "/adbe.pkcs7.sha1", "sha1", lambda digest: asyncio.run(
+        signer.async_sign_general_data(digest, "sha1", detached=False)))
 
 
 def timestamp_as_signature(src: Path, dst: Path, pki: Pki) -> Path:
     """A /Sig signature dictionary whose /SubFilter is ETSI.RFC3161: its /Contents is a
     timestamp token over the signed bytes, as some signers write one."""
-    with open(src, "rb") as inf:
-        w = IncrementalPdfFileWriter(inf, strict=False)
-        embed = PdfCMSEmbedder().write_cms(field_name="Stamp", writer=w)
-        next(embed)
-        placeholder = signers.SignatureObject(bytes_reserved=8192)
-        placeholder["/SubFilter"] = pdf_name("/ETSI.RFC3161")
-        embed.send(SigObjSetup(sig_placeholder=placeholder))
-        prep, out = embed.send(SigIOSetup(md_algorithm="sha256", in_place=False,
-                                          output=io.BytesIO()))
-        token = asyncio.run(timestamper(pki).async_timestamp(prep.document_digest, "sha256"))
-        embed.send(token)
-    dst.write_bytes(out.getvalue())
-    return dst
+    return embed_cms(src, dst, "Stamp", "/ETSI.RFC3161", "sha256", lambda digest: asyncio.run(
+        timestamper(pki).async_timestamp(digest, "sha256")))
 
 
 def form_pdf(src: Path, dst: Path, names: tuple[str, ...], background: bool = False) -> Path:
