@@ -8,10 +8,11 @@ pyHanko's ``DEFAULT_DIFF_POLICY`` answers first. Two rules then change its answe
   the revision is read again object by object, and accepted when every object it
   writes is one of: a form field or widget whose value or appearance changed
   (``form_filling``; a field the signature's FieldMDP lock names, or any under DocMDP
-  P=1, is not), the form's field list or a page's annotation list grown by new form
-  fields only, the catalog's /AcroForm, /DSS or /Metadata entries, a document security
-  store or its VRI dictionaries, the document information dictionary or the XMP
-  metadata (``lta_updates``), a cross-reference or object stream, a new object. This
+  P=1, is not), the form's field list or a page's annotation list grown by new
+  signature fields only, the catalog's /AcroForm, /DSS, /Metadata, /Extensions or
+  /Version entries, the keys of a document security store or of its VRI dictionaries,
+  the document information dictionary or the XMP metadata (``lta_updates``), a
+  cross-reference or object stream, a new object. This
   accepts what pyHanko refuses only for the way the objects are reached (a widget's
   /P back to its page, as every Acrobat form has), never a change to a page's content,
   resources or boxes, an existing stream, or a freed object.
@@ -39,9 +40,12 @@ from pyhanko.sign.fields import FieldMDPSpec, MDPPerm
 
 _FILL_KEYS = frozenset({"/V", "/AP", "/AS"})
 _FORM_KEYS = frozenset({"/Fields", "/SigFlags", "/NeedAppearances", "/DR", "/DA"})
+_DSS_KEYS = frozenset({"/Type", "/Certs", "/OCSPs", "/CRLs", "/VRI",
+                       "/Cert", "/OCSP", "/CRL", "/TU", "/TS"})
 _CATALOG_KEYS = {"/AcroForm": ModificationLevel.NONE, "/DSS": ModificationLevel.LTA_UPDATES,
                  "/Metadata": ModificationLevel.LTA_UPDATES,
-                 "/Extensions": ModificationLevel.LTA_UPDATES}
+                 "/Extensions": ModificationLevel.LTA_UPDATES,
+                 "/Version": ModificationLevel.LTA_UPDATES}
 # Content stream operators that paint more than glyphs (PDF 32000-1 §8.5.3 fills,
 # §8.8 and §8.10 XObjects, §8.7.4.2 shadings, §8.9.7 inline images).
 _PAINT = frozenset({b"f", b"F", b"f*", b"B", b"B*", b"b", b"b*", b"Do", b"sh", b"BI"})
@@ -71,6 +75,7 @@ def _explain_revision(reader: PdfFileReader, rev: int, lock: FieldMDPSpec | None
     form_ref = _raw_ref(new.root, "/AcroForm")
     dss_ref = _raw_ref(new.root, "/DSS")
     info_ref = _raw_ref(new.trailer_view, "/Info")
+    pages = _page_refs(old)
     worst = ModificationLevel.NONE
     for ref in new.explicit_refs_in_revision():
         before, after = _get(old, ref), _get(new, ref)
@@ -85,22 +90,24 @@ def _explain_revision(reader: PdfFileReader, rev: int, lock: FieldMDPSpec | None
             return None  # an existing stream rewritten: a page's content, an appearance
         if not (isinstance(before, generic.DictionaryObject)
                 and isinstance(after, generic.DictionaryObject)):
-            if ref in (dss_ref,) or _in_dss(new, ref):
-                worst = max(worst, ModificationLevel.LTA_UPDATES)
-                continue
-            return None
+            return None  # an array or a value rewritten in place: pyHanko's to judge
         changed = _changed_keys(before, after)
         level: ModificationLevel | None
         if ref == root_ref:
             level = _catalog(changed)
-        elif ref in (dss_ref, info_ref) or _in_dss(new, ref) or _val(after, "/Type") == "/VRI":
+        elif ref == info_ref:
             level = ModificationLevel.LTA_UPDATES
+        elif ref == dss_ref or _in_dss(new, ref):
+            # Only the keys of a DSS or a VRI entry (ETSI EN 319 142-1 §5.4.2): an object
+            # that is also a page or a field would change more than those.
+            level = ModificationLevel.LTA_UPDATES if changed <= _DSS_KEYS else None
         elif ref == form_ref:
             level = (ModificationLevel.FORM_FILLING if changed <= _FORM_KEYS
-                     and _kept(before, after, "/Fields") else None)
+                     and _kept(before, after, "/Fields")
+                     and _only_signature_fields_added(before, after, "/Fields") else None)
         elif _val(after, "/Type") == "/Page":
             level = _page(before, after, changed)
-        elif _is_field(after):
+        elif _is_field(after) and ref not in pages:
             level = _fill(after, changed, lock, docmdp)
         else:
             level = None
@@ -110,6 +117,22 @@ def _explain_revision(reader: PdfFileReader, rev: int, lock: FieldMDPSpec | None
     if worst >= ModificationLevel.FORM_FILLING and docmdp == MDPPerm.NO_CHANGES:
         return None
     return worst
+
+
+def _page_refs(handler: HistoricalResolver) -> set[generic.Reference]:
+    """The page tree's nodes in ``handler``'s revision: a field's keys on a page
+    dictionary are not a field."""
+    out: set[generic.Reference] = set()
+    todo = [handler.root.raw_get("/Pages")]
+    while todo and len(out) < 100_000:
+        item = todo.pop()
+        if not isinstance(item, generic.IndirectObject) or item.reference in out:
+            continue
+        out.add(item.reference)
+        node = item.get_object()
+        if isinstance(node, generic.DictionaryObject):
+            todo += _raw_list(node, "/Kids")
+    return out
 
 
 def _catalog(changed: set[str]) -> ModificationLevel | None:
@@ -123,15 +146,35 @@ def _page(before: generic.DictionaryObject, after: generic.DictionaryObject,
     """A page whose only change is new form widgets in its /Annots."""
     if changed != {"/Annots"} or not _kept(before, after, "/Annots"):
         return None
-    old = {_ref_of(a) for a in _raw_list(before, "/Annots")}
-    for annot in _raw_list(after, "/Annots"):
-        if _ref_of(annot) in old:
-            continue
-        widget = annot.get_object() if isinstance(annot, generic.IndirectObject) else annot
-        if not (isinstance(widget, generic.DictionaryObject)
-                and _val(widget, "/Subtype") == "/Widget" and _is_field(widget)):
-            return None  # an annotation that is no form field's widget
+    if not _only_signature_fields_added(before, after, "/Annots"):
+        return None  # an annotation that is no signature field's widget
     return ModificationLevel.FORM_FILLING
+
+
+def _only_signature_fields_added(before: generic.DictionaryObject,
+                                 after: generic.DictionaryObject, key: str) -> bool:
+    """Whether every entry ``after[key]`` has and ``before[key]`` had not is a signature
+    field's widget (as pyHanko's SigFieldCreationRule: a later signer adds its own field;
+    a new text field is new content)."""
+    old = {_ref_of(a) for a in _raw_list(before, key)}
+    for item in _raw_list(after, key):
+        if _ref_of(item) in old:
+            continue
+        obj = item.get_object() if isinstance(item, generic.IndirectObject) else item
+        if not (isinstance(obj, generic.DictionaryObject) and _field_type(obj) == "/Sig"):
+            return False
+    return True
+
+
+def _field_type(obj: generic.DictionaryObject) -> object:
+    node: Any = obj
+    for _ in range(32):
+        if not isinstance(node, generic.DictionaryObject):
+            return None
+        if "/FT" in node:
+            return _val(node, "/FT")
+        node = _val(node, "/Parent")
+    return None
 
 
 def _fill(after: generic.DictionaryObject, changed: set[str], lock: FieldMDPSpec | None,

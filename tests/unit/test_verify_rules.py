@@ -26,7 +26,7 @@ from tests.helpers_sigcorpus import (
     sig_field_overlay,
     sign,
 )
-from tests.helpers_verify import add_overlay
+from tests.helpers_verify import add_overlay, add_text_field
 
 __all__ = ["pki"]  # fixture
 
@@ -99,6 +99,25 @@ def test_dss_and_vri_updates_are_lta_updates(files, pki, tmp_path, vri) -> None:
 def test_shadow_attacks_are_not_explained(files, tmp_path, attack) -> None:
     # Hide rewrites the covering stream; hide-and-replace points the page elsewhere.
     assert _explain(attack(files["covered"], tmp_path / "attack.pdf"), lock=None) is None
+
+
+def test_a_new_text_field_is_not_explained(files, tmp_path) -> None:
+    # New content, not a fill: only a later signer's own signature field may be added.
+    added = add_text_field(files["signed"], tmp_path / "added.pdf", "Total", "1,000,000")
+    assert _explain(added, lock=None) is None
+
+
+def test_a_catalog_version_is_an_lta_update(files, tmp_path) -> None:
+    from pyhanko.pdf_utils.generic import pdf_name
+
+    from tests.helpers_verify import update_pdf
+
+    def bump(w) -> None:  # type: ignore[no-untyped-def]
+        w.root["/Version"] = pdf_name("/2.0")
+        w.update_root()
+
+    bumped = update_pdf(files["signed"], tmp_path / "v.pdf", bump)
+    assert _explain(bumped, lock=None) == ModificationLevel.LTA_UPDATES
 
 
 def test_an_annotation_is_not_explained(files, tmp_path) -> None:
