@@ -245,8 +245,14 @@ async def _validate_all(reader: PdfFileReader, found: list[_Found], options: Ver
     backend = AIOHttpFetcherBackend(per_request_timeout=options.fetch_timeout_s)
     try:
         dss = ades.read_dss(reader, findings)
+        try:
+            knowledge = dss.knowledge()
+        except Exception:  # noqa: BLE001 - revocation data that parses but cannot be used
+            findings.append("the document security store's revocation data cannot be used; "
+                            "it was ignored")
+            knowledge = ades.Dss().knowledge()
         policy = ades.Policy(tuple(ax509.Certificate.load(der) for der in options.trust_roots),
-                             options.fetch, options.fetch_timeout_s, dss.knowledge(), backend)
+                             options.fetch, options.fetch_timeout_s, knowledge, backend)
         reports: dict[int, SignatureReport] = {}
         # Document timestamps first: a signature's B-LTA rests on a later one.
         stamps: list[tuple[int, SignatureReport]] = []
@@ -327,13 +333,19 @@ async def _signature(reader: PdfFileReader, f: _Found, policy: ades.Policy, dss:
     status, ts = evidence.status, evidence.timestamp_status
     ts_ok = ts is not None and ts.intact and ts.valid and ts.trusted
     lt = lta = False
-    if ts_ok and status is not None and status.validation_path is not None:
-        paths = (status.validation_path, ts.validation_path)  # type: ignore[union-attr]
-        lt = dss.covers(paths, sig.signed_data)
-        lta = lt and any(rev > f.revision and t.passed and ades.read_dss(
-            reader.get_historical_resolver(rev)).covers(paths, sig.signed_data)
-            for rev, t in stamps)
-    pades = subfilter == _PADES and _names_its_certificate(sig)
+    pades = False
+    try:
+        if ts_ok and status is not None and status.validation_path is not None:
+            paths = (status.validation_path, ts.validation_path)  # type: ignore[union-attr]
+            lt = dss.covers(paths, sig.signed_data)
+            lta = lt and any(rev > f.revision and t.passed and ades.read_dss(
+                reader.get_historical_resolver(rev)).covers(paths, sig.signed_data)
+                for rev, t in stamps)
+        pades = subfilter == _PADES and _names_its_certificate(sig)
+    except (MemoryError, misc.PdfDecodeLimitError):
+        raise
+    except Exception:  # noqa: BLE001 - evidence that cannot be read proves no level
+        problems.append("the validation data for the level could not be read")
     level = level_of(pades, bool(status and status.intact), ts_ok, lt, lta)
     return _report(f, SIGNATURE, evidence, changes, [*problems, *changes_problem], level=level,
                    timestamp_time=getattr(ts, "timestamp", None) if ts_ok else None,
