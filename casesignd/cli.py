@@ -339,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "
                 "timestamps too) is TOTAL-PASSED; 1 when one is not, or there is none; "
-                "2 when FILE cannot be read as a PDF, or for a bad --trust or config.")
+                "2 when FILE cannot be read as a PDF or is past a validation budget, or for a bad "
+                "--trust or config.")
     c.add_argument("file", metavar="FILE.pdf")
     c.add_argument("--trust", metavar="CA.pem", action="append",
                    help="trust anchors (PEM, one or more each); repeatable; instead of the "
