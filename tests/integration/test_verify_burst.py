@@ -47,6 +47,7 @@ def test_one_tenant_s_burst_holds_no_one_else(daemon_factory, pki, tmp_path) -> 
     burst = [many] * 8 + [large] * 2
 
     answered: list[int] = []  # statuses of the burst's processed requests, in order
+    reasons: list[str] = []
     busy = [0]
     lock = threading.Lock()
 
@@ -60,6 +61,9 @@ def test_one_tenant_s_burst_holds_no_one_else(daemon_factory, pki, tmp_path) -> 
                 continue
             with lock:
                 answered.append(r.status)
+                if r.status == 422:
+                    err = r.json()["error"]
+                    reasons.append(f"{err['code']}/{err.get('reason')}")
             return
 
     def done_so_far() -> int:
@@ -101,4 +105,5 @@ def test_one_tenant_s_burst_holds_no_one_else(daemon_factory, pki, tmp_path) -> 
     assert burst_done_at_verify < len(burst), (burst_done_at_verify, answered)
     # The burst itself: every document answered, each a report or a refusal by budget.
     assert sorted(answered) == [200] * 8 + [422] * 2, answered
+    assert reasons == ["limit_exceeded/contents_too_large"] * 2, reasons
     assert "Traceback" not in d.logs()
