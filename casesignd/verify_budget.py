@@ -13,8 +13,10 @@ So each document has budgets (``[validation.budget]``):
   with its certificates and revocation data is tens of kilobytes); one found only
   once parsed (in an object stream) is not validated (INDETERMINATE);
 - CPU: past ``max_cpu_s`` of the process's CPU time the validation stops
-  (``limit_exceeded``, ``validation_time``); the lane's ``workers.max_run_s`` stays
-  the backstop that kills the process;
+  (``limit_exceeded``, ``validation_time``); one signature past
+  ``max_cpu_per_signature_s`` is left unchecked (INDETERMINATE, GENERIC) and the next
+  one validated; the lane's ``workers.max_run_s`` stays the backstop that kills the
+  process;
 - decoded bytes: pyHanko's document decode budget, ``max_decoded_bytes``
   (``limit_exceeded``, ``decompression_bomb``);
 - memory: the verify processes' address space is capped at ``max_memory_bytes``
@@ -33,6 +35,7 @@ import contextlib
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -46,8 +49,9 @@ MiB = 1024 * 1024
 class VerifyBudget(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Signature fields (and document timestamps) one document may carry.
     max_signatures: int = 100
-    # CPU seconds one document's validation may take.
+    # CPU seconds one document's validation may take, and one signature's of them.
     max_cpu_s: float = 10.0
+    max_cpu_per_signature_s: float = 2.0
     # Bytes all of one document's streams may decode to.
     max_decoded_bytes: int = 256 * MiB
     # Decoded /Contents of one signature (a CMS with its certificates and revocation data).
@@ -75,8 +79,9 @@ class VerifyBudget(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                     "max_memory_bytes", "processes", "max_inflight_per_tenant"):
             if getattr(self, key) < 1:
                 out.append((key, "must be at least 1"))
-        if self.max_cpu_s <= 0:
-            out.append(("max_cpu_s", "must be positive"))
+        for key in ("max_cpu_s", "max_cpu_per_signature_s"):
+            if getattr(self, key) <= 0:
+                out.append((key, "must be positive"))
         if self.process_share < 0:
             out.append(("process_share", "must be 0 (half of processes) or positive"))
         return out
@@ -88,12 +93,30 @@ class _OutOfCpu(BaseException):
     finding of one signature."""
 
 
+class SignatureOutOfCpu(Exception):  # noqa: N818 - a budget's end, not a fault
+    """One signature took more than its CPU budget; the document's is not spent."""
+
+
+# The process CPU time (time.process_time) at which the document's budget ends, while
+# cpu_budget runs: signature_budget arms the one timer for whichever ends first.
+_doc_deadline: float | None = None
+
+
+def _can_time() -> bool:
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+
+def _arm(seconds: float) -> None:
+    signal.setitimer(signal.ITIMER_PROF, max(seconds, 0.001))
+
+
 @contextlib.contextmanager
 def cpu_budget(seconds: float) -> Iterator[None]:
     """Stop the block with ``limit_exceeded`` (``validation_time``) once this process
     has spent ``seconds`` more of CPU time (ITIMER_PROF counts user and system time).
     Only in the main thread (signals are delivered there); elsewhere a no-op."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+    global _doc_deadline
+    if not _can_time():
         yield
         return
 
@@ -101,7 +124,8 @@ def cpu_budget(seconds: float) -> Iterator[None]:
         raise _OutOfCpu
 
     previous = signal.signal(signal.SIGPROF, on_timer)
-    signal.setitimer(signal.ITIMER_PROF, seconds)
+    _doc_deadline = time.process_time() + seconds
+    _arm(seconds)
     try:
         yield
     except _OutOfCpu:
@@ -110,6 +134,28 @@ def cpu_budget(seconds: float) -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
         signal.signal(signal.SIGPROF, previous)
+        _doc_deadline = None
+
+
+@contextlib.contextmanager
+def signature_budget(seconds: float) -> Iterator[None]:
+    """Within :func:`cpu_budget`: raise SignatureOutOfCpu once the block has spent
+    ``seconds`` of CPU time, unless the document's budget ends first (then the
+    document's ``limit_exceeded``). Outside it, a no-op."""
+    deadline = _doc_deadline
+    if deadline is None or not _can_time():
+        yield
+        return
+    _arm(min(seconds, deadline - time.process_time()))
+    try:
+        yield
+    except _OutOfCpu:
+        if time.process_time() >= deadline - 0.001:
+            raise
+        raise SignatureOutOfCpu(f"more than {seconds:g} s of CPU time") from None
+    finally:
+        if _doc_deadline is not None:
+            _arm(_doc_deadline - time.process_time())
 
 
 def init_verify_process(max_memory_bytes: int) -> None:

@@ -22,9 +22,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import re
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from asn1crypto import cms as acms
 from asn1crypto import x509 as ax509
@@ -32,7 +32,7 @@ from pyhanko.pdf_utils import generic, misc
 from pyhanko.pdf_utils.decode_limits import DecodeLimits, DocumentDecodeBudget
 from pyhanko.pdf_utils.reader import PdfFileReader
 from pyhanko.sign import fields as pfields
-from pyhanko.sign.ades.report import AdESSubIndic
+from pyhanko.sign.ades.report import AdESIndeterminate, AdESSubIndic
 from pyhanko.sign.general import find_cms_attribute_iter
 from pyhanko.sign.validation import EmbeddedPdfSignature
 from pyhanko.sign.validation.errors import SignatureValidationError
@@ -41,7 +41,7 @@ from pyhanko_certvalidator.fetchers.aiohttp_fetchers import AIOHttpFetcherBacken
 
 from . import verify_ades as ades
 from .errors import EncryptedPdf, LimitExceeded, MalformedPdf
-from .verify_budget import cpu_budget
+from .verify_budget import SignatureOutOfCpu, cpu_budget, signature_budget
 from .verify_report import (
     DOC_TIMESTAMP,
     FAILED,
@@ -258,14 +258,30 @@ async def _validate_all(reader: PdfFileReader, found: list[_Found], options: Ver
         stamps: list[tuple[int, SignatureReport]] = []
         for i, f in enumerate(found):
             if f.embedded is not None and _sig_type(f.embedded) == "/DocTimeStamp":
-                reports[i] = await _doc_timestamp(reader, f, policy)
+                reports[i] = await _within(options, f, DOC_TIMESTAMP,
+                                           _doc_timestamp(reader, f, policy))
                 stamps.append((f.revision, reports[i]))
         for i, f in enumerate(found):
             if i not in reports:
-                reports[i] = await _signature(reader, f, policy, dss, stamps)
+                reports[i] = await _within(options, f, SIGNATURE,
+                                           _signature(reader, f, policy, dss, stamps))
         return tuple(reports[i] for i in range(len(found)))
     finally:
         await backend.close()
+
+
+async def _within(options: VerifyOptions, f: _Found, kind: str,
+                  check: Coroutine[Any, Any, SignatureReport]) -> SignatureReport:
+    """``check`` within one signature's CPU budget; past it, that signature is left
+    unchecked (INDETERMINATE, GENERIC: the process stopped for a reason of its own,
+    ETSI TS 119 102-1 §5.1) and the next one is validated."""
+    try:
+        with signature_budget(options.max_cpu_per_signature_s):
+            return await check
+    except SignatureOutOfCpu as e:
+        return _unchecked(f, kind, [f"validating it took {e} (validation.budget."
+                                    "max_cpu_per_signature_s): it was not checked"],
+                          AdESIndeterminate.GENERIC)
 
 
 def _sig_type(sig: EmbeddedPdfSignature) -> str:

@@ -31,6 +31,7 @@ class VerifyOptions:
     fetch_timeout_s: float = 5.0
     max_signatures: int = _BUDGET.max_signatures
     max_cpu_s: float = _BUDGET.max_cpu_s
+    max_cpu_per_signature_s: float = _BUDGET.max_cpu_per_signature_s
     max_decoded_bytes: int = _BUDGET.max_decoded_bytes
     max_contents_bytes: int = _BUDGET.max_contents_bytes
 
@@ -39,7 +40,8 @@ class VerifyOptions:
                fetch_timeout_s: float) -> VerifyOptions:
         """The options with ``budget``'s limits."""
         return cls(trust_roots, fetch, fetch_timeout_s, budget.max_signatures, budget.max_cpu_s,
-                   budget.max_decoded_bytes, budget.max_contents_bytes)
+                   budget.max_cpu_per_signature_s, budget.max_decoded_bytes,
+                   budget.max_contents_bytes)
 
     def __post_init__(self) -> None:
         if self.fetch not in FETCH_MODES:

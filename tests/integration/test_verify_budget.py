@@ -43,6 +43,22 @@ def test_cpu_per_document(signed, tmp_path) -> None:
     assert _refused(many, max_cpu_s=0.01).reason == "validation_time"
 
 
+def test_cpu_per_signature(signed, tmp_path) -> None:
+    # A signature past its own budget is left unchecked, the next one is validated, and
+    # the document is answered. The CPU timer ticks at the kernel's resolution, so a
+    # signature may finish within the first tick: counted, not required of each.
+    many = many_signatures(signed, tmp_path / "many.pdf", 8)
+    report = verify_file(many, VerifyOptions((), "never", max_cpu_per_signature_s=0.001))
+    assert len(report.signatures) == 9
+    stopped = [s for s in report.signatures if s.sub_indication == "GENERIC"]
+    assert stopped, [s.describe() for s in report.signatures]
+    for sig in stopped:
+        assert (sig.indication, sig.intact, sig.valid) == ("INDETERMINATE", None, None)
+        assert "max_cpu_per_signature_s" in sig.problems[0]
+    # The document's budget still ends it first when it is the smaller.
+    assert _refused(many, max_cpu_s=0.01, max_cpu_per_signature_s=5.0).reason == "validation_time"
+
+
 def test_one_signature_s_contents(signed, tmp_path) -> None:
     large = large_contents(signed, tmp_path / "large.pdf", 300_000)
     assert _refused(large, max_contents_bytes=100_000).reason == "contents_too_large"
