@@ -365,10 +365,13 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
 
 class _VerifyGate:
     """Verify requests in flight: each holds its document in memory until a worker
-    process has validated it, so they are bounded (by kiosk.max_concurrent)."""
+    process has validated it, so they are bounded (by kiosk.max_concurrent), and so
+    are one tenant's (validation.budget.max_inflight_per_tenant): a tenant's burst is
+    answered busy before it fills the daemon's room for everyone else's."""
 
     def __init__(self) -> None:
         self.inflight = 0
+        self.by_tenant: dict[str, int] = {}
 
 
 _VERIFY_GATE = web.AppKey("verify_gate", _VerifyGate)
@@ -386,13 +389,14 @@ def _verify_options(s: Services) -> verify.VerifyOptions:
         raise CasesignError("validation.trust_roots cannot be read; see the daemon's log",
                             code="unavailable", status=503,
                             headers={"Retry-After": "60"}) from None
-    return verify.VerifyOptions(roots, cfg.validation.fetch, cfg.validation.fetch_timeout_s)
+    return verify.VerifyOptions.within(cfg.validation.budget, roots, cfg.validation.fetch,
+                                       cfg.validation.fetch_timeout_s)
 
 
 async def post_verify(request: web.Request) -> web.Response:
     """Validate a PDF's signatures (the body); 200 with the report, passed or not."""
     s = services_of(request)
-    authenticate(request)
+    tenant = authenticate(request)
     if request.content_type != "application/pdf":
         raise UnsupportedMediaType("the body must be application/pdf")
     # The same bound as a kiosk document: validation holds the document in memory.
@@ -400,17 +404,50 @@ async def post_verify(request: web.Request) -> web.Response:
     if request.content_length is not None and request.content_length > limit:
         raise TooLarge(f"the document is larger than kiosk.max_document_bytes ({limit})")
     gate = request.app[_VERIFY_GATE]
+    mine = gate.by_tenant.get(tenant, 0)
+    if mine >= s.config.validation.budget.max_inflight_per_tenant:
+        raise Busy("too many verify requests of this tenant at once", headers={"Retry-After": "1"})
     if gate.inflight >= s.config.kiosk.max_concurrent:
         raise Busy("too many verify requests at once", headers={"Retry-After": "1"})
     gate.inflight += 1
+    gate.by_tenant[tenant] = mine + 1
     try:
         data = await read_body(request, limit)
         options = _verify_options(s)
-        # pyHanko is pure Python: in a worker process, never on the event loop.
-        report: verify.VerifyReport = await s.run_cpu(verify.verify_bytes, data, options)
+        # pyHanko is pure Python: in verify's own worker processes, never on the event
+        # loop, nor in the batch or kiosk processes.
+        report: verify.VerifyReport = await s.run_verify(tenant, verify.verify_bytes, data, options)
     finally:
         gate.inflight -= 1
+        left = gate.by_tenant[tenant] - 1
+        if left:
+            gate.by_tenant[tenant] = left
+        else:
+            del gate.by_tenant[tenant]
+    if _wants_xml(request):
+        from .verify_etsi import MEDIA_TYPE, etsi_report
+
+        body = etsi_report(report)
+        return web.Response(body=body, headers={"Content-Type": f"{MEDIA_TYPE}; charset=utf-8"})
     return json_response(report.to_json())
+
+
+def _wants_xml(request: web.Request) -> bool:
+    """Accept: application/xml (ETSI TS 119 102-2) preferred over JSON; JSON otherwise."""
+    best, best_q = "application/json", -1.0
+    for part in request.headers.get("Accept", "").split(","):
+        media, _, params = part.strip().partition(";")
+        q = 1.0
+        for p in params.split(";"):
+            key, _, value = p.strip().partition("=")
+            if key == "q":
+                try:
+                    q = float(value)
+                except ValueError:
+                    q = 0.0
+        if media.strip() in ("application/xml", "text/xml", "application/json", "*/*") and q > best_q:
+            best, best_q = media.strip(), q
+    return best in ("application/xml", "text/xml")
 
 
 # --- operations -------------------------------------------------------------------------

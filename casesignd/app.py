@@ -123,6 +123,10 @@ class Services:
         self.notifier = sdnotify.Notifier.from_env()
         self._cpu: Lane | None = None
         self._kiosk_cpu: Lane | None = None
+        # Verify requests' own processes (casesignd.verify_budget), and per tenant the
+        # ones it may use at once (validation.budget.process_share).
+        self._verify_cpu: Lane | None = None
+        self.verify_gates: dict[str, asyncio.Semaphore] = {}
         self._lane_key: ProcessKey | None = None
         # Readiness waits for this: the first kiosk request must not pay for starting
         # the worker processes and importing the PDF stack (seconds on a busy host).
@@ -167,6 +171,26 @@ class Services:
                                    initializer=init_signing_process, initargs=(template, self._lane_key))
         return self._kiosk_cpu
 
+    def _verify_lane(self) -> Lane:
+        if self._verify_cpu is None:
+            from .verify_budget import init_verify_process
+
+            budget = self.config.validation.budget
+            self._verify_cpu = Lane(budget.processes, self._mp, initializer=init_verify_process,
+                                    initargs=(budget.max_memory_bytes,))
+        return self._verify_cpu
+
+    async def run_verify(self, tenant: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Validation in verify's own processes, never the batch or kiosk ones, at most
+        the tenant's share of them at once: one tenant's burst waits for its own
+        turns, and another tenant's request finds a process free."""
+        gate = self.verify_gates.get(tenant)
+        if gate is None:
+            share = self.config.validation.budget.share(len(self.config.tenants))
+            gate = self.verify_gates[tenant] = asyncio.Semaphore(share)
+        async with gate:
+            return await self._verify_lane().run(fn, *args, timeout_s=self.config.workers.max_run_s)
+
     @property
     def kiosk_signs_in_lane(self) -> bool:
         """Whether the kiosk's worker processes hold the signing key."""
@@ -197,6 +221,8 @@ class Services:
             await asyncio.gather(
                 *(self.run_cpu(_warm, kiosk=True) for _ in range(self.config.kiosk.cpu_processes)),
                 *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)),
+                *(self._verify_lane().run(_warm_verify, timeout_s=self.config.workers.max_run_s)
+                  for _ in range(self.config.validation.budget.processes)),
                 asyncio.to_thread(warm))
         self.cpu_warm = True  # also after a failure: the pools then start on first use
 
@@ -205,7 +231,9 @@ class Services:
             self._cpu.close()
         if self._kiosk_cpu is not None:
             self._kiosk_cpu.close()
-        self._cpu = self._kiosk_cpu = None
+        if self._verify_cpu is not None:
+            self._verify_cpu.close()
+        self._cpu = self._kiosk_cpu = self._verify_cpu = None
 
     # --- what jobs call ----------------------------------------------------------------
 
@@ -343,6 +371,10 @@ def _alive(pid: int) -> bool:
 
 def _warm() -> None:
     from . import pades, pdfcheck, signcase  # noqa: F401 - imported for their module state
+
+
+def _warm_verify() -> None:
+    from . import verify_pdf  # noqa: F401 - pyHanko's validation stack
 
 
 class _SlowSigner:

@@ -210,7 +210,8 @@ def _verify_options(args: argparse.Namespace) -> Any:
         raise UsageError(f"cannot read {e.filename}: {e.strerror}") from None
     except ValueError as e:
         raise UsageError(str(e)) from None
-    return VerifyOptions(roots, args.fetch or validation.fetch, validation.fetch_timeout_s)
+    return VerifyOptions.within(validation.budget, roots, args.fetch or validation.fetch,
+                                validation.fetch_timeout_s)
 def cmd_verify(args: argparse.Namespace) -> int:
     path = _need_file(args.file)
     try:
@@ -218,20 +219,31 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise CasesignError(f"signature validation is not available: {e}",
                             code="unavailable") from None
-    from .errors import EncryptedPdf, MalformedPdf
+    from .errors import EncryptedPdf, LimitExceeded, MalformedPdf
 
     options = _verify_options(args)
     try:
         report = verify_file(path, options)
     except OSError as e:
         raise UsageError(f"cannot read {args.file}: {e.strerror}") from None
-    except (MalformedPdf, EncryptedPdf) as e:
-        raise UsageError(f"{e.code}: {args.file}: {e.message}") from None
-    if args.json:
+    except (MalformedPdf, EncryptedPdf, LimitExceeded) as e:
+        why = f" ({e.reason})" if e.reason else ""
+        raise UsageError(f"{e.code}{why}: {args.file}: {e.message}") from None
+    if args.report == "etsi":
+        from .verify_etsi import NoSignatures, etsi_report
+
+        try:
+            sys.stdout.buffer.write(etsi_report(report) + b"\n")
+            sys.stdout.flush()
+        except NoSignatures as e:
+            _out(f"{path}: {e.message}")
+    elif args.json:
         _dump(report.to_json())
     else:
         for r in report.signatures:
             _out(r.describe())
+        for finding in report.findings:
+            _out(f"note: {finding}")
         if not report.signatures:
             _out(f"{path}: no signatures")
     return EXIT_OK if report.passed else EXIT_FAILED
@@ -327,7 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     c = command("verify", cmd_verify, "validate a PDF's signatures",
                 epilog="Exit 0 only when the PDF has signatures and every one (document "
                 "timestamps too) is TOTAL-PASSED; 1 when one is not, or there is none; "
-                "2 when FILE cannot be read as a PDF, or for a bad --trust or config.")
+                "2 when FILE cannot be read as a PDF or is past a validation budget, or for a bad "
+                "--trust or config.")
     c.add_argument("file", metavar="FILE.pdf")
     c.add_argument("--trust", metavar="CA.pem", action="append",
                    help="trust anchors (PEM, one or more each); repeatable; instead of the "
@@ -340,6 +353,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "always (default: the config's validation.fetch, else missing)")
     c.add_argument("--json", action="store_true",
                    help="print the report as JSON: {\"signatures\": [...], \"passed\": ...}")
+    c.add_argument("--report", choices=("etsi",),
+                   help="etsi: print the ETSI TS 119 102-2 validation report (XML) instead")
     return p
 
 

@@ -234,6 +234,14 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
      "a stream, an image or all streams together decode past the policy's limits"),
     ("check_time", "limit_exceeded", "checking it takes more CPU time than max_check_cpu_s"),
     ("nested_too_deeply", "limit_exceeded", "objects or embedded PDFs nested too deeply"),
+    ("too_many_signatures", "limit_exceeded",
+     "more signature fields than validation.budget.max_signatures (verify)"),
+    ("contents_too_large", "limit_exceeded",
+     "a signature's /Contents larger than validation.budget.max_contents_bytes (verify)"),
+    ("validation_time", "limit_exceeded",
+     "validating its signatures takes more CPU time than validation.budget.max_cpu_s"),
+    ("memory_budget", "limit_exceeded",
+     "validating its signatures needs more memory than validation.budget.max_memory_bytes"),
 )
 
 REASONS: dict[str, Reason] = {row[0]: Reason(*row) for row in _REASON_ROWS}

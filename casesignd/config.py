@@ -4,6 +4,10 @@ A bad configuration stops the daemon before it listens, with one line that names
 key and what is wrong (:class:`casesignd.errors.ConfigError`). Relative paths are
 resolved against the directory of the config file, so a setup made by
 ``casesignd init --dir DIR`` can be moved as a whole.
+
+Its size: one struct per section of the file and the checks across them, which read
+best side by side (a section's own limits live beside their use, e.g.
+:class:`casesignd.verify_budget.VerifyBudget`).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 import msgspec
 
 from .errors import ConfigError
+from .verify_budget import VerifyBudget
 
 MiB = 1024 * 1024
 
@@ -207,6 +212,8 @@ class Validation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # nextUpdate (or after this age, when it has none), so that no signature waits
     # for a fetch while the cached data is good.
     refresh_ahead_s: float = 3600.0
+    # What one verify request may cost, and verify's share of the CPU.
+    budget: VerifyBudget = msgspec.field(default_factory=VerifyBudget)
 
 
 class Archive(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -529,6 +536,8 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"sources[{i}].root", "a dir source needs a root")
         if s.kind == "http" and not s.base_url.startswith(("http://", "https://")):
             raise ConfigError(f"sources[{i}].base_url", "an http source needs an http(s) URL")
+    for key, why in cfg.validation.budget.problems():
+        raise ConfigError(f"validation.budget.{key}", why)
     if cfg.validation.fetch not in FETCH_MODES:
         raise ConfigError("validation.fetch",
                           f"expected one of {', '.join(FETCH_MODES)}, got {cfg.validation.fetch!r}")

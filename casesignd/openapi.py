@@ -455,17 +455,24 @@ def _paths() -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/pdf": {
                     "schema": {"type": "string", "contentMediaType": "application/pdf"}}}},
                 "responses": {
-                    "200": {"description": "The report, whether or not the signatures pass.",
-                            "content": _json("VerifyReport")},
+                    "200": {"description": "The report, whether or not the signatures pass: "
+                            "JSON, or with Accept: application/xml the ETSI TS 119 102-2 "
+                            "validation report (a document without signatures has none: "
+                            "422 invalid_input).",
+                            "content": {**_json("VerifyReport"), "application/xml": {
+                                "schema": {"type": "string",
+                                           "contentMediaType": "application/xml"}}}},
                     "401": _UNAUTHORIZED,
                     "408": _REQUEST_TIMEOUT,
                     "413": _error("too_large: over kiosk.max_document_bytes."),
                     "415": _error("unsupported_media_type: the body is not application/pdf."),
                     "422": _error("malformed_pdf: the body is not a PDF; encrypted_pdf: it "
-                                  "opens only with a password."),
+                                  "opens only with a password; limit_exceeded: past a "
+                                  "validation.budget (its reason says which)."),
                     "503": _error("busy: more than kiosk.max_concurrent verify requests at "
-                                  "once; worker_lost; unavailable: the trust roots cannot be "
-                                  "read.", retry_after=True),
+                                  "once, or more than validation.budget.max_inflight_per_tenant "
+                                  "of this tenant; worker_lost; unavailable: the trust roots "
+                                  "cannot be read.", retry_after=True),
                 },
             },
         },

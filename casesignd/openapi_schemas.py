@@ -322,19 +322,22 @@ def schemas() -> dict[str, Any]:
             {
                 "field": {"type": "string", "description": "The signature field's name."},
                 "kind": {"enum": ["signature", "document_timestamp"]},
-                "intact": {"type": "boolean", "description": "The signed bytes hash to the "
-                           "signed digest."},
-                "valid": {"type": "boolean", "description": "The signature value verifies."},
-                "trusted": {"type": "boolean", "description": "The signer chains to a trust "
-                            "anchor (validation.trust_roots)."},
+                "intact": {"type": ["boolean", "null"], "description": "The signed bytes "
+                           "hash to the signed digest; null when it could not be checked."},
+                "valid": {"type": ["boolean", "null"], "description": "The signature value "
+                          "verifies; null when it could not be checked."},
+                "trusted": {"type": ["boolean", "null"], "description": "The signer chains "
+                            "to a trust anchor (validation.trust_roots); null when the "
+                            "signature could not be checked."},
                 "revoked": {"type": "boolean"},
                 "level": {"enum": ["B-B", "B-T", "B-LT", "B-LTA", None], "description":
                           "The highest PAdES baseline level met; null for a document "
                           "timestamp or a signature that is not PAdES or not intact."},
                 "modification": {"enum": ["none", "lta_updates", "form_filling",
-                                          "annotations", "other"],
+                                          "annotations", "other", None],
                                  "description": "What later revisions changed; other "
-                                 "(a change to what a reader sees) fails the signature."},
+                                 "(a change to what a reader sees) fails the signature; "
+                                 "null when they could not be compared with it."},
                 "signer": {"type": "string", "description": "The certificate's subject "
                            "(RFC 4514)."},
                 "signing_time": {"type": ["string", "null"], "format": "date-time",
@@ -356,8 +359,12 @@ def schemas() -> dict[str, Any]:
             {"signatures": {"type": "array", "items": ref("SignatureReport"),
                             "description": "In signing order, document timestamps included."},
              "passed": {"type": "boolean", "description": "There is at least one signature "
-                        "and every one is TOTAL-PASSED."}},
-            ["signatures", "passed"],
+                        "and every one is TOTAL-PASSED."},
+             "findings": {"type": "array", "items": {"type": "string"}, "description":
+                          "What a strict reader would refuse and was read as other "
+                          "readers do (a hybrid-reference file, /Encrypt null, a damaged "
+                          "document security store entry)."}},
+            ["signatures", "passed", "findings"],
         ),
         "Stats": obj(
             {

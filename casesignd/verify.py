@@ -62,6 +62,7 @@ from .verify_report import (
     SignatureReport,
     VerifyOptions,
     VerifyReport,
+    byte_range_fault,
     level_of,
     modification_of,
     verdict,
@@ -69,7 +70,7 @@ from .verify_report import (
 
 __all__ = [
     "DOC_TIMESTAMP", "FAILED", "FETCH_MODES", "INDETERMINATE", "MODIFICATIONS", "PASSED",
-    "SIGNATURE", "SignatureReport", "VerifyOptions", "VerifyReport", "level_of",
+    "SIGNATURE", "SignatureReport", "VerifyOptions", "VerifyReport", "byte_range_fault", "level_of",
     "modification_of", "read_trust_roots", "verdict", "verify_bytes", "verify_file",
 ]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,11 +24,12 @@ from asn1crypto import crl as acrl
 from asn1crypto import ocsp as aocsp
 from asn1crypto import x509 as ax509
 from cryptography.exceptions import InvalidSignature
-from pyhanko.pdf_utils import misc
+from pyhanko.pdf_utils import generic
 from pyhanko.pdf_utils.decode_limits import DecodePurpose
 from pyhanko.pdf_utils.reader import PdfFileReader
-from pyhanko.sign.ades.report import AdESIndeterminate, AdESStatus, AdESSubIndic
+from pyhanko.sign.ades.report import AdESFailure, AdESIndeterminate, AdESStatus, AdESSubIndic
 from pyhanko.sign.diff_analysis import DEFAULT_DIFF_POLICY, DiffResult, ModificationLevel
+from pyhanko.sign.fields import MDPPerm
 from pyhanko.sign.general import find_cms_attribute_iter
 from pyhanko.sign.validation import EmbeddedPdfSignature
 from pyhanko.sign.validation.ades import (
@@ -36,9 +39,8 @@ from pyhanko.sign.validation.ades import (
     ades_timestamp_validation,
     ades_with_time_validation,
 )
-from pyhanko.sign.validation.dss import DocumentSecurityStore
-from pyhanko.sign.validation.errors import NoDSSFoundError
 from pyhanko.sign.validation.generic_cms import message_imprint_checker
+from pyhanko.sign.validation.pdf_embedded import read_certification_data
 from pyhanko.sign.validation.policy_decl import (
     CertificateFetchingRule,
     LocalKnowledge,
@@ -61,7 +63,7 @@ from pyhanko_certvalidator.registry import SimpleTrustManager
 from pyhanko_certvalidator.revinfo.archival import CRLContainer, OCSPContainer
 from pyhanko_certvalidator.sig_validate import DefaultSignatureValidator
 
-from .errors import MalformedPdf
+from . import verify_rules as rules
 
 # Left undecided by the document's own data, and perhaps decided by fresh revocation data.
 _FETCH_MAY_HELP = frozenset({
@@ -153,7 +155,8 @@ def has_signature_timestamp(sig: EmbeddedPdfSignature) -> bool:
     return next(find_cms_attribute_iter(attrs, "signature_time_stamp_token"), None) is not None
 
 
-async def validate_signature(sig: EmbeddedPdfSignature, policy: Policy) -> Evidence:
+async def validate_signature(sig: EmbeddedPdfSignature, policy: Policy, *,
+                             encapsulated: bool = False) -> Evidence:
     """A /Sig signature: without a signature timestamp the basic validation (ETSI EN
     319 102-1 §5.3); with one the validation with time (§5.5), and when that is
     INDETERMINATE for want of a proof of existence (an expired or revoked certificate,
@@ -163,14 +166,26 @@ async def validate_signature(sig: EmbeddedPdfSignature, policy: Policy) -> Evide
 
     Only then: pyHanko's long-term validation also runs its past-validation step on a
     signature that already passed, and turns PASSED into NO_POE when that step finds no
-    revocation data to slide the control time with (a chain that declares none)."""
-    timestamped = has_signature_timestamp(sig)
+    revocation data to slide the control time with (a chain that declares none).
+
+    ``encapsulated`` (adbe.pkcs7.sha1, PDF 32000-1 §12.8.3.3.1): the CMS signs the SHA-1
+    digest of the signed bytes, carried as its content; the basic validation checks
+    the signature over that content, and the content must be the bytes' digest."""
+    timestamped = has_signature_timestamp(sig) and not encapsulated
 
     async def run(online: bool) -> Evidence:
         spec = policy.spec(online)
         with _captured() as logged:
             res: AdESBasicValidationResult
-            if not timestamped:
+            if encapsulated:
+                res = await ades_basic_validation(sig.signed_data, spec)
+                if _encapsulated_digest(sig) != _range_digest(sig, "sha1"):
+                    status = res.api_status
+                    if status is not None:
+                        status = dataclasses.replace(status, intact=False)
+                    return Evidence(AdESFailure.HASH_FAILURE, status, None, [
+                        "the SHA-1 digest the signature carries is not that of the signed bytes"])
+            elif not timestamped:
                 res = await ades_basic_validation(sig.signed_data, spec,
                                                   raw_digest=sig.compute_digest())
             else:
@@ -187,6 +202,22 @@ async def validate_signature(sig: EmbeddedPdfSignature, policy: Policy) -> Evide
         return Evidence(res.ades_subindic, res.api_status, ts, _words(res.failure_msg, logged))
 
     return await _with_fetching(run, sig, policy)
+
+
+def _encapsulated_digest(sig: EmbeddedPdfSignature) -> bytes | None:
+    content = sig.signed_data["encap_content_info"]["content"]
+    return content.native if content is not None and content.native is not None else None
+
+
+def _range_digest(sig: EmbeddedPdfSignature, algorithm: str) -> bytes:
+    """The digest of the bytes the /ByteRange names (checked to lie within the file)."""
+    h = hashlib.new(algorithm)
+    stream = sig.reader.stream
+    offsets = [int(x) for x in sig.byte_range]
+    for start, length in zip(offsets[::2], offsets[1::2], strict=True):
+        stream.seek(start)
+        h.update(stream.read(length))
+    return h.digest()
 
 
 async def _signature_timestamp(sig: EmbeddedPdfSignature,
@@ -277,23 +308,45 @@ class Changes:
 
 
 def modification(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> Changes:
-    """What the revisions after ``sig`` changed."""
+    """What the revisions after ``sig`` changed: pyHanko's difference analysis, then
+    casesignd's rules on top of it (:mod:`casesignd.verify_rules`)."""
     sig.compute_integrity_info(diff_policy=DEFAULT_DIFF_POLICY)
     summary = sig.summarise_integrity_info()
     diff = summary["diff_result"]
+    docmdp_ok = summary["docmdp_ok"]
     problems: list[str] = []
     level = diff.modification_level if isinstance(diff, DiffResult) else None
+    if diff is not None and (level is None or level == ModificationLevel.OTHER):
+        explained = rules.explain_revisions(reader, sig.signed_revision, sig.fieldmdp,
+                                            _docmdp(reader, sig))
+        if explained is not None:
+            level, docmdp_ok, diff = explained, True, None
     if diff is not None and level is None:
         problems.append("a later revision changes what a reader sees: "
                         + " ".join(str(diff).split()))
-    if summary["docmdp_ok"] is False and level is not None:
+    if docmdp_ok is False and level is not None:
         allowed = sig.docmdp_level.name.lower() if sig.docmdp_level else "none"
         problems.append(f"a later revision does {level.name.lower()}, which the signature's "
                         f"DocMDP permissions ({allowed}) do not allow")
+    covered = rules.overlays(reader, sig.signed_revision)
+    if covered:
+        level = None
+        problems += covered
     tail = _uncovered_tail(reader, sig)
     if tail:
         problems.append(f"{tail} bytes after the last revision are covered by no signature")
-    return Changes(level, summary["docmdp_ok"], tail, tuple(problems))
+    return Changes(level, docmdp_ok, tail, tuple(problems))
+
+
+def _docmdp(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> MDPPerm | None:
+    """The strictest DocMDP that binds the revisions after ``sig``: the document's
+    certification (PDF 32000-1 §12.8.2.2) or the signature's own FieldMDP /P."""
+    levels = [sig.docmdp_level]
+    with contextlib.suppress(Exception):
+        cert = read_certification_data(reader)
+        levels.append(cert.permission if cert is not None else None)
+    known = [lv for lv in levels if lv is not None]
+    return min(known) if known else None
 
 
 def _uncovered_tail(reader: PdfFileReader, sig: EmbeddedPdfSignature) -> int:
@@ -358,20 +411,47 @@ class Dss:
         return False
 
 
-def read_dss(handler: object) -> Dss:
-    """The DSS as ``handler`` (the reader, or one revision of it) sees it."""
+def read_dss(handler: object, findings: list[str] | None = None) -> Dss:
+    """The DSS as ``handler`` (the reader, or one revision of it) sees it. An entry that
+    cannot be read (a stream that does not inflate, DER that does not parse) is left
+    out and said in ``findings``: the DSS is evidence a signature may use, and a
+    damaged entry is evidence missing, not a document that cannot be read."""
     try:
-        dss = DocumentSecurityStore.read_dss(handler)  # type: ignore[arg-type]
-        return Dss(
-            certs=tuple(dss.load_certs()),
-            crls=tuple(acrl.CertificateList.load(r.get_object().read_data(DecodePurpose.CRL))
-                       for r in dss.crls),
-            ocsps=tuple(aocsp.OCSPResponse.load(
-                r.get_object().read_data(DecodePurpose.OCSP_RESPONSE)) for r in dss.ocsps))
-    except NoDSSFoundError:
+        dss = handler.root["/DSS"]  # type: ignore[attr-defined]
+    except KeyError:
         return Dss()
-    except (misc.PdfError, ValueError, KeyError, TypeError, AttributeError) as e:
-        raise MalformedPdf(f"cannot read the document security store: {e}") from e
+    except Exception:  # noqa: BLE001 - a catalog entry that does not resolve
+        dss = None
+    if not isinstance(dss, generic.DictionaryObject):
+        _note(findings, "the document security store is not a dictionary; it was ignored")
+        return Dss()
+    loaded: dict[str, list[Any]] = {}
+    for key, kind, load in (("/Certs", DecodePurpose.CERTIFICATE, ax509.Certificate.load),
+                            ("/CRLs", DecodePurpose.CRL, acrl.CertificateList.load),
+                            ("/OCSPs", DecodePurpose.OCSP_RESPONSE, aocsp.OCSPResponse.load)):
+        out = loaded[key] = []
+        try:
+            entries = list(dss.get(key, generic.ArrayObject()))
+        except Exception:  # noqa: BLE001 - an array that does not resolve
+            _note(findings, f"the document security store's {key} cannot be read; it was ignored")
+            continue
+        for entry in entries:
+            try:
+                stream = entry.get_object()
+                if not isinstance(stream, generic.StreamObject):
+                    raise TypeError
+                value = load(stream.read_data(kind))
+                value.native  # noqa: B018 - parse it all now, not halfway through a check
+                out.append(value)
+            except Exception:  # noqa: BLE001 - zlib.error, DER errors, decode limits
+                _note(findings, f"an entry of the document security store's {key} cannot be "
+                      "decoded (not a stream, a damaged stream or DER); it was ignored")
+    return Dss(tuple(loaded["/Certs"]), tuple(loaded["/CRLs"]), tuple(loaded["/OCSPs"]))
+
+
+def _note(findings: list[str] | None, text: str) -> None:
+    if findings is not None and text not in findings:
+        findings.append(text)
 
 
 # --- pyHanko's words -------------------------------------------------------------------

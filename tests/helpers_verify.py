@@ -63,7 +63,8 @@ def pyhanko_sign(src: Path, dst: Path, pki: Pki, *, field: str = "Approval", kin
     return dst
 
 
-def _update(src: Path, dst: Path, change: object) -> Path:
+def update_pdf(src: Path, dst: Path, change: object) -> Path:
+    """``dst``: ``src`` with one incremental update, made by ``change(writer)``."""
     with open(src, "rb") as inf:
         writer = IncrementalPdfFileWriter(inf, strict=False)
         change(writer)  # type: ignore[operator]
@@ -80,7 +81,7 @@ def rewrite_page(src: Path, dst: Path, text: str = "the price is now 1,000,000")
         content = f"BT /F1 24 Tf 72 700 Td ({text}) Tj ET".encode()
         page["/Contents"] = w.add_object(generic.StreamObject(stream_data=content))
         w.update_container(page)
-    return _update(src, dst, change)
+    return update_pdf(src, dst, change)
 
 
 def add_overlay(src: Path, dst: Path) -> Path:
@@ -104,7 +105,7 @@ def add_overlay(src: Path, dst: Path) -> Path:
         annots.append(annot)
         page["/Annots"] = annots
         w.update_container(page)
-    return _update(src, dst, change)
+    return update_pdf(src, dst, change)
 
 
 def drop_signature_field(src: Path, dst: Path, name: str) -> Path:
@@ -121,7 +122,7 @@ def drop_signature_field(src: Path, dst: Path, name: str) -> Path:
                 page["/Annots"] = generic.ArrayObject(
                     a for a in page["/Annots"] if a.get_object().get("/T") != name)
                 w.update_container(page)
-    return _update(src, dst, change)
+    return update_pdf(src, dst, change)
 
 
 def add_text_field(src: Path, dst: Path, name: str, value: str) -> Path:
@@ -149,7 +150,7 @@ def add_text_field(src: Path, dst: Path, name: str, value: str) -> Path:
         annots.append(ref)
         page["/Annots"] = annots
         w.update_container(page)
-    return _update(src, dst, change)
+    return update_pdf(src, dst, change)
 
 
 def set_text_field(src: Path, dst: Path, name: str, value: str) -> Path:
@@ -162,7 +163,7 @@ def set_text_field(src: Path, dst: Path, name: str, value: str) -> Path:
                 w.update_container(tx)
                 return
         raise KeyError(name)
-    return _update(src, dst, change)
+    return update_pdf(src, dst, change)
 
 
 def look_alike(pki: Pki, directory: Path) -> tuple[devpki.Identity, devpki.Identity]:

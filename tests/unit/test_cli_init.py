@@ -365,6 +365,7 @@ class _Report:
     def __init__(self, sigs: list[_Sig]) -> None:
         self.signatures = sigs
         self.passed = bool(sigs) and all(s.passed for s in sigs)
+        self.findings = ()
 
     def to_json(self) -> dict:
         return {"signatures": [s.text for s in self.signatures], "passed": self.passed}

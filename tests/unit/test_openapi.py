@@ -259,10 +259,16 @@ def test_verify_report_schema(doc: dict[str, Any]) -> None:
            "signing_time": "2026-01-02T03:04:05Z", "timestamp_time": "2026-01-02T03:04:06Z",
            "indication": "TOTAL-PASSED", "sub_indication": None, "problems": []}
     v = validator(doc, "VerifyReport")
-    v.validate({"signatures": [sig], "passed": True})
-    v.validate({"signatures": [], "passed": False})
+    v.validate({"signatures": [sig], "passed": True, "findings": []})
+    v.validate({"signatures": [], "passed": False, "findings": []})
     stamp = {**sig, "kind": "document_timestamp", "level": None, "signing_time": None}
-    v.validate({"signatures": [sig, stamp], "passed": True})
-    assert list(v.iter_errors({"signatures": [{**sig, "indication": "VALID"}], "passed": True}))
-    assert list(v.iter_errors({"signatures": [{**sig, "modification": "some"}], "passed": True}))
+    v.validate({"signatures": [sig, stamp], "passed": True, "findings": []})
+    # A signature that could not be checked: its checks and modification are null.
+    unchecked = {**sig, "intact": None, "valid": None, "trusted": None, "modification": None,
+                 "level": None, "indication": "INDETERMINATE", "sub_indication": "FORMAT_FAILURE"}
+    v.validate({"signatures": [unchecked], "passed": False, "findings": ["a hybrid file"]})
+    assert list(v.iter_errors({"signatures": [{**sig, "indication": "VALID"}], "passed": True,
+                               "findings": []}))
+    assert list(v.iter_errors({"signatures": [{**sig, "modification": "some"}], "passed": True,
+                               "findings": []}))
     assert set(doc["components"]["schemas"]["SignatureReport"]["required"]) == set(sig)

@@ -27,6 +27,7 @@ from casesignd.verify import (
     SignatureReport,
     VerifyOptions,
     VerifyReport,
+    byte_range_fault,
     level_of,
     modification_of,
     read_trust_roots,
@@ -65,9 +66,11 @@ __all__ = ["pki", "tsa_server"]  # fixtures
         # A permanent failure found first stays what it is.
         ("FAILED", "HASH_FAILURE", "other", (FAILED, "HASH_FAILURE")),
         ("FAILED", "REVOKED", "none", (FAILED, "REVOKED")),
-        # The AdES process never ran: the signature could not be read.
-        (None, None, "other", (FAILED, "FORMAT_FAILURE")),
-        (None, "SIG_CRYPTO_FAILURE", "other", (FAILED, "SIG_CRYPTO_FAILURE")),
+        # The AdES process never ran: the signature could not be read, so nothing was
+        # found wrong either.
+        (None, None, "none", (INDETERMINATE, "FORMAT_FAILURE")),
+        (None, "NO_SIGNING_CERTIFICATE_FOUND", "none",
+         (INDETERMINATE, "NO_SIGNING_CERTIFICATE_FOUND")),
     ],
 )
 def test_verdict(status, sub, modification, want) -> None:
@@ -124,6 +127,26 @@ def test_level_of(args, want) -> None:
     assert level_of(*args) == want
 
 
+@pytest.mark.parametrize(
+    ("byte_range", "want"),
+    [
+        ([0, 100, 302, 50], None),  # /Contents of 100 bytes: 200 hex digits and < >
+        ([0, 100, 302, 49], None),  # a revision ends before the file does
+        ([0, 100, 302, 51], "runs past the end"),
+        ([0, 312, 302, 50], "overlap"),
+        ([0, 90, 302, 50], "besides /Contents unsigned"),
+        ([0, 110, 302, 50], "part of /Contents"),
+        ([10, 90, 302, 50], "does not start"),
+        ([0, 100, 302], "not four offsets"),
+        ([0, -1, 302, 50], "not four offsets"),
+        ("0 100 302 50", "not four offsets"),
+    ],
+)
+def test_byte_range_fault(byte_range, want) -> None:
+    fault = byte_range_fault(byte_range, 352, 100)
+    assert fault is None if want is None else want in (fault or ""), fault
+
+
 def test_report_json_shape() -> None:
     when = dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=dt.UTC)
     sig = SignatureReport("Signature1", "signature", True, True, True, False, "B-T", "none",
@@ -133,7 +156,13 @@ def test_report_json_shape() -> None:
     assert doc["signatures"][0]["signing_time"] == "2026-03-04T05:06:07Z"
     assert doc["signatures"][0]["problems"] == []
     json.dumps(doc)
-    assert VerifyReport(()).to_json() == {"signatures": [], "passed": False}
+    assert VerifyReport(()).to_json() == {"signatures": [], "passed": False, "findings": []}
+    unchecked = SignatureReport("S", "signature", None, None, None, False, None, None, "",
+                                None, None, INDETERMINATE, "FORMAT_FAILURE")
+    out = VerifyReport((unchecked,), ("a hybrid-reference file",)).to_json()
+    assert out["signatures"][0]["intact"] is None and out["signatures"][0]["modification"] is None
+    assert out["findings"] == ["a hybrid-reference file"]
+    assert "modification unknown" in unchecked.describe()
     with pytest.raises(ValueError, match="fetch"):
         VerifyOptions(fetch="sometimes")
 
@@ -389,7 +418,7 @@ def test_bytes_appended_after_the_last_signature_fail(signed, pki, tmp_path, cap
 def test_a_document_without_signatures_does_not_pass(tmp_path, pki, capsys) -> None:
     rc, report = run_verify(reportlab_pdf(tmp_path / "plain.pdf"), "--trust", str(pki.ca_pem),
                             capsys=capsys)
-    assert rc == 1 and report == {"signatures": [], "passed": False}
+    assert rc == 1 and report == {"signatures": [], "passed": False, "findings": []}
     assert cli.main(["verify", str(tmp_path / "plain.pdf")]) == 1
     assert capsys.readouterr().out.endswith("plain.pdf: no signatures\n")
 
