@@ -610,7 +610,6 @@ def main() -> None:
 
     from tests.daemon import Daemon, free_port
     from tests.helpers_corpus import build_large_pdf
-    from tests.helpers_pki import reportlab_pdf
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-kiosk-", dir=args.workdir))
     results: dict[str, Any] = {"config": {k: (str(v) if isinstance(v, Path) else v)

@@ -177,7 +177,6 @@ def test_a_push_button_no_one_can_draw_stays_refused() -> None:
 
 @pytest.mark.parametrize("extra", [
     b"/MK << /R 90 >> ",  # rotated
-    b"/Ff 4096 ",  # multiline: viewers wrap the value, qpdf draws one line
     b"/Ff 8192 ",  # password: viewers hide it, qpdf would draw it
     b"/Ff 16777216 /MaxLen 8 ",  # comb: viewers space the characters into cells
 ])
@@ -188,6 +187,14 @@ def test_a_field_qpdf_does_not_draw_as_viewers_do_stays_refused(extra: bytes) ->
 def test_an_empty_multiline_field_is_drawn() -> None:
     checked, pdf = _signed_as(_text_field(b"/Ff 4096 ", value=b""))
     assert checked.normalized and "/NeedAppearances" not in pdf.Root.AcroForm
+
+
+def test_a_multiline_value_is_drawn_only_where_qpdfs_one_line_holds_it() -> None:
+    # The box is 200 points wide at 10 points: one short line is all of it.
+    checked, pdf = _signed_as(_text_field(b"/Ff 4096 ", value=b"/V (J. Doe) "))
+    assert checked.normalized and "/NeedAppearances" not in pdf.Root.AcroForm
+    for value in (b"/V (J. Doe\\nflat 3) ", b"/V (" + b"a long address line " * 3 + b") "):
+        assert _refusal(_text_field(b"/Ff 4096 ", value=value)).reason == "viewer_drawn_form"
 
 
 @pytest.mark.parametrize("build", [_checkbox_without_as, _text_field])
