@@ -127,12 +127,17 @@ def job_resource(services: Services, job: Job, now: float | None = None) -> dict
         result = job.result_dict() or {}
         artifact = result.get("artifact")
         if artifact:
-            url, expires = services.link(artifact["artifact_id"], job.tenant)
             out["result"] = {
                 "artifact_id": artifact["artifact_id"], "sha256": artifact["sha256"],
                 "size": artifact["size"], "media_type": artifact["media_type"],
-                "download_url": url, "expires_at": audit.rfc3339(expires),
             }
+            if artifact.get("removed_at") is not None:
+                # Retention or an erasure removed it: what it was, when it went, and
+                # no link to something that answers 404.
+                out["result"]["removed_at"] = audit.rfc3339(artifact["removed_at"])
+            else:
+                url, expires = services.link(artifact["artifact_id"], job.tenant)
+                out["result"].update(download_url=url, expires_at=audit.rfc3339(expires))
         else:
             out["result"] = {"detail": result.get("detail", {})}
     if job.state == "failed":

@@ -11,6 +11,12 @@ each other, for SQLite and PostgreSQL alike (:mod:`.snapshot`).
 - the objects and artifacts that jobs which may still run name (queued, running,
   waiting for a retry, or failed and so retryable) are there, with their digests.
 
+What retention or an erasure removed is no problem: a succeeded job whose artifact
+went says so (``removed_at`` in its result), and an object a removal recorded in the
+audit chain may still be named by a job (:func:`removed_object`). Something is wrong
+only when what is missing was removed by nothing, or a file no longer matches its
+digest.
+
 Everything is streamed: the records and the files are two sorted streams merged side
 by side (:func:`.files.side_by_side`), so memory does not grow with the store. On a
 store in use the rows are one snapshot; a file that has no record in it is looked up
@@ -200,6 +206,13 @@ def _differs(what: str, got: tuple[str, int], want: tuple[str, int]) -> str:
             f"SHA-256 {want[0]}")
 
 
+def removed_object(snap: Snapshot, tenant: str, case_id: str | None, sha256: str) -> bool:
+    """Whether retention or an erasure removed the object ``sha256`` of a case (and it
+    was not uploaded again since): a job may still name it, and that job is sound."""
+    return case_id is not None and snap.one(
+        "object_removed", tenant=tenant, case_id=case_id, sha256=sha256) is not None
+
+
 def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
     objects = ObjectStore(state_dir / OBJECTS)
     for job in snap.stream("jobs_with_inputs"):
@@ -221,6 +234,8 @@ def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
             path = objects.path(tenant, case_id or "", sha)
             where = f"job {job_id} ({job['state']}) items[{i}]"
             if path is None:
+                if removed_object(snap, tenant, case_id, sha):
+                    continue
                 report.add("object_missing", f"{where}: object sha256:{sha} of case "
                            f"{case_id} is not in {state_dir / OBJECTS}", job_id=job_id,
                            sha256=sha)

@@ -12,7 +12,10 @@ What a removal keeps:
   waiting for a retry, failed and so retryable) names its digest, and for
   ``objects_s`` after the last such job ended (a removed job's end is folded into the
   object's ``used_at``, so the count survives the job's row);
-- an artifact stays while an ``extend_signature`` job that may run names it;
+- an artifact stays while an ``extend_signature`` job that may run names it; when it
+  goes, the succeeded jobs that name it keep their rows, and their results keep its
+  digest and size and gain ``removed_at`` (one meaning of "removed" for the job
+  resource, ``store check``, backup and restore);
 - audit events are never removed, and removal events hold digests and ids only.
 
 "Rejected" jobs (failed for their input: refused documents, the kiosk's among them)
@@ -59,6 +62,9 @@ def _object_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
 
 def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
     tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"])
+    # The jobs that made it keep their rows, and say so: removed, not lost.
+    tx.run("mark_result_removed", tenant=row["tenant"], job_id=row["job_id"],
+           case_id=row["case_id"], artifact_id=row["artifact_id"], now=tx.now)
     # The signature key's record goes with its bytes: a later request for it signs anew
     # rather than naming an artifact that is gone.
     tx.run("drop_artifact_signatures", tenant=row["tenant"], artifact_id=row["artifact_id"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 
+from .. import audit
 from .lifecycle import case_busy, on_hold
 from .records import Area, CaseRef, Erased, Job, Removed
 
@@ -76,6 +77,15 @@ class MemoryLifecycle:
     def _remove_artifact(self, artifact_id: str, actor: str, reason: str) -> Removed:
         a = self._artifacts.pop(artifact_id)
         self._data.pop(artifact_id, None)
+        now = self.clock()
+        for job in list(self._jobs.values()):
+            result = job.result_dict() if job.state == "succeeded" else None
+            made = (result or {}).get("artifact") or {}
+            if made.get("artifact_id") == artifact_id and "removed_at" not in made \
+                    and job.tenant == a["tenant"]:
+                made["removed_at"] = now
+                self._jobs[job.job_id] = msgspec.structs.replace(
+                    job, result=audit.canonical(result).decode())
         for k in [k for k, s in self._signatures.items()
                   if k[0] == a["tenant"] and s["artifact_id"] == artifact_id]:
             del self._signatures[k]

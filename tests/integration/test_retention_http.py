@@ -181,3 +181,35 @@ def test_retention_and_erasure_on_postgres(daemon_factory, postgres_dsn, tmp_pat
     assert not blob(d, pdfs[1]).exists()
     out = d.cli("audit", "verify", "--config", str(d.config_path))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_artifacts_shorter_lived_than_their_jobs_leave_a_sound_store_that_restores(
+        daemon_factory, tmp_path):
+    """The reported case: artifacts_s short, jobs_s long. The job stays ready, says
+    when its artifact went and keeps its digest and size; store check passes and a
+    backup restores."""
+    d = daemon_factory({"retention": {"artifacts_s": KEEP_S, "jobs_s": 3600,
+                                      "sweep_interval_s": 0.3}})
+    pdf = contract_pdf(tmp_path, pages=1)
+    job = signed(d, "SHORT-1", pdf)
+    kiosk = kiosk_sign(d, "SHORT-K", contract_pdf(tmp_path, pages=2), key="short-k")
+    assert kiosk.status == 200, kiosk.body[:300]
+    link = job["result"]["download_url"]
+    wait_until(lambda: d.request("GET", link, auth=False).status == 404)
+    for job_id in (job["job_id"], kiosk.headers["X-Job-Id"]):
+        wait_until(lambda job_id=job_id: "removed_at" in d.job(job_id).get("result", {}))
+        now = d.job(job_id)
+        assert now["state"] == "ready"
+        assert set(now["result"]) >= {"artifact_id", "sha256", "size", "removed_at"}
+        assert "download_url" not in now["result"] and "expires_at" not in now["result"]
+        artifact = d.request("GET", f"/v1/artifacts/{now['result']['artifact_id']}")
+        assert artifact.status == 404
+    assert d.job(job["job_id"])["result"]["sha256"] == job["result"]["sha256"]
+
+    check = d.cli("store", "check", "--config", str(d.config_path))
+    assert check.returncode == 0, check.stdout + check.stderr
+    backup = tmp_path / "backup"
+    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    done = d.cli("restore", "--from", str(backup), "--dir", str(tmp_path / "restored"))
+    assert done.returncode == 0, done.stdout + done.stderr

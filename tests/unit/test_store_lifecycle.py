@@ -174,3 +174,20 @@ async def test_a_refused_jobs_end_does_not_extend_its_documents(store_and_clock)
     assert await expire_all(store, "objects", clock.now) == []  # its job keeps it
     assert [r.what for r in await expire_all(store, "rejected", clock.now + 1)] == ["job"]
     assert [r.key for r in await expire_all(store, "objects", clock.now - 50)] == [digest(0)]
+
+
+async def test_a_job_whose_artifact_went_keeps_its_digest_and_size_and_says_when(store_and_clock):
+    store, clock = store_and_clock
+    art = Artifact("art_r", "d" * 64, 7)
+    done = await run(store, sign_job("r", [digest(0)]), Finish(art))
+    clock.now += 10
+    assert [r.key for r in await expire_all(store, "artifacts", clock.now)] == ["art_r"]
+    result = (await store.get_job("t1", done.job_id)).result_dict()["artifact"]
+    assert (result["artifact_id"], result["sha256"], result["size"]) == ("art_r", "d" * 64, 7)
+    assert result["removed_at"] == pytest.approx(clock.now)
+    # Erased the same way: the job says when its artifact went.
+    erased = await run(store, sign_job("x", [digest(1)], case_id="C-9"), Finish(Artifact("art_x", "e" * 64, 3)))
+    clock.now += 1
+    await store.erase_case("t1", "C-9", "api:t1")
+    result = (await store.get_job("t1", erased.job_id)).result_dict()["artifact"]
+    assert (result["sha256"], result["removed_at"]) == ("e" * 64, pytest.approx(clock.now))

@@ -107,3 +107,13 @@ SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
        (SELECT coalesce(sum(a.size), 0) FROM artifacts AS a
          WHERE NOT EXISTS (SELECT 1 FROM artifact_data AS d
                             WHERE d.artifact_id = a.artifact_id)) AS artifacts;
+
+-- name: mark_result_removed
+-- The succeeded jobs whose result names a removed artifact (its own job, and those of
+-- its case that a recorded signature answered) keep its digest and size and say
+-- when it went: the job resource then gives no link, and store check knows why.
+UPDATE jobs SET result = jsonb_set(result::jsonb, '{artifact,removed_at}',
+                                   to_jsonb(%(now)s::double precision))::text
+ WHERE tenant = %(tenant)s AND (job_id = %(job_id)s OR case_id = %(case_id)s)
+   AND state = 'succeeded' AND result::jsonb #>> '{artifact,artifact_id}' = %(artifact_id)s
+   AND result::jsonb #> '{artifact,removed_at}' IS NULL;
