@@ -75,6 +75,12 @@ DELETE FROM artifact_data WHERE artifact_id = :artifact_id;
 -- name: drop_artifact_signatures
 DELETE FROM signatures WHERE tenant = :tenant AND artifact_id = :artifact_id;
 
+-- name: case_known
+-- Whether the tenant has the case at all: a job, an object or an artifact of it.
+SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = :tenant AND case_id = :case_id)
+    OR EXISTS (SELECT 1 FROM objects WHERE tenant = :tenant AND case_id = :case_id)
+    OR EXISTS (SELECT 1 FROM artifacts WHERE tenant = :tenant AND case_id = :case_id) AS known;
+
 -- name: case_running
 SELECT count(*) AS n FROM jobs
  WHERE tenant = :tenant AND case_id = :case_id AND state = 'running';

@@ -29,13 +29,17 @@ from typing import Any
 
 import msgspec
 
-from ..errors import Conflict
+from ..errors import Conflict, NotFound
 from .records import Area, CaseRef, Erased, Job, Removed, row_job
 from .tx import Row, Tx
 
 
 def on_hold(case_id: str) -> Conflict:
     return Conflict(f"case {case_id} is under a legal hold", code="on_hold")
+
+
+def case_not_found() -> NotFound:
+    return NotFound("the tenant has no such case", code="case_not_found")
 
 
 def case_busy() -> Conflict:
@@ -121,9 +125,15 @@ def hold(tx: Tx, tenant: str, case_id: str, actor: str, placed: bool) -> dict[st
 
 def erase(tx: Tx, tenant: str, case_id: str, actor: str) -> Erased:
     """A case's objects and artifacts removed now, its waiting jobs canceled; refused
-    under a hold (``on_hold``) and while one of its jobs runs (``case_busy``)."""
+    under a hold (``on_hold``), while one of its jobs runs (``case_busy``), and for a
+    case the tenant does not have (``case_not_found``). Nothing for nothing: only an
+    erasure that removed or canceled something is recorded, so that requests alone
+    cannot grow the audit chain."""
     if tx.one("get_hold", tenant=tenant, case_id=case_id) is not None:
         raise on_hold(case_id)
+    known = tx.one("case_known", tenant=tenant, case_id=case_id)
+    if known is None or not known["known"]:
+        raise case_not_found()
     busy = tx.one("case_running", tenant=tenant, case_id=case_id)
     if busy is not None and busy["n"]:
         raise case_busy()
@@ -136,10 +146,11 @@ def erase(tx: Tx, tenant: str, case_id: str, actor: str) -> Erased:
                for row in tx.all("erase_objects", tenant=tenant, case_id=case_id)]
     removed += [_artifact_removed(tx, row, actor, "erasure")
                 for row in tx.all("erase_artifacts", tenant=tenant, case_id=case_id)]
-    tx.event(CaseRef(tenant, case_id), "case_erased", actor,
-             {"objects": sum(r.what == "object" for r in removed),
-              "artifacts": sum(r.what == "artifact" for r in removed),
-              "canceled": [j.job_id for j in canceled]})
+    if removed or canceled:
+        tx.event(CaseRef(tenant, case_id), "case_erased", actor,
+                 {"objects": sum(r.what == "object" for r in removed),
+                  "artifacts": sum(r.what == "artifact" for r in removed),
+                  "canceled": [j.job_id for j in canceled]})
     return Erased(removed, canceled)
 
 

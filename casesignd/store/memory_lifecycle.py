@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from .. import audit
-from .lifecycle import case_busy, on_hold
+from .lifecycle import case_busy, case_not_found, on_hold
 from .records import Area, CaseRef, Erased, Job, Removed
 
 _MAY_RUN = ("queued", "running", "retry_wait", "failed")
@@ -138,6 +138,10 @@ class MemoryLifecycle:
         if self._on_hold(tenant, case_id):
             raise on_hold(case_id)
         jobs = [j for j in self._jobs.values() if j.tenant == tenant and j.case_id == case_id]
+        if not jobs and not any(k[:2] == (tenant, case_id) for k in objects) and not any(
+                a["tenant"] == tenant and a.get("case_id") == case_id
+                for a in self._artifacts.values()):
+            raise case_not_found()
         if any(j.state == "running" for j in jobs):
             raise case_busy()
         now = self.clock()
@@ -156,10 +160,11 @@ class MemoryLifecycle:
         removed += [self._remove_artifact(i, actor, "erasure")
                     for i in [i for i, a in self._artifacts.items()
                               if a["tenant"] == tenant and a.get("case_id") == case_id]]
-        self._event(CaseRef(tenant, case_id), "case_erased", actor,
-                    {"objects": sum(r.what == "object" for r in removed),
-                     "artifacts": sum(r.what == "artifact" for r in removed),
-                     "canceled": [j.job_id for j in canceled]})
+        if removed or canceled:
+            self._event(CaseRef(tenant, case_id), "case_erased", actor,
+                        {"objects": sum(r.what == "object" for r in removed),
+                         "artifacts": sum(r.what == "artifact" for r in removed),
+                         "canceled": [j.job_id for j in canceled]})
         return Erased(removed, canceled)
 
     async def disk_use(self) -> dict[str, int]:

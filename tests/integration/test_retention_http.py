@@ -100,6 +100,10 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     assert r.status == 200 and r.json()["objects_removed"] == 1 and r.json()["artifacts_removed"] == 1
     assert not blob(d, pdfs[1]).exists()
     assert d.request("GET", held["result"]["download_url"], auth=False).status == 404
+    erased = d.job(held["job_id"])
+    assert erased["state"] == "ready" and "removed_at" in erased["result"], erased
+    assert "download_url" not in erased["result"]
+    assert erased["result"]["sha256"] == held["result"]["sha256"]
     r = d.request("DELETE", "/v1/cases/RUN-1")
     assert r.status == 409 and r.json()["error"]["code"] == "case_busy"
 
@@ -124,11 +128,30 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     assert os.path.exists(d.db)
 
 
+def chain_length(d: Daemon) -> int:
+    with sqlite3.connect(d.db) as conn:
+        return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
 def test_holds_and_erasure_are_per_tenant_and_checked(daemon):
     r = daemon.request("POST", "/v1/cases/..%2F..%2Fetc/hold")
     assert r.status in (400, 404, 422)
-    r = daemon.request("DELETE", "/v1/cases/NONE-1")
-    assert r.status == 200 and r.json()["objects_removed"] == 0
+    # Erasing a case the tenant does not have: 404, and nothing recorded, however often.
+    upload(daemon, "MINE-1", b"mine " * 10)
+    before = chain_length(daemon)
+    for _ in range(3):
+        r = daemon.request("DELETE", "/v1/cases/NONE-1")
+        assert r.status == 404 and r.json()["error"]["code"] == "case_not_found", r.body
+    r = daemon.request("DELETE", "/v1/cases/MINE-1", auth="other")
+    assert r.status in (401, 404)
+    assert chain_length(daemon) == before
+    r = daemon.request("DELETE", "/v1/cases/MINE-1")
+    assert r.status == 200 and r.json()["objects_removed"] == 1
+    after = chain_length(daemon)
+    # Erased, the case is gone from the tenant: again is 404, and nothing more is recorded.
+    r = daemon.request("DELETE", "/v1/cases/MINE-1")
+    assert r.status == 404 and r.json()["error"]["code"] == "case_not_found"
+    assert chain_length(daemon) == after
     assert daemon.request("POST", "/v1/cases/NONE-1/hold", auth="wrong").status == 401
     assert daemon.request("GET", "/v1/cases/NONE-1/hold").status == 404
 
@@ -140,8 +163,9 @@ def test_the_cli_holds_releases_and_erases_a_case(daemon):
     assert refused.returncode == 1 and "on_hold" in refused.stderr
     assert daemon.cli("case", "erase", "CLI-1").returncode == 2  # without --yes
     assert daemon.cli("case", "release", "CLI-1").returncode == 0
+    upload(daemon, "CLI-1", b"cli " * 10)
     erased = daemon.cli("case", "erase", "CLI-1", "--yes")
-    assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 0
+    assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 1
 
 
 def test_kiosk_results_and_refusals_live_their_time(retaining, tmp_path):
@@ -213,3 +237,21 @@ def test_artifacts_shorter_lived_than_their_jobs_leave_a_sound_store_that_restor
     assert made.returncode == 0, made.stdout + made.stderr
     done = d.cli("restore", "--from", str(backup), "--dir", str(tmp_path / "restored"))
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_link_says_nothing_of_an_artifact_to_a_stranger(daemon, tmp_path):
+    """Every bad link answers the same, whether its artifact exists or not: the
+    signature is checked before anything is looked up."""
+    job = signed(daemon, "LINK-1", contract_pdf(tmp_path, pages=1))
+    link = job["result"]["download_url"]
+    path, _, query = link.partition("?")
+    forged = query.rsplit("sig=", 1)[0] + "sig=" + "A" * 43
+    absent = "/v1/artifacts/art_" + "0" * 32
+    answers = []
+    for url in (f"{path}?{forged}", f"{absent}?{forged}", f"{absent}?{query}",
+                f"{path}?expires=1&sig=x", f"{absent}?expires=1&sig=x"):
+        r = daemon.request("GET", url, auth=False)
+        err = r.json()["error"]
+        answers.append((r.status, err["code"], err["message"]))
+    assert set(answers) == {(403, "link_invalid", "the link is not valid")}, answers
+    assert daemon.request("GET", link, auth=False).status == 200

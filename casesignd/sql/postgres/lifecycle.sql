@@ -76,6 +76,13 @@ DELETE FROM artifact_data WHERE artifact_id = %(artifact_id)s;
 -- name: drop_artifact_signatures
 DELETE FROM signatures WHERE tenant = %(tenant)s AND artifact_id = %(artifact_id)s;
 
+-- name: case_known
+-- Whether the tenant has the case at all: a job, an object or an artifact of it.
+SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+    OR EXISTS (SELECT 1 FROM objects WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+    OR EXISTS (SELECT 1 FROM artifacts WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+       AS known;
+
 -- name: case_running
 SELECT count(*) AS n FROM jobs
  WHERE tenant = %(tenant)s AND case_id = %(case_id)s AND state = 'running';
