@@ -65,7 +65,7 @@ def _object_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
 
 
 def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
-    tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"])
+    inline = bool(tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"]))
     # The jobs that made it keep their rows, and say so: removed, not lost.
     tx.run("mark_result_removed", tenant=row["tenant"], job_id=row["job_id"],
            case_id=row["case_id"], artifact_id=row["artifact_id"], now=tx.now)
@@ -75,7 +75,22 @@ def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
     tx.event(CaseRef(row["tenant"], row["case_id"], job_id=row["job_id"]), "artifact_removed",
              actor, {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
                      "reason": reason})
-    return Removed("artifact", row["tenant"], row["case_id"], row["artifact_id"], row["size"])
+    return Removed("artifact", row["tenant"], row["case_id"], row["artifact_id"], row["size"],
+                   inline=inline)
+
+
+def erased_detail(removed: list[Removed], canceled: list[str],
+                  digests: dict[str, str]) -> dict[str, Any]:
+    """The ``case_erased`` event's detail: what went and where, by digest (an
+    artifact's from ``digests``), never a name or a document."""
+    return {"objects": sum(r.what == "object" for r in removed),
+            "artifacts": sum(r.what == "artifact" for r in removed),
+            "canceled": canceled,
+            "removed": [{"what": "object", "sha256": r.key, "size": r.size, "where": "objects"}
+                        if r.what == "object" else
+                        {"what": "artifact", "artifact_id": r.key, "sha256": digests[r.key],
+                         "size": r.size, "where": "store" if r.inline else "artifacts"}
+                        for r in removed]}
 
 
 def expire(tx: Tx, area: Area, cutoff: float, limit: int) -> list[Removed]:
@@ -144,13 +159,13 @@ def erase(tx: Tx, tenant: str, case_id: str, actor: str) -> Erased:
         canceled.append(job)
     removed = [_object_removed(tx, row, actor, "erasure")
                for row in tx.all("erase_objects", tenant=tenant, case_id=case_id)]
-    removed += [_artifact_removed(tx, row, actor, "erasure")
-                for row in tx.all("erase_artifacts", tenant=tenant, case_id=case_id)]
+    digests = {}
+    for row in tx.all("erase_artifacts", tenant=tenant, case_id=case_id):
+        digests[row["artifact_id"]] = row["sha256"]
+        removed.append(_artifact_removed(tx, row, actor, "erasure"))
     if removed or canceled:
         tx.event(CaseRef(tenant, case_id), "case_erased", actor,
-                 {"objects": sum(r.what == "object" for r in removed),
-                  "artifacts": sum(r.what == "artifact" for r in removed),
-                  "canceled": [j.job_id for j in canceled]})
+                 erased_detail(removed, [j.job_id for j in canceled], digests))
     return Erased(removed, canceled)
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from .. import audit
-from .lifecycle import case_busy, case_not_found, on_hold
+from .lifecycle import case_busy, case_not_found, erased_detail, on_hold
 from .records import Area, CaseRef, Erased, Job, Removed
 
 _MAY_RUN = ("queued", "running", "retry_wait", "failed")
@@ -76,7 +76,7 @@ class MemoryLifecycle:
 
     def _remove_artifact(self, artifact_id: str, actor: str, reason: str) -> Removed:
         a = self._artifacts.pop(artifact_id)
-        self._data.pop(artifact_id, None)
+        inline = self._data.pop(artifact_id, None) is not None
         now = self.clock()
         for job in list(self._jobs.values()):
             result = job.result_dict() if job.state == "succeeded" else None
@@ -92,7 +92,8 @@ class MemoryLifecycle:
         self._event(CaseRef(a["tenant"], a.get("case_id"), job_id=a["job_id"]),
                     "artifact_removed", actor,
                     {"artifact_id": artifact_id, "sha256": a["sha256"], "reason": reason})
-        return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"])
+        return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"],
+                       inline=inline)
 
     async def expire(self, area: Area, cutoff: float, limit: int) -> list[Removed]:
         objects = self._objects
@@ -157,15 +158,16 @@ class MemoryLifecycle:
                 canceled.append(job)
         removed = [self._remove_object(k, actor, "erasure")
                    for k in [k for k in objects if k[:2] == (tenant, case_id)]]
-        removed += [self._remove_artifact(i, actor, "erasure")
-                    for i in [i for i, a in self._artifacts.items()
-                              if a["tenant"] == tenant and a.get("case_id") == case_id]]
+        digests = {i: a["sha256"] for i, a in self._artifacts.items()
+                   if a["tenant"] == tenant and a.get("case_id") == case_id}
+        removed += [self._remove_artifact(i, actor, "erasure") for i in digests]
         if removed or canceled:
             self._event(CaseRef(tenant, case_id), "case_erased", actor,
-                        {"objects": sum(r.what == "object" for r in removed),
-                         "artifacts": sum(r.what == "artifact" for r in removed),
-                         "canceled": [j.job_id for j in canceled]})
+                        erased_detail(removed, [j.job_id for j in canceled], digests))
         return Erased(removed, canceled)
+
+    async def scrub(self) -> None:
+        """Nothing to clear: removed bytes are gone with their dictionary entries."""
 
     async def disk_use(self) -> dict[str, int]:
         objects = self._objects

@@ -118,7 +118,8 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     # Digests and ids, never a document or a name.
     for _, detail in removals:
         assert set(json.loads(detail)) <= {"state", "kind", "reason", "area", "sha256", "size",
-                                           "artifact_id", "objects", "artifacts", "canceled"}
+                                           "artifact_id", "objects", "artifacts", "canceled",
+                                           "removed"}
     audit = d.cli("audit", "verify", "--config", str(d.config_path))
     assert audit.returncode == 0, audit.stdout + audit.stderr
     text = d.request("GET", "/metrics", auth=False).body.decode()
