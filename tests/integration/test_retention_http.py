@@ -236,8 +236,22 @@ def test_artifacts_shorter_lived_than_their_jobs_leave_a_sound_store_that_restor
     backup = tmp_path / "backup"
     made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
     assert made.returncode == 0, made.stdout + made.stderr
-    done = d.cli("restore", "--from", str(backup), "--dir", str(tmp_path / "restored"))
+    state = tmp_path / "restored"
+    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
     assert done.returncode == 0, done.stdout + done.stderr
+    verify = d.cli("audit", "verify", "--config", str(state / "config.toml"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    # The restored daemon reads the job as the first did: removed, with its digest.
+    twin = d.sibling("restored")
+    twin.dir, twin.config_path, twin.log_path = state, state / "config.toml", state / "daemon.log"
+    twin.start()
+    try:
+        again = twin.job(job["job_id"])
+        assert again["state"] == "ready" and "removed_at" in again["result"], again
+        assert "download_url" not in again["result"]
+        assert again["result"]["sha256"] == job["result"]["sha256"]
+    finally:
+        twin.stop()
 
 
 def test_a_link_says_nothing_of_an_artifact_to_a_stranger(daemon, tmp_path):
@@ -256,3 +270,44 @@ def test_a_link_says_nothing_of_an_artifact_to_a_stranger(daemon, tmp_path):
         answers.append((r.status, err["code"], err["message"]))
     assert set(answers) == {(403, "link_invalid", "the link is not valid")}, answers
     assert daemon.request("GET", link, auth=False).status == 200
+
+
+def test_the_outside_check_retention_hold_erasure_backup_restore_and_damage(
+        daemon_factory, tmp_path):
+    """What the outside check runs: retention in seconds, a hold, an erasure, a backup
+    restored into a new directory, store check on both, then a damaged artifact in the
+    restored copy, which store check finds."""
+    d = daemon_factory({"retention": {"objects_s": KEEP_S, "artifacts_s": KEEP_S,
+                                      "jobs_s": 3600, "rejected_s": KEEP_S,
+                                      "sweep_interval_s": 0.3}})
+    evidence = [("note.txt", "text/plain", b"seen\n")]
+
+    def ready(case_id: str, pages: int) -> dict:
+        manifest = case_manifest(d, case_id, contract_pdf(tmp_path, pages=pages), evidence)
+        job = d.wait_job(d.submit(manifest).json()["job_id"])
+        assert job["state"] == "ready", job
+        return job
+
+    gone, held, erased = ready("OUT-GONE", 1), ready("OUT-HELD", 2), ready("OUT-ERASED", 3)
+    assert d.request("POST", "/v1/cases/OUT-HELD/hold").status == 201
+    assert d.request("DELETE", "/v1/cases/OUT-ERASED").status == 200
+    wait_until(lambda: "removed_at" in d.job(gone["job_id"])["result"])
+    assert "download_url" in d.job(held["job_id"])["result"]
+    assert "removed_at" in d.job(erased["job_id"])["result"]
+
+    backup = tmp_path / "backup"
+    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    state = tmp_path / "restored"
+    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for config in (d.config_path, state / "config.toml"):
+        check = d.cli("store", "check", "--config", str(config))
+        assert check.returncode == 0, check.stdout + check.stderr
+
+    artifact = held["result"]["artifact_id"]
+    damaged = state / "artifacts" / artifact[4:6] / artifact
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x00")
+    check = d.cli("store", "check", "--config", str(state / "config.toml"))
+    assert check.returncode == 1, check.stdout
+    assert f"artifact_file_changed: {damaged} is " in check.stdout, check.stdout
