@@ -288,6 +288,7 @@ class Services:
             temp_free_bytes=usage.free_bytes,
             key_slots_in_use=dict(self.key_slots.in_use),
             workers_busy=pool.busy,
+            event_loop_tasks=len(asyncio.all_tasks()),
         )
         pool.pacer.observed(stats["states"].get("queued", 0))
         depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)

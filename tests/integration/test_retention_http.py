@@ -36,6 +36,19 @@ def wait_until(check, timeout_s: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def backed_up_and_restored(d: Daemon, tmp_path: Path) -> Path:
+    """store check of the live setup, a backup of it restored: the restored state."""
+    check = d.cli("store", "check", "--config", str(d.config_path))
+    assert check.returncode == 0, check.stdout + check.stderr
+    backup = tmp_path / "backup"
+    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    state = tmp_path / "restored"
+    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return state
+
+
 def signed(d: Daemon, case_id: str, pdf: bytes) -> dict:
     r = d.submit(case_manifest(d, case_id, pdf))
     assert r.status == 202, r.body
@@ -231,14 +244,7 @@ def test_artifacts_shorter_lived_than_their_jobs_leave_a_sound_store_that_restor
         assert artifact.status == 404
     assert d.job(job["job_id"])["result"]["sha256"] == job["result"]["sha256"]
 
-    check = d.cli("store", "check", "--config", str(d.config_path))
-    assert check.returncode == 0, check.stdout + check.stderr
-    backup = tmp_path / "backup"
-    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
-    assert made.returncode == 0, made.stdout + made.stderr
-    state = tmp_path / "restored"
-    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
-    assert done.returncode == 0, done.stdout + done.stderr
+    state = backed_up_and_restored(d, tmp_path)
     verify = d.cli("audit", "verify", "--config", str(state / "config.toml"))
     assert verify.returncode == 0, verify.stdout + verify.stderr
     # The restored daemon reads the job as the first did: removed, with its digest.
@@ -295,15 +301,9 @@ def test_the_outside_check_retention_hold_erasure_backup_restore_and_damage(
     assert "download_url" in d.job(held["job_id"])["result"]
     assert "removed_at" in d.job(erased["job_id"])["result"]
 
-    backup = tmp_path / "backup"
-    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
-    assert made.returncode == 0, made.stdout + made.stderr
-    state = tmp_path / "restored"
-    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
-    assert done.returncode == 0, done.stdout + done.stderr
-    for config in (d.config_path, state / "config.toml"):
-        check = d.cli("store", "check", "--config", str(config))
-        assert check.returncode == 0, check.stdout + check.stderr
+    state = backed_up_and_restored(d, tmp_path)
+    check = d.cli("store", "check", "--config", str(state / "config.toml"))
+    assert check.returncode == 0, check.stdout + check.stderr
 
     artifact = held["result"]["artifact_id"]
     damaged = state / "artifacts" / artifact[4:6] / artifact

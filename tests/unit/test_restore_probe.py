@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the backup tests' fixture, imported by name
 """restore against a backup someone changed, manifest and all (the security probe's
 cases): modes from the manifest, links to files, folders and devices, a pipe, a file
 larger than it says, paths and config entries that leave the new directory, and a
@@ -17,26 +18,19 @@ import pytest
 
 from casesignd.artifacts import artifact_path
 from casesignd.backup import backup
+from casesignd.outcomes import Fail
 from casesignd.restore import BackupInvalid, restore
 from casesignd.store import SqliteStore
-from casesignd.store.check import check_store
-from casesignd.store.snapshot import open_snapshot
-from tests.helpers_stores import SECRET, fill, new_job, write_config
+from tests.helpers_stores import fill, new_job, write_config
+from tests.unit.test_backup import setup  # noqa: F401
+from tests.unit.test_store_check import check
 
 
 @pytest.fixture
-async def bk(tmp_path):
+def bk(setup, tmp_path):
     """A backup of a store with one of everything, its config elsewhere."""
-    etc, state, db = tmp_path / "etc", tmp_path / "state", tmp_path / "store.db"
-    etc.mkdir()
-    (etc / "link.secret").write_bytes(SECRET)
-    os.chmod(etc / "link.secret", 0o600)
-    cfg = write_config(etc / "config.toml", state, db=db)
-    store = SqliteStore(db)
-    await store.open()
-    made = await fill(store, state)
-    await store.close()
-    backup(cfg, etc / "config.toml", tmp_path / "bk")
+    cfg, path, made = setup
+    backup(cfg, path, tmp_path / "bk")
     return tmp_path / "bk", made
 
 
@@ -198,13 +192,8 @@ async def test_an_extend_of_an_artifact_that_never_existed_is_the_jobs_own_failu
     job, _ = await store.admit(new_job("extend", kind="extend_signature", body=body, case_id=None),
                                actor="api:t1", max_queue_depth=100)
     claimed = await store.claim_job(job.job_id, "w", 10)
-    from casesignd.outcomes import Fail
     await store.conclude(claimed.lease, Fail("permanent_input", "artifact_not_found"))
     await store.close()
-    snap = open_snapshot(cfg)
-    try:
-        report = check_store(snap, state)
-    finally:
-        snap.close()
+    report = check(cfg)
     assert report.ok, report.lines()
     assert artifact_path(state / "artifacts", "art_" + "f" * 32).exists() is False

@@ -24,11 +24,11 @@ from casesignd.outcomes import Artifact, Fail, Finish, Signature
 from casesignd.restore import restore
 from casesignd.retention import remove_files
 from casesignd.store import SqliteStore
-from casesignd.store.check import check_store
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.records import AREAS
 from casesignd.store.snapshot import open_snapshot
 from tests.helpers_stores import SECRET, TENANT, new_job, write_config
+from tests.unit.test_store_check import check
 
 CASES = ("OPEN", "HELD", "ERASED")
 ORDERS = [(area,) for area in AREAS] + list(itertools.permutations(AREAS))
@@ -120,11 +120,7 @@ async def test_every_order_leaves_a_store_that_checks_backs_up_and_restores(
     finally:
         await store.close()
 
-    snap = open_snapshot(cfg)
-    try:
-        report = check_store(snap, state)
-    finally:
-        snap.close()
+    report = check(cfg)
     assert report.ok, report.lines()
 
     made = backup(cfg, etc / "config.toml", tmp_path / "bk")
