@@ -110,7 +110,10 @@ SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
 -- The succeeded jobs whose result names a removed artifact (its own job, and those of
 -- its case that a recorded signature answered) keep its digest and size and say
 -- when it went: the job resource then gives no link, and store check knows why.
+-- By key and by the case's index, never a scan of the tenant's jobs.
 UPDATE jobs SET result = json_set(result, '$.artifact.removed_at', :now)
- WHERE tenant = :tenant AND (job_id = :job_id OR case_id = :case_id) AND state = 'succeeded'
+ WHERE job_id IN (SELECT :job_id UNION ALL
+                  SELECT job_id FROM jobs WHERE tenant = :tenant AND case_id = :case_id)
+   AND tenant = :tenant AND state = 'succeeded'
    AND json_extract(result, '$.artifact.artifact_id') = :artifact_id
    AND json_extract(result, '$.artifact.removed_at') IS NULL;

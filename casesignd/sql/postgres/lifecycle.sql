@@ -121,6 +121,9 @@ SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
 -- when it went: the job resource then gives no link, and store check knows why.
 UPDATE jobs SET result = jsonb_set(result::jsonb, '{artifact,removed_at}',
                                    to_jsonb(%(now)s::double precision))::text
- WHERE tenant = %(tenant)s AND (job_id = %(job_id)s OR case_id = %(case_id)s)
+-- By key and by the case's index, never a scan of the tenant's jobs.
+ WHERE job_id IN (SELECT %(job_id)s::text UNION ALL
+                  SELECT job_id FROM jobs WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+   AND tenant = %(tenant)s
    AND state = 'succeeded' AND result::jsonb #>> '{artifact,artifact_id}' = %(artifact_id)s
    AND result::jsonb #> '{artifact,removed_at}' IS NULL;
