@@ -410,15 +410,16 @@ def main(argv: list[str]) -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-soak-day-", dir=args.dir))
     keep = args.keep_s
-    d = Daemon(work / "day", {
-        "retention": {"objects_s": keep, "artifacts_s": keep, "jobs_s": 2 * keep,
-                      "rejected_s": keep, "sweep_interval_s": args.sweep_s},
-        "workers": {"concurrency": args.workers},
-        "storage": {"temp_dir": str(work / "tmp")}},
-        env={"CASESIGND_STRICT_LABELS": "0", "PYTHONPATH": str(ROOT)})
-    day = Day(d, args, contract_template(args.pages))
-    print(f"soak: a day of {args.minutes:g} min, retention {keep:g} s", file=sys.stderr)
+    d: Daemon | None = None
     try:
+        d = Daemon(work / "day", {
+            "retention": {"objects_s": keep, "artifacts_s": keep, "jobs_s": 2 * keep,
+                          "rejected_s": keep, "sweep_interval_s": args.sweep_s},
+            "workers": {"concurrency": args.workers},
+            "storage": {"temp_dir": str(work / "tmp")}},
+            env={"CASESIGND_STRICT_LABELS": "0", "PYTHONPATH": str(ROOT)})
+        day = Day(d, args, contract_template(args.pages))
+        print(f"soak: a day of {args.minutes:g} min, retention {keep:g} s", file=sys.stderr)
         d.start()
         day.t0 = time.monotonic()
         asyncio.run(day.run())
@@ -433,6 +434,8 @@ def main(argv: list[str]) -> None:
                   "leaks": leaks, "exit_code": code, "store_check_ok": check.returncode == 0,
                   "chain_ok": verify.returncode == 0}
     finally:
+        if d is not None and d.proc is not None and d.proc.poll() is None:
+            d.stop(timeout_s=60)  # a day that failed half way: its daemon goes with it
         shutil.rmtree(work, ignore_errors=True)
     print(table(day, args.row_s))
     if args.chart and chart(day, Path(args.chart)):
