@@ -127,12 +127,17 @@ def job_resource(services: Services, job: Job, now: float | None = None) -> dict
         result = job.result_dict() or {}
         artifact = result.get("artifact")
         if artifact:
-            url, expires = services.link(artifact["artifact_id"], job.tenant)
             out["result"] = {
                 "artifact_id": artifact["artifact_id"], "sha256": artifact["sha256"],
                 "size": artifact["size"], "media_type": artifact["media_type"],
-                "download_url": url, "expires_at": audit.rfc3339(expires),
             }
+            if artifact.get("removed_at") is not None:
+                # Retention or an erasure removed it: what it was, when it went, and
+                # no link to something that answers 404.
+                out["result"]["removed_at"] = audit.rfc3339(artifact["removed_at"])
+            else:
+                url, expires = services.link(artifact["artifact_id"], job.tenant)
+                out["result"].update(download_url=url, expires_at=audit.rfc3339(expires))
         else:
             out["result"] = {"detail": result.get("detail", {})}
     if job.state == "failed":
@@ -337,18 +342,17 @@ async def _charged(chunks: AsyncIterator[bytes], upload: Upload) -> AsyncIterato
 async def get_artifact(request: web.Request) -> web.StreamResponse:
     s = services_of(request)
     artifact_id = request.match_info["artifact_id"]
-    record = await s.store.get_artifact(artifact_id)
     q = request.query
     if "sig" in q or "expires" in q:
-        if record is None:
-            raise NotFound("no such artifact", code="artifact_not_found")
+        # The signature first: a bad link learns nothing of whether the artifact exists.
         assert s.artifacts is not None
-        s.artifacts.check_link(artifact_id, record["tenant"], q.get("expires", ""),
-                               q.get("sig", ""), time.time())
+        tenant = s.artifacts.link_tenant(artifact_id, s.tenants.values(), q.get("expires", ""),
+                                         q.get("sig", ""), time.time())
     else:
         tenant = authenticate(request)
-        if record is None or record["tenant"] != tenant:
-            raise NotFound("no such artifact", code="artifact_not_found")
+    record = await s.store.get_artifact(artifact_id)
+    if record is None or record["tenant"] != tenant:
+        raise NotFound("no such artifact", code="artifact_not_found")
     source = await s.artifact_source(artifact_id)
     if source is None:
         raise NotFound("no such artifact", code="artifact_not_found")

@@ -83,6 +83,7 @@ class Services:
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
                                 retry_delay_s=cfg.storage.temp_quota_retry_s)
         self.objects = ObjectStore(state_dir / "objects", self.node)
+        self.objects.job_roots = [temp_root]
         # Every upload has its row, which retention counts from (casesignd.retention).
         self.objects.record = self.store.put_object
         # Set by the lifecycle once the store is open (it needs the link secret).
@@ -315,6 +316,7 @@ class Services:
             temp_free_bytes=usage.free_bytes,
             key_slots_in_use=dict(self.key_slots.in_use),
             workers_busy=pool.busy,
+            event_loop_tasks=len(asyncio.all_tasks()),
         )
         pool.pacer.observed(stats["states"].get("queued", 0))
         depth = stats["states"].get("queued", 0) + stats["states"].get("retry_wait", 0)

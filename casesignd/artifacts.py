@@ -296,17 +296,31 @@ class ArtifactStore:
         return f"/v1/artifacts/{artifact_id}?expires={int(expires_at)}&sig={sig}"
 
     def check_link(self, artifact_id: str, tenant: str, expires: str, sig: str, now: float) -> None:
-        """Accept a link for ``tenant``'s artifact or raise Forbidden.
+        """Accept a link for ``tenant``'s artifact or raise Forbidden (see :meth:`link_tenant`)."""
+        self.link_tenant(artifact_id, [tenant], expires, sig, now)
+
+    def link_tenant(self, artifact_id: str, tenants: Iterable[str], expires: str, sig: str,
+                    now: float) -> str:
+        """The tenant, among ``tenants``, a link to ``artifact_id`` was signed for; or
+        Forbidden.
 
         ``link_invalid`` for a malformed expiry or a signature that does not cover this
-        ID, tenant and expiry; ``link_expired`` for a genuine link whose time is up
+        ID, a tenant and expiry; ``link_expired`` for a genuine link whose time is up
         (the signature is checked first, so a forged expiry never reads as expired).
+        It needs no record: a link is checked before anything is looked up, so a bad
+        one answers the same whether its artifact exists or not. Every tenant is tried,
+        each in constant time.
         """
         if not _EXPIRES_PATTERN.match(expires or ""):
             raise Forbidden("the link is not valid", code="link_invalid")
         given = _b64url_decode(sig)
-        want = self._link_mac(artifact_id, tenant, int(expires))
-        if given is None or not hmac.compare_digest(given, want):
+        found = None
+        for tenant in tenants:
+            want = self._link_mac(artifact_id, tenant, int(expires))
+            if given is not None and hmac.compare_digest(given, want):
+                found = tenant
+        if found is None:
             raise Forbidden("the link is not valid", code="link_invalid")
         if now >= int(expires):
             raise Forbidden("the link has expired", code="link_expired")
+        return found

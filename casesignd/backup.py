@@ -42,6 +42,7 @@ from .artifacts import artifact_path, copy_new, hash_file
 from .config import Config
 from .errors import CasesignError, Conflict, DigestMismatch, NotFound
 from .objects import SHA256_PATTERN, fsync_dir, owner_dirs
+from .store.check import removed_object
 from .store.snapshot import PostgresSnapshot, Snapshot, SqliteSnapshot
 
 FORMAT = "casesignd-backup/1"
@@ -280,7 +281,8 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
             if not object_ref.startswith("sha256:") or not SHA256_PATTERN.match(sha):
                 continue
             t, c = owner_dirs(str(job["tenant"]), str(job["case_id"] or ""))
-            if f"objects/cases/{t}/{c}/{sha}" not in done.links:
+            if f"objects/cases/{t}/{c}/{sha}" not in done.links and not removed_object(
+                    snap, str(job["tenant"]), job["case_id"], sha):
                 raise _Gone(f"object sha256:{sha} of case {job['case_id']}, named by job "
                             f"{job['job_id']} ({job['state']})")
 

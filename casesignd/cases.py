@@ -7,7 +7,8 @@ lifecycle").
 - ``GET /v1/cases/{case_id}/hold`` says whether one holds (200; 404);
 - ``DELETE /v1/cases/{case_id}`` erases the case's objects and artifacts now and
   cancels its waiting jobs (200 with what went; 409 ``on_hold`` under a hold, 409
-  ``case_busy`` while one of its jobs runs).
+  ``case_busy`` while one of its jobs runs; 404 ``case_not_found``, recording
+  nothing, for a case the tenant does not have).
 
 Each change is an audit event, under the tenant's name; a case is the tenant's own,
 so another tenant's hold or erasure never touches it.

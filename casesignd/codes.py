@@ -43,6 +43,8 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("job_not_found", 404, PERMANENT, False, "no such job (also another tenant's)"),
     ("artifact_not_found", 404, PERMANENT, False, "no such artifact (also another tenant's)"),
     ("hold_not_found", 404, PERMANENT, False, "the case has no legal hold"),
+    ("case_not_found", 404, PERMANENT, False,
+     "the tenant has no such case (no job, object or artifact of it)"),
     ("method_not_allowed", 405, PERMANENT, False, "the path takes other methods"),
     ("not_acceptable", 406, PERMANENT, False, "no answer of an acceptable type"),
     ("request_timeout", 408, PERMANENT, False,

@@ -191,13 +191,14 @@ class StateCache:
     Keys (all optional): ``jobs`` (``{state: count}``), ``oldest_queued_at_unix``
     (creation time of the oldest queued job, None when none is queued),
     ``inflight_bytes``, ``temp_used_bytes``, ``temp_free_bytes``, ``key_slots_in_use``
-    (``{pool: count}``), ``workers_busy``, and ``disk_bytes`` and ``disk_limit_bytes``
-    (``{area: bytes}``, casesignd.retention).
+    (``{pool: count}``), ``workers_busy``, ``event_loop_tasks``, and ``disk_bytes`` and
+    ``disk_limit_bytes`` (``{area: bytes}``, casesignd.retention).
     """
 
     KEYS = frozenset({
         "jobs", "oldest_queued_at_unix", "inflight_bytes", "temp_used_bytes",
         "temp_free_bytes", "key_slots_in_use", "workers_busy", "disk_bytes", "disk_limit_bytes",
+        "event_loop_tasks",
     })  # fmt: skip
 
     def __init__(self) -> None:
@@ -519,6 +520,7 @@ class Metrics:
             ("temp_used_bytes", "Bytes used on the temp volume."),
             ("temp_free_bytes", "Bytes free on the temp volume."),
             ("workers_busy", "Attempts at work: batch slots taken plus kiosk attempts."),
+            ("event_loop_tasks", "Tasks on the daemon's event loop (a leak shows as growth)."),
         ):
             if key in s:
                 yield GaugeMetricFamily(f"casesignd_{key}", doc, value=s[key])

@@ -140,6 +140,10 @@ class ObjectStore:
         # which its retention counts from): a crash in between leaves a row whose
         # file is absent, which a removal passes over, never a file no row names.
         self.record: Callable[[str, str, str, int], Awaitable[None]] | None = None
+        # Where a job's attempt hard-links the objects it reads (casesignd.sources):
+        # a removal looks there for links an attempt left (a crash), so that what goes
+        # is in no file (storage.temp_dir; set by the daemon).
+        self.job_roots: list[Path] = []
 
     def sweep(self) -> int:
         """Create the layout and remove the uploads a crashed run of this node left in
@@ -249,10 +253,38 @@ class ObjectStore:
         except FileNotFoundError:
             return 0
         if st.st_nlink > 1:
-            return 0
+            if self._linked_by_a_case(sha256):
+                return 0
+            # No case holds it any more: the other names are links an attempt made
+            # for a job (a job that runs keeps its case from erasure, and its objects
+            # from retention, so these were left by a crash). They go with it.
+            self._unlink_job_links(st)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(blob)
         return st.st_size
+
+    def _linked_by_a_case(self, sha256: str) -> bool:
+        """Whether any case still has the object (a walk of the case folders, done only
+        for a blob with more than one name)."""
+        try:
+            tenants = list(os.scandir(self._cases))
+        except FileNotFoundError:
+            return False
+        for t in tenants:
+            with contextlib.suppress(OSError), os.scandir(t.path) as cases:
+                if any(os.path.lexists(os.path.join(c.path, sha256)) for c in cases):
+                    return True
+        return False
+
+    def _unlink_job_links(self, st: os.stat_result) -> None:
+        for root in self.job_roots:
+            for d, _dirs, names in os.walk(root):
+                for name in names:
+                    path = os.path.join(d, name)
+                    with contextlib.suppress(OSError):
+                        found = os.stat(path, follow_symlinks=False)
+                        if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
+                            os.unlink(path)
 
     def _commit(self, tmp: Path, tenant: str, case_id: str, sha256: str) -> bool:
         try:

@@ -400,6 +400,8 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {"description": "Erased.", "content": _json("Erased")},
                     "401": _UNAUTHORIZED,
+                    "404": _error("case_not_found: the tenant has no job, object or artifact "
+                                  "of the case; nothing is recorded."),
                     "409": _error("on_hold: a legal hold holds the case; case_busy: one of "
                                   "its jobs is running (after Retry-After).", retry_after=True),
                     "422": _error("invalid_case_id"),

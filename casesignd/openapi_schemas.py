@@ -215,6 +215,9 @@ def schemas() -> dict[str, Any]:
                                      "/v1/artifacts/{artifact_id}?expires=...&sig=..., "
                                      "a signed link that needs no token until expires_at."},
                     "expires_at": {"type": "string", "format": "date-time"},
+                    "removed_at": {"type": "string", "format": "date-time", "description":
+                                   "When retention or an erasure removed the artifact: the "
+                                   "result keeps its digest and size, and has no link."},
                     "detail": {"type": "object",
                                "description": "For a job that publishes no artifact."},
                 },
@@ -222,6 +225,7 @@ def schemas() -> dict[str, Any]:
             ),
             "anyOf": [
                 {"required": ["artifact_id", "sha256", "size", "download_url", "expires_at"]},
+                {"required": ["artifact_id", "sha256", "size", "removed_at"]},
                 {"required": ["detail"]},
             ],
         },

@@ -1,40 +1,53 @@
 """``casesignd restore --from DIR --dir STATE``: a working setup from a backup
 (:mod:`casesignd.backup`).
 
+It trusts nothing it reads: a backup is files anyone with access to its folder may
+have changed, manifest and all.
+
 1. The backup is checked against its manifest first: every file there with its size
-   and SHA-256, every case link there, nothing else. Any file missing, extra or
-   altered is named, and nothing is written.
-2. STATE must be new or empty; so must the database a PostgreSQL config names.
-3. Everything is written into a directory beside STATE and renamed to STATE at the
-   end, so an interrupted restore leaves STATE as it was: the store (the SQLite file,
+   and SHA-256, every case link there, nothing else. Every file is opened without
+   following a link, in any component of its path (``O_NOFOLLOW``), and must be a
+   regular file of its declared size before a byte of it is read; a link, a folder,
+   a device or a pipe where a file should be is named, as is any file missing, extra
+   or altered, and nothing is written.
+2. STATE must be new or empty; so must the database a PostgreSQL config names. No
+   path of the manifest and no file the restored config names may leave STATE.
+3. Everything is written into a directory beside STATE: the store (the SQLite file,
    or ``pg_restore`` into the config's database in one transaction), the objects with
-   their case links, the artifact files, the config's files with their modes, and
-   last ``config.toml``: the backed-up config with its paths pointing into STATE
+   their case links, the artifact files, the config's files, and last
+   ``config.toml``: the backed-up config with its paths pointing into STATE
    (relative, so STATE can move as a whole) and every other path made absolute as it
-   resolved where the backup was taken.
-4. The result is checked like ``store check`` and ``audit verify`` do.
+   resolved where the backup was taken. Modes are the project's own, never the
+   manifest's: 0600 for files, 0700 for folders.
+4. That directory is checked like ``store check`` and ``audit verify`` do, and renamed
+   to STATE only when it passes: a failed restore leaves nothing under STATE's name
+   (a PostgreSQL database it restored into stays, and is named).
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import json
 import os
 import secrets
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, BinaryIO
 
 from . import backup_pg, config
-from .artifacts import copy_new, hash_file
 from .backup import (
     CONFIG_DIR,
     FORMAT,
     MANIFEST,
     PG_DUMP_FILE,
+    RESERVED,
     Say,
     check_empty_dir,
+    config_files,
     fsync_tree,
     make_parents,
 )
@@ -73,9 +86,76 @@ class RestoreReport:
                 f"  config: {self.state / 'config.toml'}", *self.check_lines]
 
 
+# Bytes read at a time from a backed-up file.
+CHUNK_BYTES = 1 << 20
+
+
 def _safe(rel: str) -> bool:
     p = PurePosixPath(rel)
-    return bool(rel) and not p.is_absolute() and ".." not in p.parts and rel != MANIFEST
+    return (bool(rel) and not p.is_absolute() and ".." not in p.parts and "." not in p.parts
+            and "" not in rel.split("/") and rel != MANIFEST)
+
+
+class NotPlain(OSError):
+    """Where a file should be, something else: a link, a folder, a device, a pipe."""
+
+
+def open_plain(root: Path, rel: str) -> tuple[int, int]:
+    """(an open descriptor, its size) of the regular file ``rel`` below ``root``, no
+    component of ``rel`` followed if it is a link; NotPlain (an OSError) for anything
+    but a regular file. Opened non-blocking, so a pipe cannot hang it, and only
+    fstat'ed: nothing is read."""
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        *folders, name = PurePosixPath(rel).parts
+        for folder in folders:
+            try:
+                fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                             dir_fd=dir_fd)
+            except NotADirectoryError:
+                raise NotPlain(f"{folder} is not a folder") from None
+            os.close(dir_fd)
+            dir_fd = fd
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise NotPlain("not a regular file")
+    return fd, st.st_size
+
+
+def read_checked(root: Path, rel: str, sha256: str, size: int,
+                 sink: BinaryIO | None = None) -> str | None:
+    """Read the backed-up file ``rel`` (see :func:`open_plain`) and hold it to its
+    declared ``size`` and ``sha256``, writing it to ``sink`` as it goes when given;
+    None when it matches, else what is wrong. Its size is checked before a byte is
+    read, and no more than ``size`` bytes are ever read: a file that grows, or a
+    device, cannot make it read on."""
+    try:
+        fd, found = open_plain(root, rel)
+    except FileNotFoundError:
+        return f"missing: {rel} ({size} bytes, SHA-256 {sha256})"
+    except OSError as e:  # ELOOP: a link; NotPlain: a folder, a device, a pipe
+        what = "a link" if e.errno == errno.ELOOP else e.strerror or str(e)
+        return f"not a plain file: {rel} ({what}); restore reads regular files only"
+    with os.fdopen(fd, "rb") as f:
+        if found != size:
+            return (f"altered: {rel} is {found} bytes; the manifest says {size} bytes, "
+                    f"SHA-256 {sha256}")
+        h, left = hashlib.sha256(), size
+        while left and (chunk := f.read(min(CHUNK_BYTES, left))):
+            h.update(chunk)
+            left -= len(chunk)
+            if sink is not None:
+                sink.write(chunk)
+        got = h.hexdigest()
+        if left or f.read(1) or got != sha256:
+            return (f"altered: {rel} is not what the manifest says ({size} bytes, SHA-256 "
+                    f"{sha256}); read: SHA-256 {got}")
+    return None
 
 
 def read_manifest(src: Path) -> dict[str, Any]:
@@ -95,40 +175,65 @@ def read_manifest(src: Path) -> dict[str, Any]:
 def check_backup(src: Path) -> tuple[dict[str, Any], list[str]]:
     """The manifest and every way the backup differs from it (pure reads)."""
     manifest = read_manifest(src)
-    files = {str(e["path"]): e for e in manifest.get("files", [])}
-    links = {str(e["path"]): str(e["target"]) for e in manifest.get("links", [])}
+    try:
+        files = {str(e["path"]): e for e in manifest["files"]
+                 if isinstance(e.get("size"), int) and e["size"] >= 0
+                 and isinstance(e.get("sha256"), str)}
+        links = {str(e["path"]): str(e["target"]) for e in manifest["links"]}
+        named = {str(k): str(v) for k, v in manifest["config"]["files"].items()}
+        kept = [manifest["config"]["file"], manifest["store"]["file"]]
+    except (KeyError, TypeError, AttributeError):
+        raise BackupInvalid(f"{src / MANIFEST} is not a {FORMAT} manifest", []) from None
+    if len(files) != len(manifest["files"]):
+        return manifest, ["bad entry: a file of the manifest has no size or SHA-256"]
     problems = [f"bad path: {p!r} leaves the backup" for p in [*files, *links, *links.values()]
                 if not _safe(p)]
+    problems += [f"bad path: {key} names {rel!r}, not a file of the backup's config/"
+                 for key, rel in named.items()
+                 if rel not in files or not rel.startswith(f"{CONFIG_DIR}/") or "/" in
+                 rel.removeprefix(f"{CONFIG_DIR}/") or rel.removeprefix(f"{CONFIG_DIR}/") in RESERVED]
+    problems += [f"bad path: {rel!r} is not a file of the backup" for rel in kept
+                 if rel and rel not in files]
     if problems:
         return manifest, problems
-    found = {Path(d, f).relative_to(src).as_posix()
-             for d, _dirs, names in os.walk(src) for f in names} - {MANIFEST}
+    found, odd = _found(src)
+    problems += odd
     for rel in sorted(found - set(files) - set(links)):
         problems.append(f"extra: {rel} is not in the manifest")
     for rel, entry in sorted(files.items()):
-        if rel not in found:
-            problems.append(f"missing: {rel} ({entry['size']} bytes, SHA-256 {entry['sha256']})")
-            continue
-        sha, size = hash_file(src / rel)
-        if (sha, size) != (entry["sha256"], entry["size"]):
-            problems.append(f"altered: {rel} is {size} bytes, SHA-256 {sha}; the manifest "
-                            f"says {entry['size']} bytes, SHA-256 {entry['sha256']}")
+        wrong = read_checked(src, rel, entry["sha256"], entry["size"])
+        if wrong:
+            problems.append(wrong)
     for rel, target in sorted(links.items()):
-        if rel not in found:
-            problems.append(f"missing: {rel} (a case link to {target})")
-        elif target not in files:
+        if target not in files:
             problems.append(f"altered: {rel} links to {target}, which the manifest lacks")
-        elif not _same(src / rel, src / target) and \
-                hash_file(src / rel)[0] != files[target]["sha256"]:
+            continue
+        wrong = read_checked(src, rel, files[target]["sha256"], files[target]["size"])
+        if wrong and wrong.startswith("missing"):
+            problems.append(f"missing: {rel} (a case link to {target})")
+        elif wrong and wrong.startswith("altered"):
             problems.append(f"altered: {rel} differs from {target}, which it is a link to")
+        elif wrong:
+            problems.append(wrong)
     return manifest, problems
 
 
-def _same(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
+def _found(src: Path) -> tuple[set[str], list[str]]:
+    """The regular files below ``src`` (but the manifest), and a problem for anything
+    else there (a link, a device, a pipe): none is followed."""
+    found, odd = set(), []
+    for d, dirs, names in os.walk(src):
+        for name in [*dirs, *names]:
+            path = Path(d, name)
+            rel = path.relative_to(src).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                odd.append(f"not a plain file: {rel} (a link); restore follows none")
+            elif name in names and not stat.S_ISREG(mode):
+                odd.append(f"not a plain file: {rel} (a device, a pipe or a socket)")
+            elif name in names:
+                found.add(rel)
+    return found - {MANIFEST}, odd
 
 
 def _placed(rel: str, manifest: dict[str, Any]) -> str:
@@ -178,7 +283,20 @@ def restored_config(text: str, manifest: dict[str, Any], state: Path,
     for key, rel in manifest["config"]["files"].items():
         _set(cfg, key, rel.removeprefix(f"{CONFIG_DIR}/"))
     cfg.base_dir = str(state)
+    # Every file the daemon will read as its own is one the restore wrote into STATE:
+    # a config entry the manifest does not place there would name a file elsewhere.
+    leaving = [f"bad path: {key} names {value!r}, outside {state}"
+               for key, value in config_files(cfg) if not _inside(value)]
+    if leaving:
+        raise BackupInvalid("the backed-up config names files outside the restored "
+                            "directory; nothing was written", leaving)
     return cfg
+
+
+def _inside(value: str) -> bool:
+    """Whether a configured path stays below the directory it is relative to."""
+    p = PurePosixPath(value)
+    return not p.is_absolute() and ".." not in p.parts and bool(p.parts)
 
 
 def restore(src: Path, state: Path, *, dsn: str | None = None,
@@ -212,20 +330,27 @@ def restore(src: Path, state: Path, *, dsn: str | None = None,
         rendered = render_config(cfg, title="casesignd configuration, restored from the "
                                  f"backup of {manifest['created_at']}")
         config.loads(rendered, base_dir=str(state))  # it must load where it goes
-        with open(staging / "config.toml", "x", encoding="utf-8") as f:
+        fd = os.open(staging / "config.toml", os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(rendered)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(staging / "config.toml", 0o600)
         fsync_tree(staging)
+        # Checked where it was built: only a setup that passes takes STATE's name.
+        report = RestoreReport(state, manifest)
+        _check(report, staging)
+        if not report.ok:
+            where = f"; the database {cfg.store.dsn} holds what was restored" if pg else ""
+            raise BackupInvalid(f"the restored copy does not pass store check: nothing was "
+                                f"written under {state}{where}",
+                                [line.strip() for line in report.check_lines])
         with contextlib.suppress(FileNotFoundError):
             state.rmdir()  # empty (checked above): the staging directory takes its name
         os.rename(staging, state)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    report = RestoreReport(state, manifest)
-    _check(report)
     return report
 
 
@@ -237,10 +362,17 @@ def _write(src: Path, staging: Path, manifest: dict[str, Any], say: Say) -> None
             continue  # the config (rendered anew) or a dump (restored into the database)
         dst = staging / rel
         make_parents(dst, staging)
-        got = copy_new(src / entry["path"], dst)
-        if got != (entry["sha256"], entry["size"]):  # changed since it was checked
-            raise BackupInvalid(f"{src / entry['path']} changed while it was restored", [])
-        os.chmod(dst, int(entry.get("mode", "0600"), 8))
+        # 0600 whatever the manifest says: a key, a secret or an artifact is the
+        # daemon's alone, and never executable.
+        fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with os.fdopen(fd, "wb") as out:
+            wrong = read_checked(src, str(entry["path"]), entry["sha256"], entry["size"], out)
+            out.flush()
+            os.fsync(out.fileno())
+        if wrong:  # changed since it was checked
+            raise BackupInvalid(f"{src / entry['path']} changed while it was restored", [wrong])
+        os.chmod(dst, 0o600)  # whatever the umask made of it
     for link in manifest["links"]:
         dst = staging / link["path"]
         make_parents(dst, staging)
@@ -248,12 +380,13 @@ def _write(src: Path, staging: Path, manifest: dict[str, Any], say: Say) -> None
     (staging / "tmp").mkdir(mode=0o700, exist_ok=True)
 
 
-def _check(report: RestoreReport) -> None:
-    """``store check`` of the restored setup, as ``casesignd store check`` reads it."""
+def _check(report: RestoreReport, built: Path) -> None:
+    """``store check`` of the restored setup where it was ``built``, as ``casesignd
+    store check`` reads it."""
     from .store.check import check_store
     from .store.snapshot import open_snapshot
 
-    cfg = config.load(report.state / "config.toml")
+    cfg = config.load(built / "config.toml")
     snap = open_snapshot(cfg)
     try:
         checked = check_store(snap, cfg.path(cfg.storage.state_dir))

@@ -11,6 +11,10 @@ removed, off the event loop. What the store keeps from removal (holds, jobs that
 still run, the objects they use) is :mod:`casesignd.store.lifecycle`'s to decide.
 
 An erasure (``DELETE /v1/cases/{case_id}``) removes files the same way, at once.
+After an erasure, and after a sweep that removed bytes the store kept itself, the
+store clears what its own files still hold of them (:meth:`Store.scrub
+<casesignd.store.records.Store.scrub>`: SQLite's WAL truncated, PostgreSQL's table
+vacuumed), so that erased means no byte of it remains in the store's files.
 After each sweep the disk use per area is measured for the gauges (from the store's
 sizes and ``statvfs``: no walk of the state directory).
 """
@@ -84,11 +88,22 @@ async def _gone(s: RetentionServices, removed: list[Removed], reason: str) -> No
             s.metrics.removed(what, reason, n)
 
 
+async def scrub(s: RetentionServices) -> None:
+    """The store's files cleared of what was just removed; a failure is logged (the
+    rows are gone either way) and the next removal's scrub covers it too."""
+    try:
+        await s.store.scrub()
+    except CasesignError as e:
+        log_event(log, "retention.scrub_failed", level=logging.WARNING, code=e.code,
+                  error=e.message)
+
+
 async def sweep(s: RetentionServices, now: float | None = None) -> dict[str, int]:
     """One sweep of every area that expires; how many things each lost."""
     cfg = s.config.retention
     cutoffs = cfg.cutoffs(time.time() if now is None else now)
     counts: dict[str, Any] = {}  # removed, by area (log fields)
+    inline = False  # bytes the store kept went: its files are scrubbed once, at the end
     for area in AREAS:
         if area not in cutoffs:
             continue
@@ -99,8 +114,11 @@ async def sweep(s: RetentionServices, now: float | None = None) -> dict[str, int
             if removed:
                 await _gone(s, removed, "retention")
                 counts[area] = counts.get(area, 0) + len(removed)
+                inline = inline or any(r.inline for r in removed)
             if len(removed) < cfg.sweep_batch:
                 break
+    if inline:
+        await scrub(s)
     if counts:
         log_event(log, "retention.swept", **counts)
     return counts
@@ -110,6 +128,8 @@ async def erase(s: RetentionServices, tenant: str, case_id: str, actor: str) -> 
     """A case's objects and artifacts removed now, its files with them."""
     erased = await s.store.erase_case(tenant, case_id, actor)
     await _gone(s, erased.removed, "erasure")
+    if erased.removed:
+        await scrub(s)
     log_event(log, "case.erased", objects=sum(r.what == "object" for r in erased.removed),
               artifacts=sum(r.what == "artifact" for r in erased.removed),
               canceled=len(erased.canceled))

@@ -2,6 +2,9 @@
 """Benchmark: disk use and memory of a daemon under a steady mix for minutes, with
 retention on (every ``[retention]`` window a few seconds) against retention off.
 
+``scripts/bench soak`` runs the compressed day of :mod:`soak_day` (its own options);
+``scripts/bench soak --compare`` runs this comparison.
+
 Each configuration gets its own daemon on loopback (``casesignd init`` in a temporary
 directory, then ``casesignd serve``) and the same mix, paced at ``--rate`` arrivals a
 second for ``--minutes``, one after the other so that neither takes CPU from the
@@ -23,7 +26,7 @@ the table shows a row every ``--row-s``. Retention counts as flat when, over the
 second half of the run (past the first retention window), the state directory's
 slope with retention is under 10% of the slope without.
 
-    scripts/bench soak [--minutes 3] [--rate 30] [--keep-s 20] [--sweep-s 5]
+    scripts/bench soak --compare [--minutes 3] [--rate 30] [--keep-s 20] [--sweep-s 5]
 
 Prints progress on stderr, then the table, the answers that were not 2xx (by route
 and status, deliberate refusals apart), the daemon's warnings, and as its last line
@@ -491,6 +494,12 @@ def run_one(label: str, keep_s: float, args: argparse.Namespace, work: Path,
 
 
 def main() -> None:
+    if "--compare" not in sys.argv[1:]:
+        import soak_day
+
+        soak_day.main(sys.argv[1:])
+        return
+    sys.argv.remove("--compare")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=3.0, help="soak time per configuration")
     ap.add_argument("--rate", type=float, default=30.0, help="arrivals a second, all kinds")

@@ -215,9 +215,15 @@ function drawJob(job, events) {
     facts.push(fact('Correlation id', job.error.correlation_id));
   }
   if (job.result && job.result.sha256) {
-    facts.push(fact('SHA-256', el('span', { class: 'mono wrap' }, job.result.sha256)),
-               fact('Result', download(job.result)),
-               fact('Link expires', time(job.result.expires_at)));
+    facts.push(fact('SHA-256', el('span', { class: 'mono wrap' }, job.result.sha256)));
+    if (job.result.removed_at) {
+      // Retention or an erasure removed the artifact: what it was, and when it went.
+      facts.push(fact('Result', `removed (${bytes(job.result.size)})`),
+                 fact('Removed', time(job.result.removed_at)));
+    } else {
+      facts.push(fact('Result', download(job.result)),
+                 fact('Link expires', time(job.result.expires_at)));
+    }
   }
   replace(byId('job-facts'), facts);
   const actions = [];

@@ -42,10 +42,12 @@ SELECT data FROM artifact_data WHERE artifact_id = :artifact_id;
 -- name: get_artifact
 SELECT artifact_id FROM artifacts WHERE artifact_id = :artifact_id;
 
--- A succeeded job whose result names an artifact that has no record.
+-- A succeeded job whose result names an artifact that has no record, and that
+-- no removal marked (retention or an erasure sets removed_at).
 -- name: results_unrecorded
 SELECT job_id, json_extract(result, '$.artifact.artifact_id') AS artifact_id FROM jobs
  WHERE state = 'succeeded' AND json_extract(result, '$.artifact.artifact_id') IS NOT NULL
+   AND json_extract(result, '$.artifact.removed_at') IS NULL
    AND NOT EXISTS (SELECT 1 FROM artifacts AS a
                     WHERE a.artifact_id = json_extract(jobs.result, '$.artifact.artifact_id'))
  ORDER BY job_id;
@@ -80,3 +82,14 @@ SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
 
 -- name: columns
 SELECT name FROM pragma_table_info(:table) ORDER BY cid;
+
+-- Whether a removal (retention or an erasure) recorded an object of a case: a job
+-- that still names it is sound, since what went was removed, not lost (unless it
+-- was uploaded again since: then the store says it is there).
+-- name: object_removed
+SELECT 1 AS removed FROM events
+ WHERE type = 'object_removed' AND tenant = :tenant AND case_id = :case_id
+   AND json_extract(detail, '$.sha256') = :sha256
+   AND NOT EXISTS (SELECT 1 FROM objects AS o WHERE o.tenant = :tenant
+                    AND o.case_id = :case_id AND o.sha256 = :sha256)
+ LIMIT 1;

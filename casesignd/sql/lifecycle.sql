@@ -75,6 +75,12 @@ DELETE FROM artifact_data WHERE artifact_id = :artifact_id;
 -- name: drop_artifact_signatures
 DELETE FROM signatures WHERE tenant = :tenant AND artifact_id = :artifact_id;
 
+-- name: case_known
+-- Whether the tenant has the case at all: a job, an object or an artifact of it.
+SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = :tenant AND case_id = :case_id)
+    OR EXISTS (SELECT 1 FROM objects WHERE tenant = :tenant AND case_id = :case_id)
+    OR EXISTS (SELECT 1 FROM artifacts WHERE tenant = :tenant AND case_id = :case_id) AS known;
+
 -- name: case_running
 SELECT count(*) AS n FROM jobs
  WHERE tenant = :tenant AND case_id = :case_id AND state = 'running';
@@ -99,3 +105,15 @@ SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
        (SELECT coalesce(sum(a.size), 0) FROM artifacts AS a
          WHERE NOT EXISTS (SELECT 1 FROM artifact_data AS d
                             WHERE d.artifact_id = a.artifact_id)) AS artifacts;
+
+-- name: mark_result_removed
+-- The succeeded jobs whose result names a removed artifact (its own job, and those of
+-- its case that a recorded signature answered) keep its digest and size and say
+-- when it went: the job resource then gives no link, and store check knows why.
+-- By key and by the case's index, never a scan of the tenant's jobs.
+UPDATE jobs SET result = json_set(result, '$.artifact.removed_at', :now)
+ WHERE job_id IN (SELECT :job_id UNION ALL
+                  SELECT job_id FROM jobs WHERE tenant = :tenant AND case_id = :case_id)
+   AND tenant = :tenant AND state = 'succeeded'
+   AND json_extract(result, '$.artifact.artifact_id') = :artifact_id
+   AND json_extract(result, '$.artifact.removed_at') IS NULL;

@@ -12,7 +12,10 @@ What a removal keeps:
   waiting for a retry, failed and so retryable) names its digest, and for
   ``objects_s`` after the last such job ended (a removed job's end is folded into the
   object's ``used_at``, so the count survives the job's row);
-- an artifact stays while an ``extend_signature`` job that may run names it;
+- an artifact stays while an ``extend_signature`` job that may run names it; when it
+  goes, the succeeded jobs that name it keep their rows, and their results keep its
+  digest and size and gain ``removed_at`` (one meaning of "removed" for the job
+  resource, ``store check``, backup and restore);
 - audit events are never removed, and removal events hold digests and ids only.
 
 "Rejected" jobs (failed for their input: refused documents, the kiosk's among them)
@@ -26,13 +29,17 @@ from typing import Any
 
 import msgspec
 
-from ..errors import Conflict
+from ..errors import Conflict, NotFound
 from .records import Area, CaseRef, Erased, Job, Removed, row_job
 from .tx import Row, Tx
 
 
 def on_hold(case_id: str) -> Conflict:
     return Conflict(f"case {case_id} is under a legal hold", code="on_hold")
+
+
+def case_not_found() -> NotFound:
+    return NotFound("the tenant has no such case", code="case_not_found")
 
 
 def case_busy() -> Conflict:
@@ -58,14 +65,32 @@ def _object_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
 
 
 def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
-    tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"])
+    inline = bool(tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"]))
+    # The jobs that made it keep their rows, and say so: removed, not lost.
+    tx.run("mark_result_removed", tenant=row["tenant"], job_id=row["job_id"],
+           case_id=row["case_id"], artifact_id=row["artifact_id"], now=tx.now)
     # The signature key's record goes with its bytes: a later request for it signs anew
     # rather than naming an artifact that is gone.
     tx.run("drop_artifact_signatures", tenant=row["tenant"], artifact_id=row["artifact_id"])
     tx.event(CaseRef(row["tenant"], row["case_id"], job_id=row["job_id"]), "artifact_removed",
              actor, {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
                      "reason": reason})
-    return Removed("artifact", row["tenant"], row["case_id"], row["artifact_id"], row["size"])
+    return Removed("artifact", row["tenant"], row["case_id"], row["artifact_id"], row["size"],
+                   inline=inline)
+
+
+def erased_detail(removed: list[Removed], canceled: list[str],
+                  digests: dict[str, str]) -> dict[str, Any]:
+    """The ``case_erased`` event's detail: what went and where, by digest (an
+    artifact's from ``digests``), never a name or a document."""
+    return {"objects": sum(r.what == "object" for r in removed),
+            "artifacts": sum(r.what == "artifact" for r in removed),
+            "canceled": canceled,
+            "removed": [{"what": "object", "sha256": r.key, "size": r.size, "where": "objects"}
+                        if r.what == "object" else
+                        {"what": "artifact", "artifact_id": r.key, "sha256": digests[r.key],
+                         "size": r.size, "where": "store" if r.inline else "artifacts"}
+                        for r in removed]}
 
 
 def expire(tx: Tx, area: Area, cutoff: float, limit: int) -> list[Removed]:
@@ -115,9 +140,15 @@ def hold(tx: Tx, tenant: str, case_id: str, actor: str, placed: bool) -> dict[st
 
 def erase(tx: Tx, tenant: str, case_id: str, actor: str) -> Erased:
     """A case's objects and artifacts removed now, its waiting jobs canceled; refused
-    under a hold (``on_hold``) and while one of its jobs runs (``case_busy``)."""
+    under a hold (``on_hold``), while one of its jobs runs (``case_busy``), and for a
+    case the tenant does not have (``case_not_found``). Nothing for nothing: only an
+    erasure that removed or canceled something is recorded, so that requests alone
+    cannot grow the audit chain."""
     if tx.one("get_hold", tenant=tenant, case_id=case_id) is not None:
         raise on_hold(case_id)
+    known = tx.one("case_known", tenant=tenant, case_id=case_id)
+    if known is None or not known["known"]:
+        raise case_not_found()
     busy = tx.one("case_running", tenant=tenant, case_id=case_id)
     if busy is not None and busy["n"]:
         raise case_busy()
@@ -128,12 +159,13 @@ def erase(tx: Tx, tenant: str, case_id: str, actor: str) -> Erased:
         canceled.append(job)
     removed = [_object_removed(tx, row, actor, "erasure")
                for row in tx.all("erase_objects", tenant=tenant, case_id=case_id)]
-    removed += [_artifact_removed(tx, row, actor, "erasure")
-                for row in tx.all("erase_artifacts", tenant=tenant, case_id=case_id)]
-    tx.event(CaseRef(tenant, case_id), "case_erased", actor,
-             {"objects": sum(r.what == "object" for r in removed),
-              "artifacts": sum(r.what == "artifact" for r in removed),
-              "canceled": [j.job_id for j in canceled]})
+    digests = {}
+    for row in tx.all("erase_artifacts", tenant=tenant, case_id=case_id):
+        digests[row["artifact_id"]] = row["sha256"]
+        removed.append(_artifact_removed(tx, row, actor, "erasure"))
+    if removed or canceled:
+        tx.event(CaseRef(tenant, case_id), "case_erased", actor,
+                 erased_detail(removed, [j.job_id for j in canceled], digests))
     return Erased(removed, canceled)
 
 

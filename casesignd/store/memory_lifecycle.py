@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from .lifecycle import case_busy, on_hold
+from .. import audit
+from .lifecycle import case_busy, case_not_found, erased_detail, on_hold
 from .records import Area, CaseRef, Erased, Job, Removed
 
 _MAY_RUN = ("queued", "running", "retry_wait", "failed")
@@ -75,14 +76,24 @@ class MemoryLifecycle:
 
     def _remove_artifact(self, artifact_id: str, actor: str, reason: str) -> Removed:
         a = self._artifacts.pop(artifact_id)
-        self._data.pop(artifact_id, None)
+        inline = self._data.pop(artifact_id, None) is not None
+        now = self.clock()
+        for job in list(self._jobs.values()):
+            result = job.result_dict() if job.state == "succeeded" else None
+            made = (result or {}).get("artifact") or {}
+            if made.get("artifact_id") == artifact_id and "removed_at" not in made \
+                    and job.tenant == a["tenant"]:
+                made["removed_at"] = now
+                self._jobs[job.job_id] = msgspec.structs.replace(
+                    job, result=audit.canonical(result).decode())
         for k in [k for k, s in self._signatures.items()
                   if k[0] == a["tenant"] and s["artifact_id"] == artifact_id]:
             del self._signatures[k]
         self._event(CaseRef(a["tenant"], a.get("case_id"), job_id=a["job_id"]),
                     "artifact_removed", actor,
                     {"artifact_id": artifact_id, "sha256": a["sha256"], "reason": reason})
-        return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"])
+        return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"],
+                       inline=inline)
 
     async def expire(self, area: Area, cutoff: float, limit: int) -> list[Removed]:
         objects = self._objects
@@ -128,6 +139,10 @@ class MemoryLifecycle:
         if self._on_hold(tenant, case_id):
             raise on_hold(case_id)
         jobs = [j for j in self._jobs.values() if j.tenant == tenant and j.case_id == case_id]
+        if not jobs and not any(k[:2] == (tenant, case_id) for k in objects) and not any(
+                a["tenant"] == tenant and a.get("case_id") == case_id
+                for a in self._artifacts.values()):
+            raise case_not_found()
         if any(j.state == "running" for j in jobs):
             raise case_busy()
         now = self.clock()
@@ -143,14 +158,16 @@ class MemoryLifecycle:
                 canceled.append(job)
         removed = [self._remove_object(k, actor, "erasure")
                    for k in [k for k in objects if k[:2] == (tenant, case_id)]]
-        removed += [self._remove_artifact(i, actor, "erasure")
-                    for i in [i for i, a in self._artifacts.items()
-                              if a["tenant"] == tenant and a.get("case_id") == case_id]]
-        self._event(CaseRef(tenant, case_id), "case_erased", actor,
-                    {"objects": sum(r.what == "object" for r in removed),
-                     "artifacts": sum(r.what == "artifact" for r in removed),
-                     "canceled": [j.job_id for j in canceled]})
+        digests = {i: a["sha256"] for i, a in self._artifacts.items()
+                   if a["tenant"] == tenant and a.get("case_id") == case_id}
+        removed += [self._remove_artifact(i, actor, "erasure") for i in digests]
+        if removed or canceled:
+            self._event(CaseRef(tenant, case_id), "case_erased", actor,
+                        erased_detail(removed, [j.job_id for j in canceled], digests))
         return Erased(removed, canceled)
+
+    async def scrub(self) -> None:
+        """Nothing to clear: removed bytes are gone with their dictionary entries."""
 
     async def disk_use(self) -> dict[str, int]:
         objects = self._objects

@@ -192,6 +192,9 @@ class Removed:
     case_id: str | None
     key: str
     size: int = 0
+    # An artifact whose bytes the store kept itself (artifact_data): their removal
+    # leaves pages to clear in the store's own files (Store.scrub).
+    inline: bool = False
 
 
 @dataclass(frozen=True)
@@ -297,6 +300,7 @@ class Store(Protocol):
     async def set_hold(self, tenant: str, case_id: str, actor: str,
                        placed: bool) -> dict[str, Any] | None: ...
     async def erase_case(self, tenant: str, case_id: str, actor: str) -> Erased: ...
+    async def scrub(self) -> None: ...
     async def disk_use(self) -> dict[str, int]: ...
 
 

@@ -23,7 +23,7 @@ import msgspec
 
 from ..errors import StoreUnavailable
 from .records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
-from .sqlite_writer import Checkpointer, SqliteTx, Writer
+from .sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
 from .tx import Op
 from .verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
 
@@ -47,6 +47,7 @@ class SqliteStore(SqlStore):
         self.exclusive = exclusive
         self._writer: Writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)
+        self._busy_timeout_ms = busy_timeout_ms
         self._reader: aiosqlite.Connection | None = None
         self._point: sqlite3.Connection | None = None
         self._lock_fd: int | None = None
@@ -102,6 +103,14 @@ class SqliteStore(SqlStore):
 
     async def _write(self, op: Op) -> Any:
         return await self._writer.submit(op)
+
+    async def scrub(self) -> None:
+        """After an erasure, or a sweep that removed bytes the store kept: the WAL
+        copied into the database and truncated, so that the removed rows' old page
+        images are gone from it (``secure_delete`` zeroed them in the database)."""
+        if not await asyncio.to_thread(truncate_wal, self.path, self._busy_timeout_ms):
+            raise StoreUnavailable("the job store's WAL could not be truncated: a reader "
+                                   "held it; the next sweep tries again")
 
     async def _rows(self, name: str, **params: Any) -> list[Any]:
         assert self._reader is not None

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -121,6 +122,9 @@ class Writer(GroupCommit[_Batch]):
         # FULL: the WAL is fsynced at every commit, so an acknowledged job is on disk.
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
+        # What a removal frees is overwritten with zeros, not left in free pages: an
+        # erased document is then in no page of the file (CONTRACT.md, "Data lifecycle").
+        conn.execute("PRAGMA secure_delete = ON")
         # The checkpointer copies the WAL into the database from its own thread; the
         # writer checkpoints only if that falls far behind.
         conn.execute(f"PRAGMA wal_autocheckpoint = {Checkpointer.WRITER_PAGES}")
@@ -224,3 +228,28 @@ class Checkpointer:
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
 
+
+
+# Tries of a truncating checkpoint while readers still use old WAL frames, and the
+# pause between them.
+TRUNCATE_TRIES = 50
+TRUNCATE_PAUSE_S = 0.05
+
+
+def truncate_wal(path: Path, busy_timeout_ms: int) -> bool:
+    """Copy the whole WAL into the database and truncate it to nothing, so that the old
+    page images it holds (an erased document's among them) are in no file; whether it
+    did. Blocking. A reader in an old snapshot makes it wait and try again; the
+    writer's own transactions wait on its busy timeout."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        for _ in range(TRUNCATE_TRIES):
+            with contextlib.suppress(sqlite3.OperationalError):
+                busy, _log, _done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if not busy:
+                    return True
+            time.sleep(TRUNCATE_PAUSE_S)
+        return False
+    finally:
+        conn.close()

@@ -36,6 +36,19 @@ def wait_until(check, timeout_s: float = 30.0) -> None:
         time.sleep(0.2)
 
 
+def backed_up_and_restored(d: Daemon, tmp_path: Path) -> Path:
+    """store check of the live setup, a backup of it restored: the restored state."""
+    check = d.cli("store", "check", "--config", str(d.config_path))
+    assert check.returncode == 0, check.stdout + check.stderr
+    backup = tmp_path / "backup"
+    made = d.cli("backup", "--to", str(backup), "--config", str(d.config_path))
+    assert made.returncode == 0, made.stdout + made.stderr
+    state = tmp_path / "restored"
+    done = d.cli("restore", "--from", str(backup), "--dir", str(state))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return state
+
+
 def signed(d: Daemon, case_id: str, pdf: bytes) -> dict:
     r = d.submit(case_manifest(d, case_id, pdf))
     assert r.status == 202, r.body
@@ -100,6 +113,10 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     assert r.status == 200 and r.json()["objects_removed"] == 1 and r.json()["artifacts_removed"] == 1
     assert not blob(d, pdfs[1]).exists()
     assert d.request("GET", held["result"]["download_url"], auth=False).status == 404
+    erased = d.job(held["job_id"])
+    assert erased["state"] == "ready" and "removed_at" in erased["result"], erased
+    assert "download_url" not in erased["result"]
+    assert erased["result"]["sha256"] == held["result"]["sha256"]
     r = d.request("DELETE", "/v1/cases/RUN-1")
     assert r.status == 409 and r.json()["error"]["code"] == "case_busy"
 
@@ -114,7 +131,8 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     # Digests and ids, never a document or a name.
     for _, detail in removals:
         assert set(json.loads(detail)) <= {"state", "kind", "reason", "area", "sha256", "size",
-                                           "artifact_id", "objects", "artifacts", "canceled"}
+                                           "artifact_id", "objects", "artifacts", "canceled",
+                                           "removed"}
     audit = d.cli("audit", "verify", "--config", str(d.config_path))
     assert audit.returncode == 0, audit.stdout + audit.stderr
     text = d.request("GET", "/metrics", auth=False).body.decode()
@@ -124,11 +142,30 @@ def test_retention_removes_what_is_due_and_keeps_what_is_held_or_needed(retainin
     assert os.path.exists(d.db)
 
 
+def chain_length(d: Daemon) -> int:
+    with sqlite3.connect(d.db) as conn:
+        return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
 def test_holds_and_erasure_are_per_tenant_and_checked(daemon):
     r = daemon.request("POST", "/v1/cases/..%2F..%2Fetc/hold")
     assert r.status in (400, 404, 422)
-    r = daemon.request("DELETE", "/v1/cases/NONE-1")
-    assert r.status == 200 and r.json()["objects_removed"] == 0
+    # Erasing a case the tenant does not have: 404, and nothing recorded, however often.
+    upload(daemon, "MINE-1", b"mine " * 10)
+    before = chain_length(daemon)
+    for _ in range(3):
+        r = daemon.request("DELETE", "/v1/cases/NONE-1")
+        assert r.status == 404 and r.json()["error"]["code"] == "case_not_found", r.body
+    r = daemon.request("DELETE", "/v1/cases/MINE-1", auth="other")
+    assert r.status in (401, 404)
+    assert chain_length(daemon) == before
+    r = daemon.request("DELETE", "/v1/cases/MINE-1")
+    assert r.status == 200 and r.json()["objects_removed"] == 1
+    after = chain_length(daemon)
+    # Erased, the case is gone from the tenant: again is 404, and nothing more is recorded.
+    r = daemon.request("DELETE", "/v1/cases/MINE-1")
+    assert r.status == 404 and r.json()["error"]["code"] == "case_not_found"
+    assert chain_length(daemon) == after
     assert daemon.request("POST", "/v1/cases/NONE-1/hold", auth="wrong").status == 401
     assert daemon.request("GET", "/v1/cases/NONE-1/hold").status == 404
 
@@ -140,8 +177,9 @@ def test_the_cli_holds_releases_and_erases_a_case(daemon):
     assert refused.returncode == 1 and "on_hold" in refused.stderr
     assert daemon.cli("case", "erase", "CLI-1").returncode == 2  # without --yes
     assert daemon.cli("case", "release", "CLI-1").returncode == 0
+    upload(daemon, "CLI-1", b"cli " * 10)
     erased = daemon.cli("case", "erase", "CLI-1", "--yes")
-    assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 0
+    assert erased.returncode == 0 and json.loads(erased.stdout)["objects_removed"] == 1
 
 
 def test_kiosk_results_and_refusals_live_their_time(retaining, tmp_path):
@@ -181,3 +219,95 @@ def test_retention_and_erasure_on_postgres(daemon_factory, postgres_dsn, tmp_pat
     assert not blob(d, pdfs[1]).exists()
     out = d.cli("audit", "verify", "--config", str(d.config_path))
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_artifacts_shorter_lived_than_their_jobs_leave_a_sound_store_that_restores(
+        daemon_factory, tmp_path):
+    """The reported case: artifacts_s short, jobs_s long. The job stays ready, says
+    when its artifact went and keeps its digest and size; store check passes and a
+    backup restores."""
+    d = daemon_factory({"retention": {"artifacts_s": KEEP_S, "jobs_s": 3600,
+                                      "sweep_interval_s": 0.3}})
+    pdf = contract_pdf(tmp_path, pages=1)
+    job = signed(d, "SHORT-1", pdf)
+    kiosk = kiosk_sign(d, "SHORT-K", contract_pdf(tmp_path, pages=2), key="short-k")
+    assert kiosk.status == 200, kiosk.body[:300]
+    link = job["result"]["download_url"]
+    wait_until(lambda: d.request("GET", link, auth=False).status == 404)
+    for job_id in (job["job_id"], kiosk.headers["X-Job-Id"]):
+        wait_until(lambda job_id=job_id: "removed_at" in d.job(job_id).get("result", {}))
+        now = d.job(job_id)
+        assert now["state"] == "ready"
+        assert set(now["result"]) >= {"artifact_id", "sha256", "size", "removed_at"}
+        assert "download_url" not in now["result"] and "expires_at" not in now["result"]
+        artifact = d.request("GET", f"/v1/artifacts/{now['result']['artifact_id']}")
+        assert artifact.status == 404
+    assert d.job(job["job_id"])["result"]["sha256"] == job["result"]["sha256"]
+
+    state = backed_up_and_restored(d, tmp_path)
+    verify = d.cli("audit", "verify", "--config", str(state / "config.toml"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    # The restored daemon reads the job as the first did: removed, with its digest.
+    twin = d.sibling("restored")
+    twin.dir, twin.config_path, twin.log_path = state, state / "config.toml", state / "daemon.log"
+    twin.start()
+    try:
+        again = twin.job(job["job_id"])
+        assert again["state"] == "ready" and "removed_at" in again["result"], again
+        assert "download_url" not in again["result"]
+        assert again["result"]["sha256"] == job["result"]["sha256"]
+    finally:
+        twin.stop()
+
+
+def test_a_link_says_nothing_of_an_artifact_to_a_stranger(daemon, tmp_path):
+    """Every bad link answers the same, whether its artifact exists or not: the
+    signature is checked before anything is looked up."""
+    job = signed(daemon, "LINK-1", contract_pdf(tmp_path, pages=1))
+    link = job["result"]["download_url"]
+    path, _, query = link.partition("?")
+    forged = query.rsplit("sig=", 1)[0] + "sig=" + "A" * 43
+    absent = "/v1/artifacts/art_" + "0" * 32
+    answers = []
+    for url in (f"{path}?{forged}", f"{absent}?{forged}", f"{absent}?{query}",
+                f"{path}?expires=1&sig=x", f"{absent}?expires=1&sig=x"):
+        r = daemon.request("GET", url, auth=False)
+        err = r.json()["error"]
+        answers.append((r.status, err["code"], err["message"]))
+    assert set(answers) == {(403, "link_invalid", "the link is not valid")}, answers
+    assert daemon.request("GET", link, auth=False).status == 200
+
+
+def test_the_outside_check_retention_hold_erasure_backup_restore_and_damage(
+        daemon_factory, tmp_path):
+    """What the outside check runs: retention in seconds, a hold, an erasure, a backup
+    restored into a new directory, store check on both, then a damaged artifact in the
+    restored copy, which store check finds."""
+    d = daemon_factory({"retention": {"objects_s": KEEP_S, "artifacts_s": KEEP_S,
+                                      "jobs_s": 3600, "rejected_s": KEEP_S,
+                                      "sweep_interval_s": 0.3}})
+    evidence = [("note.txt", "text/plain", b"seen\n")]
+
+    def ready(case_id: str, pages: int) -> dict:
+        manifest = case_manifest(d, case_id, contract_pdf(tmp_path, pages=pages), evidence)
+        job = d.wait_job(d.submit(manifest).json()["job_id"])
+        assert job["state"] == "ready", job
+        return job
+
+    gone, held, erased = ready("OUT-GONE", 1), ready("OUT-HELD", 2), ready("OUT-ERASED", 3)
+    assert d.request("POST", "/v1/cases/OUT-HELD/hold").status == 201
+    assert d.request("DELETE", "/v1/cases/OUT-ERASED").status == 200
+    wait_until(lambda: "removed_at" in d.job(gone["job_id"])["result"])
+    assert "download_url" in d.job(held["job_id"])["result"]
+    assert "removed_at" in d.job(erased["job_id"])["result"]
+
+    state = backed_up_and_restored(d, tmp_path)
+    check = d.cli("store", "check", "--config", str(state / "config.toml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    artifact = held["result"]["artifact_id"]
+    damaged = state / "artifacts" / artifact[4:6] / artifact
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x00")
+    check = d.cli("store", "check", "--config", str(state / "config.toml"))
+    assert check.returncode == 1, check.stdout
+    assert f"artifact_file_changed: {damaged} is " in check.stdout, check.stdout

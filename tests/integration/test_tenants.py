@@ -140,9 +140,10 @@ def test_links_cannot_be_altered_reused_or_outlive_their_expiry(two_tenants, tmp
     ]
     for r in bad:
         assert r.status == 403 and r.json()["error"]["code"] == "link_invalid", r.body
-    # A link for an artifact that does not exist is 404, not a hint about the signature.
+    # A link for an artifact that does not exist, with a signature that is not its own:
+    # the same 403, since the signature is checked before anything is looked up.
     r = get("/v1/artifacts/" + "b" * len(one["artifact_id"]), q["expires"], q["sig"])
-    assert r.status == 404
+    assert r.status == 403 and r.json()["error"]["code"] == "link_invalid", r.body
     # A genuine link past its expiry: signed with the daemon's own link key.
     from casesignd.artifacts import ArtifactStore
 
@@ -150,9 +151,16 @@ def test_links_cannot_be_altered_reused_or_outlive_their_expiry(two_tenants, tmp
     past = int(time.time()) - 10
     r = d.request("GET", store.sign_link(one["artifact_id"], "default", past), auth=False)
     assert r.status == 403 and r.json()["error"]["code"] == "link_expired", r.body
-    # The same key signing for another tenant does not open tenant "default"'s artifact.
+    # A genuine link to an artifact that does not exist is 404: only the link key's
+    # holder learns it.
     future = int(time.time()) + 600
+    r = d.request("GET", store.sign_link("art_" + "b" * 32, "default", future), auth=False)
+    assert r.status == 404 and r.json()["error"]["code"] == "artifact_not_found"
+    # The same key signing for another tenant does not open tenant "default"'s artifact:
+    # that tenant's link answers as its token would, 404; one for no tenant is invalid.
     r = d.request("GET", store.sign_link(one["artifact_id"], "other", future), auth=False)
+    assert r.status == 404 and r.json()["error"]["code"] == "artifact_not_found"
+    r = d.request("GET", store.sign_link(one["artifact_id"], "nobody", future), auth=False)
     assert r.status == 403 and r.json()["error"]["code"] == "link_invalid"
     assert d.request("GET", store.sign_link(one["artifact_id"], "default", future),
                      auth=False).status == 200

@@ -185,3 +185,19 @@ def test_a_node_sweeps_its_own_uploads_and_another_nodes_only_when_a_day_old(tmp
     assert a.sweep() == 2
     assert sorted(os.listdir(tmp)) == ["node-b.2.part"]
     assert b.sweep() == 1
+
+
+async def test_a_removed_object_takes_the_links_an_attempt_left_but_not_another_cases(store, tmp_path):
+    data = b"a document of one case"
+    await store.put("t1", "case-1", sha(data), body(data), 10**6, len(data))
+    await store.put("t2", "case-9", sha(data), body(data), 10**6, len(data))
+    jobs = tmp_path / "temp" / "node" / "attempt-1"
+    jobs.mkdir(parents=True)
+    os.link(store.blob_path(sha(data)), jobs / "input.pdf")  # as casesignd.sources does
+    store.job_roots = [tmp_path / "temp"]
+    # Another case still has it: only this case's name goes.
+    assert store.remove("t1", "case-1", sha(data)) == 0
+    assert store.blob_path(sha(data)).exists() and (jobs / "input.pdf").exists()
+    # The last case's: the blob goes, and the link an attempt left with it.
+    assert store.remove("t2", "case-9", sha(data)) == len(data)
+    assert not store.blob_path(sha(data)).exists() and not (jobs / "input.pdf").exists()

@@ -11,11 +11,15 @@ import sqlite3
 import pytest
 
 from casesignd import cli
+from casesignd.artifacts import ArtifactStore
+from casesignd.objects import ObjectStore
+from casesignd.outcomes import Fail
+from casesignd.retention import remove_files
 from casesignd.store import SqliteStore
 from casesignd.store.check import CheckReport, check_store
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.snapshot import open_snapshot
-from tests.helpers_stores import fill, write_config
+from tests.helpers_stores import CASE, SECRET, TENANT, fill, new_job, write_config
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -32,6 +36,15 @@ async def filled(request, tmp_path):
     made = await fill(store, state)
     await store.close()
     return cfg, made, tmp_path
+
+
+async def _open(cfg):
+    if cfg.store.kind == "postgres":
+        store = PostgresStore(cfg.store.dsn)
+    else:
+        store = SqliteStore(cfg.path(cfg.store.path))
+    await store.open()
+    return store
 
 
 def check(cfg) -> CheckReport:
@@ -155,3 +168,40 @@ def test_a_missing_sqlite_store_is_said(tmp_path, capsys):
     assert cli.main(["store", "check", "--config", str(tmp_path / "config.toml")]) == 1
     assert "error: no_store:" in capsys.readouterr().err
     assert not (tmp_path / "none.db").exists()
+
+
+async def test_what_retention_or_an_erasure_removed_is_no_problem(filled):
+    """The reported case: artifacts live shorter than the jobs that made them, and a
+    failed job's objects go with its erased case; the job rows stay and check out."""
+    cfg, made, _ = filled
+    state = cfg.path(cfg.storage.state_dir)
+    store = await _open(cfg)
+    try:
+        # A failed sign_case job that names an object of another case, which is erased.
+        body = {"items": [{"role": "contract", "name": "c.pdf", "media_type": "application/pdf",
+                           "object_ref": f"sha256:{made.object_sha256}",
+                           "sha256": made.object_sha256, "size": made.object_path.stat().st_size}]}
+        failed, _ = await store.admit(new_job("gone", kind="sign_case", body=body, case_id=CASE),
+                                      actor="api:t1", max_queue_depth=100)
+        await store.put_object(TENANT, CASE, made.object_sha256, made.object_path.stat().st_size)
+        claimed = await store.claim_job(failed.job_id, "w", 10)
+        await store.conclude(claimed.lease, Fail("permanent_input", "malformed_pdf"))
+        removed = await store.expire("artifacts", 4e9, 100)
+        assert {r.key for r in removed} == {made.file_artifact.artifact_id,
+                                            made.inline_artifact.artifact_id}
+        objects = ObjectStore(state / "objects")
+        artifacts = ArtifactStore(state / "artifacts", SECRET)
+        remove_files(objects, artifacts, removed)
+        erased = await store.erase_case(TENANT, CASE, "api:t1")
+        remove_files(objects, artifacts, erased.removed)
+    finally:
+        await store.close()
+    assert not made.object_path.exists()
+    report = check(cfg)
+    assert report.ok, report.lines()
+    assert "artifact_records" not in report.counted
+
+    # Something nothing removed is still a problem: a job's artifact, gone behind the
+    # store's back.
+    execute(cfg, "UPDATE jobs SET result = replace(result, 'removed_at', 'was_removed_at')")
+    assert kinds(check(cfg)) == ["result_artifact_missing", "result_artifact_missing"]

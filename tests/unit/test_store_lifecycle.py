@@ -10,7 +10,7 @@ import hashlib
 import pytest
 
 from casesignd import audit, jobs
-from casesignd.errors import Conflict
+from casesignd.errors import Conflict, NotFound
 from casesignd.outcomes import Artifact, Fail, Finish, Signature
 from casesignd.store import NewJob
 from casesignd.store.memory import MemoryStore
@@ -174,3 +174,37 @@ async def test_a_refused_jobs_end_does_not_extend_its_documents(store_and_clock)
     assert await expire_all(store, "objects", clock.now) == []  # its job keeps it
     assert [r.what for r in await expire_all(store, "rejected", clock.now + 1)] == ["job"]
     assert [r.key for r in await expire_all(store, "objects", clock.now - 50)] == [digest(0)]
+
+
+async def test_a_job_whose_artifact_went_keeps_its_digest_and_size_and_says_when(store_and_clock):
+    store, clock = store_and_clock
+    art = Artifact("art_r", "d" * 64, 7)
+    done = await run(store, sign_job("r", [digest(0)]), Finish(art))
+    clock.now += 10
+    assert [r.key for r in await expire_all(store, "artifacts", clock.now)] == ["art_r"]
+    result = (await store.get_job("t1", done.job_id)).result_dict()["artifact"]
+    assert (result["artifact_id"], result["sha256"], result["size"]) == ("art_r", "d" * 64, 7)
+    assert result["removed_at"] == pytest.approx(clock.now)
+    # Erased the same way: the job says when its artifact went.
+    erased = await run(store, sign_job("x", [digest(1)], case_id="C-9"), Finish(Artifact("art_x", "e" * 64, 3)))
+    clock.now += 1
+    await store.erase_case("t1", "C-9", "api:t1")
+    result = (await store.get_job("t1", erased.job_id)).result_dict()["artifact"]
+    assert (result["sha256"], result["removed_at"]) == ("e" * 64, pytest.approx(clock.now))
+
+
+async def test_erasing_a_case_the_tenant_does_not_have_records_nothing(store_and_clock, tmp_path):
+    store, clock = store_and_clock
+    await store.put_object("t1", "C-1", digest(0), 10)
+    head = (await chain(store, tmp_path)).checked
+    for tenant, case_id in (("t1", "C-0"), ("t2", "C-1")):
+        with pytest.raises(NotFound) as e:
+            await store.erase_case(tenant, case_id, f"api:{tenant}")
+        assert e.value.code == "case_not_found"
+    assert (await chain(store, tmp_path)).checked == head
+    # A case whose job is all that is left: answered, and nothing recorded.
+    await run(store, sign_job("n", [digest(1)], case_id="C-2"), Fail("permanent_input", "malformed_pdf"))
+    head = (await chain(store, tmp_path)).checked
+    erased = await store.erase_case("t1", "C-2", "api:t1")
+    assert (erased.removed, erased.canceled) == ([], [])
+    assert (await chain(store, tmp_path)).checked == head

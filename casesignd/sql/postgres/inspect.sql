@@ -46,6 +46,7 @@ SELECT artifact_id FROM artifacts WHERE artifact_id = %(artifact_id)s;
 -- name: results_unrecorded
 SELECT job_id, result::json #>> '{artifact,artifact_id}' AS artifact_id FROM jobs
  WHERE state = 'succeeded' AND result::json #>> '{artifact,artifact_id}' IS NOT NULL
+   AND result::json #> '{artifact,removed_at}' IS NULL
    AND NOT EXISTS (SELECT 1 FROM artifacts AS a
                     WHERE a.artifact_id = jobs.result::json #>> '{artifact,artifact_id}')
  ORDER BY job_id;
@@ -78,3 +79,14 @@ SELECT table_name AS name FROM information_schema.tables
 -- name: columns
 SELECT column_name AS name FROM information_schema.columns
  WHERE table_schema = current_schema() AND table_name = %(table)s ORDER BY ordinal_position;
+
+-- Whether a removal (retention or an erasure) recorded an object of a case: a job
+-- that still names it is sound, since what went was removed, not lost (unless it
+-- was uploaded again since: then the store says it is there).
+-- name: object_removed
+SELECT 1 AS removed FROM events
+ WHERE type = 'object_removed' AND tenant = %(tenant)s AND case_id = %(case_id)s
+   AND detail::jsonb ->> 'sha256' = %(sha256)s
+   AND NOT EXISTS (SELECT 1 FROM objects AS o WHERE o.tenant = %(tenant)s
+                    AND o.case_id = %(case_id)s AND o.sha256 = %(sha256)s)
+ LIMIT 1;

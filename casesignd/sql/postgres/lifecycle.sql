@@ -76,6 +76,13 @@ DELETE FROM artifact_data WHERE artifact_id = %(artifact_id)s;
 -- name: drop_artifact_signatures
 DELETE FROM signatures WHERE tenant = %(tenant)s AND artifact_id = %(artifact_id)s;
 
+-- name: case_known
+-- Whether the tenant has the case at all: a job, an object or an artifact of it.
+SELECT EXISTS (SELECT 1 FROM jobs WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+    OR EXISTS (SELECT 1 FROM objects WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+    OR EXISTS (SELECT 1 FROM artifacts WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+       AS known;
+
 -- name: case_running
 SELECT count(*) AS n FROM jobs
  WHERE tenant = %(tenant)s AND case_id = %(case_id)s AND state = 'running';
@@ -107,3 +114,16 @@ SELECT (SELECT coalesce(sum(size), 0) FROM objects) AS objects,
        (SELECT coalesce(sum(a.size), 0) FROM artifacts AS a
          WHERE NOT EXISTS (SELECT 1 FROM artifact_data AS d
                             WHERE d.artifact_id = a.artifact_id)) AS artifacts;
+
+-- name: mark_result_removed
+-- The succeeded jobs whose result names a removed artifact (its own job, and those of
+-- its case that a recorded signature answered) keep its digest and size and say
+-- when it went: the job resource then gives no link, and store check knows why.
+UPDATE jobs SET result = jsonb_set(result::jsonb, '{artifact,removed_at}',
+                                   to_jsonb(%(now)s::double precision))::text
+-- By key and by the case's index, never a scan of the tenant's jobs.
+ WHERE job_id IN (SELECT %(job_id)s::text UNION ALL
+                  SELECT job_id FROM jobs WHERE tenant = %(tenant)s AND case_id = %(case_id)s)
+   AND tenant = %(tenant)s
+   AND state = 'succeeded' AND result::jsonb #>> '{artifact,artifact_id}' = %(artifact_id)s
+   AND result::jsonb #> '{artifact,removed_at}' IS NULL;
