@@ -433,6 +433,10 @@ def main(argv: list[str]) -> None:
                   "keep_s": keep, "cpus": os.cpu_count(), **figures(day, warmup),
                   "leaks": leaks, "exit_code": code, "store_check_ok": check.returncode == 0,
                   "chain_ok": verify.returncode == 0}
+        if check.returncode or verify.returncode:
+            # What was found, for whoever reads a failed day's JSON line.
+            result["check_said"] = (check.stdout + check.stderr)[-2000:]
+            result["verify_said"] = (verify.stdout + verify.stderr)[-1000:]
     finally:
         if d is not None and d.proc is not None and d.proc.poll() is None:
             d.stop(timeout_s=60)  # a day that failed half way: its daemon goes with it

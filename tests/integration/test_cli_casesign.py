@@ -202,7 +202,9 @@ def test_a_pdf_refused_by_the_worker_and_its_download(d: Daemon) -> None:
     assert (r.returncode, r.stdout) == (1, "")
     line = one_line(r.stderr)
     assert line.startswith("error: malformed_pdf: contract broken.pdf: job job_"), line
-    assert "failed (category permanent_input, correlation id " in line
+    # What the worker said, and why in a word: the refusal's message and reason.
+    assert " failed: the PDF is damaged" in line
+    assert "(category permanent_input, reason damaged, correlation id " in line
     job_id = line.split()[5]
     got = d.cli("jobs", "download", job_id)
     assert (got.returncode, got.stdout) == (1, "")
