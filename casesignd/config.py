@@ -18,8 +18,10 @@ from pathlib import Path
 
 import msgspec
 
+from . import webhooks
 from .errors import ConfigError
 from .verify_budget import VerifyBudget
+from .webhooks import Webhook
 
 MiB = 1024 * 1024
 
@@ -277,6 +279,8 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the bearer token; the token itself is never stored.
     token_sha256: str
     invoice: TenantInvoice | None = None
+    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.webhooks).
+    webhooks: list[Webhook] = msgspec.field(default_factory=list)
 
 
 class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -434,6 +438,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
                 return self.invoice.over(t.invoice)
         return self.invoice
 
+    def webhook(self, tenant: str, name: str) -> Webhook | None:
+        """``tenant``'s endpoint ``name``: another tenant's is none."""
+        for t in self.tenants:
+            if t.name == tenant:
+                return next((w for w in t.webhooks if w.name == name), None)
+        return None
+
     def source(self, name: str) -> Source | None:
         for s in self.sources:
             if s.name == name:
@@ -529,6 +540,9 @@ def _check(cfg: Config) -> None:
         if t.name in names:
             raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
         names.add(t.name)
+        problem = webhooks.check(t.webhooks, f"tenants[{i}]")
+        if problem:
+            raise ConfigError(*problem)
     for i, s in enumerate(cfg.sources):
         if s.kind not in ("dir", "http"):
             raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
