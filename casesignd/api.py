@@ -107,7 +107,9 @@ def middlewares(services: Services) -> list[Any]:
         return resp
 
     services.metrics.allow("code", *_HTTP_CODES.values(), "internal_error")
-    return [errors, aiohttp_middleware(services.metrics)]
+    # Tracing off installs nothing: no cost per request (casesignd.tracing).
+    traced = [services.tracing.middleware()] if services.tracing.enabled else []
+    return [*traced, errors, aiohttp_middleware(services.metrics)]
 
 
 def job_resource(services: Services, job: Job, now: float | None = None) -> dict[str, Any]:

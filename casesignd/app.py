@@ -43,6 +43,7 @@ from .scanner import Scanner, make_scanner
 from .sources import Fetcher
 from .store import Store, make_store
 from .tempfiles import TempManager
+from .tracing import Tracing
 from .webhook_sender import Sender
 from .worker import Pool
 
@@ -80,6 +81,7 @@ class Services:
         self.metrics.add_state_source(self.state.snapshot)
         self.store: Store = make_store(cfg, self.node)
         self.webhooks = Sender(self)
+        self.tracing = Tracing(cfg.tracing.otlp_endpoint, node=self.node)
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
@@ -452,6 +454,8 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     swept = await asyncio.to_thread(s.temp.sweep)
     if swept:
         log_event(log, "temp.swept", count=swept)
+    # Built off the event loop: the exporter's imports take their time (only when set).
+    await asyncio.to_thread(s.tracing.start)
     await s.store.open()
     try:
         s.load_tenants(cfg)
@@ -500,3 +504,4 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await s.fetcher.close()
         await asyncio.to_thread(s.close_cpu)
         await s.store.close()
+        await asyncio.to_thread(s.tracing.stop)

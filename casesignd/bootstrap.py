@@ -218,6 +218,10 @@ DESCRIPTIONS: dict[str, str] = {
     "validation.fetch_timeout_s": "One OCSP or CRL fetch.",
     "validation.refresh_ahead_s": "Revocation data kept for signing is fetched again this long "
     "before its nextUpdate.",
+    "tracing": "OpenTelemetry traces (casesignd.tracing): every request continues its W3C "
+    "traceparent.",
+    "tracing.otlp_endpoint": "OTLP/HTTP traces URL (http://collector:4318/v1/traces); empty: "
+    "no tracing, at no cost.",
     "archive": "Renewal of B-LTA artifacts (extend_signature).",
     "archive.renew_before_days": "Renew artifacts whose last timestamp's chain expires within "
     "this many days; 0: never.",

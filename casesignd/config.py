@@ -227,6 +227,12 @@ class Archive(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     renew_interval_s: float = 86400.0
 
 
+class Tracing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); empty: no tracing,
+    # and nothing of OpenTelemetry is imported (casesignd.tracing).
+    otlp_endpoint: str = ""
+
+
 class Retention(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # How long things live, in seconds; 0 keeps them for ever (casesignd.retention).
     # Uploaded objects, counted from the end of the last job that uses them.
@@ -399,6 +405,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     validation: Validation = msgspec.field(default_factory=Validation)
     archive: Archive = msgspec.field(default_factory=Archive)
     retention: Retention = msgspec.field(default_factory=Retention)
+    tracing: Tracing = msgspec.field(default_factory=Tracing)
     # Directory of the config file; relative paths resolve against it.
     base_dir: str = "."
 
@@ -564,6 +571,9 @@ def _check(cfg: Config) -> None:
         raise ConfigError("retention.sweep_batch", "must be at least 1")
     if cfg.archive.renew_before_days < 0:
         raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
+    if cfg.tracing.otlp_endpoint and not cfg.tracing.otlp_endpoint.startswith(
+            ("http://", "https://")):
+        raise ConfigError("tracing.otlp_endpoint", "expected an http(s) URL or empty")
     _check_store(cfg.store)
     if cfg.scanner.kind not in ("none", "clamd"):
         raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")
