@@ -10,7 +10,9 @@ route's template (``POST /v1/jobs``), never the path a caller sent.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
@@ -70,6 +72,25 @@ class Tracing:
             self.provider.shutdown()
             self.provider = self.tracer = None
 
+    @contextlib.contextmanager
+    def client_span(self, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+        """A span around an outgoing call (None when off); :meth:`traceparent` of it
+        goes out with the call, so the callee continues the trace."""
+        if self.tracer is None:
+            yield None
+            return
+        from opentelemetry.trace import SpanKind
+
+        with self.tracer.start_as_current_span(name, kind=SpanKind.CLIENT,
+                                               attributes=attributes) as span:
+            yield span
+
+    @staticmethod
+    def traceparent(span: Any) -> str:
+        """The W3C ``traceparent`` naming ``span`` as the parent."""
+        c = span.get_span_context()
+        return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
     def parent(self, traceparent: str | None) -> Any:
         """The OpenTelemetry context a ``traceparent`` names, or None (a new trace)."""
         parsed = parse_traceparent(traceparent)
@@ -106,9 +127,7 @@ class Tracing:
                     from opentelemetry.trace import Status, StatusCode
 
                     span.set_status(Status(StatusCode.ERROR))
-                c = span.get_span_context()
-                resp.headers["traceresponse"] = (f"00-{c.trace_id:032x}-{c.span_id:016x}-"
-                                                 f"{int(c.trace_flags):02x}")
+                resp.headers["traceresponse"] = self.traceparent(span)
                 return resp
 
         return traced

@@ -33,6 +33,7 @@ from .logs import log_event
 from .metrics import Metrics
 from .store import Store
 from .store.outbox import Delivery
+from .tracing import Tracing
 
 log = logging.getLogger("casesignd.webhooks")
 
@@ -47,6 +48,7 @@ class SenderServices(Protocol):
     metrics: Metrics
     store: Store
     node: str
+    tracing: Tracing
 
     def link(self, artifact_id: str, tenant: str) -> tuple[str, int]: ...
 
@@ -152,7 +154,15 @@ class Sender:
             await self._settle(d, "pending", error="secret_unreadable",
                                next_at=time.time() + w.max_delay_s)
             return
-        status, error = await self._post(w, d, body, secrets)
+        with self.s.tracing.client_span("webhook.deliver", {
+                "casesignd.delivery_id": d.delivery_id, "casesignd.job_id": d.job_id,
+                "casesignd.webhook.event": d.event, "casesignd.attempt": d.attempts,
+                "http.request.body.size": len(body)}) as span:
+            status, error = await self._post(w, d, body, secrets, span)
+            if span is not None:
+                span.set_attribute("http.response.status_code", status or 0)
+                if error:
+                    span.set_attribute("error.type", error)
         if error == "address_refused":
             await self._settle(d, "dead", error=error)
             return
@@ -162,7 +172,7 @@ class Sender:
                            outcome=decision.state)
 
     async def _post(self, w: webhooks.Webhook, d: Delivery, body: bytes,
-                    secrets: list[str]) -> tuple[int | None, str | None]:
+                    secrets: list[str], span: object = None) -> tuple[int | None, str | None]:
         """(status, None), or (None, why) without an answer."""
         assert self.session is not None
         host = urlsplit(w.url).hostname or ""
@@ -176,7 +186,9 @@ class Sender:
                     w.url, data=body, headers={
                         **webhooks.headers(d.delivery_id, time.time(), body, secrets),
                         # What happened; the body is the job as it is now.
-                        "casesignd-event": d.event},
+                        "casesignd-event": d.event,
+                        # The receiver continues the trace, when tracing is on.
+                        **({"traceparent": Tracing.traceparent(span)} if span else {})},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
                 await resp.read()

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from tests.daemon import to_toml
 from tests.helpers_otlp import OtlpReceiver, attributes
+from tests.helpers_webhooks import Receiver, endpoint, new_secret
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SID = "00f067aa0ba902b7"
@@ -36,3 +38,24 @@ def test_a_request_continues_the_callers_trace(daemon_factory, otlp):
     for s in otlp.spans:
         for value in attributes(s).values():
             assert d.token not in str(value) and "Jane" not in str(value)
+
+
+def test_a_webhook_call_carries_its_span_as_traceparent(daemon_factory, otlp, tmp_path):
+    secret = new_secret()
+    rx = Receiver(secret)
+    try:
+        d = daemon_factory({"tracing": {"otlp_endpoint": otlp.url}}, start=False)
+        (d.dir / "hook.secret").write_text(secret + "\n")
+        d.config["tenants"][0]["webhooks"] = [endpoint("erp", rx.url, "hook.secret")]
+        d.config_path.write_text(to_toml(d.config))
+        d.start()
+        assert d.submit({"kind": "test", "webhook": "erp"}, key="k").status == 202
+        rx.wait(1)
+        sent = rx.attempts[-1]["traceparent"]
+        [span] = otlp.wait(lambda s: s.name == "webhook.deliver")
+        # Sampled (01), and the SDK's random trace id flag (02, Trace Context Level 2).
+        assert sent.rsplit("-", 1)[0] == f"00-{span.trace_id.hex()}-{span.span_id.hex()}"
+        assert int(sent.rsplit("-", 1)[1], 16) & 1
+        assert attributes(span)["http.response.status_code"] == 204
+    finally:
+        rx.close()
