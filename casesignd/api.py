@@ -6,6 +6,7 @@ Every error, 4xx or 5xx, has the contract's shape and never a stack trace:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -15,7 +16,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from . import audit, jobs, pdfrender, verify
+from . import jobs, pdfrender, verify
 from .app import SERVICES, Services
 from .errors import (
     Busy,
@@ -106,45 +107,14 @@ def middlewares(services: Services) -> list[Any]:
         return resp
 
     services.metrics.allow("code", *_HTTP_CODES.values(), "internal_error")
-    return [errors, aiohttp_middleware(services.metrics)]
+    # Tracing off installs nothing: no cost per request (casesignd.tracing).
+    traced = [services.tracing.middleware()] if services.tracing.enabled else []
+    return [*traced, errors, aiohttp_middleware(services.metrics)]
 
 
 def job_resource(services: Services, job: Job, now: float | None = None) -> dict[str, Any]:
-    """The contract's job resource."""
-    now = time.time() if now is None else now
-    out: dict[str, Any] = {
-        "job_id": job.job_id,
-        "kind": job.kind,
-        "case_id": job.case_id,
-        "state": jobs.client_state(job.state),
-        "attempts": job.attempt,
-        "version": job.version,
-        "created_at": audit.rfc3339(job.created_at),
-        "updated_at": audit.rfc3339(job.updated_at),
-        "timings": jobs.timings(job, now),
-    }
-    if job.state == "succeeded":
-        result = job.result_dict() or {}
-        artifact = result.get("artifact")
-        if artifact:
-            out["result"] = {
-                "artifact_id": artifact["artifact_id"], "sha256": artifact["sha256"],
-                "size": artifact["size"], "media_type": artifact["media_type"],
-            }
-            if artifact.get("removed_at") is not None:
-                # Retention or an erasure removed it: what it was, when it went, and
-                # no link to something that answers 404.
-                out["result"]["removed_at"] = audit.rfc3339(artifact["removed_at"])
-            else:
-                url, expires = services.link(artifact["artifact_id"], job.tenant)
-                out["result"].update(download_url=url, expires_at=audit.rfc3339(expires))
-        else:
-            out["result"] = {"detail": result.get("detail", {})}
-    if job.state == "failed":
-        out["error"] = {"category": job.error_category, "code": job.error_code,
-                        "correlation_id": job.correlation_id,
-                        **(job.refusal() or {})}
-    return out
+    """The contract's job resource (:func:`casesignd.jobs.resource`)."""
+    return jobs.resource(services, job, now)
 
 
 # --- jobs --------------------------------------------------------------------------------
@@ -164,7 +134,15 @@ async def post_job(request: web.Request) -> web.Response:
     if kind is None:
         raise ValidationError("unknown job kind; see the OpenAPI document",
                               code="unknown_kind", field="kind")
+    webhook = _webhook(s, tenant, body)
     admission = kind.admit(body, s.config, tenant)
+    if webhook is not None:
+        # Stored with the input, so the fingerprint covers it, and the store's writers
+        # find it when the job's state changes (casesignd.store.outbox).
+        admission = dataclasses.replace(
+            admission, normalized={**admission.normalized, "webhook": webhook},
+            fingerprint_material=None if admission.fingerprint_material is None
+            else {**admission.fingerprint_material, "webhook": webhook})
     if admission.declared_bytes > s.config.workers.max_inflight_bytes:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
@@ -181,6 +159,42 @@ async def post_job(request: web.Request) -> web.Response:
         s.metrics.idempotent_replay("/v1/jobs")
     return json_response(job_resource(s, job), 202 if created else 200,
                          {"Location": f"/v1/jobs/{job.job_id}"})
+
+
+def _webhook(s: Services, tenant: str, body: dict[str, Any]) -> str | None:
+    """The endpoint a job names (taken out of ``body``): one of its tenant's, by
+    name; a URL, or another tenant's name, is refused like any unknown name."""
+    name = body.pop("webhook", None)
+    if name is not None and (not isinstance(name, str) or s.config.webhook(tenant, name) is None):
+        raise ValidationError("no webhook endpoint of that name for this tenant",
+                              code="unknown_webhook", field="webhook")
+    return name
+
+
+async def list_deliveries(request: web.Request) -> web.Response:
+    """A tenant's webhook deliveries, newest first (``job_id=``: one job's)."""
+    s = services_of(request)
+    tenant = authenticate(request)
+    try:
+        limit = int(request.query.get("limit", "50"))
+    except ValueError:
+        limit = 0
+    if not 1 <= limit <= 200:
+        raise ValidationError("limit must be an integer from 1 to 200", code="invalid_limit",
+                              field="limit")
+    job_id = request.query.get("job_id")
+    found = await s.store.list_deliveries(tenant, limit, job_id=job_id)
+    return json_response({"deliveries": [d.public() for d in found]})
+
+
+async def redeliver(request: web.Request) -> web.Response:
+    """Send one of the tenant's deliveries again (one more attempt, due now)."""
+    s = services_of(request)
+    tenant = authenticate(request)
+    found = await s.store.redeliver(tenant, request.match_info["delivery_id"])
+    if found is None:
+        raise NotFound("no such delivery", code="delivery_not_found")
+    return json_response(found.public(), 202)
 
 
 async def _tenant_job(request: web.Request) -> tuple[Services, str, Job]:
@@ -519,6 +533,8 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/v1/jobs/{job_id}/retry", retry_job)
     r.add_post("/v1/jobs/{job_id}/cancel", cancel_job)
     r.add_get("/v1/artifacts/{artifact_id}", get_artifact)
+    r.add_get("/v1/webhooks/deliveries", list_deliveries)
+    r.add_post("/v1/webhooks/deliveries/{delivery_id}/redeliver", redeliver)
     r.add_post("/v1/verify", post_verify)
     r.add_get("/healthz", healthz)
     r.add_get("/readyz", readyz)

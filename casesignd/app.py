@@ -43,6 +43,8 @@ from .scanner import Scanner, make_scanner
 from .sources import Fetcher
 from .store import Store, make_store
 from .tempfiles import TempManager
+from .tracing import Tracing
+from .webhook_sender import Sender
 from .worker import Pool
 
 if TYPE_CHECKING:  # the CMS stack is imported when a key is loaded, not with the app
@@ -78,6 +80,8 @@ class Services:
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
         self.store: Store = make_store(cfg, self.node)
+        self.webhooks = Sender(self)
+        self.tracing = Tracing(cfg.tracing.otlp_endpoint, node=self.node)
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
@@ -452,6 +456,8 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
     swept = await asyncio.to_thread(s.temp.sweep)
     if swept:
         log_event(log, "temp.swept", count=swept)
+    # Built off the event loop: the exporter's imports take their time (only when set).
+    await asyncio.to_thread(s.tracing.start)
     await s.store.open()
     try:
         s.load_tenants(cfg)
@@ -472,8 +478,14 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         renewer = asyncio.create_task(keep_renewing(s), name="casesignd-renewal") \
             if cfg.archive.renew_before_days > 0 else None
         sweeper = asyncio.create_task(keep_sweeping(s), name="casesignd-retention")
+        # Webhooks: the outbox's rows, sent at least once (casesignd.webhook_sender).
+        sender = asyncio.create_task(s.webhooks.run(), name="casesignd-webhooks") \
+            if any(t.webhooks for t in cfg.tenants) else None
         yield
         sweeper.cancel()
+        if sender is not None:
+            sender.cancel()
+            await asyncio.wait([sender], timeout=10)
         warm.cancel()
         keeper.cancel()
         if renewer is not None:
@@ -494,3 +506,4 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await s.fetcher.close()
         await asyncio.to_thread(s.close_cpu)
         await s.store.close()
+        await asyncio.to_thread(s.tracing.stop)

@@ -182,6 +182,21 @@ DESCRIPTIONS: dict[str, str] = {
     "bill_to, customer_tax_id, number, description, quantity, unit_price, amount, subtotal, "
     "total, page ('Page {page} of {pages}').",
     "invoice.max_items": "Most line items in one invoice.",
+    "tenants.webhooks": "An endpoint this tenant's jobs may name by \"webhook\" (never a "
+    "URL); its deliveries are sent at least once, signed as Standard Webhooks.",
+    "tenants.webhooks.name": "Its name, as a job names it.",
+    "tenants.webhooks.url": "https, or http to a loopback address; redirects are not followed.",
+    "tenants.webhooks.events": "What it is told: job.ready, job.failed, job.canceled, "
+    "signature.extended.",
+    "tenants.webhooks.secret_file": "Its secrets (whsec_ and base64), one a line; two while "
+    "rotating: each request is signed with both.",
+    "tenants.webhooks.timeout_s": "Time one attempt may take.",
+    "tenants.webhooks.max_attempts": "Attempts before a delivery is dead (timeouts, connection "
+    "errors, 429 and 5xx are retried; other answers are final).",
+    "tenants.webhooks.base_delay_s": "First backoff, doubled each attempt, with jitter.",
+    "tenants.webhooks.max_delay_s": "Longest backoff.",
+    "tenants.webhooks.allow_addresses": "Link-local or metadata addresses it may resolve to "
+    "all the same (else refused).",
     "tenants.invoice": "This tenant's own invoice settings; each one left out is [invoice]'s.",
     "tenants.invoice.default_template": "Template of this tenant's invoices that name none "
     "(invoice-v4 when left out: the one that prints these settings).",
@@ -203,6 +218,10 @@ DESCRIPTIONS: dict[str, str] = {
     "validation.fetch_timeout_s": "One OCSP or CRL fetch.",
     "validation.refresh_ahead_s": "Revocation data kept for signing is fetched again this long "
     "before its nextUpdate.",
+    "tracing": "OpenTelemetry traces (casesignd.tracing): every request continues its W3C "
+    "traceparent.",
+    "tracing.otlp_endpoint": "OTLP/HTTP traces URL (http://collector:4318/v1/traces); empty: "
+    "no tracing, at no cost.",
     "archive": "Renewal of B-LTA artifacts (extend_signature).",
     "archive.renew_before_days": "Renew artifacts whose last timestamp's chain expires within "
     "this many days; 0: never.",
@@ -239,6 +258,9 @@ EXAMPLES: dict[str, Any] = {
     "tenants.invoice.footer": ["Bank: IBAN DE00 0000 0000 0000 0000 00"],
     "tenants.invoice.locale": "de-DE",
     "tenants.invoice.labels": {"invoice": "RECHNUNG", "total": "Gesamt"},
+    "tenants.webhooks.name": "erp",
+    "tenants.webhooks.url": "https://erp.example/casesignd",
+    "tenants.webhooks.secret_file": "erp-webhook.secret",
     "policies.version": "contract-v2",
 }
 
@@ -378,10 +400,14 @@ def _emit_table(
     _comment(lines, path, prefix)
     lines.append(f"{prefix}[[{header}]]" if array else f"{prefix}[{header}]")
     nested: list[tuple[str, type[msgspec.Struct], Any]] = []
+    arrays: list[tuple[str, type[msgspec.Struct], Any]] = []  # [[tenants.webhooks]]
     for f in msgspec.structs.fields(cls):
         sub = _struct_of(f.type)
         if sub is not None:
             nested.append((f.name, sub, get(f.name)))
+            continue
+        if (item_cls := _list_struct_of(f.type)) is not None:
+            arrays.append((f.name, item_cls, get(f.name)))
             continue
         _comment(lines, f"{path}.{f.name}", prefix)
         value = get(f.name)
@@ -397,6 +423,11 @@ def _emit_table(
                         commented=True)
         else:
             _emit_table(lines, f"{header}.{name}", sub_path, sub, value, commented=commented)
+    for name, sub, items in arrays:
+        sub_path = f"{path}.{name}"
+        for item in items or [_example(sub, sub_path)]:
+            _emit_table(lines, f"{header}.{name}", sub_path, sub, item, array=True,
+                        commented=commented or not items)
 
 
 def render_config(cfg: cfgmod.Config, *, title: str = "casesignd configuration") -> str:

@@ -18,8 +18,10 @@ from pathlib import Path
 
 import msgspec
 
+from . import webhooks
 from .errors import ConfigError
 from .verify_budget import VerifyBudget
+from .webhooks import Webhook
 
 MiB = 1024 * 1024
 
@@ -225,6 +227,12 @@ class Archive(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     renew_interval_s: float = 86400.0
 
 
+class Tracing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); empty: no tracing,
+    # and nothing of OpenTelemetry is imported (casesignd.tracing).
+    otlp_endpoint: str = ""
+
+
 class Retention(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # How long things live, in seconds; 0 keeps them for ever (casesignd.retention).
     # Uploaded objects, counted from the end of the last job that uses them.
@@ -277,6 +285,8 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the bearer token; the token itself is never stored.
     token_sha256: str
     invoice: TenantInvoice | None = None
+    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.webhooks).
+    webhooks: list[Webhook] = msgspec.field(default_factory=list)
 
 
 class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -395,6 +405,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     validation: Validation = msgspec.field(default_factory=Validation)
     archive: Archive = msgspec.field(default_factory=Archive)
     retention: Retention = msgspec.field(default_factory=Retention)
+    tracing: Tracing = msgspec.field(default_factory=Tracing)
     # Directory of the config file; relative paths resolve against it.
     base_dir: str = "."
 
@@ -433,6 +444,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             if t.name == tenant:
                 return self.invoice.over(t.invoice)
         return self.invoice
+
+    def webhook(self, tenant: str, name: str) -> Webhook | None:
+        """``tenant``'s endpoint ``name``: another tenant's is none."""
+        for t in self.tenants:
+            if t.name == tenant:
+                return next((w for w in t.webhooks if w.name == name), None)
+        return None
 
     def source(self, name: str) -> Source | None:
         for s in self.sources:
@@ -529,6 +547,9 @@ def _check(cfg: Config) -> None:
         if t.name in names:
             raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
         names.add(t.name)
+        problem = webhooks.check(t.webhooks, f"tenants[{i}]")
+        if problem:
+            raise ConfigError(*problem)
     for i, s in enumerate(cfg.sources):
         if s.kind not in ("dir", "http"):
             raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
@@ -550,6 +571,9 @@ def _check(cfg: Config) -> None:
         raise ConfigError("retention.sweep_batch", "must be at least 1")
     if cfg.archive.renew_before_days < 0:
         raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
+    if cfg.tracing.otlp_endpoint and not cfg.tracing.otlp_endpoint.startswith(
+            ("http://", "https://")):
+        raise ConfigError("tracing.otlp_endpoint", "expected an http(s) URL or empty")
     _check_store(cfg.store)
     if cfg.scanner.kind not in ("none", "clamd"):
         raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")

@@ -8,8 +8,9 @@ from __future__ import annotations
 import hashlib
 import random
 import re
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from . import audit
 from .errors import INTERNAL, RETRIES_EXHAUSTED, CasesignError, ValidationError
@@ -134,3 +135,48 @@ def timings(job: Any, now: float) -> dict[str, float]:
         "processing_ms": round(processing, 3),
         "total_ms": round(max(0.0, end - job.created_at) * 1000.0, 3),
     }
+
+
+class Links(Protocol):
+    """What makes an artifact's download link (casesignd.app.Services)."""
+
+    def link(self, artifact_id: str, tenant: str) -> tuple[str, int]: ...
+
+
+def resource(services: Links, job: Any, now: float | None = None) -> dict[str, Any]:
+    """The contract's job resource, as ``GET /v1/jobs/{id}`` answers it and a webhook
+    delivery carries it: a ready job's download link is made now (pure but for it)."""
+    now = time.time() if now is None else now
+    out: dict[str, Any] = {
+        "job_id": job.job_id,
+        "kind": job.kind,
+        "case_id": job.case_id,
+        "state": client_state(job.state),
+        "attempts": job.attempt,
+        "version": job.version,
+        "created_at": audit.rfc3339(job.created_at),
+        "updated_at": audit.rfc3339(job.updated_at),
+        "timings": timings(job, now),
+    }
+    if job.state == "succeeded":
+        result = job.result_dict() or {}
+        artifact = result.get("artifact")
+        if artifact:
+            out["result"] = {
+                "artifact_id": artifact["artifact_id"], "sha256": artifact["sha256"],
+                "size": artifact["size"], "media_type": artifact["media_type"],
+            }
+            if artifact.get("removed_at") is not None:
+                # Retention or an erasure removed it: what it was, when it went, and
+                # no link to something that answers 404.
+                out["result"]["removed_at"] = audit.rfc3339(artifact["removed_at"])
+            else:
+                url, expires = services.link(artifact["artifact_id"], job.tenant)
+                out["result"].update(download_url=url, expires_at=audit.rfc3339(expires))
+        else:
+            out["result"] = {"detail": result.get("detail", {})}
+    if job.state == "failed":
+        out["error"] = {"category": job.error_category, "code": job.error_code,
+                        "correlation_id": job.correlation_id,
+                        **(job.refusal() or {})}
+    return out

@@ -257,6 +257,43 @@ def _paths() -> dict[str, Any]:
                 "responses": {"200": _job("The job."), "401": _UNAUTHORIZED, "404": _JOB_NOT_FOUND},
             },
         },
+        "/v1/webhooks/deliveries": {
+            "get": {
+                "operationId": "listWebhookDeliveries",
+                "summary": "The tenant's webhook deliveries, newest first",
+                "description": "Each is sent at least once, signed as Standard Webhooks "
+                "(webhook-id, webhook-timestamp, webhook-signature); the body is the job "
+                "resource as GET /v1/jobs/{job_id} answers it when sent. No order is "
+                "promised: deduplicate by webhook-id and read the job's state.",
+                "parameters": [
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": 200}},
+                    {"name": "job_id", "in": "query", "required": False,
+                     "description": "Only this job's deliveries.",
+                     "schema": {"type": "string"}},
+                ],
+                "responses": {
+                    "200": {"description": "The deliveries.",
+                            "content": _json("WebhookDeliveries")},
+                    "401": _UNAUTHORIZED,
+                    "422": _error("invalid_limit"),
+                },
+            },
+        },
+        "/v1/webhooks/deliveries/{delivery_id}/redeliver": {
+            "parameters": [{"name": "delivery_id", "in": "path", "required": True,
+                            "schema": {"type": "string"}}],
+            "post": {
+                "operationId": "redeliverWebhook",
+                "summary": "Send a delivery again: due now, one attempt more",
+                "responses": {
+                    "202": {"description": "Pending again.",
+                            "content": _json("WebhookDelivery")},
+                    "401": _UNAUTHORIZED,
+                    "404": _error("delivery_not_found (also another tenant's)."),
+                },
+            },
+        },
         "/v1/jobs/{job_id}/events": {
             "parameters": [_p("JobId")],
             "get": {

@@ -137,6 +137,7 @@ def schemas() -> dict[str, Any]:
                     "policy's media types.",
                 },
                 "signers": {"type": "array", "items": ref("Signer")},
+                "webhook": ref("WebhookName"),
             },
             ["kind", "case_id", "items", "signers"], closed=True,
         ),
@@ -173,6 +174,7 @@ def schemas() -> dict[str, Any]:
                                      "out: the tenant's default template."},
                 "sign": {"type": "boolean", "default": False},
                 "order": ref("Order"),
+                "webhook": ref("WebhookName"),
             },
             ["kind", "order"], closed=True,
         ),
@@ -185,9 +187,35 @@ def schemas() -> dict[str, Any]:
                 "policy_version": {"type": "string", "pattern": VERSION_PATTERN,
                                    "description": "A B-LTA policy (its TSA); left out: the "
                                    "default policy."},
+                "webhook": ref("WebhookName"),
             },
             ["kind", "artifact_id"], closed=True,
         ),
+        "WebhookName": {
+            "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$",
+            "description": "One of the tenant's [[tenants.webhooks]] endpoints, by name, "
+            "never a URL (unknown: 422 unknown_webhook). Its deliveries report the job's "
+            "end: job.ready, job.failed, job.canceled, or signature.extended.",
+        },
+        "WebhookDelivery": obj(
+            {
+                "delivery_id": {"type": "string", "description": "The webhook-id header."},
+                "job_id": {"type": "string"},
+                "event": {"enum": ["job.ready", "job.failed", "job.canceled",
+                                   "signature.extended"]},
+                "endpoint": {"type": "string"},
+                "state": {"enum": ["pending", "delivered", "dead", "skipped"]},
+                "attempts": {"type": "integer", "minimum": 0},
+                "created_at": {"type": "string", "format": "date-time"},
+                "next_attempt_at": {"type": ["string", "null"], "format": "date-time"},
+                "last_status": {"type": ["integer", "null"]},
+                "last_error": {"type": ["string", "null"]},
+                "delivered_at": {"type": ["string", "null"], "format": "date-time"},
+            },
+            ["delivery_id", "job_id", "event", "endpoint", "state", "attempts", "created_at"],
+        ),
+        "WebhookDeliveries": obj(
+            {"deliveries": {"type": "array", "items": ref("WebhookDelivery")}}, ["deliveries"]),
         "JobRequest": {
             "oneOf": [ref("SignCaseJob"), ref("RenderInvoiceJob"), ref("ExtendSignatureJob")],
             "discriminator": {

@@ -258,3 +258,50 @@ SELECT data FROM artifact_data WHERE artifact_id = :artifact_id;
 
 -- name: schema_version
 PRAGMA user_version;
+
+-- The webhook outbox (casesignd.store.outbox).
+-- name: insert_delivery
+INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, created_at,
+                                next_attempt_at, updated_at)
+VALUES (:delivery_id, :tenant, :job_id, :event, :endpoint, :now, :now, :now);
+
+-- A lease on the oldest due deliveries, like a claim: the attempt number bumps.
+-- name: take_deliveries
+UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = :owner,
+       lease_expires = :now + :lease_s, updated_at = :now
+ WHERE delivery_id IN (
+   SELECT delivery_id FROM webhook_deliveries
+    WHERE state = 'pending' AND next_attempt_at <= :now
+      AND (lease_expires IS NULL OR lease_expires <= :now)
+    ORDER BY next_attempt_at, delivery_id LIMIT :limit)
+RETURNING *;
+
+-- An attempt's outcome, written only while its lease holds.
+-- name: settle_delivery
+UPDATE webhook_deliveries SET state = :state, lease_owner = NULL, lease_expires = NULL,
+       next_attempt_at = CASE WHEN :state = 'pending' THEN :next_at ELSE next_attempt_at END,
+       last_status = :status, last_error = :error,
+       delivered_at = CASE WHEN :state = 'delivered' THEN :now END, updated_at = :now
+ WHERE delivery_id = :delivery_id AND attempts = :attempts AND lease_owner = :owner
+   AND state = 'pending';
+
+-- name: list_deliveries
+SELECT * FROM webhook_deliveries WHERE tenant = :tenant ORDER BY delivery_id DESC LIMIT :limit;
+
+-- name: job_deliveries
+SELECT * FROM webhook_deliveries WHERE tenant = :tenant AND job_id = :job_id
+ ORDER BY delivery_id;
+
+-- name: delivery_stats
+SELECT state, count(*) AS n, min(created_at) AS oldest FROM webhook_deliveries GROUP BY state;
+
+-- Sent again on a tenant's request: due now, one attempt more (its count goes on, so
+-- a stale sender's late outcome stays fenced off).
+-- name: redeliver
+UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = :now, lease_owner = NULL,
+       lease_expires = NULL, updated_at = :now
+ WHERE delivery_id = :delivery_id AND tenant = :tenant AND state <> 'pending'
+RETURNING *;
+
+-- name: get_delivery
+SELECT * FROM webhook_deliveries WHERE delivery_id = :delivery_id AND tenant = :tenant;

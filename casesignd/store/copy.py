@@ -44,7 +44,8 @@ from .sqlfiles import load_statements, migrations
 # What is copied, in this order, and the order of each table's rows.
 TABLES = {"jobs": "job_id", "events": "seq", "signatures": "tenant, sig_key",
           "artifacts": "artifact_id", "artifact_data": "artifact_id",
-          "holds": "tenant, case_id", "objects": "tenant, case_id, sha256"}
+          "holds": "tenant, case_id", "objects": "tenant, case_id, sha256",
+          "webhook_deliveries": "delivery_id"}
 # What each store keeps for itself and is not copied: SQLite's trigger counters;
 # PostgreSQL's jobs per state (counted from the copied jobs), the chain's head (set to
 # the last event) and its schema version (its migrations).

@@ -23,6 +23,7 @@ from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater, Signature
 from .memory_lifecycle import MemoryLifecycle
+from .outbox import Delivery, MemoryOutbox
 from .records import (
     Activity,
     Claimed,
@@ -41,7 +42,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle):
+class MemoryStore(MemoryLifecycle, MemoryOutbox):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -55,6 +56,7 @@ class MemoryStore(MemoryLifecycle):
         self._data: dict[str, bytes] = {}
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
+        self._deliveries: dict[str, Delivery] = {}
 
     async def open(self) -> None:
         pass
@@ -88,6 +90,7 @@ class MemoryStore(MemoryLifecycle):
         ev["hash"] = audit.event_hash(ev)
         self._events.append(ev)
         self._chain[:] = [seq, ev["hash"]]
+        self._outbox(job, type, now)  # the webhook outbox: with the state change
 
     def _put(self, job: Job) -> Job:
         self._jobs[job.job_id] = job

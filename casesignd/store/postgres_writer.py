@@ -42,6 +42,7 @@ from psycopg.rows import DictRow
 from .. import audit
 from ..errors import StoreUnavailable
 from .groupcommit import Done, GroupCommit, Ran
+from .outbox import delivery_row
 from .records import Subject
 from .sqlfiles import migrations
 from .tx import Op, Step, event_row
@@ -131,6 +132,9 @@ class PgTx:
     def event(self, job: Subject, type: str, actor: str, detail: dict[str, Any] | None = None,
               attempt: int | None = None) -> None:
         self.events.append(event_row(job, type, actor, detail, attempt, self.now))
+        delivery = delivery_row(job, type, self.now)
+        if delivery is not None:  # the webhook outbox: with the state change
+            self.conn.execute(self.q["insert_delivery"], delivery)
 
 
 def migrate(conn: PgConnection, q: dict[str, str]) -> int:

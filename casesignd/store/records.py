@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
+from .. import audit
 from ..errors import CasesignError, Conflict
 from ..outcomes import Finish, Outcome
 
@@ -75,6 +76,37 @@ class Job(msgspec.Struct, kw_only=True):
         if self.state != "failed" or not self.result:
             return None
         return (self.result_dict() or {}).get("refusal")
+
+
+class Delivery(msgspec.Struct, kw_only=True):
+    """A webhook delivery row (casesignd.store.outbox)."""
+
+    delivery_id: str  # the webhook-id a receiver deduplicates by
+    tenant: str
+    job_id: str
+    event: str
+    endpoint: str
+    state: str
+    attempts: int
+    created_at: float
+    next_attempt_at: float
+    lease_owner: str | None
+    lease_expires: float | None
+    last_status: int | None
+    last_error: str | None
+    delivered_at: float | None
+    updated_at: float
+
+    def public(self) -> dict[str, Any]:
+        """As ``GET /v1/webhooks/deliveries`` lists it."""
+        return {"delivery_id": self.delivery_id, "job_id": self.job_id, "event": self.event,
+                "endpoint": self.endpoint, "state": self.state, "attempts": self.attempts,
+                "created_at": audit.rfc3339(self.created_at),
+                "next_attempt_at": (audit.rfc3339(self.next_attempt_at)
+                                    if self.state == "pending" else None),
+                "last_status": self.last_status, "last_error": self.last_error,
+                "delivered_at": (audit.rfc3339(self.delivered_at)
+                                 if self.delivered_at is not None else None)}
 
 
 def row_job(row: Any) -> Job:
@@ -302,6 +334,14 @@ class Store(Protocol):
     async def erase_case(self, tenant: str, case_id: str, actor: str) -> Erased: ...
     async def scrub(self) -> None: ...
     async def disk_use(self) -> dict[str, int]: ...
+    # The webhook outbox (casesignd.store.outbox).
+    async def take_deliveries(self, owner: str, lease_s: float, limit: int) -> list[Delivery]: ...
+    async def settle_delivery(self, d: Delivery, state: str, *, next_at: float = 0.0,
+                              status: int | None = None, error: str | None = None) -> bool: ...
+    async def list_deliveries(self, tenant: str, limit: int,
+                              job_id: str | None = None) -> list[Delivery]: ...
+    async def redeliver(self, tenant: str, delivery_id: str) -> Delivery | None: ...
+    async def delivery_stats(self) -> tuple[dict[str, int], float | None]: ...
 
 
 _id_lock = threading.Lock()

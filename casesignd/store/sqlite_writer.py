@@ -21,6 +21,7 @@ from typing import Any
 from .. import audit
 from ..errors import StoreUnavailable
 from .groupcommit import GroupCommit, Ran
+from .outbox import delivery_row
 from .records import Subject
 from .sqlfiles import load_statements, migrations
 from .tx import Op, event_row
@@ -70,6 +71,9 @@ class SqliteTx:
         ev["hash"] = audit.event_hash(ev)
         self.events.append(ev)
         self.chain[0], self.chain[1] = seq, ev["hash"]
+        delivery = delivery_row(job, type, self.now)
+        if delivery is not None:  # the webhook outbox: with the state change
+            self.conn.execute(self.q["insert_delivery"], delivery)
 
     def flush(self) -> None:
         """Insert the operation's events (no statement of an operation reads them)."""

@@ -23,6 +23,7 @@ from .. import audit
 from ..errors import Conflict, NotFound, QueueFull
 from ..outcomes import Finish, Outcome, RetryLater
 from .lifecycle import LifecycleVerbs
+from .outbox import OutboxVerbs
 from .records import (
     Activity,
     Claimed,
@@ -352,7 +353,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 

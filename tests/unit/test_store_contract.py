@@ -656,3 +656,100 @@ async def test_a_renewal_is_due_until_an_artifact_renews_it(store_and_clock):
     assert await store.due_renewals(clock.now + 5000, 10) == due[1:]
     assert await store.due_renewals(clock.now + 10_000, 10) == [
         due[1], (renewed.artifact_id, "t1", renewed.timestamp_expires_at)]
+
+
+# --- the webhook outbox ------------------------------------------------------------------
+
+
+async def test_a_delivery_is_written_with_each_reported_state_change(store_and_clock):
+    store, clock = store_and_clock
+    hooked = {"x": 1, "webhook": "erp"}
+
+    async def claimed():
+        return (await store.claim("w", 10, 1 << 30, ["test"])).lease
+
+    ready, _ = await admit(store, key="r", body=hooked)
+    await store.conclude(await claimed(), Finish(detail={"ok": 1}))
+    failed, _ = await admit(store, key="f", body={**hooked, "x": 2})
+    await store.conclude(await claimed(), Fail("permanent_input", "malformed_pdf"))
+    canceled, _ = await admit(store, key="c", body={**hooked, "x": 3})
+    await store.cancel("t1", canceled.job_id, "api")
+    await admit(store, key="p")  # names no endpoint: no delivery
+    await store.conclude(await claimed(), Finish())
+    listed = await store.list_deliveries("t1", 10)
+    assert sorted((d.job_id, d.event) for d in listed) == sorted([
+        (ready.job_id, "job.ready"), (failed.job_id, "job.failed"),
+        (canceled.job_id, "job.canceled")])
+    assert {d.endpoint for d in listed} == {"erp"} and {d.state for d in listed} == {"pending"}
+    assert await store.list_deliveries("t2", 10) == []
+    assert [d.event for d in await store.list_deliveries("t1", 10, job_id=ready.job_id)] == [
+        "job.ready"]
+    counts, oldest = await store.delivery_stats()
+    assert counts == {"pending": 3, "delivered": 0, "dead": 0, "skipped": 0} and oldest is not None
+
+
+async def test_a_stale_result_writes_no_delivery(store_and_clock):
+    store, clock = store_and_clock
+    await admit(store, body={"x": 1, "webhook": "erp"})
+    first = await store.claim("w1", 10, 1 << 30, ["test"])
+    clock.now += 11
+    await store.reclaim_expired(max_lost=5)
+    second = await store.claim("w2", 10, 1 << 30, ["test"])
+    assert await store.conclude(first.lease, Finish()) is None
+    assert await store.list_deliveries("t1", 10) == []
+    await store.conclude(second.lease, Finish())
+    assert len(await store.list_deliveries("t1", 10)) == 1
+
+
+async def test_deliveries_are_leased_one_sender_at_a_time_and_fenced(store_and_clock):
+    store, clock = store_and_clock
+    await admit(store, body={"x": 1, "webhook": "erp"})
+    await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    [d] = await store.take_deliveries("n1", 30, 10)
+    assert d.attempts == 1 and d.lease_owner == "n1"
+    assert await store.take_deliveries("n2", 30, 10) == []  # leased
+    assert await store.settle_delivery(d, "pending", next_at=clock.now + 5, status=500)
+    assert await store.take_deliveries("n2", 30, 10) == []  # not due yet
+    clock.now += 6
+    [again] = await store.take_deliveries("n2", 30, 10)
+    assert again.attempts == 2 and again.last_status == 500
+    # n2's lease runs out; n1 takes it back, and n2's late outcome is dropped.
+    clock.now += 31
+    [third] = await store.take_deliveries("n1", 30, 10)
+    assert not await store.settle_delivery(again, "delivered", status=200)
+    assert await store.settle_delivery(third, "delivered", status=204)
+    [done] = await store.list_deliveries("t1", 10)
+    assert done.state == "delivered" and done.attempts == 3 and done.delivered_at is not None
+    assert await store.take_deliveries("n1", 30, 10) == []
+    assert (await store.delivery_stats()) == ({"pending": 0, "delivered": 1, "dead": 0, "skipped": 0}, None)
+    # Sent again on request: due now, its attempt count going on; another tenant's is none.
+    assert await store.redeliver("t2", done.delivery_id) is None
+    again = await store.redeliver("t1", done.delivery_id)
+    assert again.state == "pending" and again.attempts == 3
+    assert (await store.redeliver("t1", done.delivery_id)).state == "pending"
+    [fourth] = await store.take_deliveries("n1", 30, 10)
+    assert fourth.attempts == 4
+
+
+async def test_two_senders_never_take_one_delivery_together(store_and_clock):
+    store, clock = store_and_clock
+    # On PostgreSQL the second sender is another daemon's store on the same database.
+    other = PostgresStore(store.dsn, clock=clock) if isinstance(store, PostgresStore) else store
+    if other is not store:
+        await other.open()
+    try:
+        for i in range(20):
+            await admit(store, key=f"k{i}", body={"x": i, "webhook": "erp"})
+            await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+        taken: list[list] = [[], []]
+
+        async def sender(i, s):
+            while batch := await s.take_deliveries(f"n{i}", 30, 3):
+                taken[i].extend(d.delivery_id for d in batch)
+
+        await asyncio.gather(sender(0, store), sender(1, other))
+        assert not set(taken[0]) & set(taken[1])
+        assert len(taken[0]) + len(taken[1]) == 20
+    finally:
+        if other is not store:
+            await other.close()

@@ -443,3 +443,56 @@ SELECT data FROM artifact_data WHERE artifact_id = %(artifact_id)s;
 
 -- name: writable
 SELECT pg_is_in_recovery() AS in_recovery;
+
+-- The webhook outbox (casesignd.store.outbox).
+-- name: insert_delivery
+INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, created_at,
+                                next_attempt_at, updated_at)
+VALUES (%(delivery_id)s, %(tenant)s, %(job_id)s, %(event)s, %(endpoint)s, %(now)s, %(now)s,
+        %(now)s);
+
+-- A lease on the oldest due deliveries, like a claim: the attempt number bumps, and a
+-- row another daemon is taking is skipped, so one daemon sends a delivery at a time.
+-- name: take_deliveries
+UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = %(owner)s,
+       lease_expires = %(now)s::float8 + %(lease_s)s::float8, updated_at = %(now)s::float8
+ WHERE delivery_id IN (
+   SELECT delivery_id FROM webhook_deliveries
+    WHERE state = 'pending' AND next_attempt_at <= %(now)s::float8
+      AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)
+    ORDER BY next_attempt_at, delivery_id LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED)
+RETURNING *;
+
+-- An attempt's outcome, written only while its lease holds.
+-- name: settle_delivery
+UPDATE webhook_deliveries SET state = %(state)s::text, lease_owner = NULL, lease_expires = NULL,
+       next_attempt_at = CASE WHEN %(state)s::text = 'pending' THEN %(next_at)s::float8
+                              ELSE next_attempt_at END,
+       last_status = %(status)s::integer, last_error = %(error)s::text,
+       delivered_at = CASE WHEN %(state)s::text = 'delivered' THEN %(now)s::float8 END,
+       updated_at = %(now)s::float8
+ WHERE delivery_id = %(delivery_id)s AND attempts = %(attempts)s AND lease_owner = %(owner)s::text
+   AND state = 'pending';
+
+-- name: list_deliveries
+SELECT * FROM webhook_deliveries WHERE tenant = %(tenant)s
+ ORDER BY delivery_id DESC LIMIT %(limit)s;
+
+-- name: job_deliveries
+SELECT * FROM webhook_deliveries WHERE tenant = %(tenant)s AND job_id = %(job_id)s
+ ORDER BY delivery_id;
+
+-- name: delivery_stats
+SELECT state, count(*) AS n, min(created_at) AS oldest FROM webhook_deliveries GROUP BY state;
+
+-- Sent again on a tenant's request: due now, one attempt more (its count goes on, so
+-- a stale sender's late outcome stays fenced off).
+-- name: redeliver
+UPDATE webhook_deliveries SET state = 'pending', next_attempt_at = %(now)s::float8,
+       lease_owner = NULL, lease_expires = NULL, updated_at = %(now)s::float8
+ WHERE delivery_id = %(delivery_id)s AND tenant = %(tenant)s AND state <> 'pending'
+RETURNING *;
+
+-- name: get_delivery
+SELECT * FROM webhook_deliveries WHERE delivery_id = %(delivery_id)s AND tenant = %(tenant)s;

@@ -1,0 +1,198 @@
+"""Webhooks through a real receiver on loopback that verifies every request with the
+``standardwebhooks`` library: each reported state change delivered at least once and
+deduplicated by ``webhook-id``, retries by the answer's class, a receiver down and
+back, ``kill -9`` between the commit and the delivery, a secret rotation, and what a
+caller can never make casesignd connect to."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook, WebhookVerificationError
+
+from tests.daemon import Daemon, to_toml
+from tests.helpers_webhooks import Receiver, endpoint, new_secret
+
+
+@pytest.fixture
+def secret():
+    return new_secret()
+
+
+@pytest.fixture
+def receiver(secret):
+    r = Receiver(secret)
+    yield r
+    r.close()
+
+
+def hooked(daemon_factory, receiver, secret, *extra, secrets=None, **over) -> Daemon:
+    """A daemon whose tenant has the endpoint "erp" (the receiver), and ``extra``."""
+    d = daemon_factory({"workers": {"concurrency": 2}}, start=False)
+    (d.dir / "hook.secret").write_text("\n".join(secrets or [secret]) + "\n")
+    d.config["tenants"][0]["webhooks"] = [
+        endpoint("erp", receiver.url, str(d.dir / "hook.secret"), **over), *extra]
+    d.config_path.write_text(to_toml(d.config))
+    return d.start()
+
+
+def submit(d: Daemon, key: str, **body) -> str:
+    r = d.submit({"kind": "test", "webhook": "erp", **body}, key=key)
+    assert r.status == 202, r.body
+    return r.json()["job_id"]
+
+
+def deliveries(d: Daemon, job_id: str | None = None) -> list[dict]:
+    r = d.request("GET", "/v1/webhooks/deliveries" + (f"?job_id={job_id}" if job_id else ""))
+    assert r.status == 200, r.body
+    return r.json()["deliveries"]
+
+
+def wait_settled(d: Daemon, n: int, timeout_s: float = 60.0) -> list[dict]:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        found = deliveries(d)
+        if len(found) >= n and all(x["state"] != "pending" for x in found):
+            return found
+        time.sleep(0.1)
+    raise AssertionError(deliveries(d))
+
+
+def test_ready_failed_and_canceled_are_delivered_signed_and_once_each(
+        daemon_factory, receiver, secret):
+    d = hooked(daemon_factory, receiver, secret)
+    ready = submit(d, "r", behavior="succeed")
+    failed = submit(d, "f", behavior="fail_permanent")
+    # Both workers busy, so the next job waits and can be canceled while queued.
+    for i in range(2):
+        d.submit({"kind": "test", "behavior": "hang", "hang_s": 3, "tag": str(i)}, key=f"h{i}")
+    time.sleep(0.5)
+    canceled = submit(d, "c", behavior="succeed", tag="c")
+    assert d.request("POST", f"/v1/jobs/{canceled}/cancel").status == 200
+    got = receiver.wait(3)
+    by_job = {body["job_id"]: (msg_id, body) for msg_id, body in got.items()}
+    assert set(by_job) == {ready, failed, canceled}
+    assert by_job[ready][1]["state"] == "ready" and by_job[failed][1]["state"] == "failed"
+    assert by_job[canceled][1]["state"] == "canceled"
+    assert by_job[failed][1]["error"]["code"]
+    assert {receiver.events[m] for m in got} == {"job.ready", "job.failed", "job.canceled"}
+    # The body is the job resource as GET answers it (but for its clocks).
+    assert by_job[ready][1]["job_id"] == d.job(ready)["job_id"]
+    assert receiver.forged == 0
+    listed = wait_settled(d, 3)
+    assert {x["state"] for x in listed} == {"delivered"}
+    assert {x["delivery_id"] for x in listed} == set(got)
+    # The hanging jobs named no endpoint: nothing for them.
+    time.sleep(3.5)
+    assert len(deliveries(d)) == 3 and len(receiver.attempts) == 3
+    metrics = d.request("GET", "/metrics").body.decode()
+    assert 'casesignd_webhook_deliveries_total{outcome="delivered"} 3.0' in metrics
+    assert "casesignd_webhook_oldest_undelivered_age_seconds 0.0" in metrics
+
+
+def test_500_and_429_are_retried_410_is_permanent(daemon_factory, receiver, secret):
+    d = hooked(daemon_factory, receiver, secret)
+    receiver.answer = 500
+    first = submit(d, "a")
+    while len(receiver.attempts) < 2:
+        time.sleep(0.05)
+    receiver.answer = 429
+    while len(receiver.attempts) < 3:
+        time.sleep(0.05)
+    receiver.answer = 204
+    receiver.wait(1)
+    [done] = [x for x in wait_settled(d, 1) if x["job_id"] == first]
+    assert done["state"] == "delivered" and done["attempts"] >= 3
+    receiver.answer = 410
+    gone = submit(d, "b", tag="b")
+    d.wait_job(gone)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and deliveries(d, gone)[0]["state"] != "dead":
+        time.sleep(0.1)
+    [dead] = deliveries(d, gone)
+    assert dead["state"] == "dead" and dead["attempts"] == 1 and dead["last_status"] == 410
+    # Sent again on request, to a receiver that now takes it.
+    receiver.answer = 204
+    r = d.request("POST", f"/v1/webhooks/deliveries/{dead['delivery_id']}/redeliver")
+    assert r.status == 202 and r.json()["state"] == "pending"
+    assert d.request("POST", "/v1/webhooks/deliveries/msg_nope/redeliver").status == 404
+    receiver.wait(2)
+    [again] = deliveries(d, gone)
+    assert again["state"] == "delivered" and again["attempts"] == 2
+
+
+def test_a_receiver_down_then_back_gets_every_delivery(daemon_factory, receiver, secret):
+    d = hooked(daemon_factory, receiver, secret, max_attempts=100)
+    receiver.down()
+    jobs = [submit(d, f"k{i}", tag=str(i)) for i in range(6)]
+    for j in jobs:
+        d.wait_job(j)
+    time.sleep(1.0)  # some attempts meet a closed port
+    receiver.up()
+    got = receiver.wait(6)
+    assert {b["job_id"] for b in got.values()} == set(jobs)
+
+
+def test_kill9_between_commit_and_delivery_loses_and_invents_nothing(
+        daemon_factory, receiver, secret):
+    d = hooked(daemon_factory, receiver, secret, max_attempts=100)
+    receiver.down()
+    jobs = [submit(d, f"k{i}", tag=str(i)) for i in range(5)]
+    for j in jobs:
+        d.wait_job(j)
+    d.kill9()
+    receiver.up()
+    d.start()
+    got = receiver.wait(5)
+    assert sorted(b["job_id"] for b in got.values()) == sorted(jobs)
+    listed = wait_settled(d, 5)
+    assert len(listed) == 5 and {x["state"] for x in listed} == {"delivered"}
+
+
+def test_two_secrets_while_rotating_each_verifies(daemon_factory):
+    old, new = new_secret(), new_secret()
+    rx = Receiver(old)
+    try:
+        d = hooked(daemon_factory, rx, old, secrets=[old, new])
+        job = submit(d, "k")
+        [(msg_id, body)] = rx.wait(1).items()
+        headers, raw = rx.raw[-1]
+        assert len(headers["webhook-signature"].split(" ")) == 2
+        # A receiver that knows only the new secret verifies it as well, and one with
+        # a third secret does not.
+        assert Webhook(new).verify(raw, headers)["job_id"] == job
+        with pytest.raises(WebhookVerificationError):
+            Webhook(new_secret()).verify(raw, headers)
+    finally:
+        rx.close()
+
+
+def test_a_job_can_name_only_its_own_tenants_endpoints(daemon_factory, receiver, secret):
+    d = hooked(daemon_factory, receiver, secret)
+    for name in ("nope", receiver.url, "http://169.254.169.254/latest/meta-data", 7):
+        r = d.submit({"kind": "test", "webhook": name}, key=f"x{name}")
+        assert r.status == 422 and r.json()["error"]["code"] == "unknown_webhook", r.body
+    assert d.request("GET", "/v1/webhooks/deliveries").json() == {"deliveries": []}
+    assert receiver.attempts == []
+
+
+def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, receiver, secret):
+    other = Receiver(secret)
+    try:
+        receiver.answer = "redirect"
+        receiver.redirect_to = other.url
+        meta = endpoint("meta", "https://169.254.169.254/hook", "hook.secret")
+        d = hooked(daemon_factory, receiver, secret, meta)
+        (d.dir / "hook.secret").write_text(secret + "\n")
+        redirected = submit(d, "r")
+        r = d.submit({"kind": "test", "webhook": "meta", "tag": "m"}, key="m")
+        assert r.status == 202
+        listed = wait_settled(d, 2)
+        by_job = {x["job_id"]: x for x in listed}
+        assert by_job[redirected]["state"] == "dead" and by_job[redirected]["last_status"] == 302
+        meta_row = by_job[r.json()["job_id"]]
+        assert meta_row["state"] == "dead" and meta_row["last_error"] == "address_refused"
+        assert other.attempts == []
+    finally:
+        other.close()

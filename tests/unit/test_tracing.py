@@ -1,0 +1,37 @@
+"""Tracing's pure part (W3C traceparent) and its cost when off: nothing of
+OpenTelemetry is imported."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from casesignd.tracing import parse_traceparent
+
+TID = "4bf92f3577b34da6a3ce929d0e0e4736"
+SID = "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(("header", "parsed"), [
+    (f"00-{TID}-{SID}-01", (int(TID, 16), int(SID, 16), 1)),
+    (f"00-{TID}-{SID}-00", (int(TID, 16), int(SID, 16), 0)),
+    (f" 00-{TID}-{SID}-01 ", (int(TID, 16), int(SID, 16), 1)),
+    (f"ff-{TID}-{SID}-01", None),  # version ff is invalid
+    (f"00-{'0' * 32}-{SID}-01", None), (f"00-{TID}-{'0' * 16}-01", None),
+    (f"00-{TID.upper()}-{SID}-01", None), (f"00-{TID}-{SID}", None), ("", None), (None, None),
+])
+def test_traceparent(header, parsed):
+    assert parse_traceparent(header) == parsed
+
+
+def test_off_imports_nothing_of_opentelemetry(tmp_path):
+    code = ("import sys; from casesignd import app, api, server, config; "
+            "cfg = config.loads(''); s = app.Services(cfg, node='n'); "
+            "assert not s.tracing.enabled; api.middlewares(s); "
+            "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

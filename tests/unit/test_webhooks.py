@@ -1,0 +1,113 @@
+"""The pure parts of webhooks: which endpoints a config may name, what an attempt's
+answer decides, which addresses are refused, and the Standard Webhooks headers as
+the reference library verifies them."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from standardwebhooks.webhooks import Webhook as Verifier
+
+from casesignd import webhooks
+from casesignd.errors import ConfigError
+from casesignd.webhook_sender import AddressRefused, CheckingResolver
+from casesignd.webhooks import Webhook, decide
+from tests.helpers_webhooks import new_secret
+
+HOOK = Webhook(name="erp", url="https://erp.example/hook", secret_file="s", max_attempts=5,
+               base_delay_s=1.0, max_delay_s=8.0)
+
+
+@pytest.mark.parametrize(("status", "attempts", "state"), [
+    (200, 1, "delivered"), (204, 5, "delivered"),
+    (500, 1, "retry"), (503, 4, "retry"), (429, 1, "retry"), (None, 2, "retry"),
+    (500, 5, "dead"), (None, 5, "dead"),  # attempts spent
+    (410, 1, "dead"), (400, 1, "dead"), (404, 1, "dead"),  # permanent
+    (302, 1, "dead"), (301, 1, "dead"),  # redirects are not followed
+])
+def test_what_an_answer_decides(status, attempts, state):
+    assert decide(status, attempts, HOOK, rand=0.5).state == state
+
+
+@pytest.mark.parametrize(("attempts", "rand", "delay_s"), [
+    (1, 0.0, 0.5), (1, 1.0, 1.0), (2, 0.0, 1.0), (3, 1.0, 4.0), (4, 1.0, 8.0), (4, 0.0, 4.0),
+])
+def test_backoff_is_exponential_capped_and_jittered(attempts, rand, delay_s):
+    assert decide(500, attempts, HOOK, rand=rand).delay_s == pytest.approx(delay_s)
+
+
+@pytest.mark.parametrize(("url", "ok"), [
+    ("https://erp.example/hook", True), ("http://127.0.0.1:8080/h", True),
+    ("http://localhost/h", True), ("http://[::1]/h", True),
+    ("http://erp.example/hook", False), ("ftp://erp.example/", False),
+    ("https://user:pw@erp.example/", False), ("https:///nohost", False),
+])
+def test_endpoint_urls(url, ok):
+    assert (webhooks.url_problem(url) is None) == ok
+
+
+@pytest.mark.parametrize(("address", "allowed", "refused"), [
+    ("169.254.169.254", [], True), ("169.254.1.1", [], True), ("fe80::1", [], True),
+    ("::ffff:169.254.169.254", [], True), ("fd00:ec2::254", [], True),
+    ("169.254.169.254", ["169.254.169.254"], False),
+    ("127.0.0.1", [], False), ("93.184.216.34", [], False), ("10.0.0.5", [], False),
+])
+def test_refused_addresses(address, allowed, refused):
+    assert webhooks.refused_address(address, allowed) == refused
+
+
+def test_a_name_resolving_to_a_metadata_address_is_refused():
+    class Fake:
+        def __init__(self, host):
+            self.host = host
+
+        async def resolve(self, host, port=0, family=0):
+            return [{"hostname": host, "host": self.host, "port": port, "family": 2,
+                     "proto": 0, "flags": 0}]
+
+        async def close(self):
+            pass
+
+    r = CheckingResolver({"ok.example": ["169.254.169.254"]}, Fake("169.254.169.254"))
+    with pytest.raises(AddressRefused):
+        asyncio.run(r.resolve("evil.example", 443))
+    assert asyncio.run(r.resolve("ok.example", 443))[0]["host"] == "169.254.169.254"
+    r.inner = Fake("127.0.0.1")
+    assert asyncio.run(r.resolve("evil.example", 443))
+
+
+def test_headers_verify_with_each_secret():
+    one, two = new_secret(), new_secret()
+    body = b'{"job_id":"job_1"}'
+    h = webhooks.headers("msg_1", time.time(), body, [one, two])
+    assert h["webhook-id"] == "msg_1" and h["webhook-signature"].startswith("v1,")
+    for s in (one, two):
+        assert Verifier(s).verify(body, h) == {"job_id": "job_1"}
+
+
+@pytest.mark.parametrize(("kind", "audit_type", "event"), [
+    ("sign_case", "succeeded", "job.ready"), ("test", "failed", "job.failed"),
+    ("render_invoice", "canceled", "job.canceled"),
+    ("extend_signature", "succeeded", "signature.extended"),
+    ("sign_case", "claimed", None), ("sign_case", "retry_scheduled", None),
+])
+def test_which_state_changes_are_reported(kind, audit_type, event):
+    assert webhooks.event_of(kind, audit_type) == event
+
+
+@pytest.mark.parametrize(("entry", "key"), [
+    ({"name": "a b"}, "name"), ({"url": "http://erp.example/"}, "url"),
+    ({"events": ["job.done"]}, "events"), ({"max_attempts": 0}, "max_attempts"),
+    ({"allow_addresses": ["nope"]}, "allow_addresses"),
+])
+def test_config_names_a_bad_endpoint(entry, key):
+    from casesignd import config
+
+    hook = {"name": "erp", "url": "https://erp.example/h", "secret_file": "s", **entry}
+    lines = "\n".join(f"{k} = {v!r}".replace("'", '"') for k, v in hook.items())
+    with pytest.raises(ConfigError) as e:
+        config.loads(f'[[tenants]]\nname = "t"\ntoken_sha256 = "{"a" * 64}"\n'
+                     f"[[tenants.webhooks]]\n{lines}\n")
+    assert e.value.key == f"tenants[0].webhooks[0].{key}"
