@@ -61,7 +61,7 @@ from .webio import artifact_response, authenticate, body_deadline, decode_json, 
 
 log = logging.getLogger("casesignd.kiosk")
 
-_MANIFEST_FIELDS = {"case_id", "policy_version", "signers", "sha256", "name"}
+_MANIFEST_FIELDS = {"case_id", "policy_version", "signers", "sha256", "name", "signature"}
 _MANIFEST_BYTES = 64 * 1024
 _KIND = SignCaseKind()
 
@@ -141,6 +141,8 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
     }
     if "policy_version" in manifest:
         body["policy_version"] = manifest["policy_version"]
+    if "signature" in manifest:
+        body["signature"] = manifest["signature"]
     return body
 
 

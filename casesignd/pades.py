@@ -25,7 +25,8 @@ Where the signature records the case (what a verifier sees):
 Embedded files' SHA-256 digests are also in each file specification's /Desc.
 
 What the update adds to a document that carries signatures keeps them valid: an
-invisible signature field (its widget in page 1's /Annots) with its lock, the
+invisible signature field (its widget in page 1's /Annots) with its lock, or the
+document's own empty signature field with its /V set (:mod:`casesignd.sigfield`), the
 signature dictionary, and evidence bound by digest rather than embedded
 (:mod:`casesignd.attachments`); the document's /SigFlags, /Info and metadata are
 left as they are.
@@ -84,6 +85,7 @@ from .pdfsyntax import (
     xref_stream,
     xref_table,
 )
+from .sigfield import ExistingField, find_empty_field, own_lock_reference
 
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
 
@@ -109,6 +111,9 @@ class SignatureMeta:
     case_id: str = ""
     parties: tuple[Party, ...] = ()
     field_name: str = ""  # empty: the first free "SignatureN"
+    # The document's own empty signature field to sign into (casesignd.sigfield);
+    # empty: a new field.
+    into_field: str = ""
 
 
 @dataclass(frozen=True)
@@ -417,9 +422,18 @@ def _write_update(
         put_object(tail, xref, base, num, 0, serialize(filespec(att, b.name, stream_num, b.sha256)))
         filespecs.append((b.name, num))
     catalog, extra = catalog_updates(s, new_num, filespecs)
-    sig_num, field_num = new_num(), new_num()
-    widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
-    lock = field_lock(s.form)
+    sig_num = new_num()
+    reference = fieldmdp_reference(s.form, s.root_ref)
+    if meta.into_field:
+        existing = find_empty_field(s.catalog, meta.into_field)
+        field_num, field_gen = existing.ref.idnum, existing.ref.generation
+        widget = _existing_field(s, existing, sig_num, catalog, extra)
+        own = own_lock_reference(existing.field, s.root_ref)
+        reference = own if own is not None else reference
+    else:
+        field_num, field_gen = new_num(), 0
+        widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
+    lock = field_lock(s.form) if "/Lock" not in widget else None
     if lock is not None:  # Table 233: /Lock is an indirect reference
         lock_num = new_num()
         widget[name_object("Lock")] = indirect(lock_num)
@@ -432,10 +446,10 @@ def _write_update(
             raise MalformedPdf(f"object {num} plays two roles in the document structure")
         seen.add(num)
         put_object(tail, xref, base, num, gen, serialize(obj))
-    put_object(tail, xref, base, field_num, 0, serialize(widget))
+    put_object(tail, xref, base, field_num, field_gen, serialize(widget))
     sig_at = tail.tell()
     put_object(tail, xref, base, sig_num, 0, _signature_dict(
-        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref),
+        meta, contents_bytes, reference=reference,
         evidence=evidence_entries(bound, binding)))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
@@ -492,6 +506,24 @@ def _signature_field(
         page[name_object("Annots")] = annots_new
         extra.append((s.page_ref.idnum, s.page_ref.generation, page))
     return widget
+
+
+def _existing_field(s: Structure, existing: ExistingField, sig_num: int,
+                    catalog: g.DictionaryObject, extra: list[tuple[int, int, g.PdfObject]]
+                    ) -> g.DictionaryObject:
+    """The document's empty signature field with its /V set (§12.7.4.5): it stays in
+    /Fields and its widget in its page's /Annots, where its author put them."""
+    field = g.DictionaryObject(existing.field)
+    field[name_object("V")] = indirect(sig_num)
+    if not s.signed:  # as _signature_field: SignaturesExist | AppendOnly (§12.7.2)
+        acro_raw = raw(s.catalog, "/AcroForm")
+        acro = g.DictionaryObject(acro_raw.get_object())  # find_empty_field found one
+        acro[name_object("SigFlags")] = g.NumberObject(3)
+        if isinstance(acro_raw, g.IndirectObject):
+            extra.append((acro_raw.idnum, acro_raw.generation, acro))
+        else:
+            catalog[name_object("AcroForm")] = acro
+    return field
 
 
 def _write_xref(

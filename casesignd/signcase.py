@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers"}
+_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers", "signature"}
+_SIGNATURE_FIELDS = {"field"}
 _ITEM_FIELDS = {"role", "name", "media_type", "object_ref", "sha256", "size"}
 _SIGNER_FIELDS = {"id", "name", "role"}
 ROLES = ("contract", "evidence")
@@ -109,8 +110,10 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
     if total > policy.max_document_bytes:
         raise ValidationError(f"the items add up to more than {policy.max_document_bytes} bytes",
                               code="too_large", field="items")
-    normalized = {"case_id": case_id, "policy_version": policy.version, "items": items,
-                  "signers": signers}
+    normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
+                                  "items": items, "signers": signers}
+    if "signature" in body:
+        normalized["signature"] = _signature(body["signature"])
     material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
                      declared_bytes=total, key_material=material,
@@ -177,15 +180,31 @@ def _signer(raw: Any, i: int) -> dict[str, str]:
             "role": _text(signer.get("role"), at + "role", 64)}
 
 
+def _signature(raw: Any) -> dict[str, str]:
+    """Where the signature goes: ``{"field": NAME}``, the document's own empty
+    signature field of that fully qualified name (PDF 32000-1 §12.7.3.2). Whether the
+    document has it is the worker's to check (casesignd.sigfield)."""
+    signature = _object(raw, "signature")
+    _unknown(signature, _SIGNATURE_FIELDS, "signature.")
+    if "field" not in signature:
+        raise ValidationError("signature must name a field", code="invalid_field",
+                              field="signature.field")
+    return {"field": _text(signature["field"], "signature.field", 255)}
+
+
 def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
-    """What one signature is of: the case, the document digests, the signers, the policy.
+    """What one signature is of: the case, the document digests, the signers, the policy,
+    and where it goes when the request says (another field is another signature).
     Order of items and signers does not matter; names of files do not either."""
-    return {
+    material: dict[str, Any] = {
         "case_id": normalized["case_id"],
         "documents": sorted([it["role"], it["sha256"]] for it in normalized["items"]),
         "signers": sorted([s["id"], s["name"], s["role"]] for s in normalized["signers"]),
         "policy_version": normalized["policy_version"],
     }
+    if "signature" in normalized:  # absent, the key stays what it was before placement
+        material["signature"] = normalized["signature"]
+    return material
 
 
 def signature_key(normalized: dict[str, Any]) -> str:
@@ -204,6 +223,7 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -
         policy_version=normalized["policy_version"],
         case_id=normalized["case_id"],
         parties=tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"]),
+        into_field=normalized.get("signature", {}).get("field", ""),
     )
 
 

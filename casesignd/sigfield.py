@@ -1,0 +1,121 @@
+"""Signing into a signature field the document already has (PDF 32000-1 §12.7.4.5).
+
+Contracts from Word, LibreOffice and Acrobat often arrive with empty signature fields
+placed by their author ("Seller", "Buyer"). A request that names one is signed in it:
+the field's /V is set to the new signature dictionary (§12.8.1) and nothing else of
+the field moves, so its widget keeps its own rectangle, page and appearance, and a
+later signature into another field finds the form as the author made it.
+
+The field is looked up by its fully qualified name (§12.7.3.2) before the key is used:
+a name that is not a signature field is ``signature_field_not_found``, a field that
+holds a signature already is ``signature_field_already_signed``. Both are refusals of
+the document, with ``where`` naming the field.
+
+A field's own /Lock (Table 233) is the author's word on what the signature locks: it
+is kept, and the signature records it as its FieldMDP transform (§12.8.2.4), instead
+of the service's own lock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pypdf import generic as g
+
+from .errors import PermanentJobError
+from .pdfform import MAX_DEPTH, MAX_FIELD_NAME_CHARS, MAX_FIELDS
+from .pdfsyntax import pdf_text, raw, resolved
+
+
+@dataclass(frozen=True)
+class ExistingField:
+    """An empty signature field: its reference and dictionary, and the widget that
+    shows it (the field itself when merged, §12.7.4.5, else its only kid)."""
+
+    ref: g.IndirectObject
+    field: g.DictionaryObject
+    widget: g.DictionaryObject
+
+    @property
+    def rect(self) -> tuple[float, float, float, float]:
+        """The widget's rectangle (§12.5.2, Table 168), normalized so x1<=x2, y1<=y2."""
+        r = resolved(self.widget, "/Rect")
+        if not isinstance(r, g.ArrayObject) or len(r) != 4:
+            return (0.0, 0.0, 0.0, 0.0)
+        x1, y1, x2, y2 = (float(v.get_object()) for v in r)
+        return (min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2))
+
+
+def _refused(message: str, code: str, name: str) -> PermanentJobError:
+    return PermanentJobError(message, code=code, reason=code,
+                             where={"field": name[:MAX_FIELD_NAME_CHARS]}, field="signature.field")
+
+
+def find_empty_field(catalog: g.DictionaryObject, name: str) -> ExistingField:
+    """The empty signature field whose fully qualified name is ``name``; refuse one
+    that is missing, not a signature field, or signed already."""
+    acro = resolved(catalog, "/AcroForm")
+    fields = resolved(acro, "/Fields") if isinstance(acro, g.DictionaryObject) else None
+    found = _walk(fields if isinstance(fields, g.ArrayObject) else [], name)
+    if found is None:
+        raise _refused("the document has no signature field of that name",
+                       "signature_field_not_found", name)
+    ref, node, ft = found
+    if ft != "/Sig":
+        raise _refused("the field of that name is not a signature field",
+                       "signature_field_not_found", name)
+    if "/V" in node:
+        raise _refused("the signature field holds a signature already",
+                       "signature_field_already_signed", name)
+    kids = resolved(node, "/Kids")
+    widget = node
+    if isinstance(kids, g.ArrayObject) and kids:
+        # A field with separate widgets (§12.7.3.1): the first one shows the signature.
+        kid = kids[0].get_object()
+        if isinstance(kid, g.DictionaryObject):
+            widget = kid
+    return ExistingField(ref, node, widget)
+
+
+def _walk(fields: Any, name: str) -> tuple[g.IndirectObject, g.DictionaryObject, Any] | None:
+    """The field named ``name`` in the tree under ``fields``, with its (inherited) /FT;
+    bounded as :func:`casesignd.pdfform.read_form` is."""
+    todo: list[tuple[Any, str, Any, int]] = [(ref, "", None, 0) for ref in reversed(list(fields))]
+    seen: set[tuple[int, int]] = set()
+    while todo:
+        ref, parent, inherited_ft, depth = todo.pop()
+        if depth > MAX_DEPTH or len(seen) >= MAX_FIELDS or not isinstance(ref, g.IndirectObject):
+            continue
+        if (ref.idnum, ref.generation) in seen:
+            continue
+        seen.add((ref.idnum, ref.generation))
+        node = ref.get_object()
+        if not isinstance(node, g.DictionaryObject) or raw(node, "/T") is None:
+            continue  # a widget of its parent, not a field
+        qualified = f"{parent}.{resolved(node, '/T')}" if parent else str(resolved(node, "/T"))
+        ft = resolved(node, "/FT") or inherited_ft
+        if qualified == name:
+            return ref, node, ft
+        if name.startswith(qualified + "."):
+            kids = resolved(node, "/Kids")
+            todo.extend((k, qualified, ft, depth + 1)
+                        for k in reversed(list(kids if isinstance(kids, g.ArrayObject) else [])))
+    return None
+
+
+def own_lock_reference(field: g.DictionaryObject, root_ref: g.IndirectObject) -> bytes | None:
+    """The /Reference entry recording the field's own /Lock as a FieldMDP transform
+    (Tables 253 and 256), or None when the field has no lock."""
+    lock = resolved(field, "/Lock")
+    if not isinstance(lock, g.DictionaryObject):
+        return None
+    action = resolved(lock, "/Action")
+    params = b"/Action " + (str(action).encode() if action in ("/All", "/Include", "/Exclude")
+                            else b"/All")
+    listed = resolved(lock, "/Fields")
+    if action in ("/Include", "/Exclude") and isinstance(listed, g.ArrayObject):
+        params += b" /Fields [" + b" ".join(pdf_text(str(n.get_object())) for n in listed) + b"]"
+    return (b"/Reference [<</Type /SigRef /TransformMethod /FieldMDP /Data %d %d R"
+            b" /TransformParams <</Type /TransformParams " % (root_ref.idnum, root_ref.generation)
+            + params + b" /V /1.2>>>>]")

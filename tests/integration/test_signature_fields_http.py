@@ -1,0 +1,82 @@
+"""A request that names the document's own signature field, on a real daemon: the
+batch job signs "Seller", the kiosk then signs "Buyer" in the result, and a field
+that is missing or signed is refused with its code, reason and where."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cryptography import x509
+from pyhanko.sign.diff_analysis import ModificationLevel
+
+from tests.daemon import multipart
+from tests.helpers_ops import upload
+from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses
+from tests.integration.test_pades_fields import pyhanko_fields
+from tests.integration.test_sign_case_http import manifest
+
+SIGNERS = [{"id": "kiosk-7", "name": "Front Desk", "role": "clerk"}]
+
+
+def _kiosk(d, document: bytes, case_id: str, **extra):
+    body, ctype = multipart({"case_id": case_id, "signers": SIGNERS, **extra}, document)
+    return d.request("POST", "/v1/sign", raw=body, headers={"Content-Type": ctype}, timeout_s=60)
+
+
+def _job(d, case_id: str, document: bytes, field: str) -> dict:
+    m = {**manifest(case_id, upload(d, case_id, document), []), "signature": {"field": field}}
+    r = d.submit(m)
+    assert r.status == 202, r.body
+    return d.wait_job(r.json()["job_id"])
+
+
+def test_the_job_signs_seller_and_the_kiosk_then_buyer(daemon, tmp_path: Path) -> None:
+    d = daemon
+    src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
+    job = _job(d, "FIELDS-1", src, "Seller")
+    assert job["state"] == "ready", job
+    seller = d.request("GET", job["result"]["download_url"], auth=False).body
+    r = _kiosk(d, seller, "FIELDS-1", signature={"field": "Buyer"})
+    assert r.status == 200, r.body[:300]
+    out = tmp_path / "both.pdf"
+    out.write_bytes(r.body)
+    ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+    first, second = pyhanko_statuses(out, [ca])
+    assert first.bottom_line and second.bottom_line
+    assert first.docmdp_ok and first.modification_level <= ModificationLevel.FORM_FILLING
+    assert pdfsig(out, nss_db(tmp_path, ca)).count("Signature is Valid") == 2
+    verify = d.cli("verify", str(out), "--trust", str(d.dir / "ca.pem"))
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    # Another field is another signature: the same case and document into "Buyer"
+    # is not the recorded "Seller" one.
+    again = _job(d, "FIELDS-1", src, "Buyer")
+    assert again["state"] == "ready" and again["result"]["sha256"] != job["result"]["sha256"]
+
+
+def test_a_missing_or_signed_field_is_refused_through_the_job_and_the_kiosk(
+    daemon, tmp_path: Path
+) -> None:
+    d = daemon
+    src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
+    job = _job(d, "FIELDS-2", src, "Witness")
+    assert job["state"] == "failed", job
+    err = job["error"]
+    assert err["code"] == "signature_field_not_found" and err["category"] == "permanent_input"
+    assert err["reason"] == "signature_field_not_found" and err["where"] == {"field": "Witness"}
+    seller = _kiosk(d, src, "FIELDS-3", signature={"field": "Seller"})
+    assert seller.status == 200, seller.body[:300]
+    twice = _kiosk(d, seller.body, "FIELDS-3", signature={"field": "Seller"})
+    assert twice.status == 422, twice.body[:300]
+    err = twice.json()["error"]
+    assert err["code"] == "signature_field_already_signed" and err["where"] == {"field": "Seller"}
+
+
+def test_admission_checks_the_signature_objects_shape(daemon, tmp_path: Path) -> None:
+    src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
+    for signature, field in (({"field": 3}, "signature.field"), ({}, "signature.field"),
+                             ({"field": "Buyer", "colour": "red"}, "signature.colour"),
+                             ("Buyer", "signature")):
+        r = _kiosk(daemon, src, "FIELDS-4", signature=signature)
+        assert r.status == 422, r.body[:300]
+        assert r.json()["error"]["field"] == field, (signature, r.body[:300])
+    assert daemon.request("GET", "/v1/jobs").json()["jobs"] == []
