@@ -239,6 +239,9 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
      "no signature field of the requested name (where: the field)"),
     ("signature_field_already_signed", "signature_field_already_signed",
      "the requested signature field is signed already (where: the field)"),
+    ("signature_box_off_page", "signature_box_off_page",
+     "the signature's box is not inside its page's crop box, or there is no such page "
+     "(where: the page)"),
     # limits
     ("too_many_pages", "limit_exceeded", "more pages than the policy's max_pages"),
     ("too_many_objects", "limit_exceeded", "more objects than the policy's max_pdf_objects"),

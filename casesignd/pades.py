@@ -85,7 +85,15 @@ from .pdfsyntax import (
     xref_stream,
     xref_table,
 )
-from .sigfield import ExistingField, find_empty_field, own_lock_reference
+from .sigfield import (
+    appearance,
+    check_box,
+    fill_field,
+    find_empty_field,
+    own_lock_reference,
+    page_at,
+    rotation,
+)
 
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
 
@@ -114,6 +122,11 @@ class SignatureMeta:
     # The document's own empty signature field to sign into (casesignd.sigfield);
     # empty: a new field.
     into_field: str = ""
+    # The visible stamp's lines (casesignd.stamp); empty: an invisible signature.
+    stamp: tuple[str, ...] = ()
+    # A new field's page (1 the first, -1 the last) and box in points; None: page 1,
+    # no box (invisible).
+    place: tuple[int, tuple[float, float, float, float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -427,12 +440,31 @@ def _write_update(
     if meta.into_field:
         existing = find_empty_field(s.catalog, meta.into_field)
         field_num, field_gen = existing.ref.idnum, existing.ref.generation
-        widget = _existing_field(s, existing, sig_num, catalog, extra)
+        widget = fill_field(s, existing, sig_num, catalog, extra)
         own = own_lock_reference(existing.field, s.root_ref)
         reference = own if own is not None else reference
+        rect, shown_on, shows = existing.rect, resolved(existing.widget, "/P"), existing.widget_ref
     else:
+        rect, shown_on = (0.0, 0.0, 0.0, 0.0), s.page
+        page_ref, page = s.page_ref, s.page
+        if meta.place is not None:
+            number, page_ref, shown_on = page_at(s.reader, meta.place[0])
+            page, rect = shown_on, check_box(shown_on, number, meta.place[1])
         field_num, field_gen = new_num(), 0
-        widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
+        shows = g.IndirectObject(field_num, 0, None)  # type: ignore[arg-type]
+        widget = _signature_field(s, meta, sig_num, field_num, catalog, extra, page_ref, page)
+        if meta.place is not None:
+            widget[name_object("Rect")] = g.ArrayObject([g.FloatObject(v) for v in rect])
+    if meta.stamp and rect[2] - rect[0] >= 1 and rect[3] - rect[1] >= 1:
+        ap, bodies = appearance(rect, rotation(shown_on), meta.stamp, new_num)
+        for num, body in bodies:
+            put_object(tail, xref, base, num, 0, body)
+        if shows.idnum == field_num:
+            widget[name_object("AP")] = ap
+        else:  # the field's widget is its kid
+            kid = g.DictionaryObject(existing.widget)
+            kid[name_object("AP")] = ap
+            extra.append((shows.idnum, shows.generation, kid))
     lock = field_lock(s.form) if "/Lock" not in widget else None
     if lock is not None:  # Table 233: /Lock is an indirect reference
         lock_num = new_num()
@@ -462,10 +494,13 @@ def _signature_field(
     field_num: int,
     catalog: g.DictionaryObject,
     extra: list[tuple[int, int, g.PdfObject]],
+    page_ref: g.IndirectObject,
+    page: g.DictionaryObject,
 ) -> g.DictionaryObject:
-    """The signature field with its merged, invisible widget (§12.7.4.5, §12.5.6.19).
+    """The signature field with its merged widget (§12.7.4.5, §12.5.6.19), invisible
+    until the caller gives it a /Rect and an appearance.
 
-    Merges into /AcroForm /Fields and page 1's /Annots, rewriting whichever objects
+    Merges into /AcroForm /Fields and the page's /Annots, rewriting whichever objects
     hold them (appended to ``extra``, or set on ``catalog`` when direct).
     """
     acro_raw = raw(s.catalog, "/AcroForm")
@@ -486,7 +521,7 @@ def _signature_field(
             name_object("V"): indirect(sig_num),
             name_object("F"): g.NumberObject(132),  # Print | Locked
             name_object("Rect"): g.ArrayObject([g.NumberObject(0)] * 4),
-            name_object("P"): s.page_ref,
+            name_object("P"): page_ref,
         }
     )
     acro[name_object("Fields")] = g.ArrayObject([*fields, indirect(field_num)])
@@ -496,34 +531,16 @@ def _signature_field(
         extra.append((acro_raw.idnum, acro_raw.generation, acro))
     else:
         catalog[name_object("AcroForm")] = acro
-    annots_raw = raw(s.page, "/Annots")
+    annots_raw = raw(page, "/Annots")
     annots = list(annots_raw.get_object()) if annots_raw is not None else []
     annots_new = g.ArrayObject([*annots, indirect(field_num)])
     if isinstance(annots_raw, g.IndirectObject):
         extra.append((annots_raw.idnum, annots_raw.generation, annots_new))
     else:
-        page = g.DictionaryObject(s.page)
+        page = g.DictionaryObject(page)
         page[name_object("Annots")] = annots_new
-        extra.append((s.page_ref.idnum, s.page_ref.generation, page))
+        extra.append((page_ref.idnum, page_ref.generation, page))
     return widget
-
-
-def _existing_field(s: Structure, existing: ExistingField, sig_num: int,
-                    catalog: g.DictionaryObject, extra: list[tuple[int, int, g.PdfObject]]
-                    ) -> g.DictionaryObject:
-    """The document's empty signature field with its /V set (§12.7.4.5): it stays in
-    /Fields and its widget in its page's /Annots, where its author put them."""
-    field = g.DictionaryObject(existing.field)
-    field[name_object("V")] = indirect(sig_num)
-    if not s.signed:  # as _signature_field: SignaturesExist | AppendOnly (§12.7.2)
-        acro_raw = raw(s.catalog, "/AcroForm")
-        acro = g.DictionaryObject(acro_raw.get_object())  # find_empty_field found one
-        acro[name_object("SigFlags")] = g.NumberObject(3)
-        if isinstance(acro_raw, g.IndirectObject):
-            extra.append((acro_raw.idnum, acro_raw.generation, acro))
-        else:
-            catalog[name_object("AcroForm")] = acro
-    return field
 
 
 def _write_xref(

@@ -36,6 +36,7 @@ class ExistingField:
     ref: g.IndirectObject
     field: g.DictionaryObject
     widget: g.DictionaryObject
+    widget_ref: g.IndirectObject
 
     @property
     def rect(self) -> tuple[float, float, float, float]:
@@ -69,13 +70,13 @@ def find_empty_field(catalog: g.DictionaryObject, name: str) -> ExistingField:
         raise _refused("the signature field holds a signature already",
                        "signature_field_already_signed", name)
     kids = resolved(node, "/Kids")
-    widget = node
-    if isinstance(kids, g.ArrayObject) and kids:
+    widget, widget_ref = node, ref
+    if isinstance(kids, g.ArrayObject) and kids and isinstance(kids[0], g.IndirectObject):
         # A field with separate widgets (§12.7.3.1): the first one shows the signature.
         kid = kids[0].get_object()
         if isinstance(kid, g.DictionaryObject):
-            widget = kid
-    return ExistingField(ref, node, widget)
+            widget, widget_ref = kid, kids[0]
+    return ExistingField(ref, node, widget, widget_ref)
 
 
 def _walk(fields: Any, name: str) -> tuple[g.IndirectObject, g.DictionaryObject, Any] | None:
@@ -104,6 +105,24 @@ def _walk(fields: Any, name: str) -> tuple[g.IndirectObject, g.DictionaryObject,
     return None
 
 
+def fill_field(s: Any, existing: ExistingField, sig_num: int,
+               catalog: g.DictionaryObject, extra: list[tuple[int, int, g.PdfObject]]
+               ) -> g.DictionaryObject:
+    """The document's empty signature field with its /V set (§12.7.4.5): it stays in
+    /Fields and its widget in its page's /Annots, where its author put them."""
+    field = g.DictionaryObject(existing.field)
+    field[g.NameObject("/V")] = g.IndirectObject(sig_num, 0, None)  # type: ignore[arg-type]
+    if not s.signed:  # as casesignd.pades does for a new field: SignaturesExist | AppendOnly (§12.7.2)
+        acro_raw = raw(s.catalog, "/AcroForm")
+        acro = g.DictionaryObject(acro_raw.get_object())  # find_empty_field found one
+        acro[g.NameObject("/SigFlags")] = g.NumberObject(3)
+        if isinstance(acro_raw, g.IndirectObject):
+            extra.append((acro_raw.idnum, acro_raw.generation, acro))
+        else:
+            catalog[g.NameObject("/AcroForm")] = acro
+    return field
+
+
 def own_lock_reference(field: g.DictionaryObject, root_ref: g.IndirectObject) -> bytes | None:
     """The /Reference entry recording the field's own /Lock as a FieldMDP transform
     (Tables 253 and 256), or None when the field has no lock."""
@@ -119,3 +138,77 @@ def own_lock_reference(field: g.DictionaryObject, root_ref: g.IndirectObject) ->
     return (b"/Reference [<</Type /SigRef /TransformMethod /FieldMDP /Data %d %d R"
             b" /TransformParams <</Type /TransformParams " % (root_ref.idnum, root_ref.generation)
             + params + b" /V /1.2>>>>]")
+
+
+# --- a new field's place, and the stamp's geometry ------------------------------------
+
+
+Box = tuple[float, float, float, float]
+
+
+def _refused_box(message: str, page: int) -> PermanentJobError:
+    return PermanentJobError(message, code="signature_box_off_page", reason="signature_box_off_page",
+                             where={"page": page}, field="signature.box")
+
+
+def page_at(reader: Any, page: int) -> tuple[int, g.IndirectObject, g.DictionaryObject]:
+    """The page numbered ``page`` (1 the first, -1 the last): (its number from 1, its
+    reference, its dictionary)."""
+    count = len(reader.pages)
+    index = page - 1 if page > 0 else count + page
+    if not 0 <= index < count:
+        raise _refused_box(f"the document has no page {page}", page)
+    p = reader.pages[index]
+    return index + 1, p.indirect_reference, p
+
+
+def check_box(page: Any, number: int, box: Box) -> Box:
+    """``box`` if it lies on the page: inside its crop box (§14.11.2, inherited from
+    the page tree and defaulting to the media box, as pypdf reads it), which need not
+    start at 0,0."""
+    crop = page.cropbox
+    x1, y1, x2, y2 = min(box[0], box[2]), min(box[1], box[3]), max(box[0], box[2]), max(box[1], box[3])
+    left, bottom = min(float(crop.left), float(crop.right)), min(float(crop.bottom), float(crop.top))
+    right, top = max(float(crop.left), float(crop.right)), max(float(crop.bottom), float(crop.top))
+    if x2 - x1 < 1 or y2 - y1 < 1 or x1 < left or y1 < bottom or x2 > right or y2 > top:
+        raise _refused_box(f"the signature box is not inside page {number}'s crop box", number)
+    return (x1, y1, x2, y2)
+
+
+def rotation(page: Any) -> int:
+    """The page's /Rotate (inherited from the page tree, §7.7.3.4), as 0, 90, 180 or
+    270; 0 for what is not a page."""
+    node = page
+    for _ in range(MAX_DEPTH):
+        if not isinstance(node, g.DictionaryObject):
+            return 0
+        value = resolved(node, "/Rotate")
+        if isinstance(value, int):
+            return value % 360 // 90 * 90
+        node = resolved(node, "/Parent")
+    return 0
+
+
+# The appearance's /Matrix for a page shown turned clockwise by /Rotate (§12.5.5): the
+# stamp is turned back, so it reads upright on screen.
+_MATRIX = {0: (1, 0, 0, 1), 90: (0, 1, -1, 0), 180: (-1, 0, 0, -1), 270: (0, -1, 1, 0)}
+
+
+def upright(rect: Box, rotate: int) -> tuple[float, float, tuple[int, int, int, int]]:
+    """The stamp's width and height as the reader sees them on a page turned by
+    ``rotate``, and the matrix that turns it so (pure)."""
+    w, h = rect[2] - rect[0], rect[3] - rect[1]
+    if rotate in (90, 270):
+        w, h = h, w
+    return w, h, _MATRIX.get(rotate, _MATRIX[0])
+
+
+def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any
+               ) -> tuple[g.DictionaryObject, list[tuple[int, bytes]]]:
+    """The widget's /AP for the stamp over ``rect``, and the objects it needs."""
+    from . import stamp
+
+    w, h, matrix = upright(rect, rotate)
+    form_num, bodies = stamp.as_xobject(stamp.draw(lines, w, h), new_num, matrix)
+    ap = g.DictionaryObject({g.NameObject("/N"): g.IndirectObject(form_num, 0, None)})  # type: ignore[arg-type]
+    return ap, bodies
