@@ -44,6 +44,7 @@ from .keys import configured
 from .logs import log_event
 from .outcomes import Artifact, Finish, RetryLater, Signature
 from .pipeline import SignedWork, sign_document, sign_with
+from .placement import subject_of
 from .recorder import Attempt, record_phase, timed_phase
 from .signcase import (
     SignCaseKind,
@@ -414,7 +415,8 @@ class _Run:
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured", code="unknown_policy")
         signer = configured(s.signer)
-        meta = signing_meta(normalized, policy, cfg.signing.signer_name)
+        meta = signing_meta(normalized, policy, cfg.signing.signer_name,
+                            subject_of(getattr(signer, "cert", None)))
         # Before the key is used; from B-LT up, the chain's data is cached.
         chain = await s.longterm.before_signing(policy)
         if s.scanner is not None:

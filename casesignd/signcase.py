@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, tsa
+from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, placement, tsa
 from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, ValidationError
 from .jobs import check_case_id, sha256_hex
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
 _BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers", "signature"}
-_SIGNATURE_FIELDS = {"field"}
 _ITEM_FIELDS = {"role", "name", "media_type", "object_ref", "sha256", "size"}
 _SIGNER_FIELDS = {"id", "name", "role"}
 ROLES = ("contract", "evidence")
@@ -113,7 +112,7 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
     normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
                                   "items": items, "signers": signers}
     if "signature" in body:
-        normalized["signature"] = _signature(body["signature"])
+        normalized["signature"] = placement.admit(body["signature"], policy.appearance)
     material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
                      declared_bytes=total, key_material=material,
@@ -180,18 +179,6 @@ def _signer(raw: Any, i: int) -> dict[str, str]:
             "role": _text(signer.get("role"), at + "role", 64)}
 
 
-def _signature(raw: Any) -> dict[str, str]:
-    """Where the signature goes: ``{"field": NAME}``, the document's own empty
-    signature field of that fully qualified name (PDF 32000-1 §12.7.3.2). Whether the
-    document has it is the worker's to check (casesignd.sigfield)."""
-    signature = _object(raw, "signature")
-    _unknown(signature, _SIGNATURE_FIELDS, "signature.")
-    if "field" not in signature:
-        raise ValidationError("signature must name a field", code="invalid_field",
-                              field="signature.field")
-    return {"field": _text(signature["field"], "signature.field", 255)}
-
-
 def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
     """What one signature is of: the case, the document digests, the signers, the policy,
     and where it goes when the request says (another field is another signature).
@@ -214,16 +201,27 @@ def signature_key(normalized: dict[str, Any]) -> str:
 # --- the run -------------------------------------------------------------------------
 
 
-def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -> pades.SignatureMeta:
+def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
+                 subject: str = "") -> pades.SignatureMeta:
+    """What the signature says, and where it goes (:mod:`casesignd.placement`);
+    ``subject`` the signing certificate's, which a visible stamp names."""
+    signing_time = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    parties = tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"])
+    into_field, place, visible = placement.placement(normalized.get("signature"), policy)
+    stamp = placement.words(subject=subject, signer_name=signer_name, parties=parties,
+                            signing_time=signing_time, policy_version=normalized["policy_version"],
+                            reason=policy.reason, location=policy.location) if visible else ()
     return pades.SignatureMeta(
-        signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        signing_time=signing_time,
         name=signer_name,
         reason=policy.reason,
         location=policy.location,
         policy_version=normalized["policy_version"],
         case_id=normalized["case_id"],
-        parties=tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"]),
-        into_field=normalized.get("signature", {}).get("field", ""),
+        parties=parties,
+        into_field=into_field,
+        stamp=stamp,
+        place=place,
     )
 
 
@@ -428,8 +426,9 @@ class SignCaseKind:
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured",
                                     code="unknown_policy")
-        keys.configured(s.signer)
-        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name)
+        signer = keys.configured(s.signer)
+        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
+                            placement.subject_of(getattr(signer, "cert", None)))
         if ctx.area is None:
             return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)

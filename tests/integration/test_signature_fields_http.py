@@ -80,3 +80,47 @@ def test_admission_checks_the_signature_objects_shape(daemon, tmp_path: Path) ->
         assert r.status == 422, r.body[:300]
         assert r.json()["error"]["field"] == field, (signature, r.body[:300])
     assert daemon.request("GET", "/v1/jobs").json()["jobs"] == []
+
+
+def test_a_visible_policy_stamps_the_kiosk_and_the_jobs_signature(daemon_factory, tmp_path: Path) -> None:
+    from tests.helpers_pki import reportlab_pdf
+    from tests.integration.test_pades_stamp import _inside, _words
+
+    d = daemon_factory({"policies": [{"version": "contract-v1", "appearance": "visible",
+                                      "signature_page": -1,
+                                      "signature_box": [300, 40, 540, 110]}]})
+    doc = reportlab_pdf(tmp_path / "doc.pdf", pages=2).read_bytes()
+    # The policy's default place: the last page's box.
+    r = _kiosk(d, doc, "STAMP-1")
+    assert r.status == 200, r.body[:300]
+    out = tmp_path / "default.pdf"
+    out.write_bytes(r.body)
+    words = [w for w in _words(out, 2) if _inside(w, (300, 40, 540, 110))]
+    assert {"Signed", "Front", "Desk", "(clerk)", "contract-v1"} <= {w[0] for w in words}, words
+    assert "casesignd" in " ".join(w[0] for w in words)  # the certificate's subject
+    ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+    (status,) = pyhanko_statuses(out, [ca])
+    assert status.bottom_line
+    # A request's own page and box, through a job.
+    job = _job(d, "STAMP-2", doc, "ignored")  # a field: the job fails, there is none
+    assert job["error"]["code"] == "signature_field_not_found"
+    m = {**manifest("STAMP-3", upload(d, "STAMP-3", doc), []),
+         "signature": {"page": 1, "box": [72, 600, 300, 680]}}
+    ready = d.wait_job(d.submit(m).json()["job_id"])
+    assert ready["state"] == "ready", ready
+    got = tmp_path / "job.pdf"
+    got.write_bytes(d.request("GET", ready["result"]["download_url"], auth=False).body)
+    assert any(w[0] == "Signed" and _inside(w, (72, 600, 300, 680)) for w in _words(got, 1))
+    # A box off the page fails the job with its code, before the key is used.
+    off = {**manifest("STAMP-4", upload(d, "STAMP-4", doc), []),
+           "signature": {"page": -1, "box": [500, 40, 900, 110]}}
+    failed = d.wait_job(d.submit(off).json()["job_id"])
+    assert failed["error"]["code"] == "signature_box_off_page", failed
+    assert failed["error"]["where"] == {"page": 2}
+    assert "signed" not in [e["type"] for e in d.events(failed["job_id"])]
+
+
+def test_an_invisible_policy_allows_no_box(daemon, tmp_path: Path) -> None:
+    src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
+    r = _kiosk(daemon, src, "STAMP-5", signature={"page": 1, "box": [72, 72, 200, 120]})
+    assert r.status == 422 and r.json()["error"]["field"] == "signature.box", r.body[:300]
