@@ -242,6 +242,8 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
     ("signature_box_off_page", "signature_box_off_page",
      "the signature's box is not inside its page's crop box, or there is no such page "
      "(where: the page)"),
+    ("certification_not_first", "certification_not_first",
+     "the policy certifies, and the document carries a signature already"),
     # limits
     ("too_many_pages", "limit_exceeded", "more pages than the policy's max_pages"),
     ("too_many_objects", "limit_exceeded", "more objects than the policy's max_pdf_objects"),

@@ -195,6 +195,9 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     signature_page: int = 1
     signature_box: list[float] = msgspec.field(default_factory=lambda: [36.0, 36.0, 236.0, 96.0])
     signature_field: str = ""
+    # Certify the document's first signature (DocMDP, PDF 32000-1 §12.8.2.2): "" not,
+    # "no_changes" (P=1), "form_filling" (P=2) or "annotations" (P=3).
+    certify: str = ""
 
     @property
     def signature_level(self) -> str:
@@ -619,12 +622,16 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 def _check_placement(p: Policy, at: str) -> None:
     from .placement import APPEARANCES, box_problem
+    from .sigfield import CERTIFY_P
 
     if p.appearance not in APPEARANCES:
         raise ConfigError(f"{at}.appearance",
                           f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")
     if p.signature_page == 0:
         raise ConfigError(f"{at}.signature_page", "pages count from 1 (or from -1, the last)")
+    if p.certify and p.certify not in CERTIFY_P:
+        raise ConfigError(f"{at}.certify",
+                          f"expected one of {', '.join(CERTIFY_P)} or \"\", got {p.certify!r}")
     problem = box_problem(p.signature_box)
     if problem:
         raise ConfigError(f"{at}.signature_box", problem)

@@ -87,6 +87,7 @@ from .pdfsyntax import (
 )
 from .sigfield import (
     appearance,
+    certify,
     check_box,
     fill_field,
     find_empty_field,
@@ -127,6 +128,8 @@ class SignatureMeta:
     # A new field's page (1 the first, -1 the last) and box in points; None: page 1,
     # no box (invisible).
     place: tuple[int, tuple[float, float, float, float]] | None = None
+    # A certification's DocMDP permission P (1, 2 or 3); None: an approval signature.
+    certify: int | None = None
 
 
 @dataclass(frozen=True)
@@ -465,6 +468,8 @@ def _write_update(
             kid = g.DictionaryObject(existing.widget)
             kid[name_object("AP")] = ap
             extra.append((shows.idnum, shows.generation, kid))
+    if meta.certify is not None:
+        reference = certify(s, meta.certify, sig_num, catalog, reference)
     lock = field_lock(s.form) if "/Lock" not in widget else None
     if lock is not None:  # Table 233: /Lock is an indirect reference
         lock_num = new_num()

@@ -212,3 +212,30 @@ def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any
     form_num, bodies = stamp.as_xobject(stamp.draw(lines, w, h), new_num, matrix)
     ap = g.DictionaryObject({g.NameObject("/N"): g.IndirectObject(form_num, 0, None)})  # type: ignore[arg-type]
     return ap, bodies
+
+
+# --- certification (DocMDP, §12.8.2.2) --------------------------------------------------
+
+# A policy's certify as the DocMDP permission it sets (Table 254).
+CERTIFY_P = {"no_changes": 1, "form_filling": 2, "annotations": 3}
+
+
+def certify(s: Any, p: int, sig_num: int, catalog: g.DictionaryObject, reference: bytes) -> bytes:
+    """Make the signature ``sig_num`` the document's certification with permission
+    ``p``: the catalog's /Perms /DocMDP names it (§12.8.2.2, Table 258), and its
+    /Reference gains the DocMDP transform (Table 253) before ``reference``'s FieldMDP.
+    Only a document's first signature may certify (§12.8.1): one that carries a
+    signature already is refused ``certification_not_first``."""
+    if s.signed:
+        raise PermanentJobError("the policy certifies, and the document carries a signature "
+                                "already: only the first signature may certify",
+                                code="certification_not_first", reason="certification_not_first")
+    perms = resolved(catalog, "/Perms")
+    perms = g.DictionaryObject(perms) if isinstance(perms, g.DictionaryObject) else g.DictionaryObject()
+    perms[g.NameObject("/DocMDP")] = g.IndirectObject(sig_num, 0, None)  # type: ignore[arg-type]
+    catalog[g.NameObject("/Perms")] = perms
+    docmdp = (b"<</Type /SigRef /TransformMethod /DocMDP"
+              b" /TransformParams <</Type /TransformParams /P %d /V /1.2>>>>" % p)
+    if not reference:
+        return b"/Reference [" + docmdp + b"]"
+    return reference.replace(b"/Reference [", b"/Reference [" + docmdp + b" ", 1)

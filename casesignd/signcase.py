@@ -35,6 +35,7 @@ from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
 from .outcomes import Artifact, Finish, Signature
 from .revocation import ChainEvidence
+from .sigfield import CERTIFY_P
 from .sources import parse_ref
 
 if TYPE_CHECKING:
@@ -222,6 +223,7 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
         into_field=into_field,
         stamp=stamp,
         place=place,
+        certify=CERTIFY_P.get(policy.certify),
     )
 
 

@@ -124,3 +124,20 @@ def test_an_invisible_policy_allows_no_box(daemon, tmp_path: Path) -> None:
     src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
     r = _kiosk(daemon, src, "STAMP-5", signature={"page": 1, "box": [72, 72, 200, 120]})
     assert r.status == 422 and r.json()["error"]["field"] == "signature.box", r.body[:300]
+
+
+def test_a_certifying_policy_refuses_a_signed_document_through_the_job_and_the_kiosk(
+    daemon_factory, tmp_path: Path
+) -> None:
+    from tests.helpers_pki import reportlab_pdf
+
+    d = daemon_factory({"policies": [{"version": "contract-v1", "certify": "form_filling"}]})
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    first = _kiosk(d, doc, "CERT-1")
+    assert first.status == 200, first.body[:300]
+    again = _kiosk(d, first.body, "CERT-2")
+    assert again.status == 422 and again.json()["error"]["code"] == "certification_not_first"
+    m = manifest("CERT-3", upload(d, "CERT-3", first.body), [])
+    job = d.wait_job(d.submit(m).json()["job_id"])
+    assert job["error"]["code"] == "certification_not_first", job
+    assert "signed" not in [e["type"] for e in d.events(job["job_id"])]
