@@ -78,3 +78,38 @@ def test_a_signed_document_is_not_certified(pki: Pki, tmp_path: Path) -> None:
                            meta=sample_meta(certify=2))
     assert refused.value.code == "certification_not_first"
     assert not (tmp_path / "out.pdf").exists()
+
+
+def test_the_services_own_long_term_updates_after_a_p1_certification_pass(
+    pki: Pki, tmp_path: Path
+) -> None:
+    from tests.helpers_presigned import add_dss
+
+    out = _certified(reportlab_pdf(tmp_path / "plain.pdf"), tmp_path / "cert.pdf", pki, 1)
+    with_dss = tmp_path / "dss.pdf"
+    with_dss.write_bytes(add_dss(out.read_bytes(), [pki.ca.cert]))
+    (status,) = pyhanko_statuses(with_dss, [pki.ca.cert])
+    assert status.bottom_line and status.docmdp_ok
+    assert status.modification_level == ModificationLevel.LTA_UPDATES
+
+
+def test_an_overlay_after_a_p1_certification_fails_casesignd_verify(pki: Pki, tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from cryptography.hazmat.primitives.serialization import Encoding
+    from pypdf import PdfWriter
+
+    out = _certified(reportlab_pdf(tmp_path / "plain.pdf"), tmp_path / "cert.pdf", pki, 1)
+    overlay = reportlab_pdf(tmp_path / "overlay.pdf", text="PAID IN FULL")
+    writer = PdfWriter(out, incremental=True)
+    writer.pages[0].merge_page(PdfReader(overlay).pages[0])
+    changed = tmp_path / "overlaid.pdf"
+    with open(changed, "wb") as f:
+        writer.write(f)
+    (tmp_path / "ca.pem").write_bytes(pki.ca.cert.public_bytes(Encoding.PEM))
+    verify = [sys.executable, "-m", "casesignd", "verify", "--trust", str(tmp_path / "ca.pem")]
+    ok = subprocess.run([*verify, str(out)], capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    bad = subprocess.run([*verify, str(changed)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0, bad.stdout + bad.stderr
