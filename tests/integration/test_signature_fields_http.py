@@ -141,3 +141,29 @@ def test_a_certifying_policy_refuses_a_signed_document_through_the_job_and_the_k
     job = d.wait_job(d.submit(m).json()["job_id"])
     assert job["error"]["code"] == "certification_not_first", job
     assert "signed" not in [e["type"] for e in d.events(job["job_id"])]
+
+
+def test_the_command_line_names_the_field_or_the_box(daemon_factory, tmp_path: Path) -> None:
+    d = daemon_factory({"policies": [{"version": "contract-v1", "appearance": "visible"}]})
+    src = pyhanko_fields(tmp_path / "fields.pdf")
+    out = tmp_path / "seller.pdf"
+    ok = d.cli("sign", str(src), "--case", "CLI-F1", "--field", "Seller", "-o", str(out))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    from tests.integration.test_pades_fields import SELLER_BOX
+    from tests.integration.test_pades_stamp import _inside, _words
+
+    assert any(w[0] == "Signed" and _inside(w, SELLER_BOX) for w in _words(out, 1))
+    missing = d.cli("sign", str(src), "--case", "CLI-F2", "--field", "Witness")
+    assert missing.returncode == 1 and "signature_field_not_found" in missing.stdout + missing.stderr
+    off = d.cli("sign", str(src), "--case", "CLI-F3", "--visible", "1:500,40,900,110")
+    assert off.returncode == 1 and "signature_box_off_page" in off.stdout + off.stderr
+    bad = d.cli("sign", str(src), "--case", "CLI-F4", "--visible", "1:500,40")
+    assert bad.returncode == 2 and "PAGE:X1,Y1,X2,Y2" in bad.stderr
+    packet = tmp_path / "packet.pdf"
+    case = d.cli("case", "sign", str(src), "--case", "CLI-F5", "--field", "Buyer", "--wait",
+                 "-o", str(packet))
+    assert case.returncode == 0, case.stdout + case.stderr
+    assert any(w[0] == "Signed" and _inside(w, (320, 100, 520, 160)) for w in _words(packet, 1))
+    signed = d.cli("case", "sign", str(out), "--case", "CLI-F6", "--field", "Seller", "--wait")
+    assert signed.returncode == 1
+    assert "signature_field_already_signed" in signed.stdout + signed.stderr
