@@ -40,3 +40,25 @@ def test_admission_refuses_a_bad_shape_naming_the_field(raw, appearance, field) 
 ])
 def test_the_request_chooses_within_the_policy(signature, policy, expected) -> None:
     assert placement.placement(signature, Policy(version="p-1", **policy)) == expected
+
+
+@pytest.mark.parametrize(("signature", "valid"), [
+    ({"field": "Buyer"}, True),
+    ({"page": -1, "box": [36, 36, 236, 96]}, True),
+    ({"box": [36, 36, 236, 96]}, True),
+    ({"field": "Buyer", "box": [36, 36, 236, 96]}, False),
+    ({"page": 0, "box": [36, 36, 236, 96]}, False),
+    ({"box": [36, 36, 236]}, False),
+])
+def test_the_openapi_document_describes_the_signature_object(signature, valid) -> None:
+    validator = pytest.importorskip("openapi_schema_validator")
+    from casesignd.openapi import document
+
+    spec = document()
+    schema = {"$ref": "#/components/schemas/SignaturePlacement",
+              "components": spec["components"]}
+    if valid:
+        validator.validate(signature, schema, cls=validator.OAS31Validator)
+    else:
+        with pytest.raises(Exception):  # noqa: B017  # jsonschema's ValidationError
+            validator.validate(signature, schema, cls=validator.OAS31Validator)
