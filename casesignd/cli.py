@@ -29,8 +29,10 @@ from .cli_common import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     UsageError,
+    add_placement,
     default_signed_path,
     parse_signer,
+    placement_of,
     wait_outcome_line,
     write_atomic,
 )
@@ -115,6 +117,8 @@ def cmd_sign(args: argparse.Namespace) -> int:
     manifest: dict[str, Any] = {"case_id": args.case, "signers": args.signer or []}
     if args.policy:
         manifest["policy_version"] = args.policy
+    if (signature := placement_of(args)) is not None:
+        manifest["signature"] = signature
     try:
         manifest["sha256"] = file_sha256(path)[0]
     except OSError as e:
@@ -301,6 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("-o", "--output", metavar="OUT",
                    help="where to write the signed PDF (default FILE.signed.pdf)")
     c.add_argument("--idempotency-key", metavar="K")
+    add_placement(c)
 
     c = command("upload", cmd_upload, "upload a file to a case", client=True)
     c.add_argument("file", metavar="FILE")

@@ -33,12 +33,14 @@ from .cli_common import (
     EXIT_OK,
     Command,
     UsageError,
+    add_placement,
     atomic_output,
     default_signed_path,
     dump,
     err,
     out,
     parse_signer,
+    placement_of,
     positive_float,
     wait_outcome_line,
 )
@@ -115,6 +117,7 @@ def at_fault(field: str | None, files: list[InputFile], signers: list[dict[str, 
             thing = things[i]
             return thing.label() if isinstance(thing, InputFile) else f"--signer {thing['id']}"
     return {"case_id": "--case", "policy_version": "--policy", "signers": "--signer",
+            "signature": "--field/--visible",
             "Idempotency-Key": "--idempotency-key"}.get(head)
 
 
@@ -306,6 +309,8 @@ def case_sign(args: argparse.Namespace, make_client: ClientFactory) -> int:
     try:
         upload_missing(client, case_id, files, progress)
         manifest = build_manifest(case_id, files, signers, args.policy)
+        if (signature := placement_of(args)) is not None:
+            manifest["signature"] = signature
         try:
             job = client.submit(manifest, args.idempotency_key or derived_key(manifest))
         except ClientError as e:
@@ -381,6 +386,7 @@ def register_sign(case_sub: Any, command: Command, client: ClientFactory) -> Non
                    help="with --wait, where to write it (default CONTRACT.signed.pdf)")
     c.add_argument("--idempotency-key", metavar="K",
                    help="default: derived from the manifest")
+    add_placement(c)
     _progress_option(c)
 
 

@@ -74,6 +74,36 @@ def parse_signer(text: str) -> dict[str, str]:
     return {"id": sid, "name": name, "role": role}
 
 
+def parse_visible(text: str) -> dict[str, Any]:
+    """``PAGE:X1,Y1,X2,Y2`` → the request's ``{"page", "box"}`` (points; PAGE may be
+    negative, counting from the end)."""
+    page, sep, box = text.partition(":")
+    try:
+        numbers = [float(v) for v in box.split(",")]
+        if not sep or len(numbers) != 4:
+            raise ValueError
+        return {"page": int(page), "box": numbers}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected PAGE:X1,Y1,X2,Y2, got {text!r}") from None
+
+
+def add_placement(c: Any) -> None:
+    """``--field NAME`` / ``--visible PAGE:X1,Y1,X2,Y2``: where the signature goes."""
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--field", metavar="NAME",
+                       help="sign into the document's own empty signature field NAME")
+    where.add_argument("--visible", type=parse_visible, metavar="PAGE:X1,Y1,X2,Y2",
+                       help="a visible stamp on PAGE (-1: the last) in this box, in points "
+                       "(the policy must be visible)")
+
+
+def placement_of(args: Any) -> dict[str, Any] | None:
+    """The request's ``signature`` object from :func:`add_placement`'s options."""
+    if getattr(args, "field", None):
+        return {"field": args.field}
+    return getattr(args, "visible", None)
+
+
 def default_signed_path(path: Path) -> Path:
     """``contract.pdf`` → ``contract.signed.pdf`` (same directory)."""
     stem = path.stem if path.suffix.lower() == ".pdf" else path.name

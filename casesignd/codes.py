@@ -140,6 +140,14 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
      "certified with DocMDP P=1: a further signature would break it"),
     ("certified_pdf", 422, PERMANENT, False, "certified: files cannot be embedded"),
     ("field_exists", 422, PERMANENT, False, "a signature field of that name exists"),
+    ("signature_field_not_found", 422, PERMANENT, False,
+     "the document has no signature field of the name the request gives"),
+    ("signature_field_already_signed", 422, PERMANENT, False,
+     "the signature field the request names holds a signature already"),
+    ("signature_box_off_page", 422, PERMANENT, False,
+     "the signature's box is not on its page (outside the page's crop box)"),
+    ("certification_not_first", 422, PERMANENT, False,
+     "the policy certifies, and the document carries a signature already"),
     ("object_not_found", 422, PERMANENT, False, "the object_ref names nothing"),
     ("path_outside_source", 422, PERMANENT, False, "a source path leaves its root"),
     ("source_rejected", 422, PERMANENT, False, "the source refused the read for good"),
@@ -230,6 +238,16 @@ _REASON_ROWS: tuple[tuple[str, str, str], ...] = (
     # certification
     ("certified_no_changes", "certified_no_changes",
      "certified with DocMDP P=1: nothing may be added, not even a signature"),
+    # signature placement
+    ("signature_field_not_found", "signature_field_not_found",
+     "no signature field of the requested name (where: the field)"),
+    ("signature_field_already_signed", "signature_field_already_signed",
+     "the requested signature field is signed already (where: the field)"),
+    ("signature_box_off_page", "signature_box_off_page",
+     "the signature's box is not inside its page's crop box, or there is no such page "
+     "(where: the page)"),
+    ("certification_not_first", "certification_not_first",
+     "the policy certifies, and the document carries a signature already"),
     # limits
     ("too_many_pages", "limit_exceeded", "more pages than the policy's max_pages"),
     ("too_many_objects", "limit_exceeded", "more objects than the policy's max_pdf_objects"),

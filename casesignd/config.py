@@ -190,6 +190,16 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tsa_timeout_s: float = 10.0
     reason: str = ""
     location: str = ""
+    # Where the signature goes unless a request says (casesignd.placement): "invisible",
+    # or "visible": a stamp on signature_page (negative: from the end) in
+    # signature_box ([x1, y1, x2, y2], points), or in the field signature_field.
+    appearance: str = "invisible"
+    signature_page: int = 1
+    signature_box: list[float] = msgspec.field(default_factory=lambda: [36.0, 36.0, 236.0, 96.0])
+    signature_field: str = ""
+    # Certify the document's first signature (DocMDP, PDF 32000-1 §12.8.2.2): "" not,
+    # "no_changes" (P=1), "form_filling" (P=2) or "annotations" (P=3).
+    certify: str = ""
 
     @property
     def signature_level(self) -> str:
@@ -527,6 +537,7 @@ def _check(cfg: Config) -> None:
             if scheme.lower() in UNSAFE_LINK_SCHEMES or not _SCHEME.fullmatch(scheme):
                 raise ConfigError(f"policies[{i}].allowed_link_schemes", f"{scheme!r} cannot be "
                                   f"allowed; never {', '.join(sorted(UNSAFE_LINK_SCHEMES))}")
+        _check_placement(p, f"policies[{i}]")
         if p.level and p.level not in LEVELS:
             raise ConfigError(f"policies[{i}].level",
                               f"expected one of {', '.join(LEVELS)}, got {p.level!r}")
@@ -631,3 +642,20 @@ def load(path: str | os.PathLike[str]) -> Config:
     except OSError as e:
         raise ConfigError("(file)", f"cannot read {p}: {e.strerror}") from None
     return loads(text, base_dir=str(p.resolve().parent))
+
+
+def _check_placement(p: Policy, at: str) -> None:
+    from .placement import APPEARANCES, box_problem
+    from .sigfield import CERTIFY_P
+
+    if p.appearance not in APPEARANCES:
+        raise ConfigError(f"{at}.appearance",
+                          f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")
+    if p.signature_page == 0:
+        raise ConfigError(f"{at}.signature_page", "pages count from 1 (or from -1, the last)")
+    if p.certify and p.certify not in CERTIFY_P:
+        raise ConfigError(f"{at}.certify",
+                          f"expected one of {', '.join(CERTIFY_P)} or \"\", got {p.certify!r}")
+    problem = box_problem(p.signature_box)
+    if problem:
+        raise ConfigError(f"{at}.signature_box", problem)

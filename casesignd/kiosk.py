@@ -44,6 +44,7 @@ from .keys import configured
 from .logs import log_event
 from .outcomes import Artifact, Finish, RetryLater, Signature
 from .pipeline import SignedWork, sign_document, sign_with
+from .placement import subject_of
 from .recorder import Attempt, record_phase, timed_phase
 from .signcase import (
     SignCaseKind,
@@ -61,7 +62,7 @@ from .webio import artifact_response, authenticate, body_deadline, decode_json, 
 
 log = logging.getLogger("casesignd.kiosk")
 
-_MANIFEST_FIELDS = {"case_id", "policy_version", "signers", "sha256", "name"}
+_MANIFEST_FIELDS = {"case_id", "policy_version", "signers", "sha256", "name", "signature"}
 _MANIFEST_BYTES = 64 * 1024
 _KIND = SignCaseKind()
 
@@ -141,6 +142,8 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
     }
     if "policy_version" in manifest:
         body["policy_version"] = manifest["policy_version"]
+    if "signature" in manifest:
+        body["signature"] = manifest["signature"]
     return body
 
 
@@ -412,7 +415,8 @@ class _Run:
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured", code="unknown_policy")
         signer = configured(s.signer)
-        meta = signing_meta(normalized, policy, cfg.signing.signer_name)
+        meta = signing_meta(normalized, policy, cfg.signing.signer_name,
+                            subject_of(getattr(signer, "cert", None)))
         # Before the key is used; from B-LT up, the chain's data is cached.
         chain = await s.longterm.before_signing(policy)
         if s.scanner is not None:

@@ -138,9 +138,24 @@ def schemas() -> dict[str, Any]:
                 },
                 "signers": {"type": "array", "items": ref("Signer")},
                 "webhook": ref("WebhookName"),
+                "signature": ref("SignaturePlacement"),
             },
             ["kind", "case_id", "items", "signers"], closed=True,
         ),
+        "SignaturePlacement": {
+            "description": "Where the signature goes, within what the policy allows: the "
+            "document's own empty signature field (refused signature_field_not_found or "
+            "signature_field_already_signed), or under a visible policy a stamp on a page "
+            "(1 the first, -1 the last) in a box [x1, y1, x2, y2] in points (refused "
+            "signature_box_off_page outside the page's crop box). Left out: the policy's "
+            "appearance, page, box or field.",
+            "oneOf": [
+                obj({"field": _str(1, 255)}, ["field"], closed=True),
+                obj({"page": {"type": "integer", "not": {"const": 0}},
+                     "box": {"type": "array", "items": {"type": "number"},
+                             "minItems": 4, "maxItems": 4}}, ["box"], closed=True),
+            ],
+        },
         "InvoiceItem": obj(
             {
                 "description": _str(1, 1000),
@@ -333,6 +348,7 @@ def schemas() -> dict[str, Any]:
                 "signers": {"type": "array", "items": ref("Signer")},
                 "sha256": {"type": "string", "pattern": SHA256_PATTERN,
                            "description": "Of the document part; checked when given."},
+                "signature": ref("SignaturePlacement"),
             },
             ["case_id", "signers"], closed=True,
         ),

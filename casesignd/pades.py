@@ -25,7 +25,8 @@ Where the signature records the case (what a verifier sees):
 Embedded files' SHA-256 digests are also in each file specification's /Desc.
 
 What the update adds to a document that carries signatures keeps them valid: an
-invisible signature field (its widget in page 1's /Annots) with its lock, the
+invisible signature field (its widget in page 1's /Annots) with its lock, or the
+document's own empty signature field with its /V set (:mod:`casesignd.sigfield`), the
 signature dictionary, and evidence bound by digest rather than embedded
 (:mod:`casesignd.attachments`); the document's /SigFlags, /Info and metadata are
 left as they are.
@@ -84,6 +85,16 @@ from .pdfsyntax import (
     xref_stream,
     xref_table,
 )
+from .sigfield import (
+    appearance,
+    certify,
+    check_box,
+    fill_field,
+    find_empty_field,
+    own_lock_reference,
+    page_at,
+    rotation,
+)
 
 _BYTE_RANGE_WIDTH = 10  # digits reserved per ByteRange number (files < 10 GB)
 
@@ -109,6 +120,16 @@ class SignatureMeta:
     case_id: str = ""
     parties: tuple[Party, ...] = ()
     field_name: str = ""  # empty: the first free "SignatureN"
+    # The document's own empty signature field to sign into (casesignd.sigfield);
+    # empty: a new field.
+    into_field: str = ""
+    # The visible stamp's lines (casesignd.stamp); empty: an invisible signature.
+    stamp: tuple[str, ...] = ()
+    # A new field's page (1 the first, -1 the last) and box in points; None: page 1,
+    # no box (invisible).
+    place: tuple[int, tuple[float, float, float, float]] | None = None
+    # A certification's DocMDP permission P (1, 2 or 3); None: an approval signature.
+    certify: int | None = None
 
 
 @dataclass(frozen=True)
@@ -417,9 +438,39 @@ def _write_update(
         put_object(tail, xref, base, num, 0, serialize(filespec(att, b.name, stream_num, b.sha256)))
         filespecs.append((b.name, num))
     catalog, extra = catalog_updates(s, new_num, filespecs)
-    sig_num, field_num = new_num(), new_num()
-    widget = _signature_field(s, meta, sig_num, field_num, catalog, extra)
-    lock = field_lock(s.form)
+    sig_num = new_num()
+    reference = fieldmdp_reference(s.form, s.root_ref)
+    if meta.into_field:
+        existing = find_empty_field(s.catalog, meta.into_field)
+        field_num, field_gen = existing.ref.idnum, existing.ref.generation
+        widget = fill_field(s, existing, sig_num, catalog, extra)
+        own = own_lock_reference(existing.field, s.root_ref)
+        reference = own if own is not None else reference
+        rect, shown_on, shows = existing.rect, resolved(existing.widget, "/P"), existing.widget_ref
+    else:
+        rect, shown_on = (0.0, 0.0, 0.0, 0.0), s.page
+        page_ref, page = s.page_ref, s.page
+        if meta.place is not None:
+            number, page_ref, shown_on = page_at(s.reader, meta.place[0])
+            page, rect = shown_on, check_box(shown_on, number, meta.place[1])
+        field_num, field_gen = new_num(), 0
+        shows = g.IndirectObject(field_num, 0, None)  # type: ignore[arg-type]
+        widget = _signature_field(s, meta, sig_num, field_num, catalog, extra, page_ref, page)
+        if meta.place is not None:
+            widget[name_object("Rect")] = g.ArrayObject([g.FloatObject(v) for v in rect])
+    if meta.stamp and rect[2] - rect[0] >= 1 and rect[3] - rect[1] >= 1:
+        ap, bodies = appearance(rect, rotation(shown_on), meta.stamp, new_num)
+        for num, body in bodies:
+            put_object(tail, xref, base, num, 0, body)
+        if shows.idnum == field_num:
+            widget[name_object("AP")] = ap
+        else:  # the field's widget is its kid
+            kid = g.DictionaryObject(existing.widget)
+            kid[name_object("AP")] = ap
+            extra.append((shows.idnum, shows.generation, kid))
+    if meta.certify is not None:
+        reference = certify(s, meta.certify, sig_num, catalog, reference)
+    lock = field_lock(s.form) if "/Lock" not in widget else None
     if lock is not None:  # Table 233: /Lock is an indirect reference
         lock_num = new_num()
         widget[name_object("Lock")] = indirect(lock_num)
@@ -432,10 +483,10 @@ def _write_update(
             raise MalformedPdf(f"object {num} plays two roles in the document structure")
         seen.add(num)
         put_object(tail, xref, base, num, gen, serialize(obj))
-    put_object(tail, xref, base, field_num, 0, serialize(widget))
+    put_object(tail, xref, base, field_num, field_gen, serialize(widget))
     sig_at = tail.tell()
     put_object(tail, xref, base, sig_num, 0, _signature_dict(
-        meta, contents_bytes, reference=fieldmdp_reference(s.form, s.root_ref),
+        meta, contents_bytes, reference=reference,
         evidence=evidence_entries(bound, binding)))
     _write_xref(s, tail, xref, base, new_num)
     return base, bytearray(tail.getvalue()), sig_at
@@ -448,10 +499,13 @@ def _signature_field(
     field_num: int,
     catalog: g.DictionaryObject,
     extra: list[tuple[int, int, g.PdfObject]],
+    page_ref: g.IndirectObject,
+    page: g.DictionaryObject,
 ) -> g.DictionaryObject:
-    """The signature field with its merged, invisible widget (§12.7.4.5, §12.5.6.19).
+    """The signature field with its merged widget (§12.7.4.5, §12.5.6.19), invisible
+    until the caller gives it a /Rect and an appearance.
 
-    Merges into /AcroForm /Fields and page 1's /Annots, rewriting whichever objects
+    Merges into /AcroForm /Fields and the page's /Annots, rewriting whichever objects
     hold them (appended to ``extra``, or set on ``catalog`` when direct).
     """
     acro_raw = raw(s.catalog, "/AcroForm")
@@ -472,7 +526,7 @@ def _signature_field(
             name_object("V"): indirect(sig_num),
             name_object("F"): g.NumberObject(132),  # Print | Locked
             name_object("Rect"): g.ArrayObject([g.NumberObject(0)] * 4),
-            name_object("P"): s.page_ref,
+            name_object("P"): page_ref,
         }
     )
     acro[name_object("Fields")] = g.ArrayObject([*fields, indirect(field_num)])
@@ -482,15 +536,15 @@ def _signature_field(
         extra.append((acro_raw.idnum, acro_raw.generation, acro))
     else:
         catalog[name_object("AcroForm")] = acro
-    annots_raw = raw(s.page, "/Annots")
+    annots_raw = raw(page, "/Annots")
     annots = list(annots_raw.get_object()) if annots_raw is not None else []
     annots_new = g.ArrayObject([*annots, indirect(field_num)])
     if isinstance(annots_raw, g.IndirectObject):
         extra.append((annots_raw.idnum, annots_raw.generation, annots_new))
     else:
-        page = g.DictionaryObject(s.page)
+        page = g.DictionaryObject(page)
         page[name_object("Annots")] = annots_new
-        extra.append((s.page_ref.idnum, s.page_ref.generation, page))
+        extra.append((page_ref.idnum, page_ref.generation, page))
     return widget
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, tsa
+from . import audit, cms, keys, media, pades, pdfcheck, pdfrules, pipeline, placement, tsa
 from .config import Config, Policy
 from .errors import ActiveContent, PermanentJobError, ValidationError
 from .jobs import check_case_id, sha256_hex
@@ -35,6 +35,7 @@ from .kinds import Admission, JobContext, JobServices, admit_policy
 from .longterm import Appended
 from .outcomes import Artifact, Finish, Signature
 from .revocation import ChainEvidence
+from .sigfield import CERTIFY_P
 from .sources import parse_ref
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
-_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers"}
+_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers", "signature"}
 _ITEM_FIELDS = {"role", "name", "media_type", "object_ref", "sha256", "size"}
 _SIGNER_FIELDS = {"id", "name", "role"}
 ROLES = ("contract", "evidence")
@@ -109,8 +110,10 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
     if total > policy.max_document_bytes:
         raise ValidationError(f"the items add up to more than {policy.max_document_bytes} bytes",
                               code="too_large", field="items")
-    normalized = {"case_id": case_id, "policy_version": policy.version, "items": items,
-                  "signers": signers}
+    normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
+                                  "items": items, "signers": signers}
+    if "signature" in body:
+        normalized["signature"] = placement.admit(body["signature"], policy.appearance)
     material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
                      declared_bytes=total, key_material=material,
@@ -178,14 +181,18 @@ def _signer(raw: Any, i: int) -> dict[str, str]:
 
 
 def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
-    """What one signature is of: the case, the document digests, the signers, the policy.
+    """What one signature is of: the case, the document digests, the signers, the policy,
+    and where it goes when the request says (another field is another signature).
     Order of items and signers does not matter; names of files do not either."""
-    return {
+    material: dict[str, Any] = {
         "case_id": normalized["case_id"],
         "documents": sorted([it["role"], it["sha256"]] for it in normalized["items"]),
         "signers": sorted([s["id"], s["name"], s["role"]] for s in normalized["signers"]),
         "policy_version": normalized["policy_version"],
     }
+    if "signature" in normalized:  # absent, the key stays what it was before placement
+        material["signature"] = normalized["signature"]
+    return material
 
 
 def signature_key(normalized: dict[str, Any]) -> str:
@@ -195,15 +202,28 @@ def signature_key(normalized: dict[str, Any]) -> str:
 # --- the run -------------------------------------------------------------------------
 
 
-def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str) -> pades.SignatureMeta:
+def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
+                 subject: str = "") -> pades.SignatureMeta:
+    """What the signature says, and where it goes (:mod:`casesignd.placement`);
+    ``subject`` the signing certificate's, which a visible stamp names."""
+    signing_time = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    parties = tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"])
+    into_field, place, visible = placement.placement(normalized.get("signature"), policy)
+    stamp = placement.words(subject=subject, signer_name=signer_name, parties=parties,
+                            signing_time=signing_time, policy_version=normalized["policy_version"],
+                            reason=policy.reason, location=policy.location) if visible else ()
     return pades.SignatureMeta(
-        signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
+        signing_time=signing_time,
         name=signer_name,
         reason=policy.reason,
         location=policy.location,
         policy_version=normalized["policy_version"],
         case_id=normalized["case_id"],
-        parties=tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"]),
+        parties=parties,
+        into_field=into_field,
+        stamp=stamp,
+        place=place,
+        certify=CERTIFY_P.get(policy.certify),
     )
 
 
@@ -408,8 +428,9 @@ class SignCaseKind:
         if policy is None:
             raise PermanentJobError("the job's policy is no longer configured",
                                     code="unknown_policy")
-        keys.configured(s.signer)
-        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name)
+        signer = keys.configured(s.signer)
+        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
+                            placement.subject_of(getattr(signer, "cert", None)))
         if ctx.area is None:
             return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)
