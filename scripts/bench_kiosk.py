@@ -29,6 +29,9 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
 
+``--visible``: casesignd's policies draw a visible stamp (in their default box on page
+1), against the invisible signature of a run without it.
+
 ``--document``: the one-page document every kiosk sends: ``plain`` (reportlab text),
 ``links`` (the same with a link out and a mailto link, which are signed as they are),
 or ``form`` (a reportlab form that leaves its look to the viewer: each request is
@@ -598,6 +601,8 @@ def main() -> None:
                     help="the paced phase: requests a second from all kiosks together")
     ap.add_argument("--document", choices=("plain", "links", "form"), default="plain",
                     help="the one-page document each kiosk sends (see the docstring)")
+    ap.add_argument("--visible", action="store_true",
+                    help="casesignd's policy draws a visible stamp (appearance = \"visible\")")
     ap.add_argument("--baseline-rev", default="",
                     help="also run casesignd's phases from a worktree of this commit")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -634,6 +639,12 @@ def main() -> None:
             "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
         }, env={"CASESIGND_STRICT_LABELS": "0"}, init_args=["--key-type", args.key_type])
         d.env.pop("CASESIGND_TEST_KIND", None)
+        if args.visible:
+            from tests.daemon import to_toml
+
+            for policy in d.config["policies"]:
+                policy["appearance"] = "visible"
+            d.config_path.write_text(to_toml(d.config))
         if "hostile" in args.phases:
             add_hostile_tenant(args, d)
         if args.only in (None, "casesignd"):
