@@ -1,13 +1,13 @@
 """Configuration: one TOML file decoded into typed settings (msgspec).
 
 A bad configuration stops the daemon before it listens, with one line that names the
-key and what is wrong (:class:`casesignd.errors.ConfigError`). Relative paths are
+key and what is wrong (:class:`casesignd.core.errors.ConfigError`). Relative paths are
 resolved against the directory of the config file, so a setup made by
 ``casesignd init --dir DIR`` can be moved as a whole.
 
 Its size: one struct per section of the file and the checks across them, which read
 best side by side (a section's own limits live beside their use, e.g.
-:class:`casesignd.verify_budget.VerifyBudget`).
+:class:`casesignd.verify.budget.VerifyBudget`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import msgspec
 
-from . import webhooks
-from .errors import ConfigError
-from .verify_budget import VerifyBudget
-from .webhooks import Webhook
+from casesignd.core.errors import ConfigError
+from casesignd.verify.budget import VerifyBudget
+from casesignd.webhooks import endpoints as webhooks
+from casesignd.webhooks.endpoints import Webhook
 
 MiB = 1024 * 1024
 
@@ -110,7 +110,7 @@ class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     poll_interval_ms: float = 200.0
     max_queue_depth: int = 10000
     # Acknowledged jobs queued past which a new job's acknowledgement waits for the
-    # workers to claim one (casesignd/pacing.py); at least 2 x concurrency; 0: never.
+    # workers to claim one (casesignd/engine/pacing.py); at least 2 x concurrency; 0: never.
     ack_pacing_depth: int = 32
     ack_pacing_max_ms: float = 500.0
     shutdown_grace_s: float = 20.0
@@ -161,7 +161,7 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     max_document_bytes: int = 256 * MiB
     max_items: int = 100
     forbid_active_content: bool = True
-    # Deep PDF validation (casesignd.pdfcheck): the largest decoded size of any one
+    # Deep PDF validation (casesignd.pdf.inspect): the largest decoded size of any one
     # stream or image (decompression bombs), reachable objects, and nesting depth.
     max_decoded_stream_bytes: int = 256 * MiB
     max_pdf_objects: int = 1_000_000
@@ -176,7 +176,7 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # document; "never" refuses them (ambiguous_pdf / malformed_pdf).
     normalize: str = "when_needed"
     # Action types (§12.6.4) allowed anywhere, automatic ones too ("Named": page
-    # navigation only); casesignd.pdfrules says what else a click may do.
+    # navigation only); casesignd.pdf.rules says what else a click may do.
     allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
     # Where a clicked link or form button may lead, by URL scheme ([]: nowhere).
     allowed_link_schemes: list[str] = msgspec.field(default_factory=lambda: list(LINK_SCHEMES))
@@ -190,7 +190,7 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tsa_timeout_s: float = 10.0
     reason: str = ""
     location: str = ""
-    # Where the signature goes unless a request says (casesignd.placement): "invisible",
+    # Where the signature goes unless a request says (casesignd.signing.placement): "invisible",
     # or "visible": a stamp on signature_page (negative: from the end) in
     # signature_box ([x1, y1, x2, y2], points), or in the field signature_field.
     appearance: str = "invisible"
@@ -239,12 +239,12 @@ class Archive(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 class Tracing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); empty: no tracing,
-    # and nothing of OpenTelemetry is imported (casesignd.tracing).
+    # and nothing of OpenTelemetry is imported (casesignd.observability.tracing).
     otlp_endpoint: str = ""
 
 
 class Retention(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    # How long things live, in seconds; 0 keeps them for ever (casesignd.retention).
+    # How long things live, in seconds; 0 keeps them for ever (casesignd.engine.retention).
     # Uploaded objects, counted from the end of the last job that uses them.
     objects_s: float = 0.0
     # Artifacts (signed results), counted from when they were made.
@@ -270,7 +270,7 @@ class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     ttl_s: int = 3600
 
 
-# The template that prints a tenant's invoice settings (casesignd.invoice_templates).
+# The template that prints a tenant's invoice settings (casesignd.invoices.templates).
 BRANDED_TEMPLATE = "invoice-v4"
 
 
@@ -295,7 +295,7 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the bearer token; the token itself is never stored.
     token_sha256: str
     invoice: TenantInvoice | None = None
-    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.webhooks).
+    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.webhooks.endpoints).
     webhooks: list[Webhook] = msgspec.field(default_factory=list)
 
 
@@ -368,13 +368,13 @@ class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     tax_rate: str = ""
     tax_label: str = "Tax"
     # A PNG or JPEG printed at the top (invoice-v4 on); empty for none. Checked at
-    # start and on SIGHUP (casesignd.branding); accepted jobs keep the one they had.
+    # start and on SIGHUP (casesignd.invoices.branding); accepted jobs keep the one they had.
     logo: str = ""
     # Lines at the foot of every page (invoice-v4 on).
     footer: list[str] = msgspec.field(default_factory=list)
     # BCP 47 locale of numbers, amounts, dates and direction (invoice-v4 on).
     locale: str = "en-US"
-    # The printed words by key (invoice-v4 on), over casesignd.invoice_v4.LABELS.
+    # The printed words by key (invoice-v4 on), over casesignd.invoices.v4.LABELS.
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     max_items: int = 10000
 
@@ -645,8 +645,8 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 
 def _check_placement(p: Policy, at: str) -> None:
-    from .placement import APPEARANCES, box_problem
-    from .sigfield import CERTIFY_P
+    from casesignd.signing.field import CERTIFY_P
+    from casesignd.signing.placement import APPEARANCES, box_problem
 
     if p.appearance not in APPEARANCES:
         raise ConfigError(f"{at}.appearance",

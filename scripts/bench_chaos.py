@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 import loadavg  # noqa: E402
 
-from casesignd import devpki  # noqa: E402
+from casesignd.ops import devpki  # noqa: E402
 from tests.daemon import Daemon  # noqa: E402
 from tests.helpers_chaos import (  # noqa: E402
     Driver,

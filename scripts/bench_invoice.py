@@ -5,11 +5,11 @@ Renders a one-line and a 300-line invoice with invoice-v3 and, in the same run,
 with invoice-v4 for each of ``--locales`` (default ``de-DE,ar-EG``: EUR, left to
 right, with invoice-v3's descriptions; EGP, right to left, Arabic issuer, labels,
 names and descriptions, so every line is shaped and reordered), each locale's
-settings a tenant's as :func:`casesignd.branding.load` resolves them:
+settings a tenant's as :func:`casesignd.invoices.branding.load` resolves them:
 
 - ``direct``: the template's render function called in this process into
   memory, one core: the cost of the layout itself;
-- ``pool(N)``: :func:`casesignd.invoice_layout.render_to_file` through a
+- ``pool(N)``: :func:`casesignd.invoices.layout.render_to_file` through a
   ``ProcessPoolExecutor`` of N workers (default 2) writing files, as the worker
   pool runs it: throughput with pickling and file I/O;
 - ``admit``: the admission (validation and normalization) per request.
@@ -49,13 +49,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from casesignd import branding  # noqa: E402
 from casesignd import config as config_mod  # noqa: E402
-from casesignd.branding import InvoiceSettings  # noqa: E402
-from casesignd.invoice import admit, issuer_of, render_issuer  # noqa: E402
-from casesignd.invoice_layout import register_fonts  # noqa: E402
-from casesignd.invoice_templates import TEMPLATES, render_to_file  # noqa: E402
-from casesignd.invoice_text import register as register_v4_fonts  # noqa: E402
+from casesignd.invoices import branding  # noqa: E402
+from casesignd.invoices.branding import InvoiceSettings  # noqa: E402
+from casesignd.invoices.layout import register_fonts  # noqa: E402
+from casesignd.invoices.templates import TEMPLATES, render_to_file  # noqa: E402
+from casesignd.invoices.text import register as register_v4_fonts  # noqa: E402
+from casesignd.job_kinds.render_invoice import admit, issuer_of, render_issuer  # noqa: E402
 
 VERSION = "invoice-v3"
 CFG = config_mod.loads(

@@ -37,8 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 import loadavg  # noqa: E402
 
-from casesignd import audit, jobs  # noqa: E402
-from casesignd.outcomes import Finish  # noqa: E402
+from casesignd.core import audit  # noqa: E402
+from casesignd.core.outcomes import Finish  # noqa: E402
+from casesignd.engine import jobs  # noqa: E402
 from casesignd.store import NewJob, SqliteStore  # noqa: E402
 
 

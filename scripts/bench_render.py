@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark: what drawing a rewritten document's pages costs (casesignd.pdfrender).
+"""Benchmark: what drawing a rewritten document's pages costs (casesignd.pdf.render).
 
 Every document the pipeline rewrites is drawn twice (received, rewrite) by poppler and
 by MuPDF, inside the worker call that checks it. For a 1-page and a 10-page contract
@@ -32,7 +32,8 @@ sys.path.insert(0, str(ROOT))
 import loadavg  # noqa: E402  (scripts/, beside this file)
 from bench_sign import make_pages  # noqa: E402
 
-from casesignd import normalize, pdfrender  # noqa: E402
+from casesignd.pdf import normalize  # noqa: E402
+from casesignd.pdf import render as pdfrender  # noqa: E402
 
 
 def _children_cpu_s() -> float:

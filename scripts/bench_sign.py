@@ -83,8 +83,8 @@ def hash_speed_mb_s(path: Path, rounds: int = 3) -> float:
 
 
 def _casesignd(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
-    from casesignd import pades, pipeline
-    from casesignd.keys import load_pkcs12
+    from casesignd.signing import pades, pipeline
+    from casesignd.signing.keys import load_pkcs12
 
     signer = load_pkcs12(p12, PASSWORD)
     meta = pades.SignatureMeta(signing_time=dt.datetime.now(dt.UTC), reason="bench")
@@ -324,7 +324,7 @@ def main() -> None:
                          "--store postgres --help)")
     args = ap.parse_args()
 
-    from casesignd import devpki
+    from casesignd.ops import devpki
 
     with tempfile.TemporaryDirectory(prefix="bench-sign-", dir=args.dir) as tmp:
         work = Path(tmp)

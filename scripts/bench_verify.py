@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from cryptography.hazmat.primitives.serialization import Encoding  # noqa: E402
 
-from casesignd.errors import CasesignError  # noqa: E402
-from casesignd.verify import VerifyOptions, verify_file  # noqa: E402
+from casesignd.core.errors import CasesignError  # noqa: E402
+from casesignd.verify.validate import VerifyOptions, verify_file  # noqa: E402
 from tests.helpers_pki import make_pki, reportlab_pdf  # noqa: E402
 from tests.helpers_sigcorpus import Expect, build_corpus, large_contents, many_signatures  # noqa: E402
 

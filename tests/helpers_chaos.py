@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from casesignd.signcase import signature_key
+from casesignd.job_kinds.sign_case import signature_key
 from tests.daemon import Daemon, multipart  # noqa: F401 - multipart re-exported for the tests
 from tests.helpers_http_source import ScriptedServer, Step, Trickle
 from tests.helpers_nodes import Node, Nodes

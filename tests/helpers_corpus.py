@@ -6,7 +6,7 @@ ImageMagick and Ghostscript, qpdf's cross-reference variants, an incrementally
 updated file, a 100-page file and a file that already carries a signature. An entry
 whose tool is missing is left out, so tests skip rather than fail on a thin machine.
 
-``build_bad_corpus(dest)`` makes files that :func:`casesignd.pdfcheck.inspect_pdf`
+``build_bad_corpus(dest)`` makes files that :func:`casesignd.pdf.inspect.inspect_pdf`
 must refuse, each with the error code it must raise.
 
 Both are cached: the first call for a ``dest`` builds, later calls (in this process,
@@ -302,7 +302,7 @@ def _signed(work: Path, src: Path, out: Path) -> None:
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
     from pyhanko.sign import signers
 
-    from casesignd import devpki
+    from casesignd.ops import devpki
 
     ca = devpki.make_ca()
     ident = devpki.issue(ca, "corpus signer")

@@ -22,7 +22,7 @@ An entry's ``expect`` is one of
 ``markers`` are strings put into page content that every text extractor must find
 in a signed result; ``exact_text`` says whether pdftotext and pypdf give the same
 word sequence for the file (the fonts of some producers make them differ).
-``limits`` are :class:`casesignd.pdfcheck.PdfLimits` keyword arguments the entry is
+``limits`` are :class:`casesignd.pdf.inspect.PdfLimits` keyword arguments the entry is
 checked with (besides ``normalize``).
 
 Helpers shared with the tests: :func:`assert_signed_and_readable` (pyHanko, pdfsig,
@@ -347,7 +347,7 @@ OBJSTM_UNRECOVERABLE = frozenset({
 
 # Damaged files one of the rendering engines cannot open at all (poppler 22.12, MuPDF
 # 1.21): that engine says nothing of the document, and the repair is signed where the
-# other engine and pypdf agree with qpdf's (casesignd.pdfrender.verdict).
+# other engine and pypdf agree with qpdf's (casesignd.pdf.render.verdict).
 VIEWER_CANNOT_OPEN: dict[str, str] = {
     # MuPDF stops at the /Prev that names its own section ("cannot find page tree").
     **{f"prev_loop_{s}": "mupdf" for s in DAMAGE_SOURCES if s != "pdflatex_hyperref"},
@@ -845,7 +845,7 @@ def pypdf_view(path: Path) -> tuple[int, list[str]]:
     """(page count, text of each page) as pypdf (non-strict) reads ``path``."""
     from pypdf import PdfReader
 
-    # (pypdf's logger is left alone: casesignd.pdfcheck reads pypdf's warnings.)
+    # (pypdf's logger is left alone: casesignd.pdf.inspect reads pypdf's warnings.)
     with open(path, "rb") as f:
         reader = PdfReader(f, strict=False)
         n = len(reader.pages)

@@ -45,7 +45,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from casesignd import devpki
+from casesignd.ops import devpki
 
 ARCH = "casesignd"
 PASSWORD = b"ltv-test-password"

@@ -17,9 +17,9 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from casesignd import devpki
-from casesignd.keys import LocalSigner, load_pkcs12
-from casesignd.pades import Party, SignatureMeta
+from casesignd.ops import devpki
+from casesignd.signing.keys import LocalSigner, load_pkcs12
+from casesignd.signing.pades import Party, SignatureMeta
 
 PASSWORD = b"test-password"
 

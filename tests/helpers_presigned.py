@@ -19,7 +19,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from casesignd import devpki
+from casesignd.ops import devpki
 from tests.helpers_corpus import libreoffice_html
 
 FIELD = "buyer"  # the text field of every form here (hyperref drops underscores)
@@ -202,7 +202,7 @@ def pdflatex_form_pdf(directory: Path) -> Path | None:
 def form_pdfs(directory: Path) -> dict[str, Path]:
     """The forms this machine can make, by producer, as the producer wrote them.
     LibreOffice and hyperref ask viewers to draw the fields (/NeedAppearances): the
-    service's rewrite draws them once before it signs (casesignd.pdfdraw)."""
+    service's rewrite draws them once before it signs (casesignd.pdf.draw)."""
     directory.mkdir(parents=True, exist_ok=True)
     out = {"reportlab": reportlab_form_pdf(directory / "reportlab-form.pdf")}
     for name, make in (("libreoffice", libreoffice_form_pdf), ("pdflatex", pdflatex_form_pdf)):

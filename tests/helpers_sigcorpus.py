@@ -326,7 +326,7 @@ def shadow_replace_by_field(src: Path, dst: Path) -> Path:
 
 def build_corpus(pki: Pki, d: Path) -> dict[str, tuple[Path, Expect]]:
     """Every file of the corpus with the verdict it should get."""
-    from casesignd import pipeline
+    from casesignd.signing import pipeline
 
     d.mkdir(parents=True, exist_ok=True)
     base = reportlab_pdf(d / "base.pdf")

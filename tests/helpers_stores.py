@@ -10,11 +10,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from casesignd import audit, jobs
-from casesignd.artifacts import ArtifactStore
 from casesignd.config import Config, load
-from casesignd.objects import ObjectStore
-from casesignd.outcomes import Artifact, Fail, Finish, RetryLater, Signature
+from casesignd.core import audit
+from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
+from casesignd.engine import jobs
+from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.objects import ObjectStore
 from casesignd.store import NewJob, Store
 
 SECRET = b"k" * 32

@@ -1,7 +1,7 @@
 """A small local RFC 3161 time-stamping authority for tests.
 
 ``LocalTsa`` serves TimeStampResp answers on 127.0.0.1 (ephemeral port) from a
-thread, signed with a certificate from :func:`casesignd.devpki.make_tsa`. Set
+thread, signed with a certificate from :func:`casesignd.ops.devpki.make_tsa`. Set
 ``mode`` to ``"ok"``, ``"503"``, ``"garbage"`` or ``"wrong_nonce"`` to test the
 failure paths. Use the ``tsa`` fixture (needs the ``pki`` fixture of
 tests/helpers_pki.py) or the class directly as a context manager.
@@ -22,7 +22,7 @@ from asn1crypto import x509 as ax509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding
 
-from casesignd import devpki
+from casesignd.ops import devpki
 
 POLICY_OID = "1.3.6.1.4.1.55555.3161.1"  # a private arc, test use only
 

@@ -24,7 +24,7 @@ from pyhanko.sign import fields, signers
 from pyhanko.sign.timestamps import HTTPTimeStamper
 from pyhanko_certvalidator import ValidationContext
 
-from casesignd import devpki
+from casesignd.ops import devpki
 from tests.helpers_pki import PASSWORD, Pki
 
 

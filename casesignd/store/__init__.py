@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .records import (
+from casesignd.store.records import (
     Activity,
     Claimed,
     Flight,
@@ -32,18 +32,18 @@ from .records import (
     random_hex,
     row_job,
 )
-from .sqlite import SqliteStore
+from casesignd.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
-    from ..config import Config
-    from .postgres import PostgresStore
+    from casesignd.config import Config
+    from casesignd.store.postgres import PostgresStore
 
 
 def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresStore:
     """The store ``[store] kind`` names, not opened yet; ``node``, a daemon's node name
     (None for a tool that is no daemon)."""
     if cfg.store.kind == "postgres":
-        from .postgres import PostgresStore  # psycopg loads only for this store
+        from casesignd.store.postgres import PostgresStore  # psycopg loads only for this store
 
         return PostgresStore(cfg.store.dsn, password=cfg.store_password(), node=node,
                              notify=cfg.store.notify)

@@ -22,8 +22,8 @@ import queue
 import time
 from typing import Any, ClassVar, Generic, TypeVar
 
-from ..errors import StoreUnavailable
-from .tx import Op
+from casesignd.core.errors import StoreUnavailable
+from casesignd.store.tx import Op
 
 Item = tuple[Op, "asyncio.Future[Any]", asyncio.AbstractEventLoop]
 # An item, and its result or what it raised.

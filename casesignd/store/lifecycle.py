@@ -2,7 +2,7 @@
 holds, and a case's erasure (:class:`LifecycleVerbs`, which :class:`~.verbs.SqlStore`
 extends). Each verb is one transaction of the writer, with its audit events: a row
 goes exactly when its removal is recorded. The files go after the commit
-(casesignd.retention), so a crash between leaves a file without a row — which
+(casesignd.engine.retention), so a crash between leaves a file without a row — which
 ``store check`` names — never a row without its file.
 
 What a removal keeps:
@@ -29,9 +29,9 @@ from typing import Any
 
 import msgspec
 
-from ..errors import Conflict, NotFound
-from .records import Area, CaseRef, Erased, Job, Removed, row_job
-from .tx import Row, Tx
+from casesignd.core.errors import Conflict, NotFound
+from casesignd.store.records import Area, CaseRef, Erased, Job, Removed, row_job
+from casesignd.store.tx import Row, Tx
 
 
 def on_hold(case_id: str) -> Conflict:

@@ -19,12 +19,12 @@ from typing import Any
 
 import msgspec
 
-from .. import audit
-from ..errors import Conflict, NotFound, QueueFull
-from ..outcomes import Finish, Outcome, RetryLater, Signature
-from .memory_lifecycle import MemoryLifecycle
-from .outbox import Delivery, MemoryOutbox
-from .records import (
+from casesignd.core import audit
+from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
+from casesignd.store.memory_lifecycle import MemoryLifecycle
+from casesignd.store.outbox import Delivery, MemoryOutbox
+from casesignd.store.records import (
     Activity,
     Claimed,
     Flight,
@@ -521,7 +521,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
 
     def all_events(self) -> list[dict[str, Any]]:
         """Every event as stored (detail as canonical JSON), in chain order: what
-        :func:`casesignd.audit.verify_rows` checks."""
+        :func:`casesignd.core.audit.verify_rows` checks."""
         return [dict(ev) for ev in self._events]
 
     async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None:

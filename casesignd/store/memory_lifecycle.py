@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from .. import audit
-from .lifecycle import case_busy, case_not_found, erased_detail, on_hold
-from .records import Area, CaseRef, Erased, Job, Removed
+from casesignd.core import audit
+from casesignd.store.lifecycle import case_busy, case_not_found, erased_detail, on_hold
+from casesignd.store.records import Area, CaseRef, Erased, Job, Removed
 
 _MAY_RUN = ("queued", "running", "retry_wait", "failed")
 _TERMINAL = ("succeeded", "failed", "canceled")

@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
-from ..webhooks import event_of
-from .records import Delivery, Subject, new_id
-from .tx import Row
+from casesignd.store.records import Delivery, Subject, new_id
+from casesignd.store.tx import Row
+from casesignd.webhooks.endpoints import event_of
 
 # skipped: the endpoint no longer wants the event (its config changed since).
 STATES = ("pending", "delivered", "dead", "skipped")

@@ -30,14 +30,31 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
-from ..errors import StoreUnavailable
-from .postgres_keys import HeldKeys
-from .postgres_node import CHANNEL, Announcer, NodeSession
-from .postgres_writer import PgConnection, PgTx, Writer, unavailable
-from .records import Claimed, Job, Lease, NewJob, SharedKeys, in_progress, new_id, row_job
-from .sqlfiles import load_statements
-from .tx import Op, Row, Step
-from .verbs import Expired, SqlStore, admitted, claimed, job_of, queue_full, same_request
+from casesignd.core.errors import StoreUnavailable
+from casesignd.store.postgres_keys import HeldKeys
+from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
+from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
+from casesignd.store.records import (
+    Claimed,
+    Job,
+    Lease,
+    NewJob,
+    SharedKeys,
+    in_progress,
+    new_id,
+    row_job,
+)
+from casesignd.store.sqlfiles import load_statements
+from casesignd.store.tx import Op, Row, Step
+from casesignd.store.verbs import (
+    Expired,
+    SqlStore,
+    admitted,
+    claimed,
+    job_of,
+    queue_full,
+    same_request,
+)
 
 # Jobs one reclaim or promotion takes at most (the next pass takes the rest).
 SWEEP_CAP = 500
@@ -300,7 +317,7 @@ class PostgresStore(SqlStore):
 
     async def all_events(self) -> list[dict[str, Any]]:
         """Every event as stored (detail as canonical JSON), in chain order: what
-        :func:`casesignd.audit.verify_rows` checks (:func:`casesignd.audit.verify_postgres`
+        :func:`casesignd.core.audit.verify_rows` checks (:func:`casesignd.core.audit.verify_postgres`
         streams a large chain instead)."""
         return [dict(r) for r in await self._rows("all_events")]
 

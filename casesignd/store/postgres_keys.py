@@ -2,14 +2,14 @@
 lock in its memory.
 
 - A signature key, held by a job from its look at the recorded signature until its
-  own is committed (:func:`casesignd.signcase.signing_lock`), so that daemons working
+  own is committed (:func:`casesignd.job_kinds.sign_case.signing_lock`), so that daemons working
   on jobs of one key at the same time never both sign it. A key another daemon holds
   is tried again until it is free: waits are rare (two jobs of one key at once) and
   never tie up the connection. Once it is held, the signature recorded for it is read
   in the same round trip, by a statement that starts after the lock is taken, so it
   sees what the last holder committed.
 - An idempotency key, held by a kiosk request that writes its job only when it is
-  done (:class:`casesignd.holds.KeyHolds`); an admission of the key on any daemon
+  done (:class:`casesignd.engine.reservations.KeyHolds`); an admission of the key on any daemon
   meets the hold and answers ``in_progress`` (``admit_job`` tries the same lock for
   its transaction), and a kiosk request meets an admission under way the same way.
 
@@ -30,7 +30,7 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from .postgres_writer import unavailable
+from casesignd.store.postgres_writer import unavailable
 
 _FIRST_RETRY_S = 0.01
 _MAX_RETRY_S = 0.2

@@ -26,9 +26,9 @@ import psycopg
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-from ..errors import StoreUnavailable
-from ..logs import log_event
-from .postgres_writer import unavailable
+from casesignd.core.errors import StoreUnavailable
+from casesignd.core.logs import log_event
+from casesignd.store.postgres_writer import unavailable
 
 log = logging.getLogger("casesignd.store")
 

@@ -39,13 +39,13 @@ import msgspec
 import psycopg
 from psycopg.rows import DictRow
 
-from .. import audit
-from ..errors import StoreUnavailable
-from .groupcommit import Done, GroupCommit, Ran
-from .outbox import delivery_row
-from .records import Subject
-from .sqlfiles import migrations
-from .tx import Op, Step, event_row
+from casesignd.core import audit
+from casesignd.core.errors import StoreUnavailable
+from casesignd.store.groupcommit import Done, GroupCommit, Ran
+from casesignd.store.outbox import delivery_row
+from casesignd.store.records import Subject
+from casesignd.store.sqlfiles import migrations
+from casesignd.store.tx import Op, Step, event_row
 
 PgConnection = psycopg.Connection[DictRow]
 Connect = Callable[[], PgConnection]

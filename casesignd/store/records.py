@@ -19,9 +19,9 @@ from typing import Any, Literal, Protocol
 
 import msgspec
 
-from .. import audit
-from ..errors import CasesignError, Conflict
-from ..outcomes import Finish, Outcome
+from casesignd.core import audit
+from casesignd.core.errors import CasesignError, Conflict
+from casesignd.core.outcomes import Finish, Outcome
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -317,7 +317,7 @@ class Store(Protocol):
     # no artifact renewed yet: (artifact id, tenant, expiry), soonest first.
     async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]: ...
     # The kiosk path: a request's job written once, when done (see Flight), its key
-    # held meanwhile in front of the store (casesignd.holds).
+    # held meanwhile in front of the store (casesignd.engine.reservations).
     async def lookup_key(self, tenant: str, idem_key: str,
                          sig_key: str) -> tuple[Job | None, dict[str, Any] | None]: ...
     async def record_flight(self, flight: Flight) -> Job | None: ...

@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote
 
-from .sqlfiles import load_statements
+from casesignd.store.sqlfiles import load_statements
 
 if TYPE_CHECKING:
     import psycopg
 
-    from ..config import Config
+    from casesignd.config import Config
 
 # A row of a snapshot: column name to value (the columns differ by statement).
 Row = dict[str, Any]

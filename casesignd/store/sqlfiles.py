@@ -8,7 +8,7 @@ from importlib import resources
 
 def load_statements(path: str = "sql/queries.sql") -> dict[str, str]:
     """The named statements of a .sql file in the package ("-- name: NAME" blocks)."""
-    text = resources.files("casesignd").joinpath(path).read_text("utf-8")
+    text = resources.files("casesignd.store").joinpath(path).read_text("utf-8")
     out: dict[str, str] = {}
     name = None
     lines: list[str] = []
@@ -26,7 +26,7 @@ def load_statements(path: str = "sql/queries.sql") -> dict[str, str]:
 
 def migrations(directory: str = "sql") -> list[tuple[int, str]]:
     """The numbered migrations (NNNN_name.sql) of a package directory, in order."""
-    files = resources.files("casesignd").joinpath(directory)
+    files = resources.files("casesignd.store").joinpath(directory)
     found = []
     for entry in files.iterdir():
         stem = entry.name.split("_", 1)[0]

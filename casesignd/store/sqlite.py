@@ -21,11 +21,11 @@ from typing import Any
 import aiosqlite
 import msgspec
 
-from ..errors import StoreUnavailable
-from .records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
-from .sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
-from .tx import Op
-from .verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
+from casesignd.core.errors import StoreUnavailable
+from casesignd.store.records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
+from casesignd.store.sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
+from casesignd.store.tx import Op
+from casesignd.store.verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
 
 # Below this much free space on the store's file system the store reports itself
 # unwritable (readiness): a commit needs room for its WAL frames (4 KiB pages).

@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import audit
-from ..errors import StoreUnavailable
-from .groupcommit import GroupCommit, Ran
-from .outbox import delivery_row
-from .records import Subject
-from .sqlfiles import load_statements, migrations
-from .tx import Op, event_row
+from casesignd.core import audit
+from casesignd.core.errors import StoreUnavailable
+from casesignd.store.groupcommit import GroupCommit, Ran
+from casesignd.store.outbox import delivery_row
+from casesignd.store.records import Subject
+from casesignd.store.sqlfiles import load_statements, migrations
+from casesignd.store.tx import Op, event_row
 
 
 class SqliteTx:

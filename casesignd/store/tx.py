@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from .. import audit
-from .records import Subject, new_id
+from casesignd.core import audit
+from casesignd.store.records import Subject, new_id
 
 
 class Row(Protocol):

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from .. import audit
-from ..errors import Conflict, NotFound, QueueFull
-from ..outcomes import Finish, Outcome, RetryLater
-from .lifecycle import LifecycleVerbs
-from .outbox import OutboxVerbs
-from .records import (
+from casesignd.core import audit
+from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.outcomes import Finish, Outcome, RetryLater
+from casesignd.store.lifecycle import LifecycleVerbs
+from casesignd.store.outbox import OutboxVerbs
+from casesignd.store.records import (
     Activity,
     Claimed,
     Flight,
@@ -35,10 +35,10 @@ from .records import (
     in_progress,
     row_job,
 )
-from .tx import Op, Row, Step, Tx
+from casesignd.store.tx import Op, Row, Step, Tx
 
 if TYPE_CHECKING:
-    from .groupcommit import GroupCommit
+    from casesignd.store.groupcommit import GroupCommit
 
 
 def job_of(row: Row) -> Job:
@@ -72,7 +72,7 @@ def admitted(tx: Tx, job: Job, actor: str, attempt: int | None = None) -> Job:
 
 def insert_job(tx: Tx, new: NewJob, actor: str, job_id: str, now: float) -> Job:
     """The job row, admitted at ``now`` (the kiosk path gives its own clock). Only a
-    kiosk flight inserts without a lookup; its key is held (casesignd.holds), so
+    kiosk flight inserts without a lookup; its key is held (casesignd.engine.reservations), so
     another row with the key is an admission under way."""
     row = tx.insert("insert_job", **new.__dict__, job_id=job_id, now=now,
                     admission_ms=max(0.0, (now - new.created_at) * 1000.0))

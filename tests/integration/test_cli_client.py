@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from casesignd import cli
-from casesignd.client import (
+from casesignd.cli import commands as cli
+from casesignd.cli.client import (
     Client,
     ClientError,
     error_from_response,
@@ -494,7 +494,7 @@ def test_settings_precedence(environ, env_file, want) -> None:
 def test_error_lines(status, body, headers, line) -> None:
     from http import HTTPStatus
 
-    from casesignd.client import _Caseless
+    from casesignd.cli.client import _Caseless
 
     err = error_from_response(status, HTTPStatus(status).phrase, body, _Caseless(headers))
     assert err.status == status

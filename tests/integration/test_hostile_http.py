@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.codes import REASONS
+from casesignd.core.codes import REASONS
 from tests.daemon import Daemon
 from tests.helpers_corpus import REPAIRED_BY_PIPELINE, bad_corpus  # noqa: F401 - session fixture
 from tests.helpers_pki import reportlab_pdf

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.codes import REASONS
-from casesignd.errors import CasesignError
+from casesignd.core.codes import REASONS
+from casesignd.core.errors import CasesignError
 from tests.helpers_corpus import good_corpus  # noqa: F401  (session fixture)
 from tests.helpers_hostile import (
     AMBIGUOUS,
@@ -55,8 +55,8 @@ NEVER_NAMES = tuple(r.name for r in _hostile_recipes(Path(".")) if r.never is no
 def pipeline():
     # Skipped only while the module does not exist: an import error inside it fails.
     if not PIPELINE.exists():
-        pytest.skip("casesignd/pipeline.py is not written yet")
-    from casesignd import pipeline as mod
+        pytest.skip("casesignd/signing/pipeline.py is not written yet")
+    from casesignd.signing import pipeline as mod
 
     return mod
 
@@ -67,7 +67,7 @@ def nssdir(pki: Pki, tmp_path_factory: pytest.TempPathFactory) -> Path | None:
 
 
 def _limits(entry: Hostile, normalize: str = "when_needed"):
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
 
     kw = dict(entry.limits)
     if "allowed_actions" in kw:
@@ -282,7 +282,7 @@ def test_always_normalize_never_rewrites_a_signed_file(
     good_corpus: dict[str, Path], pipeline, pki: Pki, nssdir: Path | None,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
 
     if "already_signed" not in good_corpus:
         pytest.skip("already_signed was not built")

@@ -26,11 +26,11 @@ from babel.numbers import format_currency, format_decimal, get_currency_precisio
 from bidi import get_display
 from PIL import Image
 
-from casesignd import branding, locales
 from casesignd import config as config_mod
-from casesignd.errors import ValidationError
-from casesignd.invoice import InvoiceKind, admit, declared_bytes, render_issuer
-from casesignd.invoice_templates import render_to_file
+from casesignd.core.errors import ValidationError
+from casesignd.invoices import branding, locales
+from casesignd.invoices.templates import render_to_file
+from casesignd.job_kinds.render_invoice import InvoiceKind, admit, declared_bytes, render_issuer
 from tests.helpers_invoice import POPPLER, check_golden, fonts, page_count, run
 
 pytestmark = pytest.mark.skipif(not POPPLER, reason="poppler-utils not installed")
@@ -301,8 +301,8 @@ def test_an_accepted_invoice_keeps_the_settings_it_was_accepted_with(tmp_path: P
     # A logo that is not kept any more fails the job for good, with its code.
     for kept in (tmp_path / "branding").iterdir():
         kept.write_bytes(b"gone")
-    from casesignd.errors import PermanentJobError
-    from casesignd.invoice_v4 import _logo_image_bytes
+    from casesignd.core.errors import PermanentJobError
+    from casesignd.invoices.v4 import _logo_image_bytes
 
     _logo_image_bytes.cache_clear()
     with pytest.raises(PermanentJobError) as e:

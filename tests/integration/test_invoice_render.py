@@ -2,7 +2,7 @@
 
 Each case is admitted, rendered with invoice-v3 and checked with independent
 tools: ``pdftotext`` carries the order ID, the names, every line and the right
-totals (computed here in integer minor units, not with casesignd.money);
+totals (computed here in integer minor units, not with casesignd.invoices.money);
 ``pdfinfo`` has the expected page count; ``pdffonts`` lists only embedded fonts;
 selected pages match the PNGs under tests/golden/invoice (``pdftoppm -r 40
 -gray``): at most 0.5 % of pixels may differ by more than 32 grey levels. A
@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from casesignd import config as config_mod
-from casesignd import money
-from casesignd.errors import PermanentJobError
-from casesignd.invoice import admit, declared_bytes, issuer_of
-from casesignd.invoice_templates import TEMPLATES, render_to_bytes, render_to_file
+from casesignd.core.errors import PermanentJobError
+from casesignd.invoices import money
+from casesignd.invoices.templates import TEMPLATES, render_to_bytes, render_to_file
+from casesignd.job_kinds.render_invoice import admit, declared_bytes, issuer_of
 from tests.helpers_invoice import POPPLER, check_golden, fonts, page_count, run, squeeze
 
 pytestmark = pytest.mark.skipif(not POPPLER, reason="poppler-utils not installed")
@@ -286,7 +286,7 @@ V3_SHA256 = {
 def test_invoice_v3_bytes_are_unchanged(name: str) -> None:
     import hashlib
 
-    from casesignd.invoice import render_issuer
+    from casesignd.job_kinds.render_invoice import render_issuer
 
     b, cfg, _, _ = CASES[name]
     normalized = admit(b, cfg, TODAY).normalized

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import config, devpki, pipeline
-from casesignd.errors import ConfigError, SigningError
-from casesignd.keys import KeySigner, Pkcs11Signer, load_signer
+from casesignd import config
+from casesignd.core.errors import ConfigError, SigningError
+from casesignd.ops import devpki
+from casesignd.signing import pipeline
+from casesignd.signing.keys import KeySigner, Pkcs11Signer, load_signer
 from tests.helpers_pki import Pki, SoftHsm, pki, sample_meta, softhsm
 from tests.integration.test_pades import assert_validates, nssdir, samples
 

@@ -32,7 +32,7 @@ from pyhanko_certvalidator.policy_decl import REQUIRE_REVINFO, CertRevTrustPolic
 from pyhanko_certvalidator.registry import SimpleTrustManager
 
 from casesignd import config
-from casesignd.keys import load_signer
+from casesignd.signing.keys import load_signer
 from tests.daemon import to_toml
 from tests.helpers_ltv import LtvPki, ltv_pki
 from tests.helpers_pki import reportlab_pdf

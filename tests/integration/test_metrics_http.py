@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.metrics import KINDS
+from casesignd.observability.metrics import KINDS
 from tests.helpers_ops import (
     BAD_CASE_ID,
     CASE_ID,

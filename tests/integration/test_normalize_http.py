@@ -86,7 +86,7 @@ def test_a_document_only_pypdf_reads_otherwise_is_signed_as_the_viewers_show_it(
     """A page with two /Contents: pypdf takes the first, qpdf, poppler and MuPDF the
     second. Signed as its rewrite, drawn by both engines as the received document;
     a page the viewers never showed (a /Count below the pages) is refused."""
-    from casesignd.pipeline import PYPDF_ALONE
+    from casesignd.signing.pipeline import PYPDF_ALONE
     from tests.helpers_hostile import _count_mismatch, _dup_key_contents, assert_drawn_alike
 
     doc = _dup_key_contents()

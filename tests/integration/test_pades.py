@@ -16,8 +16,7 @@ from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 from pypdf import PdfReader
 
-from casesignd import cms, devpki, pades, pipeline, tsa
-from casesignd.errors import (
+from casesignd.core.errors import (
     AmbiguousPdf,
     CertifiedPdf,
     EncryptedPdf,
@@ -25,8 +24,10 @@ from casesignd.errors import (
     SignatureTooLarge,
     TsaUnavailable,
 )
-from casesignd.pdfcheck import PdfLimits
-from casesignd.verify import SignatureReport, VerifyOptions, verify_file
+from casesignd.ops import devpki
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import cms, pades, pipeline, tsa
+from casesignd.verify.validate import SignatureReport, VerifyOptions, verify_file
 from tests.helpers_pki import (
     PASSWORD,
     Pki,

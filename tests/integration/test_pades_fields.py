@@ -13,8 +13,8 @@ import pytest
 from pyhanko.sign.diff_analysis import ModificationLevel
 from pypdf import PdfReader
 
-from casesignd import pipeline
-from casesignd.errors import PermanentJobError
+from casesignd.core.errors import PermanentJobError
+from casesignd.signing import pipeline
 from tests.helpers_pki import Pki, nss_db, pdfsig, pki, pyhanko_statuses, sample_meta
 from tests.helpers_presigned import FIELD, reportlab_form_pdf
 

@@ -11,7 +11,7 @@ import pytest
 from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 
-from casesignd import pipeline
+from casesignd.signing import pipeline
 from tests.helpers_pki import Pki, pki, pyhanko_statuses, reportlab_pdf, sample_meta
 from tests.helpers_presigned import (
     FIELD,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from casesignd.verify import VerifyOptions, verify_file
+from casesignd.verify.validate import VerifyOptions, verify_file
 from tests.helpers_pki import Pki, big_pdf, nss_db, pdfsig, pki
 
 __all__ = ["pki"]  # fixtures
@@ -21,7 +21,7 @@ _CHILD = """
 import json, resource, sys
 from pathlib import Path
 from casesignd import pades, pipeline
-from casesignd.keys import load_pkcs12
+from casesignd.signing.keys import load_pkcs12
 from tests.helpers_pki import PASSWORD, sample_meta
 src, dst, p12, att = map(Path, sys.argv[1:5])
 signer = load_pkcs12(p12, PASSWORD)

@@ -20,8 +20,8 @@ import pytest
 from pyhanko.sign.diff_analysis import ModificationLevel
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 
-from casesignd import pades, pipeline
-from casesignd.errors import CertifiedPdf
+from casesignd.core.errors import CertifiedPdf
+from casesignd.signing import pades, pipeline
 from tests.helpers_pki import (
     Pki,
     embedded_files,
@@ -193,7 +193,7 @@ def test_a_form_the_service_signed_stays_locked_by_that_signature(
     bases: dict[str, Path], other: OtherSigner, pki: Pki, tmp_path: Path
 ) -> None:
     """The service's second signature over a form leaves the field its first one locks
-    to that lock, appearance and all (see casesignd.pdfform): both signatures then
+    to that lock, appearance and all (see casesignd.pdf.form): both signatures then
     survive what comes after, a document security store here."""
     contract = _contract("service_form", bases, other, pki, tmp_path)
     first, _sig = last_signature(contract)

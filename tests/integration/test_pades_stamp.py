@@ -1,4 +1,4 @@
-"""The visible stamp (casesignd.stamp): drawn in the field's own rectangle or in a box
+"""The visible stamp (casesignd.signing.stamp): drawn in the field's own rectangle or in a box
 on a page, its words found there by ``pdftotext -bbox``, and the page drawn by poppler
 and MuPDF unchanged everywhere but the stamp's box — on rotated pages, pages whose
 boxes do not start at 0,0 or are inherited, and in right-to-left and CJK scripts."""
@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import pdfrender, pipeline, stamp
-from casesignd.errors import PermanentJobError
+from casesignd.core.errors import PermanentJobError
+from casesignd.pdf import render as pdfrender
+from casesignd.signing import pipeline, stamp
 from tests.helpers_pki import Pki, pki, pyhanko_statuses, reportlab_pdf, sample_meta
 from tests.integration.test_pades_fields import SELLER_BOX, pyhanko_fields
 

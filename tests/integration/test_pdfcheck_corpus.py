@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.codes import REASONS
-from casesignd.errors import CasesignError
-from casesignd.pdfcheck import PdfLimits, PdfReport, inspect_pdf
+from casesignd.core.codes import REASONS
+from casesignd.core.errors import CasesignError
+from casesignd.pdf.inspect import PdfLimits, PdfReport, inspect_pdf
 from tests.helpers_corpus import (
     BAD_NAMES,
     GOOD_NAMES,
@@ -89,8 +89,8 @@ def test_bad_pdf_raises_its_code(name: str, bad_corpus: dict[str, tuple[Path, st
 _CHILD = """
 import json, sys
 from pathlib import Path
-from casesignd.errors import CasesignError
-from casesignd.pdfcheck import PdfLimits, inspect_pdf
+from casesignd.core.errors import CasesignError
+from casesignd.pdf.inspect import PdfLimits, inspect_pdf
 try:
     inspect_pdf(Path(sys.argv[1]), PdfLimits())
     code = None

@@ -12,7 +12,7 @@ from typing import Any
 from pypdf import PdfReader, _reader
 from pypdf.generic import _data_structures
 
-from casesignd import pdfparse
+from casesignd.pdf import parse as pdfparse
 from tests.helpers_corpus import assemble, bad_corpus, good_corpus  # noqa: F401 - fixtures
 from tests.unit.test_pdfparse import _outcome, assert_agree, assert_headers_agree, stack_bound
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import pipeline
-from casesignd.errors import CasesignError
-from casesignd.pdfcheck import PdfLimits
+from casesignd.core.errors import CasesignError
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import pipeline
 from tests.helpers_hostile import assert_drawn_alike
 from tests.helpers_probe import DRAWN_BY_REWRITE, PROBES
 

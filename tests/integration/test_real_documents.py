@@ -39,8 +39,8 @@ def _entry(corpus: tuple[dict[str, Path], dict[str, str]], name: str) -> Path:
 def test_a_real_document_is_signed_as_viewers_show_it(
         name: str, real_corpus, pki: Pki, nssdir: Path | None,  # noqa: F811
         tmp_path: Path) -> None:
-    from casesignd import pipeline
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing import pipeline
 
     src = _entry(real_corpus, name)
     dst = tmp_path / "signed.pdf"
@@ -57,8 +57,8 @@ def test_a_real_document_is_signed_as_viewers_show_it(
 
 def test_links_are_counted_and_never_kept(real_corpus, pki: Pki,  # noqa: F811
                                           tmp_path: Path) -> None:
-    from casesignd import pipeline
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing import pipeline
 
     src = _entry(real_corpus, "pdflatex_links")
     outcome = pipeline.sign_file(src, tmp_path / "s.pdf", pki.signer("ec"), meta=sample_meta(),

@@ -1,5 +1,5 @@
 """The third and fourth readers: poppler and MuPDF draw a rewrite and the received
-document (casesignd.pdfrender), and the pipeline signs or refuses on what they show.
+document (casesignd.pdf.render), and the pipeline signs or refuses on what they show.
 
 Real renderers on real PDFs; where a rewrite that changes a page is needed (qpdf does
 not make one of a sound file), the rewrite is replaced by the changed document."""
@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import normalize, pdfrender, pipeline
-from casesignd.errors import AmbiguousPdf, CasesignError, RendererUnavailable
-from casesignd.pdfcheck import PdfLimits
-from casesignd.pdfdraw import Drawn
+from casesignd.core.errors import AmbiguousPdf, CasesignError, RendererUnavailable
+from casesignd.pdf import normalize
+from casesignd.pdf import render as pdfrender
+from casesignd.pdf.draw import Drawn
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import pipeline
 from tests.helpers_corpus import assemble, stream
 from tests.helpers_hostile import (
     _count_mismatch,

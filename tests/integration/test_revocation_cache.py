@@ -11,8 +11,8 @@ import datetime as dt
 
 import pytest
 
-from casesignd.errors import CertificateExpired, CertificateRevoked, RevocationUnavailable
-from casesignd.revocation import Revocation
+from casesignd.core.errors import CertificateExpired, CertificateRevoked, RevocationUnavailable
+from casesignd.signing.revocation import Revocation
 from tests.helpers_ltv import LtvPki, ltv_pki
 
 __all__ = ["ltv_pki"]  # fixture

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from casesignd.config import Config, Scanner
-from casesignd.errors import MalwareDetected, ScanLimitExceeded, ScannerUnavailable
-from casesignd.scanner import (
+from casesignd.core.errors import MalwareDetected, ScanLimitExceeded, ScannerUnavailable
+from casesignd.files.scanner import (
     ClamdScanner,
     NoopScanner,
     Verdict,

@@ -202,7 +202,7 @@ def test_a_document_certified_against_changes_is_refused(daemon, tmp_path):
     from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
     from pyhanko.sign import fields, signers
 
-    from casesignd import devpki
+    from casesignd.ops import devpki
 
     ident = devpki.issue(devpki.make_ca(), "certifier")
     devpki.write_pkcs12(tmp_path / "c.p12", ident, b"pw")

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from casesignd.config import Source
-from casesignd.errors import (
+from casesignd.core.errors import (
     DigestMismatch,
     LimitExceeded,
     PermanentJobError,
@@ -23,8 +23,8 @@ from casesignd.errors import (
     SourceUnavailable,
     ValidationError,
 )
-from casesignd.objects import ObjectStore
-from casesignd.sources import (
+from casesignd.files.objects import ObjectStore
+from casesignd.files.sources import (
     Fetcher,
     SourceRef,
     backoff_s,
@@ -32,7 +32,7 @@ from casesignd.sources import (
     parse_ref,
     retry_after_s,
 )
-from casesignd.tempfiles import TempManager
+from casesignd.files.temp import TempManager
 
 # The shared test helpers live in tests/, beside the unit and integration folders.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

@@ -15,10 +15,11 @@ import time
 import psycopg
 import pytest
 
-from casesignd import audit, jobs
-from casesignd.errors import Conflict, StoreUnavailable
-from casesignd.holds import KeyHolds
-from casesignd.outcomes import Artifact, Finish, RetryLater, Signature
+from casesignd.core import audit
+from casesignd.core.errors import Conflict, StoreUnavailable
+from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
+from casesignd.engine import jobs
+from casesignd.engine.reservations import KeyHolds
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, new_id
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.sqlfiles import migrations
@@ -361,7 +362,7 @@ async def test_a_deadlock_between_the_daemons_reruns_the_batch(daemons, postgres
 
 
 def test_the_cli_migrates_and_verifies_a_postgres_store(postgres_dsn, tmp_path, capsys):
-    from casesignd import cli
+    from casesignd.cli import commands as cli
 
     config = tmp_path / "config.toml"
     config.write_text(f'[store]\nkind = "postgres"\ndsn = "{postgres_dsn}"\n')

@@ -230,7 +230,7 @@ def test_the_stack_runs_under_memory_deny_write_execute(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-4000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert {"cms", "pdf", "asyncio", "uvloop"} <= set(report["done"]), report
-    from casesignd import pdfrender
+    from casesignd.pdf import render as pdfrender
 
     if not pdfrender.missing_renderers():
         assert "render" in report["done"], report

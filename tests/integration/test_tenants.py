@@ -145,7 +145,7 @@ def test_links_cannot_be_altered_reused_or_outlive_their_expiry(two_tenants, tmp
     r = get("/v1/artifacts/" + "b" * len(one["artifact_id"]), q["expires"], q["sig"])
     assert r.status == 403 and r.json()["error"]["code"] == "link_invalid", r.body
     # A genuine link past its expiry: signed with the daemon's own link key.
-    from casesignd.artifacts import ArtifactStore
+    from casesignd.files.artifacts import ArtifactStore
 
     store = ArtifactStore(tmp_path / "unused", (d.dir / "link.secret").read_bytes())
     past = int(time.time()) - 10
@@ -182,7 +182,7 @@ def test_tokens_are_stored_only_as_hashes_and_compared_in_constant_time(two_tena
                 assert secret not in f.read_bytes(), f
         assert secret not in d.log_path.read_bytes()
         assert secret[4:] not in d.log_path.read_bytes()
-    from casesignd import webio
+    from casesignd.http import common as webio
 
     source = inspect.getsource(webio.authenticate)
     assert "hmac.compare_digest" in source

@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 
-from casesignd import pades, pipeline
-from casesignd.pades import Party, SignatureMeta
-from casesignd.pdfcheck import PdfLimits
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import pades, pipeline
+from casesignd.signing.pades import Party, SignatureMeta
 from tests.helpers_corpus import good_corpus  # noqa: F401 - fixture
 
 WHEN = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

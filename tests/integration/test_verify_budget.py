@@ -1,4 +1,4 @@
-"""Verify's budgets (casesignd.verify_budget): past one, a refusal with
+"""Verify's budgets (casesignd.verify.budget): past one, a refusal with
 ``limit_exceeded`` and its reason, never a validation that runs on. Outcomes are
 counted, never timed."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import verify_pdf
-from casesignd.errors import LimitExceeded
-from casesignd.verify import VerifyOptions, verify_file
+from casesignd.core.errors import LimitExceeded
+from casesignd.verify import document as verify_pdf
+from casesignd.verify.validate import VerifyOptions, verify_file
 from tests.helpers_pki import Pki, pki, reportlab_pdf
 from tests.helpers_sigcorpus import dss_bomb, large_contents, many_signatures, sign
 
@@ -84,7 +84,7 @@ def test_memory(signed, monkeypatch) -> None:
 
 
 def test_a_verify_process_has_its_address_space_capped() -> None:
-    code = ("import resource; from casesignd.verify_budget import init_verify_process; "
+    code = ("import resource; from casesignd.verify.budget import init_verify_process; "
             "init_verify_process(512 * 1024 * 1024); "
             "print(resource.getrlimit(resource.RLIMIT_AS)[0])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -13,9 +13,15 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from casesignd import cli
-from casesignd.errors import EncryptedPdf, MalformedPdf
-from casesignd.verify import INDETERMINATE, PASSED, VerifyOptions, verify_bytes, verify_file
+from casesignd.cli import commands as cli
+from casesignd.core.errors import EncryptedPdf, MalformedPdf
+from casesignd.verify.validate import (
+    INDETERMINATE,
+    PASSED,
+    VerifyOptions,
+    verify_bytes,
+    verify_file,
+)
 from tests.helpers_pki import Pki, pki
 from tests.helpers_sigcorpus import build_corpus, damage, regions
 
@@ -97,7 +103,7 @@ def _check(data: bytes, options: VerifyOptions) -> None:
         return
     json.dumps(report.to_json())
     if report.signatures:
-        from casesignd.verify_etsi import etsi_report
+        from casesignd.verify.etsi import etsi_report
         from tests.helpers_etsi import assert_valid
 
         assert_valid(etsi_report(report))
@@ -137,7 +143,7 @@ def test_many_flips_never_escape(corpus, options, base, flips) -> None:
 
 
 def test_the_etsi_report_is_valid_for_every_file(corpus, options) -> None:
-    from casesignd.verify_etsi import CS, VR, etsi_report
+    from casesignd.verify.etsi import CS, VR, etsi_report
     from tests.helpers_etsi import assert_valid
 
     for name, (path, expect) in corpus.items():

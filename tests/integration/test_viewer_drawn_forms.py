@@ -12,9 +12,9 @@ import pikepdf
 import pytest
 from pyhanko.sign.validation.status import SignatureCoverageLevel
 
-from casesignd import pipeline
-from casesignd.errors import CasesignError
-from casesignd.pdfcheck import PdfLimits
+from casesignd.core.errors import CasesignError
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import pipeline
 from tests.helpers_forms import (
     Forms,
     asks_viewers_again,

@@ -10,8 +10,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from casesignd.artifacts import ARTIFACT_ID_PATTERN, ArtifactStore
-from casesignd.errors import Forbidden
+from casesignd.core.errors import Forbidden
+from casesignd.files.artifacts import ARTIFACT_ID_PATTERN, ArtifactStore
 
 SECRET = b"s" * 32
 NOW = 1_800_000_000

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from casesignd import artifacts
-from casesignd.artifacts import ArtifactStore
+from casesignd.files import artifacts
+from casesignd.files.artifacts import ArtifactStore
 
 SECRET = b"s" * 32
 MiB = 1024 * 1024
@@ -36,7 +36,7 @@ def test_publish_syncs_data_every_8_mib_and_keeps_the_bytes(tmp_path, monkeypatc
 
 
 async def test_an_upload_is_written_out_in_steps_too(tmp_path, monkeypatch):
-    from casesignd import tempfiles
+    from casesignd.files import temp as tempfiles
 
     calls = []
     real = os.fdatasync
@@ -59,7 +59,7 @@ def test_concurrent_publications_into_one_directory_share_their_fsyncs(tmp_path)
     import threading
     import time as _time
 
-    from casesignd.artifacts import DirSyncs
+    from casesignd.files.artifacts import DirSyncs
 
     calls: list[float] = []
 
@@ -83,7 +83,7 @@ def test_concurrent_publications_into_one_directory_share_their_fsyncs(tmp_path)
 def test_a_failed_directory_fsync_is_raised_and_the_next_caller_tries_again(tmp_path):
     import pytest
 
-    from casesignd.artifacts import DirSyncs
+    from casesignd.files.artifacts import DirSyncs
 
     failures = [OSError("EIO")]
 

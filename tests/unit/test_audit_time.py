@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import random
 
-from casesignd import audit
+from casesignd.core import audit
 
 
 def test_rfc3339_writes_what_strftime_wrote() -> None:

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import backup as backup_mod
 from casesignd import config
-from casesignd.artifacts import artifact_path
-from casesignd.backup import backup
-from casesignd.errors import CasesignError
-from casesignd.objects import owner_dirs
-from casesignd.restore import BackupInvalid, restore
+from casesignd.core.errors import CasesignError
+from casesignd.files.artifacts import artifact_path
+from casesignd.files.objects import owner_dirs
+from casesignd.ops import backup as backup_mod
+from casesignd.ops.backup import backup
+from casesignd.ops.restore import BackupInvalid, restore
 from casesignd.store import SqliteStore
 from tests.helpers_stores import CASE, SECRET, TENANT, fill, write_config
 

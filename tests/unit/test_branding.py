@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from casesignd import branding
 from casesignd import config as config_mod
-from casesignd.errors import ConfigError
+from casesignd.core.errors import ConfigError
+from casesignd.invoices import branding
 
 TOKEN = "0" * 64
 
@@ -109,7 +109,7 @@ def test_what_would_not_fit_or_print_is_refused(tmp_path: Path, tenant: str, key
 
 
 def test_an_ideographic_space_is_drawn_by_the_east_asian_font(tmp_path: Path) -> None:
-    from casesignd import invoice_text
+    from casesignd.invoices import text as invoice_text
 
     branding.load(_cfg(tmp_path, tenant='labels = { total = "合計\\u3000金額" }'), None)
     assert invoice_text.runs("合計\u3000金額", False) == [("DroidSansFallback", "合計\u3000金額")]

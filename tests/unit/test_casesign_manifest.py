@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.cli_casesign import (
+from casesignd.cli.case_sign import (
     InputFile,
     Progress,
     at_fault,
@@ -17,7 +17,7 @@ from casesignd.cli_casesign import (
     human_bytes,
     progress_line,
 )
-from casesignd.openapi import document
+from casesignd.http.openapi import document
 
 HEX = "ab" * 32
 FILES = [InputFile("contract", Path("dir/contract.pdf"), HEX, 48213, "application/pdf"),

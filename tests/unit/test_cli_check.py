@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import cli
+from casesignd.cli import commands as cli
 from tests.helpers_corpus import _one_page
 
 LINK = b"<< /Type /Annot /Subtype /Link /Rect [0 0 10 10] /A << /S /URI /URI (%s) >> >>"

@@ -15,9 +15,11 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from casesignd import bootstrap, cli, config
-from casesignd.client import parse_env_file
-from casesignd.errors import ConfigError
+from casesignd import config
+from casesignd.cli import commands as cli
+from casesignd.cli.client import parse_env_file
+from casesignd.core.errors import ConfigError
+from casesignd.ops import init as bootstrap
 
 SECRETS = ("signing.p12", "signing.pass", "link.secret", "client.env", "config.toml")
 
@@ -181,7 +183,7 @@ def test_init_refuses_when_any_file_it_would_write_exists(
 
 def test_failed_init_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from casesignd import devpki
+    from casesignd.ops import devpki
 
     real = bootstrap._write_new
     calls: list[Path] = []
@@ -261,7 +263,7 @@ def _run(args: list[str], **kw) -> subprocess.CompletedProcess[str]:
 
 
 def test_help_works_and_stays_light() -> None:
-    r = _run(["-m", "casesignd.cli", "--help"])
+    r = _run(["-m", "casesignd.cli.commands", "--help"])
     assert r.returncode == 0, r.stderr
     for command in ("init", "serve", "sign", "upload", "submit", "jobs", "audit", "store",
                     "verify"):
@@ -307,7 +309,7 @@ def _events_db(path: Path, n: int, tamper_seq: int | None = None) -> None:
     """A store file holding just an audit chain of ``n`` events."""
     import sqlite3
 
-    from casesignd import audit
+    from casesignd.core import audit
 
     conn = sqlite3.connect(path)
     conn.execute(f"CREATE TABLE events ({', '.join(audit.FIELDS)})")
@@ -384,7 +386,8 @@ def test_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                 monkeypatch: pytest.MonkeyPatch, sigs, rc, as_json) -> None:
     import types
 
-    from casesignd import devpki, verify
+    from casesignd.ops import devpki
+    from casesignd.verify import validate as verify
 
     seen: dict = {}
 
@@ -392,11 +395,11 @@ def test_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str],
         seen.update(path=path, options=options)
         return _Report(sigs)
 
-    fake = types.ModuleType("casesignd.verify")
+    fake = types.ModuleType("casesignd.verify.validate")
     fake.verify_file = verify_file  # type: ignore[attr-defined]
     fake.VerifyOptions = verify.VerifyOptions  # type: ignore[attr-defined]
     fake.read_trust_roots = verify.read_trust_roots  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "casesignd.verify", fake)
+    monkeypatch.setitem(sys.modules, "casesignd.verify.validate", fake)
     monkeypatch.chdir(tmp_path)  # no casesignd-state/config.toml here
     monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     pdf = tmp_path / "a.pdf"
@@ -431,9 +434,9 @@ def test_serve_hands_over_config_and_listen(monkeypatch: pytest.MonkeyPatch,
     import casesignd
 
     calls: list = []
-    fake = types.ModuleType("casesignd.server")
+    fake = types.ModuleType("casesignd.daemon.server")
     fake.serve = lambda config_path, listen, node: calls.append((config_path, listen, node)) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "casesignd.server", fake)
+    monkeypatch.setitem(sys.modules, "casesignd.daemon.server", fake)
     monkeypatch.setattr(casesignd, "server", fake, raising=False)
     monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     assert cli.main(["serve"]) == 0

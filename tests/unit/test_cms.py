@@ -12,7 +12,8 @@ from cryptography.hazmat.primitives import serialization
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from casesignd import cms, devpki
+from casesignd.ops import devpki
+from casesignd.signing import cms
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""One table of error codes (casesignd/codes.py), and everything held to it: the codes
+"""One table of error codes (casesignd/core/codes.py), and everything held to it: the codes
 the source writes, the exception tree, the README's table, the OpenAPI document and
 the metrics' label set. A code missing anywhere, or described two ways, fails here."""
 
@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from casesignd import errors, metrics, openapi
-from casesignd.codes import CODES, INTERNAL, PERMANENT, REASONS, RETRIES
+from casesignd.core import errors
+from casesignd.core.codes import CODES, INTERNAL, PERMANENT, REASONS, RETRIES
+from casesignd.http import openapi
+from casesignd.observability import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 # A code as the source writes it: code="x", a class's code = "x", or the first
@@ -42,19 +44,19 @@ def test_the_table_is_well_formed() -> None:
 
 def test_every_code_the_source_writes_is_in_the_table() -> None:
     missing = {}
-    for path in sorted((ROOT / "casesignd").glob("*.py")):
+    for path in sorted((ROOT / "casesignd").rglob("*.py")):
         if path.name in CLIENT_MODULES:
             continue
         for code in _LITERAL.findall(path.read_text()):
             # A finding's code is the refusal reason it gives (pdfframe.Finding.code).
             if code not in CODES and code not in REASONS:
                 missing.setdefault(code, path.name)
-    assert not missing, f"codes written in the source but not in casesignd/codes.py: {missing}"
+    assert not missing, f"codes written in the source but not in casesignd/core/codes.py: {missing}"
 
 
 def test_every_reason_the_source_writes_is_in_the_table() -> None:
     missing = {}
-    for path in sorted((ROOT / "casesignd").glob("*.py")):
+    for path in sorted((ROOT / "casesignd").rglob("*.py")):
         for reason in _REASON_LITERAL.findall(path.read_text()):
             if reason not in REASONS:
                 missing.setdefault(reason, path.name)
@@ -62,7 +64,7 @@ def test_every_reason_the_source_writes_is_in_the_table() -> None:
 
 
 @pytest.mark.parametrize("cls", [c for c in _exception_classes()
-                                 if c.__module__ == "casesignd.errors"],
+                                 if c.__module__ == "casesignd.core.errors"],
                          ids=lambda c: c.__name__)
 def test_the_exception_tree_agrees_with_the_table(cls: type[errors.CasesignError]) -> None:
     row = CODES[cls.code]

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from casesignd import config
-from casesignd.errors import ConfigError
+from casesignd.core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,4 +99,4 @@ def test_a_postgres_store_reads_its_password_from_the_credentials_directory(tmp_
 
 def test_every_setting_in_the_example_has_its_own_comment():
     text = (ROOT / "config.example.toml").read_text()
-    assert "# See " not in text, "a setting lacks its comment in casesignd/bootstrap.py"
+    assert "# See " not in text, "a setting lacks its comment in casesignd/ops/init.py"

@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from casesignd import console
-from casesignd.errors import ValidationError
+from casesignd.core.errors import ValidationError
+from casesignd.http import console
 from casesignd.store import Activity
 
 

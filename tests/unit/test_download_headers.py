@@ -9,9 +9,13 @@ from pathlib import Path
 import pytest
 
 from casesignd.config import Kiosk, loads
-from casesignd.errors import ConfigError
-from casesignd.httpsafe import MAX_FILENAME_CHARS, content_disposition, download_filename
-from casesignd.webio import artifact_response
+from casesignd.core.errors import ConfigError
+from casesignd.http.common import artifact_response
+from casesignd.http.download_headers import (
+    MAX_FILENAME_CHARS,
+    content_disposition,
+    download_filename,
+)
 
 _SAFE = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*")
 

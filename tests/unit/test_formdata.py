@@ -7,8 +7,8 @@ from aiohttp import FormData
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from casesignd import formdata
-from casesignd.errors import BadRequest
+from casesignd.core.errors import BadRequest
+from casesignd.http import formdata
 
 DOC = b"%PDF-1.7\r\n--not-a-boundary\r\n\x00\xff binary \r\n\r\n%%EOF\n"
 

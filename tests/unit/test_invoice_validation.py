@@ -13,11 +13,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from casesignd import config as config_mod
-from casesignd.branding import LABELS
-from casesignd.errors import ConfigError, ValidationError
-from casesignd.invoice import InvoiceKind, admit, check_config, normalize
-from casesignd.kinds import Artifact, Finish
-from casesignd.metrics import Metrics
+from casesignd.core.errors import ConfigError, ValidationError
+from casesignd.engine.kinds import Artifact, Finish
+from casesignd.invoices.branding import LABELS
+from casesignd.job_kinds.render_invoice import InvoiceKind, admit, check_config, normalize
+from casesignd.observability.metrics import Metrics
 
 TODAY = date(2026, 11, 29)
 CFG = config_mod.Config()

@@ -6,14 +6,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from casesignd import jobs
-from casesignd.errors import (
+from casesignd.core.errors import (
     EncryptedPdf,
     SourceUnavailable,
     TempQuota,
     TransientJobError,
     ValidationError,
 )
+from casesignd.engine import jobs
 
 
 @pytest.mark.parametrize("failures,rand,expected", [

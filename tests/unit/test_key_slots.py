@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from casesignd.errors import Busy
-from casesignd.keys import FileSlots, KeySlots
+from casesignd.core.errors import Busy
+from casesignd.signing.keys import FileSlots, KeySlots
 
 
 async def test_a_kiosk_takes_its_slot_then_a_free_batch_one_then_waits_or_is_busy():

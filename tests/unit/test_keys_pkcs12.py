@@ -9,9 +9,10 @@ import pytest
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding
 
-from casesignd import config, devpki
-from casesignd.errors import ConfigError, SigningError
-from casesignd.keys import KeySigner, configured, load_pkcs12, load_signer
+from casesignd import config
+from casesignd.core.errors import ConfigError, SigningError
+from casesignd.ops import devpki
+from casesignd.signing.keys import KeySigner, configured, load_pkcs12, load_signer
 
 PASSWORD = b"pw-123"
 

@@ -11,8 +11,8 @@ from multiprocessing import get_context
 
 import pytest
 
-from casesignd.errors import MalformedPdf
-from casesignd.lane import Lane, WorkerLost
+from casesignd.core.errors import MalformedPdf
+from casesignd.engine.lanes import Lane, WorkerLost
 
 
 def add(a: int, b: int) -> int:
@@ -185,7 +185,7 @@ def test_what_outlived_a_call_is_collected_within_the_collectors_rounds():
 
 
 def test_between_calls_the_young_generation_is_collected_and_the_old_ones_in_turn():
-    from casesignd.lane import _collect
+    from casesignd.engine.lanes import _collect
 
     seen: list[int] = []
 

@@ -10,8 +10,8 @@ from babel.numbers import format_currency
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from casesignd import locales
-from casesignd.errors import ConfigError
+from casesignd.core.errors import ConfigError
+from casesignd.invoices import locales
 
 TAGS = ["en-US", "de-DE", "fr-CH", "ja-JP", "ar-EG", "hi-IN", "he-IL", "ar-KW", "pt-BR"]
 CODES = sorted(locales._tender_now())

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from casesignd.errors import MalformedPdf
-from casesignd.logs import ALLOWED_FIELDS, clean_fields, configure, log_event, rfc3339
+from casesignd.core.errors import MalformedPdf
+from casesignd.core.logs import ALLOWED_FIELDS, clean_fields, configure, log_event, rfc3339
 
 RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -35,20 +35,20 @@ def lines(buf: io.StringIO) -> list[dict]:
 
 
 def test_one_object_per_line_with_the_standard_keys(stream: io.StringIO) -> None:
-    log = logging.getLogger("casesignd.worker")
+    log = logging.getLogger("casesignd.engine.pool")
     log_event(log, "job.finished", job_id="j1", attempt=2, kind="sign_case", duration_ms=12.5)
     log.info("job.claimed", extra={"fields": {"job_id": "j2", "state": "processing"}})
     first, second = lines(stream)
     assert RFC3339_UTC.match(first["ts"])
     assert first["level"] == "info"
-    assert first["logger"] == "casesignd.worker"
+    assert first["logger"] == "casesignd.engine.pool"
     assert first["msg"] == "job.finished"
     assert (first["job_id"], first["attempt"], first["duration_ms"]) == ("j1", 2, 12.5)
     assert second["msg"] == "job.claimed" and second["state"] == "processing"
 
 
 def test_timings_by_name_stay_an_object_anything_else_a_string(stream: io.StringIO) -> None:
-    log = logging.getLogger("casesignd.kiosk")
+    log = logging.getLogger("casesignd.http.kiosk")
     log_event(log, "job.succeeded", phases_ms={"validate": 1.25, "sign": 0.5})
     log_event(log, "job.succeeded", phases_ms={"validate": "Avery Chen"})
     first, second = lines(stream)
@@ -57,7 +57,7 @@ def test_timings_by_name_stay_an_object_anything_else_a_string(stream: io.String
 
 
 def test_personal_fields_are_dropped_by_the_helper_and_by_extra(stream: io.StringIO) -> None:
-    log = logging.getLogger("casesignd.invoice")
+    log = logging.getLogger("casesignd.job_kinds.render_invoice")
     log_event(
         log, "invoice.rendered", job_id="j1", student_name="Avery Chen",
         case_id="MKT-2026-00042", order_id="EDU-1042", name="J. Doe",

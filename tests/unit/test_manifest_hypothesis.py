@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from casesignd import config as config_mod
-from casesignd.errors import ValidationError
-from casesignd.invoice import admit as invoice_admit
-from casesignd.invoice import normalize as invoice_normalize
-from casesignd.kiosk import sign_case_body
-from casesignd.signcase import admit_body
+from casesignd.core.errors import ValidationError
+from casesignd.http.kiosk import sign_case_body
+from casesignd.job_kinds.render_invoice import admit as invoice_admit
+from casesignd.job_kinds.render_invoice import normalize as invoice_normalize
+from casesignd.job_kinds.sign_case import admit_body
 
 CFG = config_mod.Config(sources=[config_mod.Source(name="docs", kind="dir", root="/srv/docs")])
 TODAY = date(2026, 11, 29)

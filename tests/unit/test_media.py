@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.errors import MediaTypeMismatch, MediaTypeNotAllowed, PermanentJobError
-from casesignd.media import (
+from casesignd.core.errors import MediaTypeMismatch, MediaTypeNotAllowed, PermanentJobError
+from casesignd.core.media import (
     DOCX,
     EXECUTABLE_TYPES,
     OCTET_STREAM,

@@ -11,8 +11,8 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from casesignd.errors import QueueFull
-from casesignd.metrics import (
+from casesignd.core.errors import QueueFull
+from casesignd.observability.metrics import (
     ITEMS_BUCKETS,
     LabelNotAllowed,
     Metrics,
@@ -231,7 +231,7 @@ def test_the_codes_of_the_table_are_allowed() -> None:
 
 
 def test_every_source_retry_reason_of_the_fetcher_is_allowed() -> None:
-    from casesignd.sources import RETRY_REASONS
+    from casesignd.files.sources import RETRY_REASONS
 
     m = Metrics(strict=True)
     for reason in RETRY_REASONS:

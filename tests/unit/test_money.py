@@ -6,8 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from casesignd import money
-from casesignd.errors import ConfigError, ValidationError
+from casesignd.core.errors import ConfigError, ValidationError
+from casesignd.invoices import money
 
 D = Decimal
 

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from casesignd.errors import DigestMismatch, TooLarge, ValidationError
-from casesignd.objects import ObjectStore, check_case_id, normalize_sha256, owner_dirs
+from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
+from casesignd.files.objects import ObjectStore, check_case_id, normalize_sha256, owner_dirs
 
 
 async def body(data: bytes, size: int = 64 * 1024):
@@ -193,7 +193,7 @@ async def test_a_removed_object_takes_the_links_an_attempt_left_but_not_another_
     await store.put("t2", "case-9", sha(data), body(data), 10**6, len(data))
     jobs = tmp_path / "temp" / "node" / "attempt-1"
     jobs.mkdir(parents=True)
-    os.link(store.blob_path(sha(data)), jobs / "input.pdf")  # as casesignd.sources does
+    os.link(store.blob_path(sha(data)), jobs / "input.pdf")  # as casesignd.files.sources does
     store.job_roots = [tmp_path / "temp"]
     # Another case still has it: only this case's name goes.
     assert store.remove("t1", "case-1", sha(data)) == 0

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from casesignd.openapi import document
+from casesignd.http.openapi import document
 
 openapi_spec_validator = pytest.importorskip("openapi_spec_validator")
 openapi_schema_validator = pytest.importorskip("openapi_schema_validator")

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from casesignd.pacing import AckPacer, held_depth
+from casesignd.engine.pacing import AckPacer, held_depth
 
 
 class Clock:

@@ -8,11 +8,12 @@ import hashlib
 import pytest
 from asn1crypto import tsp
 
-from casesignd import devpki, tsa
-from casesignd.attachments import Bound, evidence_binding, evidence_entries
-from casesignd.errors import CertifiedPdf, TsaUnavailable
-from casesignd.pades import Party, SignatureMeta, check_docmdp, reason_text
-from casesignd.pdfsyntax import pdf_date, unique_name, xref_runs
+from casesignd.core.errors import CertifiedPdf, TsaUnavailable
+from casesignd.ops import devpki
+from casesignd.pdf.syntax import pdf_date, unique_name, xref_runs
+from casesignd.signing import tsa
+from casesignd.signing.attachments import Bound, evidence_binding, evidence_entries
+from casesignd.signing.pades import Party, SignatureMeta, check_docmdp, reason_text
 from tests.helpers_tsa import make_response
 
 UTC = dt.UTC
@@ -159,6 +160,6 @@ def test_pdf_text_reads_back_as_the_same_string(text: str) -> None:
 
     from pypdf.generic import read_object
 
-    from casesignd.pdfsyntax import pdf_text
+    from casesignd.pdf.syntax import pdf_text
 
     assert str(read_object(io.BytesIO(pdf_text(text) + b" "), None)) == text

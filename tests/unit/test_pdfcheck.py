@@ -11,18 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from casesignd import pdfrules
 from casesignd.config import Policy
-from casesignd.errors import CasesignError, LimitExceeded, MalformedPdf
-from casesignd.pdfcheck import (
-    PdfLimits,
-    PdfReport,
-    image_bytes,
-    inspect_document,
-    inspect_pdf,
-    measure_decoded,
-)
-from casesignd.pdfframe import (
+from casesignd.core.errors import CasesignError, LimitExceeded, MalformedPdf
+from casesignd.pdf import rules as pdfrules
+from casesignd.pdf.frame import (
     AMBIGUITY,
     DAMAGE,
     Source,
@@ -30,6 +22,14 @@ from casesignd.pdfframe import (
     definition_findings,
     object_definitions,
     read_frame,
+)
+from casesignd.pdf.inspect import (
+    PdfLimits,
+    PdfReport,
+    image_bytes,
+    inspect_document,
+    inspect_pdf,
+    measure_decoded,
 )
 from tests.helpers_corpus import _one_page, assemble, stream
 
@@ -106,7 +106,7 @@ def test_definition_findings() -> None:
 
 def test_a_file_is_scanned_in_windows_with_the_same_result(tmp_path: Path, monkeypatch) -> None:
     # Headers straddle every window boundary; the file's scans equal the bytes' scans.
-    from casesignd import pdfframe
+    from casesignd.pdf import frame as pdfframe
 
     body = b"".join(b"%d 0 obj\n<< /N %d >>\nendobj\n" % (i, i) for i in range(1, 400))
     data = b"%PDF-1.7\n" + body + b"startxref\n9\n%%EOF\n"
@@ -526,7 +526,7 @@ def test_warnings_are_collected_under_the_daemons_logging(tmp_path: Path) -> Non
     # pypdf's warnings by (their thread).
     import io
 
-    from casesignd import logs
+    from casesignd.core import logs
 
     logs.configure("info", io.StringIO())
     test_damaged_object_offsets_are_repaired_and_noted(tmp_path)
@@ -626,8 +626,8 @@ def test_a_second_definition_whose_header_crosses_a_scan_window_is_found_in_a_fi
     # Object 3 defined again after the definition the cross-reference names, its
     # header "3 <white space> 0 obj" running across the end of the first window of
     # the file scan: a rebuilding reader (qpdf, Ghostscript) takes the second one.
-    from casesignd import pdfframe
-    from casesignd.pdfcheck import PdfLimits, inspect_document
+    from casesignd.pdf import frame as pdfframe
+    from casesignd.pdf.inspect import PdfLimits, inspect_document
 
     objs = [b"1 0 obj\n<< /Type /Catalog /Pages 2 0 R >>\nendobj\n",
             b"2 0 obj\n<< /Type /Pages /Kids [3 0 R] /Count 1 >>\nendobj\n",

@@ -1,4 +1,4 @@
-"""casesignd.pdfdecode.ascii85 against the decoder it replaces (pypdf's ASCII85Decode,
+"""casesignd.pdf.decode.ascii85 against the decoder it replaces (pypdf's ASCII85Decode,
 over the standard library's base64.a85decode): the same bytes, the same warning and
 the same error, on producers' encodings and on hostile and malformed data."""
 
@@ -12,8 +12,8 @@ import zlib
 import pytest
 from pypdf.filters import ASCII85Decode
 
-from casesignd import pdfdecode
-from casesignd.errors import LimitExceeded
+from casesignd.core.errors import LimitExceeded
+from casesignd.pdf import decode as pdfdecode
 
 _WS = b"\x00\t\n\x0c\r "
 

@@ -9,10 +9,11 @@ import io
 import pikepdf
 import pytest
 
-from casesignd import normalize, pipeline
-from casesignd.errors import CasesignError
-from casesignd.pdfcheck import PdfLimits, inspect_document
-from casesignd.pdfdraw import Appearance, Border, caption, frame, parse_da, state_for
+from casesignd.core.errors import CasesignError
+from casesignd.pdf import normalize
+from casesignd.pdf.draw import Appearance, Border, caption, frame, parse_da, state_for
+from casesignd.pdf.inspect import PdfLimits, inspect_document
+from casesignd.signing import pipeline
 from tests.helpers_corpus import _one_page, stream
 
 # --- pure parts -------------------------------------------------------------------------

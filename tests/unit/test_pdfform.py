@@ -10,8 +10,8 @@ from pypdf import PdfWriter
 from pypdf import generic as g
 from pypdf.generic import read_object
 
-from casesignd.errors import LimitExceeded
-from casesignd.pdfform import Form, field_lock, fieldmdp_reference, read_form
+from casesignd.core.errors import LimitExceeded
+from casesignd.pdf.form import Form, field_lock, fieldmdp_reference, read_form
 
 
 def _name(s: str) -> g.NameObject:

@@ -1,4 +1,4 @@
-"""casesignd.pdfframe finds object definitions from each ``obj`` keyword: the same
+"""casesignd.pdf.frame finds object definitions from each ``obj`` keyword: the same
 definitions, at the same offsets, as the pattern tried at every byte."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from casesignd import pdfframe
-from casesignd.pdfframe import Source, object_definitions
+from casesignd.pdf import frame as pdfframe
+from casesignd.pdf.frame import Source, object_definitions
 
 # The scan as it was: _OBJ_HEADER.finditer over each window.
 _REFERENCE = re.compile(

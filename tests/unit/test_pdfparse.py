@@ -16,7 +16,7 @@ import pytest
 from pypdf import PdfReader
 from pypdf.generic import _data_structures
 
-from casesignd import pdfparse
+from casesignd.pdf import parse as pdfparse
 from tests.helpers_corpus import _one_page, assemble, stream
 from tests.helpers_pki import reportlab_pdf
 
@@ -242,7 +242,7 @@ def test_mutated_object_headers_read_alike(documents):
 
 
 def test_the_checker_reads_headers_with_it(documents):
-    from casesignd.pdfcheck import PdfLimits, inspect_document
+    from casesignd.pdf.inspect import PdfLimits, inspect_document
 
     _report, reader = inspect_document(documents["reportlab"], PdfLimits())
     assert type(reader) is pdfparse._Reader

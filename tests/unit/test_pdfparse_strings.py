@@ -1,4 +1,4 @@
-"""casesignd.pdfparse builds common strings itself: the object pypdf's
+"""casesignd.pdf.parse builds common strings itself: the object pypdf's
 create_string_object builds, with the same class, value and attributes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import random
 import pytest
 from pypdf.generic import create_string_object
 
-from casesignd import pdfparse
+from casesignd.pdf import parse as pdfparse
 
 
 def _described(obj: object) -> tuple:

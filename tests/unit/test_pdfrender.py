@@ -1,4 +1,4 @@
-"""Pages compared as pictures: the pure comparison and the verdict (casesignd.pdfrender)."""
+"""Pages compared as pictures: the pure comparison and the verdict (casesignd.pdf.render)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw
 
-from casesignd.pdfrender import (
+from casesignd.pdf.render import (
     PAGES_RENDER_DIFFERENTLY,
     PIXEL_DELTA,
     READERS_DISAGREE,
@@ -129,7 +129,7 @@ def test_verdict(pypdf: int | None, poppler: int | None, mupdf: int | None,
 
 
 def test_verdict_reasons_are_words_of_the_table() -> None:
-    from casesignd.codes import REASONS
+    from casesignd.core.codes import REASONS
 
     assert REASONS[PAGES_RENDER_DIFFERENTLY].code == REASONS[READERS_DISAGREE].code == \
         "ambiguous_pdf"
@@ -146,7 +146,7 @@ def test_verdict_reasons_are_words_of_the_table() -> None:
 ])
 def test_readiness_names_what_is_missing(monkeypatch: pytest.MonkeyPatch, modes: list[str],
                                          missing: list[str], check: dict | None) -> None:
-    from casesignd import pdfrender
+    from casesignd.pdf import render as pdfrender
 
     monkeypatch.setattr(pdfrender.shutil, "which",
                         lambda name: None if name in missing else f"/usr/bin/{name}")
@@ -180,7 +180,7 @@ def test_batches_cover_every_page_and_one_past(pages: int, size: int,
 ])
 def test_drawings_are_aligned_by_page_number(names: list[str], first: int, last: int,
                                              aligned: list[str | None]) -> None:
-    from casesignd.pdfrender import _aligned
+    from casesignd.pdf.render import _aligned
 
     out = _aligned([Path(n) for n in names], first, last)
     assert [p.name if p is not None else None for p in out] == aligned
@@ -203,7 +203,7 @@ def test_a_field_the_rewrite_drew_is_left_out_and_nothing_else() -> None:
 def test_the_boxes_of_drawn_widgets_are_where_the_renderers_draw_them(tmp_path: Path) -> None:
     from pypdf import PdfReader
 
-    from casesignd.pdfrender import drawn_boxes
+    from casesignd.pdf.render import drawn_boxes
     from tests.helpers_corpus import _one_page
 
     widget = b"<< /Type /Annot /Subtype /Widget /FT /Tx /T (a) /Rect [61.2 712.8 306 792] >>"

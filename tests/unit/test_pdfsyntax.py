@@ -8,7 +8,7 @@ import pytest
 from pypdf import generic as g
 from pypdf.generic import read_object
 
-from casesignd.pdfsyntax import real_text, serialize
+from casesignd.pdf.syntax import real_text, serialize
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ def test_pypdf_is_below_7():
 
 def test_endesive_signs_with_the_pinned_pypdf(tmp_path):
     pytest.importorskip("endesive")
-    from casesignd import devpki
+    from casesignd.ops import devpki
     from tests.helpers_pki import pyhanko_statuses, reportlab_pdf
 
     ca = devpki.make_ca("pin CA")

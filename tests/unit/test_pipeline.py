@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from casesignd.pdfcheck import PdfReport
-from casesignd.pdfframe import AMBIGUITY, DAMAGE, Finding
-from casesignd.pipeline import REFUSE, REWRITE, SIGN_AS_IS, Checked, decide
+from casesignd.pdf.frame import AMBIGUITY, DAMAGE, Finding
+from casesignd.pdf.inspect import PdfReport
+from casesignd.signing.pipeline import REFUSE, REWRITE, SIGN_AS_IS, Checked, decide
 
 CLEAN = PdfReport(pages=1, producer=None, pdf_version="1.7", has_signatures=False,
                   has_xref_stream=False)
@@ -62,7 +62,7 @@ def test_audit_detail_holds_digests_and_reasons_only() -> None:
 
 
 def test_a_repair_finding_never_quotes_the_document() -> None:
-    from casesignd.pdfguard import warning_finding
+    from casesignd.pdf.guard import warning_finding
 
     quoted = ('PdfReadError("Invalid Elementary Object starting with b\'R\' @234: '
               'b\'e /Page (Quentin Abernathy-Sole)\'")')
@@ -77,10 +77,10 @@ def test_a_stored_object_is_checked_before_it_is_read(tmp_path):
     import hashlib
     import os
 
-    from casesignd.errors import CasesignError
-    from casesignd.pades import SignatureMeta
-    from casesignd.pdfcheck import PdfLimits
-    from casesignd.pipeline import sign_stored
+    from casesignd.core.errors import CasesignError
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing.pades import SignatureMeta
+    from casesignd.signing.pipeline import sign_stored
 
     data = b"%PDF-1.7\n%%EOF\n"
     sha = hashlib.sha256(data).hexdigest()
@@ -108,9 +108,9 @@ def test_a_files_digest_is_that_of_the_bytes_signed_and_costs_no_pass_of_its_own
     import datetime as dt
     import hashlib
 
-    from casesignd import pipeline
-    from casesignd.pades import SignatureMeta
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing import pipeline
+    from casesignd.signing.pades import SignatureMeta
     from tests.helpers_pki import big_pdf
 
     src = big_pdf(tmp_path / "in.pdf", payload_bytes)
@@ -132,9 +132,9 @@ def test_a_verdict_is_kept_under_the_digest_computed_not_the_one_claimed(tmp_pat
     import datetime as dt
     import hashlib
 
-    from casesignd import pipeline
-    from casesignd.pades import SignatureMeta
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing import pipeline
+    from casesignd.signing.pades import SignatureMeta
     from tests.helpers_pki import big_pdf
 
     document = big_pdf(tmp_path / "doc.pdf", 2_000).read_bytes()
@@ -154,10 +154,10 @@ def test_a_file_not_of_the_digest_expected_is_refused_before_the_key_and_leaves_
     import datetime as dt
     import hashlib
 
-    from casesignd import pipeline
-    from casesignd.errors import DigestMismatch
-    from casesignd.pades import SignatureMeta
-    from casesignd.pdfcheck import PdfLimits
+    from casesignd.core.errors import DigestMismatch
+    from casesignd.pdf.inspect import PdfLimits
+    from casesignd.signing import pipeline
+    from casesignd.signing.pades import SignatureMeta
     from tests.helpers_pki import big_pdf
 
     src = big_pdf(tmp_path / "in.pdf", 2_000)

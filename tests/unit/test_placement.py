@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from casesignd import placement
 from casesignd.config import Policy
-from casesignd.errors import ValidationError
+from casesignd.core.errors import ValidationError
+from casesignd.signing import placement
 
 
 @pytest.mark.parametrize(("raw", "appearance", "field"), [
@@ -52,7 +52,7 @@ def test_the_request_chooses_within_the_policy(signature, policy, expected) -> N
 ])
 def test_the_openapi_document_describes_the_signature_object(signature, valid) -> None:
     validator = pytest.importorskip("openapi_schema_validator")
-    from casesignd.openapi import document
+    from casesignd.http.openapi import document
 
     spec = document()
     schema = {"$ref": "#/components/schemas/SignaturePlacement",

@@ -8,14 +8,15 @@ import asyncio
 import time
 from typing import Any
 
-from casesignd import audit, jobs
 from casesignd.config import loads
-from casesignd.metrics import Metrics
-from casesignd.outcomes import Finish, Outcome
-from casesignd.recorder import Recorder
+from casesignd.core import audit
+from casesignd.core.outcomes import Finish, Outcome
+from casesignd.engine import jobs
+from casesignd.engine.pool import Pool
+from casesignd.engine.recorder import Recorder
+from casesignd.observability.metrics import Metrics
 from casesignd.store import Lease, NewJob
 from casesignd.store.memory import MemoryStore
-from casesignd.worker import Pool
 
 
 class Quick:

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.artifacts import artifact_path
-from casesignd.backup import backup
-from casesignd.outcomes import Fail
-from casesignd.restore import BackupInvalid, restore
+from casesignd.core.outcomes import Fail
+from casesignd.files.artifacts import artifact_path
+from casesignd.ops.backup import backup
+from casesignd.ops.restore import BackupInvalid, restore
 from casesignd.store import SqliteStore
 from tests.helpers_stores import fill, new_job, write_config
 from tests.unit.test_backup import setup  # noqa: F401

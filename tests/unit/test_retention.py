@@ -3,7 +3,7 @@ the others still go."""
 
 from __future__ import annotations
 
-from casesignd.retention import remove_files
+from casesignd.engine.retention import remove_files
 from casesignd.store.records import Removed
 
 

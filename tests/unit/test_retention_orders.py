@@ -16,16 +16,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from casesignd import audit, config
-from casesignd.api import job_resource
-from casesignd.artifacts import ArtifactStore
-from casesignd.backup import backup
-from casesignd.objects import ObjectStore
-from casesignd.outcomes import Artifact, Fail, Finish, Signature
-from casesignd.restore import restore
-from casesignd.retention import remove_files
+from casesignd import config
+from casesignd.core import audit
+from casesignd.core.outcomes import Artifact, Fail, Finish, Signature
+from casesignd.engine.retention import remove_files
+from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.objects import ObjectStore
+from casesignd.http.api import job_resource
+from casesignd.ops.backup import backup
+from casesignd.ops.restore import restore
+from casesignd.ops.store_copy import copy_store
 from casesignd.store import SqliteStore
-from casesignd.store.copy import copy_store
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.records import AREAS
 from casesignd.store.snapshot import open_snapshot

@@ -9,9 +9,9 @@ import pytest
 from asn1crypto import x509 as ax509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from casesignd import devpki
-from casesignd.errors import CertificateExpired
-from casesignd.revocation import check_signing_usage, check_validity, freshness
+from casesignd.core.errors import CertificateExpired
+from casesignd.ops import devpki
+from casesignd.signing.revocation import check_signing_usage, check_validity, freshness
 
 T0 = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
 H = dt.timedelta(hours=1)

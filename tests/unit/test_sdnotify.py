@@ -14,7 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.sdnotify import Notifier, ProgressTracker, Watchdog, watchdog_interval_s
+from casesignd.observability.sdnotify import (
+    Notifier,
+    ProgressTracker,
+    Watchdog,
+    watchdog_interval_s,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -191,7 +196,7 @@ os.dup2(int(sys.argv[1]), 3)
 os.environ["LISTEN_PID"] = str(os.getpid())
 os.environ["LISTEN_FDS"] = "1"
 os.environ["LISTEN_FDNAMES"] = "http"
-from casesignd.sdnotify import listen_fds_with_names
+from casesignd.observability.sdnotify import listen_fds_with_names
 ((name, sock),) = listen_fds_with_names()
 print(name, sock.family.name, sock.type.name, sock.getsockname()[1], "LISTEN_FDS" in os.environ)
 """
@@ -216,7 +221,7 @@ def test_listen_fds_takes_the_activated_socket() -> None:
 
 
 def test_listen_fds_ignores_another_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    from casesignd.sdnotify import listen_fds
+    from casesignd.observability.sdnotify import listen_fds
 
     monkeypatch.setenv("LISTEN_PID", "1")
     monkeypatch.setenv("LISTEN_FDS", "1")

@@ -10,13 +10,13 @@ import sqlite3
 
 import pytest
 
-from casesignd import cli
-from casesignd.artifacts import ArtifactStore
-from casesignd.objects import ObjectStore
-from casesignd.outcomes import Fail
-from casesignd.retention import remove_files
+from casesignd.cli import commands as cli
+from casesignd.core.outcomes import Fail
+from casesignd.engine.retention import remove_files
+from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.objects import ObjectStore
+from casesignd.ops.store_check import CheckReport, check_store
 from casesignd.store import SqliteStore
-from casesignd.store.check import CheckReport, check_store
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.snapshot import open_snapshot
 from tests.helpers_stores import CASE, SECRET, TENANT, fill, new_job, write_config

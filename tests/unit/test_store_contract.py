@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from casesignd import audit, jobs
-from casesignd.errors import Conflict, NotFound, QueueFull
-from casesignd.holds import KeyHolds
-from casesignd.outcomes import Artifact, Fail, Finish, RetryLater, Signature
+from casesignd.core import audit
+from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
+from casesignd.engine import jobs
+from casesignd.engine.reservations import KeyHolds
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, SqliteStore, new_id
 from casesignd.store.memory import MemoryStore
 from casesignd.store.postgres import PostgresStore
@@ -308,7 +309,7 @@ async def test_a_failed_operation_does_not_break_the_batch_or_chain(store, tmp_p
 
 
 async def test_a_second_process_cannot_open_the_store(store, tmp_path):
-    from casesignd.errors import StoreUnavailable
+    from casesignd.core.errors import StoreUnavailable
     sqlite_only(store)
     other = SqliteStore(tmp_path / "store.db")
     with pytest.raises(StoreUnavailable):

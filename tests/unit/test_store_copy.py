@@ -13,11 +13,11 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from casesignd import audit
-from casesignd.errors import CasesignError, DigestMismatch, StoreUnavailable
+from casesignd.core import audit
+from casesignd.core.errors import CasesignError, DigestMismatch, StoreUnavailable
+from casesignd.ops.store_check import check_store
+from casesignd.ops.store_copy import DERIVED, TABLES, copy_store
 from casesignd.store import SqliteStore
-from casesignd.store.check import check_store
-from casesignd.store.copy import DERIVED, TABLES, copy_store
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.snapshot import open_snapshot
 from tests.helpers_stores import TENANT, fill, new_job, write_config

@@ -9,9 +9,10 @@ import hashlib
 
 import pytest
 
-from casesignd import audit, jobs
-from casesignd.errors import Conflict, NotFound
-from casesignd.outcomes import Artifact, Fail, Finish, Signature
+from casesignd.core import audit
+from casesignd.core.errors import Conflict, NotFound
+from casesignd.core.outcomes import Artifact, Fail, Finish, Signature
+from casesignd.engine import jobs
 from casesignd.store import NewJob
 from casesignd.store.memory import MemoryStore
 from tests.unit.test_store_contract import chain, store, store_and_clock  # noqa: F401

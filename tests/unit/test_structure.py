@@ -72,8 +72,8 @@ def package_graph() -> dict[str, set[str]]:
 def test_imports_are_resolved_in_subpackages_too() -> None:
     graph = package_graph()
     assert "casesignd.store.records" in graph["casesignd.store.sqlite"]
-    assert "casesignd.errors" in graph["casesignd.store.records"]
-    assert "casesignd.store" in graph["casesignd.worker"]
+    assert "casesignd.core.errors" in graph["casesignd.store.records"]
+    assert "casesignd.store" in graph["casesignd.engine.pool"]
 
 
 def test_the_package_has_no_import_cycles() -> None:

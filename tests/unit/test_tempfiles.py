@@ -9,8 +9,8 @@ import stat
 
 import pytest
 
-from casesignd.errors import DigestMismatch, LimitExceeded, SizeMismatch, TempQuota
-from casesignd.tempfiles import TempManager, charge_after, check_name
+from casesignd.core.errors import DigestMismatch, LimitExceeded, SizeMismatch, TempQuota
+from casesignd.files.temp import TempManager, charge_after, check_name
 
 
 async def chunks_of(data: bytes, size: int = 10_000):
@@ -220,7 +220,7 @@ async def test_attempt_recreates_a_missing_root(tmp_path):
 
 
 async def test_an_fd_in_use_by_a_thread_is_closed_only_when_the_thread_is_done(tmp_path):
-    from casesignd.tempfiles import close_after
+    from casesignd.files.temp import close_after
 
     fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT, 0o600)
     pending = asyncio.get_running_loop().create_future()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from casesignd.tracing import parse_traceparent
+from casesignd.observability.tracing import parse_traceparent
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SID = "00f067aa0ba902b7"

@@ -19,7 +19,7 @@ SEAMS = ["casesignd"]
 PROBE = '''
 from pathlib import Path
 
-from casesignd.kinds import JobServices
+from casesignd.engine.kinds import JobServices
 from casesignd.store import SqliteStore, Store
 from casesignd.store.memory import MemoryStore
 

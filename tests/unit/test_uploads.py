@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from casesignd import config
-from casesignd.errors import TooManyUploads, UploadQuota
-from casesignd.uploads import UploadGate
+from casesignd.core.errors import TooManyUploads, UploadQuota
+from casesignd.http.uploads import UploadGate
 
 
 def test_uploads_at_once_are_bounded_in_all_and_per_tenant():

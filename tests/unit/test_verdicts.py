@@ -8,10 +8,10 @@ import hashlib
 
 import pytest
 
-from casesignd import pipeline
-from casesignd.errors import CasesignError
-from casesignd.pades import SignatureMeta
-from casesignd.pdfcheck import PdfLimits
+from casesignd.core.errors import CasesignError
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import pipeline
+from casesignd.signing.pades import SignatureMeta
 from tests.helpers_corpus import _one_page
 
 META = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
@@ -77,8 +77,9 @@ def test_the_memo_keeps_the_most_recent_documents(counted):
 
 
 def test_a_stored_object_is_signed_each_time_and_checked_once(counted, tmp_path):
-    from casesignd import cms, devpki
-    from casesignd.keys import LocalSigner
+    from casesignd.ops import devpki
+    from casesignd.signing import cms
+    from casesignd.signing.keys import LocalSigner
 
     ca = devpki.make_ca(kind="ec")
     ident = devpki.issue(ca, "verdicts", kind="ec")

@@ -18,9 +18,11 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.x509.oid import NameOID
 from pyhanko.sign import fields
 
-from casesignd import cli, devpki, pipeline, tsa
-from casesignd.keys import load_pkcs12
-from casesignd.verify import (
+from casesignd.cli import commands as cli
+from casesignd.ops import devpki
+from casesignd.signing import pipeline, tsa
+from casesignd.signing.keys import load_pkcs12
+from casesignd.verify.validate import (
     FAILED,
     INDETERMINATE,
     PASSED,

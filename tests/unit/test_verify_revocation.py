@@ -22,9 +22,10 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
 from pyhanko.sign.validation.dss import DocumentSecurityStore
 
-from casesignd import devpki, pipeline, tsa
-from casesignd.keys import load_pkcs12
-from casesignd.verify import FAILED, INDETERMINATE, PASSED, VerifyOptions, verify_file
+from casesignd.ops import devpki
+from casesignd.signing import pipeline, tsa
+from casesignd.signing.keys import load_pkcs12
+from casesignd.verify.validate import FAILED, INDETERMINATE, PASSED, VerifyOptions, verify_file
 from tests.helpers_pki import PASSWORD, Pki, pki, reportlab_pdf, sample_meta
 from tests.helpers_tsa import tsa as tsa_server
 

@@ -1,5 +1,5 @@
 """One test per rule casesignd adds on top of pyHanko's difference analysis
-(:mod:`casesignd.verify_rules`), each on a file built here, and beside it what plain
+(:mod:`casesignd.verify.rules`), each on a file built here, and beside it what plain
 pyHanko's analysis says of the same file where the rule changes the answer."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pyhanko.sign import fields
 from pyhanko.sign.diff_analysis import DEFAULT_DIFF_POLICY, ModificationLevel
 from pyhanko.sign.validation import validate_pdf_signature
 
-from casesignd import verify_rules as rules
+from casesignd.verify import rules
 from tests.helpers_pki import Pki, pki, reportlab_pdf
 from tests.helpers_sigcorpus import (
     add_dss,

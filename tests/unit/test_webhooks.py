@@ -10,10 +10,10 @@ import time
 import pytest
 from standardwebhooks.webhooks import Webhook as Verifier
 
-from casesignd import webhooks
-from casesignd.errors import ConfigError
-from casesignd.webhook_sender import AddressRefused, CheckingResolver
-from casesignd.webhooks import Webhook, decide
+from casesignd.core.errors import ConfigError
+from casesignd.webhooks import endpoints as webhooks
+from casesignd.webhooks.endpoints import Webhook, decide
+from casesignd.webhooks.sender import AddressRefused, CheckingResolver
 from tests.helpers_webhooks import new_secret
 
 HOOK = Webhook(name="erp", url="https://erp.example/hook", secret_file="s", max_attempts=5,

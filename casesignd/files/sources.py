@@ -1,0 +1,502 @@
+"""Sources: turn an item's ``object_ref`` into a file in the attempt's temp area.
+
+An ``object_ref`` is either ``sha256:<64 hex>`` (an object uploaded to the job's own
+case) or ``<source>:<path>`` naming a source from the config's ``sources``: a
+directory root (``kind = "dir"``) or an HTTP base URL (``kind = "http"``).
+:func:`parse_ref` is pure and runs at admission; :class:`Fetcher` does the I/O in
+the worker. Every fetched file is checked against the item's declared size and
+SHA-256 while it streams.
+
+Error codes (all PermanentJobError, 422, unless noted):
+
+- ``invalid_object_ref`` (ValidationError): not one of the two forms, an unknown
+  source, an empty or over-long path, a NUL byte;
+- ``path_outside_source``: an absolute path, a ``..`` component, or (dir sources) a
+  symlink that resolves outside the root; refused at admission and again here;
+- ``object_not_found``: no such object in the case, no such file, HTTP 404;
+- ``source_rejected``: any other HTTP 4xx, a redirect, a file that is not regular;
+- ``source_unavailable`` (SourceUnavailable, retryable): an HTTP source kept
+  timing out, refusing connections, answering 429 or 5xx through all
+  ``max_attempts`` tries; the job engine decides about further attempts;
+- ``size_mismatch`` / ``digest_mismatch`` / ``limit_exceeded``: from the download.
+
+HTTP retries use capped exponential backoff with full jitter (:func:`backoff_s`),
+or the server's ``Retry-After`` (capped) on 429 and 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import errno
+import os
+import random
+import re
+import stat
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+from yarl import URL
+
+from casesignd.config import Source
+from casesignd.core.errors import (
+    CasesignError,
+    DigestMismatch,
+    LimitExceeded,
+    PermanentJobError,
+    SizeMismatch,
+    SourceUnavailable,
+    ValidationError,
+)
+from casesignd.files.objects import ObjectStore
+from casesignd.files.temp import Area, close_after
+
+_OBJECT_REF = re.compile(r"^sha256:([0-9a-fA-F]{64})$")
+_SOURCE_REF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(.+)$", re.DOTALL)
+MAX_PATH_CHARS = 1024
+READ_CHUNK_BYTES = 256 * 1024
+
+RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx")
+
+
+@dataclass(frozen=True)
+class SourceRef:
+    """A parsed object_ref: ``source`` is None for a tenant object (then ``sha256`` is set)."""
+
+    source: str | None
+    path: str = ""
+    sha256: str | None = None
+
+    def __str__(self) -> str:
+        return f"sha256:{self.sha256}" if self.source is None else f"{self.source}:{self.path}"
+
+
+# --- pure decisions ------------------------------------------------------------------
+
+
+def path_parts(path: str) -> list[str] | None:
+    """Split a source-relative path into its components; None if it could leave the root.
+
+    Absolute paths and ``..`` components leave the root, and backslashes are refused
+    too (a Windows-style ``..\\x`` must not reach a server that splits on them);
+    empty and ``.`` components are dropped (``a//b/./c`` is ``a/b/c``).
+    """
+    if path.startswith("/") or "\\" in path:
+        return None
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    if any(p == ".." for p in parts):
+        return None
+    return parts
+
+
+def parse_ref(
+    ref: str, sources: Collection[str] | None = None, *, field: str | None = None
+) -> SourceRef:
+    """Parse an ``object_ref``; raise ValidationError (``invalid_object_ref`` or
+    ``path_outside_source``) naming ``field``.
+
+    With ``sources`` (the configured source names), an unknown source is refused too.
+    """
+    if not isinstance(ref, str):
+        raise ValidationError("object_ref must be a string", code="invalid_object_ref", field=field)
+    m = _OBJECT_REF.match(ref)
+    if m:
+        return SourceRef(source=None, sha256=m.group(1).lower())
+    m = _SOURCE_REF.match(ref)
+    if not m or ref.startswith("sha256:"):
+        raise ValidationError(
+            "object_ref must be sha256:<64 hex> or <source>:<path>",
+            code="invalid_object_ref",
+            field=field,
+        )
+    name, path = m.group(1), m.group(2)
+    if sources is not None and name not in sources:
+        raise ValidationError(f"no source named {name!r}", code="invalid_object_ref", field=field)
+    if "\x00" in path or len(path) > MAX_PATH_CHARS:
+        raise ValidationError(
+            "the source path is not valid", code="invalid_object_ref", field=field
+        )
+    parts = path_parts(path)
+    if parts is None:
+        raise ValidationError(
+            "the path must stay inside the source", code="path_outside_source", field=field
+        )
+    if not parts:
+        raise ValidationError("the source path is empty", code="invalid_object_ref", field=field)
+    return SourceRef(source=name, path="/".join(parts))
+
+
+def backoff_s(attempt: int, base: float, cap: float, rand: float) -> float:
+    """Delay after failed try number ``attempt`` (1-based): full jitter over a capped
+    exponential, ``rand * min(cap, base * 2**(attempt-1))`` with ``rand`` in [0, 1)."""
+    if attempt < 1:
+        return 0.0
+    # Cap the exponent first so a large attempt number cannot overflow a float.
+    ceiling = min(cap, base * 2.0 ** min(attempt - 1, 62))
+    return max(0.0, min(1.0, rand)) * ceiling
+
+
+def retry_after_s(value: str | None, now: float, cap: float) -> float | None:
+    """A Retry-After header (delta-seconds or an HTTP date, RFC 9110 10.2.3) as
+    seconds from ``now``, capped at ``cap``; None if absent or unreadable."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), cap)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when is None or when.tzinfo is None:
+        return None
+    return min(max(0.0, when.timestamp() - now), cap)
+
+
+def classify_status(status: int) -> str:
+    """What an HTTP status means for a fetch: ``ok``, a retry reason, or a final code."""
+    if status == 200:
+        return "ok"
+    if status == 429:
+        return "http_429"
+    if 500 <= status <= 599:
+        return "http_5xx"
+    if status in (404, 410):
+        return "object_not_found"
+    return "source_rejected"
+
+
+# --- I/O -------------------------------------------------------------------------------
+
+
+def _not_found(what: str) -> PermanentJobError:
+    return PermanentJobError(f"{what} was not found", code="object_not_found")
+
+
+def _outside(what: str) -> PermanentJobError:
+    return PermanentJobError(f"{what} is outside the source", code="path_outside_source")
+
+
+def _open_in_root(root: Path, parts: list[str]) -> int:
+    """Open ``root/parts`` for reading, refusing anything that resolves outside ``root``.
+
+    Symlinks inside the root are followed as long as the target stays inside. The
+    final component is opened with O_NOFOLLOW (realpath already resolved it; a link
+    swapped in afterwards fails), and the opened file's real path is checked again
+    through /proc, so a directory swapped for a symlink in between is caught too.
+    """
+    real_root = os.path.realpath(root)
+    shown = "/".join(parts)
+    target = os.path.realpath(os.path.join(real_root, *parts))
+    if os.path.commonpath([real_root, target]) != real_root or target == real_root:
+        raise _outside(shown)
+    try:
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except (FileNotFoundError, NotADirectoryError):
+        raise _not_found(shown) from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise _outside(shown) from None
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EISDIR):
+            raise PermanentJobError(f"{shown} cannot be read", code="source_rejected") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermanentJobError(f"{shown} is not a regular file", code="source_rejected")
+        with contextlib.suppress(OSError):
+            opened = os.readlink(f"/proc/self/fd/{fd}")
+            if os.path.commonpath([real_root, opened]) != real_root:
+                raise _outside(shown)
+        # Reads must block normally from here (O_NONBLOCK only kept a FIFO from hanging).
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _check_length(
+    content_length: int | None, expect_size: int | None, limit: int, shown: str
+) -> None:
+    # A Content-Length that already says no saves downloading the body; the stream is
+    # still counted, since the header may lie.
+    if content_length is None:
+        return
+    if content_length > limit:
+        raise LimitExceeded(f"{shown} is {content_length} bytes, the limit is {limit}")
+    if expect_size is not None and content_length != expect_size:
+        raise SizeMismatch(f"{shown} is {content_length} bytes, the item declares {expect_size}")
+
+
+class _FdReader:
+    """Reads a file descriptor in chunks, each read in a thread, and owns closing it.
+
+    As with :class:`casesignd.files.temp.HashingWriter`, a cancelled caller may leave
+    a read in flight: :meth:`close` waits for it before the fd number is released.
+    """
+
+    def __init__(self, fd: int, chunk_bytes: int = READ_CHUNK_BYTES) -> None:
+        self.fd = fd
+        self.chunk_bytes = chunk_bytes
+        self._pending: asyncio.Future[bytes] | None = None
+        self._closed = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            self._pending = asyncio.ensure_future(
+                asyncio.to_thread(os.read, self.fd, self.chunk_bytes)
+            )
+            chunk = await asyncio.shield(self._pending)
+            if not chunk:
+                return
+            yield chunk
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        close_after(self._pending, self.fd)
+
+
+async def _download_fd(
+    fd: int, area: Area, name: str, want: str, expect_size: int | None, limit: int
+) -> Path:
+    reader = _FdReader(fd)
+    try:
+        return await area.download(name, reader.chunks(), want, expect_size, limit)
+    finally:
+        reader.close()
+
+
+class Fetcher:
+    """Fetches an item's bytes into an attempt's :class:`Area`.
+
+    ``on_retry(source_name, reason)`` is called once per HTTP retry (reason one of
+    :data:`RETRY_REASONS`). ``sleep`` and ``rand`` are injectable for tests. Call
+    :meth:`close` at shutdown (it closes the HTTP session it opened).
+    """
+
+    def __init__(
+        self,
+        sources: Sequence[Source],
+        objects: ObjectStore,
+        *,
+        max_bytes: int,
+        on_retry: Callable[[str, str], None] | None = None,
+        session: aiohttp.ClientSession | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rand: Callable[[], float] = random.random,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.sources = {s.name: s for s in sources}
+        self.objects = objects
+        self.max_bytes = max_bytes
+        self.on_retry = on_retry
+        self._session = session
+        self._own_session = session is None
+        self._sleep = sleep
+        self._rand = rand
+        self._clock = clock
+
+    async def close(self) -> None:
+        if self._own_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            # Per-request timeouts are set in _fetch_http; no total cap here because a large
+            # body may legitimately take long as long as bytes keep coming.
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=None), auto_decompress=False
+            )
+        return self._session
+
+    async def fetch(
+        self,
+        ref: SourceRef,
+        tenant: str,
+        case_id: str | None,
+        area: Area,
+        name: str,
+        expect_sha256: str,
+        expect_size: int | None,
+        *,
+        max_bytes: int | None = None,
+    ) -> Path:
+        """The path to read the bytes of ``ref`` from: put into ``area`` as ``name``,
+        or, for a tenant object, where it is stored.
+
+        The file is for reading only: a tenant object on the same file system is a
+        hard link to the stored object, and on another one (a temp area on a tmpfs)
+        the stored file itself, never copied. ``max_bytes`` overrides the fetcher's
+        limit for this item. Raises the errors listed in the module docstring.
+        """
+        limit = self.max_bytes if max_bytes is None else max_bytes
+        want = expect_sha256.lower()
+        if ref.source is None:
+            return await self._fetch_object(
+                ref, tenant, case_id, area, name, want, expect_size, limit
+            )
+        source = self.sources.get(ref.source)
+        if source is None:
+            raise PermanentJobError(f"no source named {ref.source!r}", code="invalid_object_ref")
+        parts = path_parts(ref.path)
+        if parts is None or "\x00" in ref.path:
+            raise _outside(ref.path)
+        if not parts:
+            raise _not_found(ref.path or "(empty path)")
+        if source.kind == "dir":
+            return await self._fetch_dir(source, parts, area, name, want, expect_size, limit)
+        if source.kind == "http":
+            return await self._fetch_http(source, parts, area, name, want, expect_size, limit)
+        raise PermanentJobError(f"source {source.name!r} has unknown kind {source.kind!r}")
+
+    def stored_path(self, ref: SourceRef, tenant: str, case_id: str | None, want: str,
+                    expect_size: int) -> Path:
+        """Where a stored object (``sha256:`` reference) is, to read in place by a
+        reader that checks it itself (a batch job's contract, read by the worker
+        process that signs it: :func:`casesignd.signing.pipeline.sign_stored`, which answers
+        ``object_not_found`` when it is not there). Raises as :meth:`fetch` would."""
+        if ref.source is not None:
+            raise PermanentJobError("not a stored object", code="invalid_object_ref")
+        if ref.sha256 != want.lower():
+            raise DigestMismatch("object_ref and sha256 name different objects")
+        if expect_size > self.max_bytes:
+            raise LimitExceeded(f"the object passes the limit of {self.max_bytes} bytes")
+        src = None if case_id is None else self.objects.where(tenant, case_id, want.lower())
+        if src is None:
+            raise _not_found(f"object sha256:{want.lower()}")
+        return src
+
+    async def _fetch_object(
+        self,
+        ref: SourceRef,
+        tenant: str,
+        case_id: str | None,
+        area: Area,
+        name: str,
+        want: str,
+        expect_size: int | None,
+        limit: int,
+    ) -> Path:
+        if ref.sha256 != want:
+            raise DigestMismatch("object_ref and sha256 name different objects")
+        src = None if case_id is None else self.objects.path(tenant, case_id, ref.sha256)
+        if src is None:
+            raise _not_found(f"object sha256:{ref.sha256}")
+        size = (await asyncio.to_thread(os.stat, src)).st_size
+        if expect_size is not None and size != expect_size:
+            raise SizeMismatch(f"the object is {size} bytes, the item declares {expect_size}")
+        if size > limit:
+            raise LimitExceeded(f"the object passes the limit of {limit} bytes")
+        dst = area.path_for(name)
+        try:
+            # The store verified the digest when the object was uploaded, and a stored
+            # object is never written again. On the same file system a hard link costs
+            # nothing and keeps the file for the attempt.
+            await asyncio.to_thread(os.link, src, dst)
+            return dst
+        except OSError as e:
+            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
+                raise
+        # Elsewhere it is read where it is: a copy would cost a whole read, write and
+        # hash of it, and its size again in the temp area (a tmpfs holds it in memory).
+        # Neither retention nor erasure removes an object while a job that uses it may
+        # run.
+        return src
+
+    async def _fetch_dir(
+        self,
+        source: Source,
+        parts: list[str],
+        area: Area,
+        name: str,
+        want: str,
+        expect_size: int | None,
+        limit: int,
+    ) -> Path:
+        fd = await asyncio.to_thread(_open_in_root, Path(source.root), parts)
+        return await _download_fd(fd, area, name, want, expect_size, limit)
+
+    def url_for(self, source: Source, parts: list[str]) -> str:
+        """base_url + the percent-encoded path (each component quoted on its own)."""
+        quoted = "/".join(urllib.parse.quote(p, safe="") for p in parts)
+        return source.base_url.rstrip("/") + "/" + quoted
+
+    async def _fetch_http(
+        self,
+        source: Source,
+        parts: list[str],
+        area: Area,
+        name: str,
+        want: str,
+        expect_size: int | None,
+        limit: int,
+    ) -> Path:
+        url = self.url_for(source, parts)
+        shown = "/".join(parts)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=source.connect_timeout_s, sock_read=source.read_timeout_s
+        )
+        attempts = max(1, source.max_attempts)
+        last_reason = "connect"
+        hint: float | None = None
+        for attempt in range(1, attempts + 1):
+            hint = None
+            try:
+                async with self._http().get(
+                    # encoded=True: the path is quoted already; yarl must not unquote
+                    # %2F back into a slash.
+                    URL(url, encoded=True),
+                    timeout=timeout,
+                    # The digest covers the bytes as stored: no transfer compression
+                    # (and no decompression bomb through Content-Encoding).
+                    headers={"Accept-Encoding": "identity"},
+                    allow_redirects=False,
+                ) as resp:
+                    verdict = classify_status(resp.status)
+                    if verdict == "ok":
+                        _check_length(resp.content_length, expect_size, limit, shown)
+                        return await area.download(
+                            name,
+                            resp.content.iter_chunked(READ_CHUNK_BYTES),
+                            want,
+                            expect_size,
+                            limit,
+                        )
+                    if verdict == "object_not_found":
+                        raise _not_found(shown)
+                    if verdict == "source_rejected":
+                        raise PermanentJobError(
+                            f"source {source.name!r} answered {resp.status} for {shown}",
+                            code="source_rejected",
+                        )
+                    last_reason = verdict
+                    if resp.status in (429, 503):
+                        hint = retry_after_s(
+                            resp.headers.get("Retry-After"), self._clock(), source.retry_after_cap_s
+                        )
+            except CasesignError:
+                raise
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                last_reason = "timeout"
+            except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError):
+                last_reason = "connect"
+            if attempt == attempts:
+                break
+            if self.on_retry is not None:
+                self.on_retry(source.name, last_reason)
+            delay = backoff_s(attempt, source.base_delay_s, source.max_delay_s, self._rand())
+            await self._sleep(hint if hint is not None else delay)
+        raise SourceUnavailable(
+            f"source {source.name!r} unavailable after {attempts} tries ({last_reason})",
+            delay_s=hint,
+            detail={"source": source.name, "reason": last_reason, "path": shown},
+        )

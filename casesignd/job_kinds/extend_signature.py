@@ -1,0 +1,89 @@
+"""The ``extend_signature`` job kind: a B-LTA artifact renewed before its timestamp ages.
+
+A document timestamp proves that everything under it existed at its time, as long
+as its own chain can still be validated (ETSI EN 319 142-1 §5.5). Before that
+chain expires, a renewal adds fresh validation data for it and a new document
+timestamp over the whole document (:meth:`casesignd.signing.longterm.LongTerm.extend`).
+The result is a new artifact; the one renewed is kept as it was. The job's
+``finished`` event names both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from casesignd.config import Config
+from casesignd.core.errors import PermanentJobError, ValidationError
+from casesignd.core.outcomes import Finish
+from casesignd.engine.kinds import Admission, JobContext, admit_policy
+
+KIND = "extend_signature"
+_ARTIFACT_ID = re.compile(r"art_[0-9a-f]{32}")
+_FIELDS = {"kind", "artifact_id", "policy_version"}
+
+
+def admit_body(body: dict[str, Any], config: Config) -> Admission:
+    """``{"kind": "extend_signature", "artifact_id": ..., "policy_version"?: ...}``; the
+    policy (default: the default policy) must be B-LTA: its TSA makes the timestamp."""
+    for key in body:
+        if key not in _FIELDS:
+            raise ValidationError(f"unknown field {str(key)[:64]!r}", code="unknown_field",
+                                  field=str(key)[:64])
+    artifact_id = body.get("artifact_id")
+    if artifact_id is None:
+        raise ValidationError("artifact_id is required", code="missing_field", field="artifact_id")
+    if not isinstance(artifact_id, str) or not _ARTIFACT_ID.fullmatch(artifact_id):
+        raise ValidationError("artifact_id must be an artifact's id (art_ and 32 hex digits)",
+                              code="invalid_field", field="artifact_id")
+    policy = admit_policy(body, config)
+    if not policy.at_least("B-LTA"):
+        raise ValidationError(f"policy {policy.version!r} is {policy.signature_level}: renewal needs "
+                              "a B-LTA policy", code="invalid_field", field="policy_version")
+    normalized = {"artifact_id": artifact_id, "policy_version": policy.version}
+    return Admission(normalized=normalized, version=policy.version, key_material=normalized)
+
+
+class ExtendSignatureKind:
+    name = KIND
+
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
+        return admit_body(body, config)
+
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
+        return True
+
+    async def run(self, ctx: JobContext) -> Finish:
+        s = ctx.services
+        artifact_id = ctx.input["artifact_id"]
+        policy = ctx.config.policy(ctx.input["policy_version"])
+        if policy is None or not policy.at_least("B-LTA"):
+            raise PermanentJobError("the job's policy is no longer configured at B-LTA",
+                                    code="unknown_policy")
+        record = await s.store.get_artifact(artifact_id)
+        source = await s.artifact_source(artifact_id) if record is not None else None
+        if record is None or record["tenant"] != ctx.tenant or source is None:
+            raise PermanentJobError(f"no artifact {artifact_id}", code="artifact_not_found")
+        if record["media_type"] != "application/pdf":
+            raise PermanentJobError("only a signed PDF can be renewed", code="invalid_input")
+        out = ctx.workdir / "extended.pdf"
+        async with ctx.phase("fetch"):
+            await asyncio.to_thread(_copy, source, out)
+        await ctx.check_lease()
+        async with ctx.phase("ltv"):
+            expires_at = await s.longterm.extend(out, policy)
+        artifact = dataclasses.replace(await s.publish(ctx, out, "application/pdf"),
+                                       timestamp_expires_at=expires_at)
+        return Finish(artifact=artifact, detail={"extended_from": artifact_id, "level": "B-LTA"},
+                      renews=artifact_id)
+
+
+def _copy(source: bytes | Path, out: Path) -> None:
+    if isinstance(source, Path):
+        shutil.copyfile(source, out)
+    else:
+        out.write_bytes(source)

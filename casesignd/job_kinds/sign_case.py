@@ -1,0 +1,538 @@
+"""The ``sign_case`` job kind: a contract and its evidence, validated, then signed once.
+
+Admission is cheap and pure (shapes, sizes, references, policy). The run fetches
+every item into the attempt's private directory with its digest checked, validates
+deeply (PDF structure and active content, sniffed media types, malware scan), and
+only then uses the signing key: one PAdES signature over the contract with every
+evidence item embedded (or, in a contract that already carries signatures, bound by
+its digest in the signature dictionary, so that the earlier signatures stay valid:
+:mod:`casesignd.signing.attachments`). Each signature key (case, document digests, signer
+identities, policy version) is signed at most once; a retry finds the recorded
+signature and returns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import datetime as dt
+import functools
+import hashlib
+import re
+import time
+import unicodedata
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from casesignd.config import Config, Policy
+from casesignd.core import audit, media
+from casesignd.core.errors import ActiveContent, PermanentJobError, ValidationError
+from casesignd.core.outcomes import Artifact, Finish, Signature
+from casesignd.engine.jobs import check_case_id, sha256_hex
+from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
+from casesignd.files.sources import parse_ref
+from casesignd.pdf import inspect as pdfcheck
+from casesignd.pdf import rules as pdfrules
+from casesignd.signing import cms, keys, pades, pipeline, placement, tsa
+from casesignd.signing.field import CERTIFY_P
+from casesignd.signing.longterm import Appended
+from casesignd.signing.revocation import ChainEvidence
+
+if TYPE_CHECKING:
+    from casesignd.files.temp import Area
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_SIGNER_ID = re.compile(r"[A-Za-z0-9._:@-]{1,128}")
+_BODY_FIELDS = {"kind", "case_id", "policy_version", "items", "signers", "signature"}
+_ITEM_FIELDS = {"role", "name", "media_type", "object_ref", "sha256", "size"}
+_SIGNER_FIELDS = {"id", "name", "role"}
+ROLES = ("contract", "evidence")
+
+
+def field_name(key: Any) -> str:
+    """An unknown key as a field path segment: bounded, and never empty (``""``), so the
+    error names it even when the key is the empty string."""
+    return str(key)[:64] or '""'
+
+
+def _unknown(d: dict[str, Any], allowed: set[str], prefix: str) -> None:
+    for key in d:
+        if key not in allowed:
+            name = field_name(key)
+            raise ValidationError(f"unknown field {name!r}", code="unknown_field",
+                                  field=f"{prefix}{name}")
+
+
+def _text(value: Any, field: str, max_len: int) -> str:
+    """A human-readable string: 1..max_len characters, no control characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= max_len:
+        raise ValidationError(f"{field} must be a string of 1 to {max_len} characters",
+                              code="invalid_field", field=field)
+    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value):
+        raise ValidationError(f"{field} must not contain control characters",
+                              code="invalid_field", field=field)
+    return value
+
+
+def _object(value: Any, field: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValidationError(f"{field} must be an object", code="invalid_field", field=field)
+    return value
+
+
+def admit_body(body: dict[str, Any], config: Config) -> Admission:
+    """Validate and normalize a sign_case request; raise ValidationError naming the field."""
+    _unknown(body, _BODY_FIELDS, "")
+    case_id = check_case_id(body.get("case_id"))
+    policy = admit_policy(body, config)
+    items_in = body.get("items")
+    if not isinstance(items_in, list) or not items_in:
+        raise ValidationError("items must be a non-empty list", code="invalid_field", field="items")
+    if len(items_in) > policy.max_items:
+        raise ValidationError(f"at most {policy.max_items} items", code="too_many_items",
+                              field="items")
+    sources = [s.name for s in config.sources]
+    items = [_item(raw, i, policy, sources) for i, raw in enumerate(items_in)]
+    contracts = [i for i, it in enumerate(items) if it["role"] == "contract"]
+    if len(contracts) != 1:
+        raise ValidationError("exactly one item must have the role 'contract'",
+                              code="contract_count", field="items")
+    # The parties are recorded with the service's signature; a packet may name none
+    # (the kiosk's command line signs with the service key alone).
+    signers_in = body.get("signers")
+    if not isinstance(signers_in, list) or len(signers_in) > 20:
+        raise ValidationError("signers must be a list of at most 20 signers", code="invalid_field",
+                              field="signers")
+    signers = [_signer(raw, i) for i, raw in enumerate(signers_in)]
+    if len({s["id"] for s in signers}) != len(signers):
+        raise ValidationError("signer ids must be unique", code="duplicate_signer", field="signers")
+    total = sum(it["size"] for it in items)
+    if total > policy.max_document_bytes:
+        raise ValidationError(f"the items add up to more than {policy.max_document_bytes} bytes",
+                              code="too_large", field="items")
+    normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
+                                  "items": items, "signers": signers}
+    if "signature" in body:
+        normalized["signature"] = placement.admit(body["signature"], policy.appearance)
+    material = signature_material(normalized)
+    return Admission(normalized=normalized, version=policy.version, case_id=case_id,
+                     declared_bytes=total, key_material=material,
+                     sig_key=sha256_hex(audit.canonical(material)))
+
+
+def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any]:
+    at = f"items[{i}]."
+    item = _object(raw, f"items[{i}]")
+    _unknown(item, _ITEM_FIELDS, at)
+    role = item.get("role")
+    if role not in ROLES:
+        raise ValidationError("role must be 'contract' or 'evidence'", code="invalid_field",
+                              field=at + "role")
+    name = _text(item.get("name"), at + "name", 255)
+    if "/" in name or "\\" in name or name in (".", ".."):
+        raise ValidationError("name must be a file name, not a path", code="invalid_field",
+                              field=at + "name")
+    if role == "evidence" and pdfrules.risky_file_name(name):
+        # Embedded under this name, a viewer would hand it to the system to run.
+        raise ActiveContent(f"an evidence file named {name[:100]!r} would run when opened",
+                            field=at + "name")
+    media_type = item.get("media_type")
+    if not isinstance(media_type, str):
+        raise ValidationError("media_type must be a string", code="invalid_field",
+                              field=at + "media_type")
+    media_type = media.normalize_media_type(media_type)
+    if role == "contract" and media_type != "application/pdf":
+        raise ValidationError("the contract must be application/pdf",
+                              code="media_type_not_allowed", field=at + "media_type")
+    if role == "evidence" and media_type not in policy.evidence_media_types:
+        raise ValidationError(f"the policy does not allow {media_type} evidence",
+                              code="media_type_not_allowed", field=at + "media_type")
+    sha = item.get("sha256")
+    if not isinstance(sha, str) or not _HEX64.fullmatch(sha.lower()):
+        raise ValidationError("sha256 must be 64 hex digits", code="invalid_sha256",
+                              field=at + "sha256")
+    sha = sha.lower()
+    size = item.get("size")
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= policy.max_document_bytes:
+        raise ValidationError(f"size must be an integer from 0 to {policy.max_document_bytes}",
+                              code="invalid_field", field=at + "size")
+    ref_text = item.get("object_ref")
+    if not isinstance(ref_text, str):
+        raise ValidationError("object_ref must be a string", code="invalid_object_ref",
+                              field=at + "object_ref")
+    ref = parse_ref(ref_text, sources, field=at + "object_ref")
+    if ref.sha256 is not None and ref.sha256 != sha:
+        raise ValidationError("object_ref names another digest than sha256",
+                              code="digest_mismatch", field=at + "object_ref")
+    return {"role": role, "name": name, "media_type": media_type, "object_ref": str(ref),
+            "sha256": sha, "size": size}
+
+
+def _signer(raw: Any, i: int) -> dict[str, str]:
+    at = f"signers[{i}]."
+    signer = _object(raw, f"signers[{i}]")
+    _unknown(signer, _SIGNER_FIELDS, at)
+    sid = signer.get("id")
+    if not isinstance(sid, str) or not _SIGNER_ID.fullmatch(sid):
+        raise ValidationError("id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -",
+                              code="invalid_field", field=at + "id")
+    return {"id": sid, "name": _text(signer.get("name"), at + "name", 200),
+            "role": _text(signer.get("role"), at + "role", 64)}
+
+
+def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
+    """What one signature is of: the case, the document digests, the signers, the policy,
+    and where it goes when the request says (another field is another signature).
+    Order of items and signers does not matter; names of files do not either."""
+    material: dict[str, Any] = {
+        "case_id": normalized["case_id"],
+        "documents": sorted([it["role"], it["sha256"]] for it in normalized["items"]),
+        "signers": sorted([s["id"], s["name"], s["role"]] for s in normalized["signers"]),
+        "policy_version": normalized["policy_version"],
+    }
+    if "signature" in normalized:  # absent, the key stays what it was before placement
+        material["signature"] = normalized["signature"]
+    return material
+
+
+def signature_key(normalized: dict[str, Any]) -> str:
+    return sha256_hex(audit.canonical(signature_material(normalized)))
+
+
+# --- the run -------------------------------------------------------------------------
+
+
+def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
+                 subject: str = "") -> pades.SignatureMeta:
+    """What the signature says, and where it goes (:mod:`casesignd.signing.placement`);
+    ``subject`` the signing certificate's, which a visible stamp names."""
+    signing_time = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    parties = tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"])
+    into_field, place, visible = placement.placement(normalized.get("signature"), policy)
+    stamp = placement.words(subject=subject, signer_name=signer_name, parties=parties,
+                            signing_time=signing_time, policy_version=normalized["policy_version"],
+                            reason=policy.reason, location=policy.location) if visible else ()
+    return pades.SignatureMeta(
+        signing_time=signing_time,
+        name=signer_name,
+        reason=policy.reason,
+        location=policy.location,
+        policy_version=normalized["policy_version"],
+        case_id=normalized["case_id"],
+        parties=parties,
+        into_field=into_field,
+        stamp=stamp,
+        place=place,
+        certify=CERTIFY_P.get(policy.certify),
+    )
+
+
+@dataclass(frozen=True)
+class SignedPdf:
+    """A signed file's checks, and what its level added after the signature."""
+
+    checked: pipeline.Checked
+    appended: Appended
+
+
+async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
+                            attachments: list[pades.Attachment], policy: Policy | None,
+                            expect_sha256: str | None = None) -> SignedPdf:
+    """The signing pipeline for a file (:mod:`casesignd.signing.pipeline`): check, normalise,
+    prepare and sign in one CPU call (the worker process holds the key and takes a key
+    slot around its use), timestamp (B-T when the policy names a TSA), finalize.
+    Shared by sign_case and signed invoices. ``expect_sha256``: the digest ``src``
+    must have, checked before the key is used."""
+    services = ctx.services
+    signer = keys.configured(services.signer)
+    limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
+    timestamped = policy is not None and bool(policy.tsa_url)
+    # Before the key is used: a certificate that must not sign is refused here.
+    chain = await services.longterm.before_signing(policy)
+    call = functools.partial(pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
+                             services.contents_bytes(timestamped), not timestamped,
+                             expect_sha256)
+    async with ctx.phase("sign"):
+        await ctx.check_lease()
+        if ctx.kiosk:
+            # The kiosk's processes take no slot themselves: the call holds one.
+            async with ctx.key_slot():
+                work: pipeline.SignedFile = await ctx.cpu(call)
+        else:
+            work = await ctx.cpu(call)
+        template = services.cms_template()
+        signature = work.signature
+        if signature is None:  # the key cannot leave this process (a token's)
+            async with ctx.key_slot():
+                await ctx.check_lease()
+                signature = await asyncio.to_thread(pipeline.sign_with, signer,
+                                                    work.signed_attrs)
+            if not timestamped:
+                der = cms.assemble(template, work.signed_attrs, signature, None)
+                await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+    if not timestamped:
+        return SignedPdf(work.checked, Appended(b"", "B-B"))
+    assert policy is not None  # a timestamp is a policy's
+    async with ctx.phase("timestamp"):
+        token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                        policy.tsa_timeout_s)
+    async with ctx.phase("sign"):
+        der = cms.assemble(template, work.signed_attrs, signature, token)
+        await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+    if not policy.at_least("B-LT"):
+        return SignedPdf(work.checked, Appended(b"", policy.signature_level))
+    async with ctx.phase("ltv"):
+        appended = await services.longterm.complete(policy, dst, token, chain)
+    return SignedPdf(work.checked, appended)
+
+
+# One holder per signature key at a time, from its look at the recorded signature to
+# the commit of its own. Jobs of one signature key under different idempotency keys
+# (blind retries, a kiosk request beside a batch job) would otherwise each find none
+# and each sign. In this process: a lock per key being worked on. Across the daemons
+# of one store: the store's own hold (PostgreSQL's ``held_keys``); a store of one
+# daemon (SQLite, its file locked) has none and needs none.
+_SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
+
+
+@contextlib.asynccontextmanager
+async def signing_lock(services: JobServices, tenant: str, sig_key: str,
+                       known: dict[str, Any] | None) -> AsyncIterator[dict[str, Any] | None]:
+    """Hold ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
+    once held: ``known`` (read with the claim), unless another holder came first and
+    may have recorded one since. Hold it until the outcome is committed."""
+    key = (tenant, sig_key)
+    lock, users = _SIGNING.get(key, (None, 0))
+    waited = users > 0
+    lock = lock or asyncio.Lock()
+    _SIGNING[key] = (lock, users + 1)
+    try:
+        async with lock:
+            shared = services.store.held_keys
+            if shared is not None:
+                async with shared.signature(tenant, sig_key) as recorded:
+                    yield recorded
+            elif waited:
+                yield await services.store.get_signature(tenant, sig_key)
+            else:
+                yield known
+    finally:
+        lock, users = _SIGNING[key]
+        if users <= 1:
+            del _SIGNING[key]
+        else:
+            _SIGNING[key] = (lock, users - 1)
+
+
+def signed_detail(normalized: dict[str, Any], checked: pipeline.Checked,
+                  level: str) -> dict[str, Any]:
+    """The ``signed`` audit event's detail: who, under which policy and at which PAdES
+    level, what was checked."""
+    return {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
+            "policy_version": normalized["policy_version"], "level": level,
+            "timestamped": level != "B-B", **checked.audit_detail()}
+
+
+# Hashing this much on the event loop takes about as long as handing it to a thread
+# (0.2 ms at 1.4 GB/s); a larger document is hashed in one, off the loop.
+_HASH_ON_LOOP_MAX_BYTES = 256 * 1024
+
+
+async def document_sha256(data: bytes) -> str:
+    if len(data) <= _HASH_ON_LOOP_MAX_BYTES:
+        return hashlib.sha256(data).hexdigest()
+    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+
+
+async def signed_update(services: JobServices, work: pipeline.SignedWork, base: bytes,
+                        signature: bytes, policy: Policy, chain: ChainEvidence | None
+                        ) -> Appended:
+    """What follows the document ``base``: the signing update with the CMS in place (what a
+    worker process made already, or made here with its timestamp token, from B-T
+    up), then from B-LT up the validation data (and the document timestamp); with
+    the level reached, which is the policy's."""
+    if work.update is not None:
+        return Appended(work.update, policy.signature_level)
+    token = None
+    if policy.tsa_url:
+        token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                        policy.tsa_timeout_s)
+    cms_der = cms.assemble(services.cms_template(), work.signed_attrs, signature, token)
+    update = work.prepared.signed(cms_der)
+    if not policy.at_least("B-LT"):
+        return Appended(update, policy.signature_level)
+    appended = await services.longterm.complete(policy, base + update, token, chain)
+    return dataclasses.replace(appended, tail=update + appended.tail)
+
+
+async def keep_signed(services: JobServices, config: Config, tenant: str, sig_key: str,
+                      base: bytes, update: bytes, digest: str | None,
+                      timestamp_expires_at: float | None = None
+                      ) -> tuple[Artifact, bytes | None, bool]:
+    """A signed document held in memory (``base`` then ``update``) as its signature
+    key's artifact: kept in the store (its bytes returned, to commit with the record)
+    up to ``kiosk.inline_artifact_max_bytes``, else published as a file. Also says
+    whether these bytes are the artifact's (False: an earlier file under the same id,
+    left by a crash before its record, is kept)."""
+    assert services.artifacts is not None
+    artifact_id = services.artifacts.artifact_id(tenant, f"sig:{sig_key}")
+    size = len(base) + len(update)
+    if size <= config.kiosk.inline_artifact_max_bytes:
+        # A file left under this id by a crash before its record is never read: the
+        # store is read first.
+        signed = base + update
+        return (Artifact(artifact_id, digest or await document_sha256(signed), size,
+                         timestamp_expires_at=timestamp_expires_at), signed, True)
+    artifact, ours = await asyncio.to_thread(services.artifacts.publish_bytes, (base, update),
+                                             artifact_id, "application/pdf")
+    return dataclasses.replace(artifact, timestamp_expires_at=timestamp_expires_at), None, ours
+
+
+def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
+    """Whether a job is signed in memory, without a temp area: one contract and no
+    evidence, a stored object (read in place by the worker process), and a result
+    small enough to be kept in the store."""
+    items = normalized["items"]
+    return (len(items) == 1 and items[0]["object_ref"].startswith("sha256:")
+            and 0 < items[0]["size"] <= inline_max_bytes // 2)
+
+
+class SignCaseKind:
+    name = "sign_case"
+
+    def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
+        return admit_body(body, config)
+
+    def needs_area(self, input: dict[str, Any], config: Config) -> bool:
+        return not in_memory(input, config.kiosk.inline_artifact_max_bytes)
+
+    async def run(self, ctx: JobContext) -> Finish:
+        sig_key = ctx.job.sig_key or signature_key(ctx.input)
+        # Read with the claim; a job admitted before the store kept signature keys
+        # looks it up.
+        known = ctx.recorded_signature if ctx.job.sig_key is not None \
+            else await ctx.services.store.get_signature(ctx.tenant, sig_key)
+        # Held until the outcome (with the signature) is committed, not only while
+        # this runs: the next holder must find the signature recorded.
+        recorded = await ctx.hold(signing_lock(ctx.services, ctx.tenant, sig_key, known))
+        return await self._run(ctx, sig_key, recorded)
+
+    async def _run(self, ctx: JobContext, sig_key: str, recorded: dict[str, Any] | None) -> Finish:
+        s = ctx.services
+        normalized = ctx.input
+        if recorded is not None and await s.artifact_source(recorded["artifact_id"]) is not None:
+            # Signed before (a crash after signing, or a replay): never sign twice.
+            return Finish(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
+                                            recorded["size"]), detail={"reused": True})
+        policy = ctx.config.policy(normalized["policy_version"])
+        if policy is None:
+            raise PermanentJobError("the job's policy is no longer configured",
+                                    code="unknown_policy")
+        signer = keys.configured(s.signer)
+        meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
+                            placement.subject_of(getattr(signer, "cert", None)))
+        if ctx.area is None:
+            return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
+        paths = await self._fetch(ctx, normalized, ctx.area)
+        await self._validate(ctx, normalized, policy, paths)
+        await self._scan(ctx, normalized, paths)
+        contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
+        attachments = [
+            pades.Attachment(paths[i], it["name"], it["media_type"],
+                             description=f"sha256:{it['sha256']}")
+            for i, it in enumerate(normalized["items"]) if i != contract_i]
+        out = ctx.workdir / "signed.pdf"
+        # A stored contract is read as it is stored: the digest its signature's hash
+        # gives on the way is checked before the key is used.
+        signed = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
+                                         attachments=attachments, policy=policy,
+                                         expect_sha256=normalized["items"][contract_i]["sha256"])
+        artifact = dataclasses.replace(
+            await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
+            timestamp_expires_at=signed.appended.timestamp_expires_at)
+        # The signature, its signed event and the finish are one transaction.
+        return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
+                      signature=Signature(sig_key, artifact,
+                                          signed_detail(normalized, signed.checked,
+                                                        signed.appended.level)))
+
+    async def _sign_in_memory(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
+                              meta: pades.SignatureMeta, sig_key: str) -> Finish:
+        """One contract, no evidence: the worker process reads the stored object, checks
+        it, prepares and signs it in one call; the signed document is kept in the
+        store, committed with its signature record, its signed event and the finish."""
+        s = ctx.services
+        item = normalized["items"][0]
+        path = s.fetcher.stored_path(parse_ref(item["object_ref"], []), ctx.tenant, ctx.case_id,
+                                     item["sha256"], item["size"])
+        if s.scanner is not None:
+            async with ctx.phase("scan"):
+                await s.scanner.scan(path, item["name"])
+        timestamped = bool(policy.tsa_url)
+        chain = await s.longterm.before_signing(policy)
+        call = functools.partial(
+            pipeline.sign_stored, str(path), item["sha256"], item["size"],
+            pdfcheck.PdfLimits.from_policy(policy), meta, s.contents_bytes(timestamped),
+            not timestamped)
+        await ctx.check_lease()
+        start = time.perf_counter()
+        if ctx.kiosk:
+            async with ctx.key_slot():
+                work: pipeline.SignedWork = await ctx.cpu(call)
+        else:
+            work = await ctx.cpu(call)
+        ctx.record_phase("validate", time.perf_counter() - start - work.sign_s)
+        start = time.perf_counter()
+        signature = work.signature
+        if signature is None:  # the key cannot leave this process (a token's)
+            async with ctx.key_slot():
+                await ctx.check_lease()
+                signature = await asyncio.to_thread(pipeline.sign_with, keys.configured(s.signer),
+                                                    work.signed_attrs)
+        assert work.base is not None
+        appended = await signed_update(s, work, work.base, signature, policy, chain)
+        ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
+        async with ctx.phase("publish"):
+            artifact, inline, _ours = await keep_signed(
+                s, ctx.config, ctx.tenant, sig_key, work.base, appended.tail, work.sha256,
+                appended.timestamp_expires_at)
+        return Finish(artifact=artifact, detail={"documents": 1},
+                      signature=Signature(sig_key, artifact,
+                                          signed_detail(normalized, work.checked, appended.level),
+                                          inline))
+
+    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
+        s = ctx.services
+        out = []
+        async with ctx.phase("fetch"):
+            for i, it in enumerate(normalized["items"]):
+                ref = parse_ref(it["object_ref"], [x.name for x in ctx.config.sources],
+                                field=f"items[{i}].object_ref")
+                out.append(await s.fetcher.fetch(ref, ctx.tenant, ctx.case_id, area,
+                                                 f"item-{i}", it["sha256"], it["size"]))
+        return out
+
+    async def _validate(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
+                        paths: list[Path]) -> None:
+        limits = pdfcheck.PdfLimits.from_policy(policy)
+        async with ctx.phase("validate"):
+            for i, (it, path) in enumerate(zip(normalized["items"], paths, strict=True)):
+                if it["role"] == "evidence":
+                    await asyncio.to_thread(media.check_evidence, it["media_type"], path,
+                                            policy.evidence_media_types, f"items[{i}].media_type")
+                if it["role"] == "evidence" and it["media_type"] == "application/pdf":
+                    # Evidence is embedded (or bound by digest) as it was received: it
+                    # is never rewritten, so it must be unambiguous as it is. The
+                    # contract is checked by the signing pipeline.
+                    await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
+
+    async def _scan(self, ctx: JobContext, normalized: dict[str, Any], paths: list[Path]) -> None:
+        scanner = ctx.services.scanner
+        if scanner is None:
+            return
+        async with ctx.phase("scan"):
+            for path in paths:
+                await scanner.scan(path, path.name)

@@ -1,0 +1,4 @@
+"""Making PAdES signatures: the incremental update, CMS SignedData, keys (PKCS#12 and
+PKCS#11), time stamps, revocation data and the long-term levels, visible stamps and the
+document's own signature fields, and the pipeline from a checked document to a signed one.
+"""

@@ -1,0 +1,104 @@
+"""Where a signature goes and whether it is seen: the policy's default, the request's
+choice within it, and the stamp's words (pure).
+
+A policy's ``appearance`` is ``invisible`` (an invisible field on page 1, as before)
+or ``visible``: a stamp (:mod:`casesignd.signing.stamp`) on ``signature_page`` in
+``signature_box``, or in the document's own field ``signature_field`` when it names
+one. A request's ``signature`` object may name a field (``{"field": "Buyer"}``,
+visible or not as the policy says) or, under a visible policy, a page and a box
+(``{"page": -1, "box": [x1, y1, x2, y2]}``). Admission checks the shapes; whether the
+field is there and the box on its page is the worker's to check before the key is
+used (:mod:`casesignd.signing.field`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from casesignd.core.errors import ValidationError
+
+APPEARANCES = ("invisible", "visible")
+MAX_POINTS = 14_400.0  # the largest page side PDF 32000-1 Annex C.2 allows (200 in)
+
+
+def box_problem(box: Any) -> str:
+    """What is wrong with a box ``[x1, y1, x2, y2]`` in points, or ""."""
+    if not isinstance(box, list) or len(box) != 4 or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in box):
+        return "must be four numbers [x1, y1, x2, y2]"
+    x1, y1, x2, y2 = (float(v) for v in box)
+    if not all(-MAX_POINTS <= v <= MAX_POINTS for v in (x1, y1, x2, y2)):
+        return f"coordinates must lie within ±{MAX_POINTS:g} points"
+    if x2 - x1 < 1 or y2 - y1 < 1:
+        return "x2 must exceed x1 and y2 exceed y1 (by a point at least)"
+    return ""
+
+
+def admit(raw: Any, appearance: str) -> dict[str, Any]:
+    """The request's ``signature`` object, checked and normalized (pure); ``appearance``
+    its policy's."""
+    if not isinstance(raw, dict):
+        raise ValidationError("signature must be an object", code="invalid_field", field="signature")
+    for key in raw:
+        if key not in ("field", "page", "box"):
+            name = str(key)[:64] or '""'
+            raise ValidationError(f"unknown field {name!r}", code="unknown_field",
+                                  field=f"signature.{name}")
+    if "field" in raw:
+        if "page" in raw or "box" in raw:
+            raise ValidationError("signature names a field or a page and box, not both",
+                                  code="invalid_field", field="signature")
+        field = raw["field"]
+        if not isinstance(field, str) or not 1 <= len(field) <= 255 or not field.isprintable():
+            raise ValidationError("signature.field must be a field name of 1 to 255 characters",
+                                  code="invalid_field", field="signature.field")
+        return {"field": field}
+    if "box" not in raw:
+        raise ValidationError("signature must name a field, or a box (and a page)",
+                              code="invalid_field", field="signature.field")
+    if appearance != "visible":
+        raise ValidationError("the policy's signatures are invisible: it allows no box",
+                              code="invalid_field", field="signature.box")
+    page = raw.get("page", 1)
+    if not isinstance(page, int) or isinstance(page, bool) or page == 0 or abs(page) > 1_000_000:
+        raise ValidationError("signature.page must be a page number (1 the first, -1 the last)",
+                              code="invalid_field", field="signature.page")
+    problem = box_problem(raw["box"])
+    if problem:
+        raise ValidationError(f"signature.box {problem}", code="invalid_field", field="signature.box")
+    return {"page": page, "box": [float(v) for v in raw["box"]]}
+
+
+def placement(signature: dict[str, Any] | None, policy: Any
+              ) -> tuple[str, tuple[int, tuple[float, float, float, float]] | None, bool]:
+    """(field to sign into or "", a new field's page and box or None, whether a stamp
+    is drawn) for a request's normalized ``signature`` under ``policy`` (pure)."""
+    visible = policy.appearance == "visible"
+    if signature and "field" in signature:
+        return signature["field"], None, visible
+    if signature and "box" in signature:
+        return "", (signature["page"], tuple(signature["box"])), True  # type: ignore[return-value]
+    if not visible:
+        return "", None, False
+    if policy.signature_field:
+        return policy.signature_field, None, True
+    return "", (policy.signature_page, tuple(policy.signature_box)), True  # type: ignore[return-value]
+
+
+def subject_of(cert: Any) -> str:
+    """The certificate's subject as people read it (RFC 4514, most specific first)."""
+    try:
+        return str(cert.subject.rfc4514_string())
+    except AttributeError:
+        return ""
+
+
+def words(*, subject: str, signer_name: str, parties: Any, signing_time: dt.datetime,
+          policy_version: str, reason: str, location: str) -> tuple[str, ...]:
+    """The stamp's lines for a signature (see :func:`casesignd.signing.stamp.stamp_lines`)."""
+    from casesignd.signing.stamp import stamp_lines
+
+    return stamp_lines(subject=subject or signer_name,
+                       parties=[(p.name, p.role) for p in parties], signing_time=signing_time,
+                       policy_version=policy_version, reason=reason, location=location)

@@ -1,0 +1,217 @@
+"""The webhook sender: the daemon's task that delivers the outbox's rows
+(:mod:`casesignd.store.outbox`) at least once.
+
+Each turn it leases the due deliveries (on PostgreSQL one daemon holds each at a
+time), sends each as a Standard Webhooks request whose body is the job resource as
+``GET /v1/jobs/{id}`` answers it now (a fresh download link), and writes what the
+answer decides (:func:`casesignd.webhooks.endpoints.decide`) under the lease. A crash between
+the send and the write sends it again: receivers deduplicate by ``webhook-id``.
+
+Only the config names where a request goes. Redirects are not followed (a 3xx is a
+permanent answer), and a host resolving to a link-local or metadata address is
+refused unless its endpoint's ``allow_addresses`` names it: the check is in the
+resolver the connection uses, so the address checked is the address connected to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from typing import Protocol
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
+from aiohttp.resolver import ThreadedResolver
+from prometheus_client import Counter, Gauge
+
+from casesignd.config import Config
+from casesignd.core import audit
+from casesignd.core.logs import log_event
+from casesignd.engine import jobs
+from casesignd.observability.metrics import Metrics
+from casesignd.observability.tracing import Tracing
+from casesignd.store import Store
+from casesignd.store.outbox import Delivery
+from casesignd.webhooks import endpoints as webhooks
+
+log = logging.getLogger("casesignd.webhooks.endpoints")
+
+# How often an idle sender looks for due deliveries, and how many it sends at once.
+POLL_S = 0.5
+BATCH = 16
+OUTCOMES = ("delivered", "retry", "dead", "skipped")
+
+
+class SenderServices(Protocol):
+    config: Config
+    metrics: Metrics
+    store: Store
+    node: str
+    tracing: Tracing
+
+    def link(self, artifact_id: str, tenant: str) -> tuple[str, int]: ...
+
+
+class AddressRefused(OSError):
+    """An endpoint's host resolved to an address it may not reach."""
+
+
+class CheckingResolver(AbstractResolver):
+    """The system resolver, refusing link-local and metadata addresses but those the
+    config allows for that host (``allow_addresses``)."""
+
+    def __init__(self, allowed: dict[str, list[str]],
+                 inner: AbstractResolver | None = None) -> None:
+        self.inner = inner or ThreadedResolver()
+        self.allowed = allowed
+
+    async def resolve(self, host: str, port: int = 0,
+                      family: socket.AddressFamily = socket.AF_INET) -> list[ResolveResult]:
+        found = await self.inner.resolve(host, port, family)
+        for r in found:
+            if webhooks.refused_address(r["host"], self.allowed.get(host, [])):
+                raise AddressRefused(f"{host} resolves to a refused address")
+        return found
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def allowed_addresses(cfg: Config) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for t in cfg.tenants:
+        for w in t.webhooks:
+            host = urlsplit(w.url).hostname or ""
+            out.setdefault(host, []).extend(w.allow_addresses)
+    return out
+
+
+class Sender:
+    """Delivers the outbox's rows; :meth:`run` is the daemon's task."""
+
+    def __init__(self, s: SenderServices, *, lease_s: float = 120.0) -> None:
+        self.s = s
+        self.owner = f"webhooks:{s.node}"
+        self.lease_s = lease_s
+        self.session: aiohttp.ClientSession | None = None
+        self.oldest_pending: float | None = None
+        r = s.metrics.registry
+        self.sent = Counter("casesignd_webhook_deliveries_total",
+                            "Webhook delivery attempts, by what each decided.", ("outcome",),
+                            registry=r)
+        for o in OUTCOMES:
+            self.sent.labels(o)
+        # Read at scrape time from what the sender last counted: a scrape never waits
+        # on the store.
+        self.oldest = Gauge("casesignd_webhook_oldest_undelivered_age_seconds",
+                            "Age of the oldest delivery not yet delivered nor dead.", registry=r)
+        self.oldest.set_function(lambda: 0.0 if self.oldest_pending is None
+                                 else max(0.0, time.time() - self.oldest_pending))
+
+    async def run(self) -> None:
+        connector = aiohttp.TCPConnector(resolver=CheckingResolver(allowed_addresses(self.s.config)),
+                                         limit=BATCH)
+        self.session = aiohttp.ClientSession(connector=connector)
+        try:
+            while True:
+                try:
+                    sent = await self.turn()
+                    _counts, self.oldest_pending = await self.s.store.delivery_stats()
+                except Exception as e:  # noqa: BLE001 - the task must outlive a bad turn
+                    log_event(log, "webhook.turn_failed", level=logging.WARNING,
+                              error=type(e).__name__)
+                    sent = 0
+                if not sent:
+                    await asyncio.sleep(POLL_S)
+        finally:
+            await self.session.close()
+
+    async def turn(self) -> int:
+        """Send the due deliveries, at most BATCH; how many were taken."""
+        taken = await self.s.store.take_deliveries(self.owner, self.lease_s, BATCH)
+        if taken:
+            await asyncio.gather(*(self.send(d) for d in taken))
+        return len(taken)
+
+    async def send(self, d: Delivery) -> None:
+        """One attempt of ``d``, and its outcome written under its lease."""
+        w = self.s.config.webhook(d.tenant, d.endpoint)
+        if w is None:
+            await self._settle(d, "dead", error="endpoint_unknown")
+            return
+        if d.event not in w.events:
+            await self._settle(d, "skipped", error="event_not_wanted")
+            return
+        job = await self.s.store.get_job(d.tenant, d.job_id)
+        if job is None:  # removed by retention before it could be told
+            await self._settle(d, "dead", error="job_gone")
+            return
+        body = audit.canonical(jobs.resource(self.s, job))
+        try:
+            secrets = webhooks.secrets_of(self.s.config.credential(w.secret_file))
+        except OSError:
+            await self._settle(d, "pending", error="secret_unreadable",
+                               next_at=time.time() + w.max_delay_s)
+            return
+        with self.s.tracing.client_span("webhook.deliver", {
+                "casesignd.delivery_id": d.delivery_id, "casesignd.job_id": d.job_id,
+                "casesignd.webhook.event": d.event, "casesignd.attempt": d.attempts,
+                "http.request.body.size": len(body)}) as span:
+            status, error = await self._post(w, d, body, secrets, span)
+            if span is not None:
+                span.set_attribute("http.response.status_code", status or 0)
+                if error:
+                    span.set_attribute("error.type", error)
+        if error == "address_refused":
+            await self._settle(d, "dead", error=error)
+            return
+        decision = webhooks.decide(status, d.attempts, w)
+        await self._settle(d, decision.state if decision.state != "retry" else "pending",
+                           status=status, error=error, next_at=time.time() + decision.delay_s,
+                           outcome=decision.state)
+
+    async def _post(self, w: webhooks.Webhook, d: Delivery, body: bytes,
+                    secrets: list[str], span: object = None) -> tuple[int | None, str | None]:
+        """(status, None), or (None, why) without an answer."""
+        assert self.session is not None
+        host = urlsplit(w.url).hostname or ""
+        try:
+            if webhooks.refused_address(host, w.allow_addresses):
+                return None, "address_refused"  # an address literal: no resolver runs
+        except ValueError:
+            pass  # a name: the resolver checks what it resolves to
+        try:
+            async with self.session.post(
+                    w.url, data=body, headers={
+                        **webhooks.headers(d.delivery_id, time.time(), body, secrets),
+                        # What happened; the body is the job as it is now.
+                        "casesignd-event": d.event,
+                        # The receiver continues the trace, when tracing is on.
+                        **({"traceparent": Tracing.traceparent(span)} if span else {})},
+                    allow_redirects=False,
+                    timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
+                await resp.read()
+                return resp.status, None
+        except aiohttp.ClientConnectorError as e:
+            if isinstance(e.os_error, AddressRefused) or isinstance(e.__cause__, AddressRefused):
+                return None, "address_refused"
+            return None, "connection_error"
+        except TimeoutError:
+            return None, "timeout"
+        except aiohttp.ClientError as e:
+            return None, type(e).__name__
+
+    async def _settle(self, d: Delivery, state: str, *, status: int | None = None,
+                      error: str | None = None, next_at: float = 0.0,
+                      outcome: str | None = None) -> None:
+        ok = await self.s.store.settle_delivery(d, state, next_at=next_at, status=status,
+                                                error=error)
+        outcome = outcome or state
+        self.sent.labels(outcome).inc()
+        log_event(log, "webhook.attempt", delivery_id=d.delivery_id, job_id=d.job_id,
+                  webhook_event=d.event, attempt=d.attempts, status=status, outcome=outcome,
+                  code=error, fenced=not ok)
+
