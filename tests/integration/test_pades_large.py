@@ -20,7 +20,7 @@ MB = 1000 * 1000
 _CHILD = """
 import json, resource, sys
 from pathlib import Path
-from casesignd import pades, pipeline
+from casesignd.signing import pades, pipeline
 from casesignd.signing.keys import load_pkcs12
 from tests.helpers_pki import PASSWORD, sample_meta
 src, dst, p12, att = map(Path, sys.argv[1:5])

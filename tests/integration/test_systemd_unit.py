@@ -136,7 +136,7 @@ from aiohttp import web
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.serialization import pkcs7, pkcs12
 from reportlab.pdfgen import canvas
-from casesignd import devpki
+from casesignd.ops import devpki
 
 done = []
 ca = devpki.make_ca()
@@ -153,7 +153,7 @@ reader = pypdf.PdfReader(io.BytesIO(buf.getvalue()))
 writer = pypdf.PdfWriter(); writer.append(reader); writer.add_attachment("a.txt", b"x")
 writer.write(io.BytesIO())
 done.append("pdf")
-from casesignd import pdfrender
+from casesignd.pdf import render as pdfrender
 if not pdfrender.missing_renderers():  # pdftoppm and mutool inherit the filter, as in the unit
     (tmp / "r.pdf").write_bytes(buf.getvalue())
     drawn = pdfrender.compare(tmp / "r.pdf", tmp / "r.pdf", pages=1, workdir=tmp)
@@ -200,11 +200,11 @@ done.append("uvloop")
 # another module's business and only reported.
 import casesignd
 refused, other = [], []
-for m in pkgutil.iter_modules(casesignd.__path__):
-    if m.name.startswith("_"):  # __main__ runs the command line on import
+for m in pkgutil.walk_packages(casesignd.__path__, "casesignd."):
+    if m.name.endswith("__main__"):  # it runs the command line on import
         continue
     try:
-        importlib.import_module(f"casesignd.{m.name}")
+        importlib.import_module(m.name)
     except MemoryError as e:
         refused.append(f"{m.name}: {e}")
     except Exception as e:
