@@ -3,7 +3,7 @@
 A code is stable: clients and scripts branch on it. Each row says the HTTP status it
 answers with, the failure category a job that fails with it records, whether the job
 engine retries it, and what it means. The OpenAPI document's enums and the metrics'
-``code`` label set are derived from this table, and the tests hold the README, the
+``code`` label set are derived from this table, and the tests hold docs/api.md, the
 exception tree (:mod:`casesignd.core.errors`) and every code written in the source to it:
 a new code is one line here.
 """

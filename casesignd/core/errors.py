@@ -1,7 +1,7 @@
 """The exception tree.
 
 Every error the service raises on purpose is a :class:`CasesignError` carrying what
-its caller decides on: a stable snake_case ``code`` (documented in the README and
+its caller decides on: a stable snake_case ``code`` (documented in docs/api.md and
 the OpenAPI document), the HTTP ``status`` it maps to at the API boundary, whether
 the job engine may ``retryable`` it, a ``category`` recorded on a failed job, an
 optional ``field`` at fault, and for retryable errors an optional ``delay_s`` hint.

@@ -29,7 +29,7 @@ REASON_WORDS = sorted(REASONS)
 _REFUSAL = {
     "reason": {"type": "string", "enum": REASON_WORDS,
                "description": "A refused document's reason, finer than its code; each "
-                              "goes with one code (the README's table of reasons)."},
+                              "goes with one code (docs/api.md's table of reasons)."},
     "where": {
         "type": "object",
         "description": "Where in the refused document: its page (from 1), object number, "
@@ -276,7 +276,7 @@ def schemas() -> dict[str, Any]:
             {
                 "category": {"enum": CATEGORIES},
                 "code": {"type": "string", "enum": ERROR_CODES,
-                         "description": "Why the job failed; see the README's error table."},
+                         "description": "Why the job failed; see the error table in docs/api.md."},
                 "correlation_id": {"type": "string"},
                 "message": {"type": "string",
                             "description": "A refused document's reason, in words."},

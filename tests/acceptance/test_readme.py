@@ -1,5 +1,6 @@
 """The README's commands, run as a new user would: scripts/serve on a fresh state
-directory, the command-line client against it, a crash and a restart."""
+directory, the command-line client against it (every command of the README's first
+session), a crash and a restart."""
 
 from __future__ import annotations
 
@@ -29,6 +30,28 @@ def test_readme_opens_with_the_two_commands():
     assert "scripts/test" in (ROOT / ".ci/run").read_text()
 
 
+def command_name(args: list[str] | tuple[str, ...]) -> str:
+    """``case sign`` and ``jobs download`` are two words; every other command one."""
+    return " ".join(args[:2] if args[0] in ("case", "jobs") else args[:1])
+
+
+def first_session_commands() -> set[str]:
+    """The ``casesignd`` commands of the README's first session, by name (``case sign``,
+    ``verify``)."""
+    text = (ROOT / "README.md").read_text()
+    block = text[text.index("## A first session"):].split("```")[1]
+    found = set()
+    for line in block.splitlines():
+        if line.startswith(".venv/bin/casesignd "):
+            found.add(command_name(line.split()[1:]))
+    return found
+
+
+def test_the_first_session_is_the_one_this_file_runs():
+    assert first_session_commands() == {"case sign", "verify", "jobs download", "jobs list",
+                                        "sign", "check"}
+
+
 class Served:
     def __init__(self, state: Path) -> None:
         self.state = state
@@ -38,6 +61,7 @@ class Served:
         self.env.pop("CASESIGND_TOKEN", None)
         self.env.pop("NOTIFY_SOCKET", None)
         self.proc: subprocess.Popen[bytes] | None = None
+        self.ran: set[str] = set()
 
     def start(self) -> None:
         self.log = open(self.state.parent / "serve.log", "ab")  # noqa: SIM115
@@ -60,6 +84,7 @@ class Served:
         token = next(line.split("=", 1)[1] for line in (self.state / "client.env").read_text().splitlines()
                      if line.startswith("CASESIGND_TOKEN="))
         env["CASESIGND_TOKEN"] = token
+        self.ran.add(command_name(args))
         return subprocess.run([str(ROOT / ".venv/bin/casesignd"), *args], env=env, text=True,
                               capture_output=True, timeout=120)
 
@@ -101,6 +126,9 @@ def test_serve_then_the_client_commands_of_the_readme(served, tmp_path):
     assert kiosk.returncode == 0, kiosk.stdout + kiosk.stderr
     ver = served.cli("verify", str(kiosk_out), "--trust", str(served.state / "ca.pem"))
     assert ver.returncode == 0, ver.stdout + ver.stderr
+    check = served.cli("check", str(contract), "--config", str(served.state / "config.toml"))
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert first_session_commands() <= served.ran, first_session_commands() - served.ran
     assert served.signal(signal.SIGTERM) == 0
     audit = served.cli("audit", "verify", "--config", str(served.state / "config.toml"))
     assert audit.returncode == 0, audit.stdout + audit.stderr

@@ -1,5 +1,5 @@
 """One table of error codes (casesignd/core/codes.py), and everything held to it: the codes
-the source writes, the exception tree, the README's table, the OpenAPI document and
+the source writes, the exception tree, docs/api.md's tables, the OpenAPI document and
 the metrics' label set. A code missing anywhere, or described two ways, fails here."""
 
 from __future__ import annotations
@@ -73,15 +73,23 @@ def test_the_exception_tree_agrees_with_the_table(cls: type[errors.CasesignError
         assert cls.category == row.category, cls
 
 
-def test_the_readme_table_is_the_table() -> None:
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("## Errors"):text.index("\n## ", text.index("## Errors") + 1)]
+def _section(heading: str) -> str:
+    """docs/api.md from ``heading`` to the next heading of its level or above."""
+    text = (ROOT / "docs/api.md").read_text()
+    start = text.index(f"\n{heading}\n")
+    depth = len(heading.split(" ")[0])
+    ends = [m.start() for m in re.finditer(rf"^#{{1,{depth}}} ", text[start + 1:], re.M)][1:]
+    return text[start:start + 1 + ends[0]] if ends else text[start:]
+
+
+def test_the_documented_table_is_the_table() -> None:
+    section = _section("## Errors")
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| (\d{3}) \| (\w+) \| (yes|no) \| (.+) \|$",
                       section, re.M)
-    readme = {name: (int(status), category, retried == "yes", meaning)
+    documented = {name: (int(status), category, retried == "yes", meaning)
               for name, status, category, retried, meaning in rows}
     table = {c.name: (c.status, c.category, c.retryable, c.meaning) for c in CODES.values()}
-    assert readme == table
+    assert documented == table
 
 
 def test_the_openapi_document_and_the_metrics_take_the_table() -> None:
@@ -92,12 +100,11 @@ def test_the_openapi_document_and_the_metrics_take_the_table() -> None:
     assert metrics.error_codes() == set(CODES)
 
 
-def test_every_reason_goes_with_a_code_and_the_readme_lists_them() -> None:
+def test_every_reason_goes_with_a_code_and_the_documents_list_them() -> None:
     for reason in REASONS.values():
         assert re.fullmatch(r"[a-z][a-z0-9_]*", reason.name)
         assert reason.code in CODES and reason.meaning[0].islower(), reason
-    text = (ROOT / "README.md").read_text()
-    section = text[text.index("### Why a document is refused"):]
+    section = _section("### Why a document is refused")
     rows = re.findall(r"^\| `([a-z0-9_]+)` \| `([a-z0-9_]+)` \| (.+) \|$", section, re.M)
     assert {name: (code, meaning) for name, code, meaning in rows} == {
         r.name: (r.code, r.meaning) for r in REASONS.values()}
