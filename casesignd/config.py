@@ -18,10 +18,10 @@ from pathlib import Path
 
 import msgspec
 
+from casesignd.core import webhook_events as webhooks
 from casesignd.core.errors import ConfigError
+from casesignd.core.webhook_events import Webhook
 from casesignd.verify.budget import VerifyBudget
-from casesignd.webhooks import endpoints as webhooks
-from casesignd.webhooks.endpoints import Webhook
 
 MiB = 1024 * 1024
 
@@ -295,7 +295,7 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the bearer token; the token itself is never stored.
     token_sha256: str
     invoice: TenantInvoice | None = None
-    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.webhooks.endpoints).
+    # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.core.webhook_events).
     webhooks: list[Webhook] = msgspec.field(default_factory=list)
 
 

@@ -43,7 +43,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import loadavg  # noqa: E402
+from benchlib import loadavg  # noqa: E402  (scripts/, beside this file)
 
 from casesignd.ops import devpki  # noqa: E402
 from tests.daemon import Daemon  # noqa: E402

@@ -52,10 +52,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from casesignd import config as config_mod  # noqa: E402
 from casesignd.invoices import branding  # noqa: E402
 from casesignd.invoices.branding import InvoiceSettings  # noqa: E402
-from casesignd.invoices.layout import register_fonts  # noqa: E402
 from casesignd.invoices.templates import TEMPLATES, render_to_file  # noqa: E402
-from casesignd.invoices.text import register as register_v4_fonts  # noqa: E402
 from casesignd.job_kinds.render_invoice import admit, issuer_of, render_issuer  # noqa: E402
+from casesignd.text.faces import register_fonts  # noqa: E402
+from casesignd.text.shaping import register as register_v4_fonts  # noqa: E402
 
 VERSION = "invoice-v3"
 CFG = config_mod.loads(

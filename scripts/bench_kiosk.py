@@ -74,8 +74,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib import run_script  # noqa: E402  (scripts/, beside this file)
+from benchlib.kiosk import SIGNERS, Kiosk  # noqa: E402
+
 LATE_S = 2.0
-SIGNERS = [{"id": "kiosk-1", "name": "Front Desk", "role": "clerk"}]
 
 
 # --- the pyHanko baseline service (runs in its own process) ----------------------------
@@ -186,53 +188,6 @@ def summarize(latencies_s: list[float], counts: dict[str, int], duration_s: floa
         "late_2s": counts.get("late", 0), "busy_503": counts.get("busy", 0),
         "deadline_504": counts.get("deadline", 0), "other_errors": counts.get("error", 0),
     }
-
-
-class Kiosk:
-    """One kiosk's HTTP/1.1 keep-alive connection. A load generator on the machine it
-    measures must cost little: this one writes prepared bytes and reads the answer by
-    its Content-Length (about a tenth of the CPU of aiohttp's client per request)."""
-
-    def __init__(self, url: str, token: str, document: bytes) -> None:
-        self.host, _, port = url.removeprefix("http://").partition(":")
-        self.port = int(port)
-        self.token = token
-        self.boundary = uuid.uuid4().hex.encode()
-        self.document_part = (b"--" + self.boundary + b'\r\nContent-Disposition: form-data; '
-                              b'name="document"; filename="doc.pdf"\r\nContent-Type: '
-                              b"application/pdf\r\n\r\n" + document + b"\r\n--" + self.boundary
-                              + b"--\r\n")
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            with contextlib.suppress(Exception):
-                await self.writer.wait_closed()
-        self.reader = self.writer = None
-
-    async def sign(self, manifest: dict[str, Any]) -> tuple[int, dict[str, str], bytes]:
-        body = (b"--" + self.boundary + b'\r\nContent-Disposition: form-data; name="manifest"'
-                b"\r\nContent-Type: application/json\r\n\r\n" + json.dumps(manifest).encode()
-                + b"\r\n" + self.document_part)
-        head = (f"POST /v1/sign HTTP/1.1\r\nHost: {self.host}:{self.port}\r\n"
-                f"Authorization: Bearer {self.token}\r\n"
-                f"Content-Type: multipart/form-data; boundary={self.boundary.decode()}\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        assert self.reader is not None
-        self.writer.write(head + body)
-        status_line = await self.reader.readuntil(b"\r\n")
-        headers: dict[str, str] = {}
-        while (line := await self.reader.readuntil(b"\r\n")) != b"\r\n":
-            name, _, value = line.decode("latin-1").partition(":")
-            headers[name.strip().lower()] = value.strip()
-        payload = await self.reader.readexactly(int(headers.get("content-length", "0")))
-        if headers.get("connection", "").lower() == "close":
-            await self.close()
-        return int(status_line.split()[1]), headers, payload
 
 
 async def kiosk_loop(url: str, token: str, document: bytes, tag: str,
@@ -568,10 +523,7 @@ def main() -> None:
         serve_baseline(int(sys.argv[2]), sys.argv[3], os.environ["BENCH_P12_PASSWORD"].encode())
         return
     if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
-        from bench_levels import main as levels
-
-        levels("kiosk", sys.argv[1:])
-        return
+        run_script("bench_levels.py", ["kiosk", *sys.argv[1:]])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kiosks", type=int, default=8)
     ap.add_argument("--duration-s", type=float, default=30.0, help="measured time per phase")

@@ -29,8 +29,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchlib.e2e import aiohttp_client, tree_cpu_s  # noqa: E402  (scripts/, beside this file)
+
 from casesignd.ops import devpki  # noqa: E402
-from scripts.e2e import aiohttp_client, tree_cpu_s  # noqa: E402
 from tests.daemon import Daemon, multipart  # noqa: E402
 from tests.helpers_ltv import LtvPki, serve_ltv_pki  # noqa: E402
 from tests.helpers_pki import reportlab_pdf  # noqa: E402

@@ -8,7 +8,7 @@ job costs in production: the job row, the claim with its lease, the finish, and 
 hash-chained audit event per transition, committed with synchronous=FULL.
 
 With ``--store postgres`` the same jobs also run through the PostgreSQL store and
-through procrastinate (scripts/procrastinate_queue.py, in its own database), on one
+through procrastinate (scripts/benchlib/procrastinate_queue.py, in its own database), on one
 throwaway cluster in the same directory (so on the same disk) that syncs its WAL at
 every commit as SQLite does (fsync and synchronous_commit on), with the same number
 of consumers; the table gives the PostgreSQL store's rate beside SQLite's (the
@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import loadavg  # noqa: E402
+from benchlib import loadavg  # noqa: E402  (scripts/, beside this file)
 
 from casesignd.core import audit  # noqa: E402
 from casesignd.core.outcomes import Finish  # noqa: E402
@@ -137,7 +137,7 @@ def _one_run(engine: str, n: int, workers: int, directory: Path, cluster: Any) -
             return asyncio.run(casesignd_engine(n, workers, directory,
                                                 make=lambda: PostgresStore(dsn),
                                                 verify=lambda: audit.verify_postgres(dsn)))
-        import procrastinate_queue
+        from benchlib import procrastinate_queue
 
         return asyncio.run(procrastinate_queue.run(
             n, workers, dsn, separate_workers=engine == "procrastinate_workers"))

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import loadavg  # noqa: E402  (scripts/, beside this file)
-from bench_sign import make_pages  # noqa: E402
+from benchlib import loadavg  # noqa: E402  (scripts/, beside this file)
+from benchlib.documents import make_pages  # noqa: E402
 
 from casesignd.pdf import normalize  # noqa: E402
 from casesignd.pdf import render as pdfrender  # noqa: E402

@@ -38,26 +38,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import loadavg  # noqa: E402  (scripts/, beside this file)
+from benchlib import e2e, loadavg, run_script  # noqa: E402  (scripts/, beside this file)
+from benchlib.documents import make_pages  # noqa: E402
 
 PASSWORD = b"bench-password"
 MB = 1000 * 1000
 
 
 # --- documents -----------------------------------------------------------------
-
-
-def make_pages(path: Path, pages: int) -> Path:
-    from reportlab.lib.pagesizes import A4
-    from reportlab.pdfgen import canvas
-
-    c = canvas.Canvas(str(path), pagesize=A4)
-    for i in range(pages):
-        for line in range(40):
-            c.drawString(60, 800 - 18 * line, f"Page {i + 1}, line {line + 1}: terms and conditions apply.")
-        c.showPage()
-    c.save()
-    return path
 
 
 def make_large(path: Path, payload_bytes: int) -> Path:
@@ -195,7 +183,7 @@ def baseline_tree(rev: str, workdir: Path) -> Path | None:
 
 def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: int,
                rounds: int = 1) -> list[dict]:
-    """One-page sign_case jobs through real daemons on loopback (scripts/e2e.py): this
+    """One-page sign_case jobs through real daemons on loopback (scripts/benchlib/e2e.py): this
     checkout with the bench client (every job the same stored contract, then every job
     its own), the bench client reading results by page (``listing``), the same
     contract through the kiosk path (``kiosk``: the yardstick of a batch job's cost)
@@ -207,9 +195,6 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
     many times, this checkout's and the baseline's in turn (first one, then the
     other), and each row is the median run by jobs/s: a shared machine's speed drifts
     over minutes, and this way the drift falls on both alike."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import e2e
-
     doc = make_pages(workdir / "e2e.pdf", 1).read_bytes()
     tree = baseline_tree(baseline, workdir) if baseline else None
     if baseline and tree is None:
@@ -290,15 +275,9 @@ def _store(argv: list[str]) -> str:
 
 def main() -> None:
     if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
-        from bench_levels import main as levels
-
-        levels("sign", sys.argv[1:])
-        return
+        run_script("bench_levels.py", ["sign", *sys.argv[1:]])
     if _store(sys.argv[1:]) == "postgres":  # several daemons: scripts/e2e_nodes.py
-        from e2e_nodes import main as nodes
-
-        nodes(sys.argv[1:])
-        return
+        run_script("e2e_nodes.py", sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-large", action="store_true", help="skip the large document")

@@ -4,7 +4,7 @@ single daemon on SQLite, in the same run:
     scripts/bench sign --store postgres [--nodes 1,2,3] [--jobs N] [--repeat R] [--dir DIR]
 
 Each run is one-page ``sign_case`` jobs, each a fresh signature, submitted over HTTP by
-the bench client of scripts/e2e.py (32 submitters on kept-alive connections), its
+the bench client of scripts/benchlib/e2e.py (32 submitters on kept-alive connections), its
 submitters spread round-robin over the daemons' ports, and polled until every job
 is ready. With PostgreSQL the daemons are ``casesignd serve --node n1`` etc. on one
 config file, one shared state directory and one database (a fresh one each run) of a
@@ -31,13 +31,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-import e2e  # noqa: E402
-import loadavg  # noqa: E402
+from benchlib import e2e, loadavg  # noqa: E402  (scripts/, beside this file)
+from benchlib.documents import make_pages  # noqa: E402
 
 from tests.helpers_nodes import Nodes  # noqa: E402
 from tests.pgcluster import Cluster, running_cluster  # noqa: E402
 
-CONCURRENCY = 8  # workers.concurrency of every daemon, as in scripts/e2e.py
+CONCURRENCY = 8  # workers.concurrency of every daemon, as in scripts/benchlib/e2e.py
 
 
 def run_nodes(workdir: Path, doc: bytes, jobs: int, count: int, cluster: Cluster
@@ -81,7 +81,7 @@ def _claims_by_node(dsn: str) -> dict[str, int]:
 
 
 def run_sqlite(workdir: Path, doc: bytes, jobs: int) -> dict[str, Any]:
-    """The single daemon on SQLite (scripts/e2e.py), labelled for the table."""
+    """The single daemon on SQLite (scripts/benchlib/e2e.py), labelled for the table."""
     r = e2e.run(workdir, doc, jobs, "aiohttp", concurrency=CONCURRENCY)
     return {"store": "sqlite", "nodes": 1, **r}
 
@@ -101,9 +101,7 @@ def turns(work: Path, doc: bytes, jobs: int, counts: list[int], repeat: int
 
 
 def e2e_document(work: Path) -> bytes:
-    """The one-page contract every job signs (as bench_sign's end-to-end runs)."""
-    from bench_sign import make_pages
-
+    """The one-page contract every job signs (as bench_sign's end-to-end runs: benchlib.documents)."""
     return make_pages(work / "e2e.pdf", 1).read_bytes()
 
 
@@ -148,3 +146,7 @@ def main(argv: list[str]) -> None:
         "load_average": {"start": load0, "end": load1},
     }))
 
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -42,7 +42,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_soak import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchlib.soak import (  # noqa: E402  (scripts/, beside this file)
     MIX,
     MiB,
     Mix,
@@ -53,11 +56,9 @@ from bench_soak import (
     slope_per_min,
 )
 
-from tests.daemon import Daemon
+from tests.daemon import Daemon  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-
-# The day's arrivals besides bench_soak's mix (weights).
+# The day's arrivals besides the soak's mix (benchlib.soak.MIX; weights).
 DAY = {**MIX, "transient": 6, "cancel": 3, "hold": 2, "erase": 2}
 # Series a sample holds, for the table, the chart and the slopes.
 SERIES = ("objects", "artifacts", "store_live", "audit", "store_rest", "store_free", "wal",
@@ -452,3 +453,7 @@ def main(argv: list[str]) -> None:
           f"{result['slopes_per_min']['audit']:.0f} B/min) and RSS "
           f"{result['slopes_per_min']['rss_mb']} MiB/min after warm-up")
     print(json.dumps(result, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

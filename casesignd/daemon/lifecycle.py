@@ -219,8 +219,8 @@ class Services:
     async def warm_cpu(self) -> None:
         """Start the worker processes and import the PDF stack in them, so the first
         kiosk request does not pay for it; and, in a thread, what invoice admission may
-        need (casesignd.invoices.text.warm), so that no request pays for it on the loop."""
-        from casesignd.invoices.text import warm
+        need (casesignd.text.shaping.warm), so that no request pays for it on the loop."""
+        from casesignd.text.shaping import warm
 
         with contextlib.suppress(Exception):
             # As many calls as processes at once: each process takes one.

@@ -29,6 +29,7 @@ from casesignd.core.logs import log_event
 from casesignd.daemon.lifecycle import SERVICES, Services, lifecycle
 from casesignd.http import api, cases, console, kiosk
 from casesignd.http import runner as wire
+from casesignd.http import services as handlers
 from casesignd.invoices import branding
 from casesignd.observability import sdnotify
 
@@ -48,6 +49,8 @@ def build_app(cfg: Config, node: str | None = None) -> web.Application:
                       "keepalive_timeout": cfg.server.request_timeout_s},
     )
     app[SERVICES] = services
+    # The same services as the handlers see them: a protocol they are written against.
+    app[handlers.SERVICES] = services
     app.on_response_prepare.append(wire.server_header)
     app.cleanup_ctx.append(lifecycle)
     api.add_routes(app)

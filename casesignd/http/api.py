@@ -28,7 +28,6 @@ from casesignd.core.errors import (
     ValidationError,
 )
 from casesignd.core.logs import log_event
-from casesignd.daemon.lifecycle import SERVICES, Services
 from casesignd.engine import jobs
 from casesignd.files.objects import check_case_id, normalize_sha256
 from casesignd.http.common import (
@@ -42,6 +41,7 @@ from casesignd.http.common import (
     services_of,
     timed_chunks,
 )
+from casesignd.http.services import SERVICES, HandlerServices
 from casesignd.http.uploads import Upload, UploadGate
 from casesignd.observability.metrics import aiohttp_middleware
 from casesignd.pdf import render as pdfrender
@@ -61,7 +61,7 @@ _HTTP_CODES = {
 }
 
 
-def middlewares(services: Services) -> list[Any]:
+def middlewares(services: HandlerServices) -> list[Any]:
     @web.middleware
     async def errors(request: web.Request, handler: Any) -> web.StreamResponse:
         request["t0"] = time.time()
@@ -114,7 +114,7 @@ def middlewares(services: Services) -> list[Any]:
     return [*traced, errors, aiohttp_middleware(services.metrics)]
 
 
-def job_resource(services: Services, job: Job, now: float | None = None) -> dict[str, Any]:
+def job_resource(services: HandlerServices, job: Job, now: float | None = None) -> dict[str, Any]:
     """The contract's job resource (:func:`casesignd.engine.jobs.resource`)."""
     return jobs.resource(services, job, now)
 
@@ -163,7 +163,7 @@ async def post_job(request: web.Request) -> web.Response:
                          {"Location": f"/v1/jobs/{job.job_id}"})
 
 
-def _webhook(s: Services, tenant: str, body: dict[str, Any]) -> str | None:
+def _webhook(s: HandlerServices, tenant: str, body: dict[str, Any]) -> str | None:
     """The endpoint a job names (taken out of ``body``): one of its tenant's, by
     name; a URL, or another tenant's name, is refused like any unknown name."""
     name = body.pop("webhook", None)
@@ -199,7 +199,7 @@ async def redeliver(request: web.Request) -> web.Response:
     return json_response(found.public(), 202)
 
 
-async def _tenant_job(request: web.Request) -> tuple[Services, str, Job]:
+async def _tenant_job(request: web.Request) -> tuple[HandlerServices, str, Job]:
     s = services_of(request)
     tenant = authenticate(request)
     job_id = request.match_info["job_id"]
@@ -269,7 +269,7 @@ async def cancel_job(request: web.Request) -> web.Response:
 # --- objects and artifacts ----------------------------------------------------------------
 
 
-def _upload_limits(s: Services, request: web.Request) -> dict[str, int]:
+def _upload_limits(s: HandlerServices, request: web.Request) -> dict[str, int]:
     """The gate's bounds for this upload; TooLarge past server.max_object_bytes."""
     server = s.config.server
     limit = server.max_object_bytes
@@ -398,7 +398,7 @@ _VERIFY_GATE = web.AppKey("verify_gate", _VerifyGate)
 UPLOAD_GATE = web.AppKey("upload_gate", UploadGate)
 
 
-def _verify_options(s: Services) -> verify.VerifyOptions:
+def _verify_options(s: HandlerServices) -> verify.VerifyOptions:
     cfg = s.config
     try:
         roots = verify.read_trust_roots(cfg.path(p) for p in cfg.validation.trust_roots)

@@ -26,8 +26,8 @@ from casesignd.core.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
-from casesignd.daemon.lifecycle import SERVICES, Services
 from casesignd.http import download_headers as httpsafe
+from casesignd.http.services import SERVICES, HandlerServices
 
 _json = msgspec.json.Encoder()
 
@@ -56,7 +56,7 @@ def route_name(request: web.Request) -> str:
     return info.canonical if info is not None else "unmatched"
 
 
-def services_of(request: web.Request) -> Services:
+def services_of(request: web.Request) -> HandlerServices:
     return request.app[SERVICES]
 
 

@@ -39,7 +39,6 @@ from casesignd.core.errors import (
 )
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
-from casesignd.daemon.lifecycle import Services
 from casesignd.engine import jobs
 from casesignd.engine.recorder import Attempt, record_phase, timed_phase
 from casesignd.http import formdata
@@ -51,6 +50,7 @@ from casesignd.http.common import (
     services_of,
 )
 from casesignd.http.download_headers import content_disposition, download_filename
+from casesignd.http.services import HandlerServices
 from casesignd.job_kinds.sign_case import (
     SignCaseKind,
     document_sha256,
@@ -175,7 +175,7 @@ def _job_error(job: Job) -> CasesignError:
                     headers={"Retry-After": "1"})
 
 
-async def _answer(s: Services, job: Job, outcome: str, t0: float,
+async def _answer(s: HandlerServices, job: Job, outcome: str, t0: float,
                   signed: bytes | None = None) -> web.StreamResponse:
     artifact = (job.result_dict() or {}).get("artifact")
     source = None
@@ -208,7 +208,7 @@ async def post_sign(request: web.Request) -> web.StreamResponse:
         raise
 
 
-async def _sign(request: web.Request, s: Services, t0: float, answer_by: float) -> web.StreamResponse:
+async def _sign(request: web.Request, s: HandlerServices, t0: float, answer_by: float) -> web.StreamResponse:
     cfg = s.config
     tenant = authenticate(request)
     if s.shutting_down:
@@ -290,7 +290,7 @@ def _too_late(job_id: str) -> DeadlineExceeded:
                             headers={"Retry-After": "1", "X-Job-Id": job_id})
 
 
-async def _answer_flight(s: Services, job: Job | None, signed: bytes | None,
+async def _answer_flight(s: HandlerServices, job: Job | None, signed: bytes | None,
                          t0: float) -> web.StreamResponse:
     if job is None:
         raise Conflict("the signing attempt lost its lease", code="in_progress",
@@ -300,7 +300,7 @@ async def _answer_flight(s: Services, job: Job | None, signed: bytes | None,
     return await _answer(s, job, "succeeded", t0, signed)
 
 
-async def _replay(s: Services, new: NewJob, t0: float, answer_by: float) -> web.StreamResponse:
+async def _replay(s: HandlerServices, new: NewJob, t0: float, answer_by: float) -> web.StreamResponse:
     """A request whose idempotency key names a job already: the recorded answer, or the
     queued batch job of the same signature run now."""
     cfg = s.config
@@ -332,7 +332,7 @@ class _Run:
     is written as running (with its document as an object) so that it outlives a
     crash, and the work goes on and records its outcome like any attempt."""
 
-    def __init__(self, s: Services, flight: Flight, normalized: dict[str, Any], document: bytes,
+    def __init__(self, s: HandlerServices, flight: Flight, normalized: dict[str, Any], document: bytes,
                  sig_key: str, recorded: dict[str, Any] | None, answer_by: float) -> None:
         self.s = s
         self.flight = flight
@@ -506,7 +506,7 @@ def _answers_with(job: Job | None, outcome: Any) -> bool:
         and named.get("sha256") == outcome.artifact.sha256
 
 
-def _lane_gate(s: Services, tenant: str) -> asyncio.Semaphore:
+def _lane_gate(s: HandlerServices, tenant: str) -> asyncio.Semaphore:
     gates = s.kiosk_lane_gates
     gate = gates.get(tenant)
     if gate is None:
@@ -530,7 +530,7 @@ async def _waiting(gate: asyncio.Semaphore, wait_s: float) -> Any:
         gate.release()
 
 
-def _flown(s: Services) -> Any:
+def _flown(s: HandlerServices) -> Any:
     def done(task: asyncio.Task[Any]) -> None:
         s.kiosk_flights.discard(task)
         if not task.cancelled():

@@ -1,4 +1,4 @@
-"""Invoices as documents: the released templates and their layout, text shaping and
-bidi, fonts, money, locales and each tenant's branding. It renders; the job kind that signs and
-publishes an invoice lives in :mod:`casesignd.job_kinds`.
+"""Invoices as documents: the released templates and their layout, money, locales and
+each tenant's branding, their text drawn with :mod:`casesignd.text`. It renders; the job
+kind that signs and publishes an invoice lives in :mod:`casesignd.job_kinds`.
 """

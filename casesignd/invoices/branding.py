@@ -166,7 +166,7 @@ MAX_CHARS = {"issuer_name": 200, "issuer_address": 120, "issuer_tax_ids": 120,
 
 
 def _check_texts(settings: Invoice, key: str) -> None:
-    from casesignd.invoices.text import unprintable
+    from casesignd.text.shaping import unprintable
 
     texts: list[tuple[str, str, str]] = [("issuer_name", "issuer_name", settings.issuer_name),
                                          ("tax_label", "tax_label", settings.tax_label)]
@@ -197,7 +197,7 @@ def _check_locale(tag: str, key: str) -> None:
     from decimal import Decimal
 
     from casesignd.invoices import locales
-    from casesignd.invoices.text import unprintable
+    from casesignd.text.shaping import unprintable
 
     loc = locales.parse_locale(tag, key)
     for sample in (locales.format_date("2026-12-31", loc),

@@ -4,16 +4,17 @@ Templates are versioned code (the registry is :mod:`casesignd.invoices.templates
 a job renders with the version it was admitted with. A version's code path is
 frozen once released: ``invoice-v4`` has its own module
 (:mod:`casesignd.invoices.v4`) and never edits ``_v3_*``. The shared helpers
-below (fonts, the numbered canvas, money) may only grow.
+below (the numbered canvas, money) may only grow; the fonts are
+:mod:`casesignd.text.faces`'s.
 
 Rendering is deterministic: reportlab's invariant mode fixes the creation date
 and the document ID, so the same input and issuer give the same bytes. The issue
 date comes from the input (``order.issued_on``), never from the clock.
 
-Every glyph comes from the TrueType fonts shipped under ``casesignd/invoices/fonts``
-(DejaVu Sans), embedded as subsets; the standard 14 PDF fonts are never used, so
-viewers cannot substitute them (PDF 32000-1 section 9.6.2 lets a reader pick its
-own face for a non-embedded standard font).
+Every glyph comes from the TrueType fonts shipped under ``casesignd/text/fonts``
+(DejaVu Sans, :mod:`casesignd.text.faces`), embedded as subsets; the standard 14
+PDF fonts are never used, so viewers cannot substitute them (PDF 32000-1 section
+9.6.2 lets a reader pick its own face for a non-embedded standard font).
 
 Rendering runs in the CPU process pool; fonts and styles are set up once per
 process, on first use.
@@ -22,10 +23,8 @@ process, on first use.
 from __future__ import annotations
 
 import functools
-import zlib
 from collections.abc import Sequence
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
@@ -33,61 +32,14 @@ from reportlab.lib import colors
 from reportlab.lib.pagesizes import A4
 from reportlab.lib.styles import ParagraphStyle
 from reportlab.lib.units import mm
-from reportlab.pdfbase import pdfdoc, pdfmetrics
-from reportlab.pdfbase.ttfonts import TTFont
+from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfgen.canvas import Canvas
 from reportlab.platypus import Paragraph, SimpleDocTemplate, Spacer, Table, TableStyle
 
 from casesignd.invoices import money
-
-FONTS_DIR = Path(__file__).resolve().parent / "fonts"
-FONT_REGULAR = "DejaVuSans"
-FONT_BOLD = "DejaVuSans-Bold"
-_FONT_FILES = {FONT_REGULAR: "DejaVuSans.ttf", FONT_BOLD: "DejaVuSans-Bold.ttf"}
-
+from casesignd.text.faces import FONT_BOLD, FONT_REGULAR, register_fonts
 
 # --- shared, append-only helpers -----------------------------------------------------
-
-
-def _flate_level_1() -> None:
-    """Make reportlab deflate its streams at zlib level 1 instead of the default 6.
-
-    Most of a one-line invoice is the two font subsets (about 35 KB each before
-    compression); level 1 deflates them several times faster for about 4 % more
-    bytes. reportlab offers no setting, so the shared filter object gets an
-    instance attribute; the output stays deterministic (PDF 32000-1 section 7.4.4:
-    any valid zlib stream is a valid FlateDecode stream).
-    """
-
-    def encode(text: str | bytes) -> bytes:
-        return zlib.compress(text.encode("utf8") if isinstance(text, str) else text, 1)
-
-    pdfdoc.PDFZCompress.encode = encode  # type: ignore[method-assign]
-
-
-@functools.cache
-def register_fonts() -> None:
-    """Register the shipped TrueType fonts with reportlab, once per process."""
-    _flate_level_1()
-    for name, filename in _FONT_FILES.items():
-        pdfmetrics.registerFont(TTFont(name, str(FONTS_DIR / filename)))
-    pdfmetrics.registerFontFamily(
-        FONT_REGULAR, normal=FONT_REGULAR, bold=FONT_BOLD, italic=FONT_REGULAR,
-        boldItalic=FONT_BOLD,
-    )  # fmt: skip
-
-
-@functools.cache
-def font_coverage() -> frozenset[int]:
-    """Code points every shipped font has a glyph for (admission refuses the rest)."""
-    register_fonts()
-    maps = [pdfmetrics.getFont(name).face.charToGlyph for name in _FONT_FILES]
-    common = set(maps[0])
-    for m in maps[1:]:
-        common &= set(m)
-    # Code point 0 maps to .notdef in some cmaps; it is never printable.
-    common.discard(0)
-    return frozenset(common)
 
 
 class NumberedCanvas(Canvas):

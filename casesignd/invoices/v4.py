@@ -11,7 +11,7 @@ What it prints beyond invoice-v3, all from the job's issuer snapshot
 - the labels the tenant set (English by default) and its footer lines;
 - right to left, mirrored, when the locale's script is (ar, he, fa, ...): columns
   from the right, the issuer on the right, amounts aligned left; each text in its
-  own visual order (:mod:`casesignd.invoices.text`).
+  own visual order (:mod:`casesignd.text.shaping`).
 
 It is deterministic like invoice-v3 (reportlab's invariant mode; the date from
 the input), and frozen once released: a change of output is a new version.
@@ -33,8 +33,9 @@ from reportlab.platypus import Image, SimpleDocTemplate, Spacer, Table, TableSty
 
 from casesignd.core.errors import PermanentJobError
 from casesignd.invoices import locales, money
-from casesignd.invoices.layout import FONT_REGULAR, NumberedCanvas, register_fonts, v3_widths
-from casesignd.invoices.text import Text, draw_line, fit, width
+from casesignd.invoices.layout import NumberedCanvas, v3_widths
+from casesignd.text.faces import FONT_REGULAR, register_fonts
+from casesignd.text.shaping import Text, draw_line, fit, width
 
 _MARGIN = 18 * mm
 _PAD = 4
@@ -162,7 +163,7 @@ def v4_render(invoice: dict[str, Any], issuer: dict[str, Any], out: Any) -> int:
 
     ``issuer`` is ``{"snapshot": the job's issuer snapshot, "logo_path": str}``.
     """
-    register_fonts()  # the East Asian face too, when a text needs it (invoice_text.runs)
+    register_fonts()  # the East Asian face too, when a text needs it (casesignd.text.shaping.runs)
     order = invoice["order"]
     brand = issuer["snapshot"]
     cur, units_ = order["currency"], int(invoice["units"])

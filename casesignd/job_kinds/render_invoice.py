@@ -26,7 +26,7 @@ Choices (README-ready):
   not alter invoices already accepted.
 - A branded template (invoice-v4 on) takes its currencies and their minor units
   from CLDR (:mod:`casesignd.invoices.locales`), accepts what its fonts can draw
-  (:mod:`casesignd.invoices.text`: East Asian scripts and Arabic too), refuses a
+  (:mod:`casesignd.text.shaping`: East Asian scripts and Arabic too), refuses a
   currency its fonts cannot print in the tenant's locale
   (``unsupported_currency``), and takes ``order.customer_tax_id`` (1-64
   characters), which invoice-v3 refuses (``invalid_field``): it cannot print it.
@@ -46,10 +46,10 @@ from casesignd.config import Config
 from casesignd.core.errors import ConfigError, ValidationError
 from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
-from casesignd.invoices import text as invoice_text
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
-from casesignd.invoices.layout import font_coverage
 from casesignd.invoices.templates import TEMPLATES, render_to_file, template
+from casesignd.text import shaping
+from casesignd.text.faces import font_coverage
 
 KIND = "render_invoice"
 MAX_QUANTITY = 1_000_000
@@ -124,7 +124,7 @@ def _text(value: Any, field: str, max_chars: int, branded: bool = False) -> str:
     # Other spaces (no-break, thin, ...) print as a plain space; the font may lack them.
     text = "".join(" " if ch.isspace() else ch for ch in text)
     if branded:
-        bad = invoice_text.unprintable(text)
+        bad = shaping.unprintable(text)
     else:
         covered = font_coverage()
         bad = next((ch for ch in text if ord(ch) not in covered), None)
@@ -181,7 +181,7 @@ def _currency(value: Any, branded: bool, settings: InvoiceSettings) -> tuple[str
     # Grouped, with every decimal: each mark the amounts of this invoice may show.
     sample = locales.format_money(Decimal(1234567).scaleb(-units), code, units,
                                   locales.locale_of(settings.locale))
-    bad = invoice_text.unprintable(sample)
+    bad = shaping.unprintable(sample)
     if bad is not None:
         raise _refuse("unsupported_currency", field,
                       f"{code} in {settings.locale} is written with U+{ord(bad):04X}, which "
@@ -352,7 +352,7 @@ def check_config(config: Config) -> None:
         raise ConfigError("invoice.max_items", "must be positive")
     try:
         font_coverage()  # loads the shipped fonts once, so the first request does not
-        # (invoice_text.warm loads the rest, in the background: Services.warm_cpu)
+        # (shaping.warm loads the rest, in the background: Services.warm_cpu)
     except OSError as e:
         raise ConfigError("invoice", f"invoice fonts unreadable: {e}") from None
 

@@ -3,10 +3,15 @@
 Every ``renew_interval_s`` the daemon asks the store for B-LTA artifacts whose last
 document timestamp's chain expires within ``renew_before_days`` and that no
 artifact renewed yet, and admits an ``extend_signature`` job for each, under the
-artifact's tenant. The job's idempotency key is derived from the artifact, so a
-renewal already admitted (queued, running, or failed and waiting for an operator)
-is found again, not doubled; the renewed artifact is marked by the one that renews
-it, in the job's finishing transaction.
+artifact's tenant. It admits through that kind's own admission, found by name as a
+client names it (:data:`RENEWS_WITH`): a renewal is checked as a client's request
+is, and this scheduler imports no job kind. The job's idempotency key is derived
+from the artifact, so a renewal already admitted (queued, running, or failed and
+waiting for an operator) is found again, not doubled; the renewed artifact is
+marked by the one that renews it, in the job's finishing transaction.
+
+It lives beside the job kinds, not in the engine: what is due is a signing question
+(B-LTA, the expiry of a TSA's chain), and the engine knows no signing words.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ from typing import Protocol
 from casesignd.config import Config
 from casesignd.core.errors import CasesignError
 from casesignd.core.logs import log_event
+from casesignd.engine.kinds import JobKind
 from casesignd.engine.reservations import KeyHolds
-from casesignd.job_kinds.extend_signature import KIND, admit_body
 from casesignd.signing.longterm import LongTerm
 from casesignd.store import Store
 
@@ -36,6 +41,7 @@ class RenewalServices(Protocol):
     store: Store
     holds: KeyHolds
     longterm: LongTerm
+    kinds: dict[str, JobKind]
 
     @property
     def pool(self) -> _Waker: ...
@@ -43,13 +49,16 @@ class RenewalServices(Protocol):
 log = logging.getLogger("casesignd.job_kinds.renewal")
 
 BATCH = 100
+# The job kind that renews an artifact.
+RENEWS_WITH = "extend_signature"
 
 
 async def renew_due(s: RenewalServices, now: float | None = None) -> int:
     """Admit a renewal for every artifact due; how many were new jobs."""
     cfg = s.config
     days = cfg.archive.renew_before_days
-    if days <= 0:
+    kind = s.kinds.get(RENEWS_WITH)
+    if days <= 0 or kind is None:
         return 0
     now = time.time() if now is None else now
     policy = cfg.policy(None)
@@ -66,8 +75,8 @@ async def renew_due(s: RenewalServices, now: float | None = None) -> int:
             log_event(log, "renewal.tsa_chain_expiring", level=logging.WARNING,
                       artifact_id=artifact_id)
             continue
-        admission = admit_body({"kind": KIND, "artifact_id": artifact_id}, cfg)
-        new = admission.new_job(KIND, tenant, idempotency_header=None, created_at=now,
+        admission = kind.admit({"kind": kind.name, "artifact_id": artifact_id}, cfg, tenant)
+        new = admission.new_job(kind.name, tenant, idempotency_header=None, created_at=now,
                                 correlation_id=f"renewal-{artifact_id}")
         try:
             job, created = await s.holds.admit(new, actor="renewal",

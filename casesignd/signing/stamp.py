@@ -2,7 +2,7 @@
 under which policy, drawn as the signature widget's appearance (PDF 32000-1 §12.5.5,
 §12.7.4.5).
 
-The stamp is drawn the way the invoices are (:mod:`casesignd.invoices.text`): the same
+The stamp is drawn the way the invoices are (:mod:`casesignd.text.shaping`): the same
 fonts (DejaVu Sans, Droid Sans Fallback for the East Asian blocks), Arabic shaping and
 the bidirectional algorithm, so a signer's name in any script the invoices support
 reads as typed. reportlab lays it out on a page the size of the box, in its invariant
@@ -55,13 +55,13 @@ def stamp_lines(*, subject: str, parties: Sequence[tuple[str, str]], signing_tim
 def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, list[str]]:
     """The size and the wrapped lines (logical order) that fit a ``width`` x
     ``height`` box (pure, given the fonts)."""
-    from casesignd.invoices import text as invoice_text
+    from casesignd.text import shaping
 
     limit_w, limit_h = width - 2 * PADDING_PT, height - 2 * PADDING_PT
     size = MAX_SIZE_PT
     while True:
         wrapped = [piece for line in lines
-                   for piece in invoice_text.wrap_lines(invoice_text.shaped(line), False, size,
+                   for piece in shaping.wrap_lines(shaping.shaped(line), False, size,
                                                         max(limit_w, 1.0))]
         if len(wrapped) * size * LEADING <= limit_h or size <= MIN_SIZE_PT:
             break
@@ -71,7 +71,7 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
         wrapped = wrapped[:room]
         if wrapped:
             last = wrapped[-1]
-            while last and invoice_text.width(last + "…", False, size) > limit_w:
+            while last and shaping.width(last + "…", False, size) > limit_w:
                 last = last[:-1]
             wrapped[-1] = last + "…"
     return size, wrapped
@@ -81,24 +81,24 @@ def draw(lines: Sequence[str], width: float, height: float) -> bytes:
     """The stamp as a one-page PDF of ``width`` x ``height`` points (deterministic)."""
     from reportlab.pdfgen.canvas import Canvas
 
-    from casesignd.invoices import text as invoice_text
+    from casesignd.text import faces, shaping
 
-    invoice_text.register_fonts() if _latin_only(lines) else invoice_text.register()
+    faces.register_fonts() if _latin_only(lines) else shaping.register()
     size, wrapped = layout(lines, width, height)
     out = io.BytesIO()
     # Its first font DejaVu Sans: reportlab's default, Helvetica, would be a font the
     # stamp names without embedding (§9.6.2), drawn as each viewer substitutes it.
     canv = Canvas(out, pagesize=(width, height), invariant=1, pageCompression=1,
-                  initialFontName=invoice_text.FONT_REGULAR, initialFontSize=size)
+                  initialFontName=faces.FONT_REGULAR, initialFontSize=size)
     canv.setLineWidth(0.75)
     canv.setStrokeColorRGB(0.1, 0.2, 0.5)
     canv.rect(0.5, 0.5, width - 1, height - 1, stroke=1, fill=0)
     canv.setFillColorRGB(0.05, 0.1, 0.3)
     y = height - PADDING_PT - size
     for line in wrapped:
-        base = invoice_text.direction(line)
+        base = shaping.direction(line)
         x = width - PADDING_PT if base == "R" else PADDING_PT
-        invoice_text.draw_line(canv, x, y, line, False, size,
+        shaping.draw_line(canv, x, y, line, False, size,
                                "RIGHT" if base == "R" else "LEFT", base)
         y -= size * LEADING
     canv.showPage()

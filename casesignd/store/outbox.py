@@ -17,9 +17,9 @@ from typing import Any
 
 import msgspec
 
+from casesignd.core.webhook_events import event_of
 from casesignd.store.records import Delivery, Subject, new_id
 from casesignd.store.tx import Row
-from casesignd.webhooks.endpoints import event_of
 
 # skipped: the endpoint no longer wants the event (its config changed since).
 STATES = ("pending", "delivered", "dead", "skipped")

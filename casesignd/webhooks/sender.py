@@ -30,6 +30,7 @@ from prometheus_client import Counter, Gauge
 from casesignd.config import Config
 from casesignd.core import audit
 from casesignd.core.logs import log_event
+from casesignd.core.webhook_events import Webhook
 from casesignd.engine import jobs
 from casesignd.observability.metrics import Metrics
 from casesignd.observability.tracing import Tracing
@@ -37,7 +38,7 @@ from casesignd.store import Store
 from casesignd.store.outbox import Delivery
 from casesignd.webhooks import endpoints as webhooks
 
-log = logging.getLogger("casesignd.webhooks.endpoints")
+log = logging.getLogger("casesignd.webhooks.sender")
 
 # How often an idle sender looks for due deliveries, and how many it sends at once.
 POLL_S = 0.5
@@ -173,7 +174,7 @@ class Sender:
                            status=status, error=error, next_at=time.time() + decision.delay_s,
                            outcome=decision.state)
 
-    async def _post(self, w: webhooks.Webhook, d: Delivery, body: bytes,
+    async def _post(self, w: Webhook, d: Delivery, body: bytes,
                     secrets: list[str], span: object = None) -> tuple[int | None, str | None]:
         """(status, None), or (None, why) without an answer."""
         assert self.session is not None

@@ -109,10 +109,10 @@ def test_what_would_not_fit_or_print_is_refused(tmp_path: Path, tenant: str, key
 
 
 def test_an_ideographic_space_is_drawn_by_the_east_asian_font(tmp_path: Path) -> None:
-    from casesignd.invoices import text as invoice_text
+    from casesignd.text import shaping
 
     branding.load(_cfg(tmp_path, tenant='labels = { total = "合計\\u3000金額" }'), None)
-    assert invoice_text.runs("合計\u3000金額", False) == [("DroidSansFallback", "合計\u3000金額")]
+    assert shaping.runs("合計\u3000金額", False) == [("DroidSansFallback", "合計\u3000金額")]
 
 
 def test_a_16_bit_grey_logo_is_refused(tmp_path: Path) -> None:

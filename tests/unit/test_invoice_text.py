@@ -3,7 +3,7 @@ mirrored brackets, one direction per paragraph, and bounded line breaking."""
 
 from __future__ import annotations
 
-from casesignd.invoices import text as t
+from casesignd.text import shaping as t
 
 
 def test_brackets_in_right_to_left_text_are_mirrored() -> None:

@@ -15,20 +15,31 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def package_of_file(path: Path) -> str:
+    """The package a relative import in ``path`` starts from."""
+    me = module_name(path)
+    return me if path.name == "__init__.py" else me.rpartition(".")[0]
+
+
+def import_target(node: ast.ImportFrom, package: str) -> str:
+    """The module a ``from ... import`` names, relative imports resolved against
+    ``package`` (pure)."""
+    if not node.level:
+        return node.module or ""
+    base = package
+    for _ in range(node.level - 1):
+        base = base.rpartition(".")[0]
+    return f"{base}.{node.module}" if node.module else base
+
+
 def imports_of(path: Path, modules: set[str]) -> set[str]:
     """The package modules ``path`` imports anywhere in its body (pure over the AST)."""
     me = module_name(path)
-    package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+    package = package_of_file(path)
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            base = package
-            for _ in range(node.level - 1):
-                base = base.rpartition(".")[0]
-            if node.level:
-                target = f"{base}.{node.module}" if node.module else base
-            else:
-                target = node.module or ""
+            target = import_target(node, package)
             names = [target, *(f"{target}.{a.name}" for a in node.names)]
         elif isinstance(node, ast.Import):
             names = [a.name for a in node.names]

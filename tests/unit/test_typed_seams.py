@@ -1,9 +1,9 @@
 """The package type-checks whole, and with it the service seams: the daemon's
-services meet the protocols the pool, the jobs, the kiosk and the sweepers are
-written against, the pool's job context meets the jobs' one, and the stores meet the
+services meet the protocols the pool, the jobs, the HTTP handlers, the kiosk and the
+sweepers are written against, the pool's job context meets the jobs' one, and the stores meet the
 store protocol (mypy; an attribute of a protocol is invariant, which no run of the
-code shows). A probe that hands a job something that is no services must be refused
-in the same run, so the check is known to bite."""
+code shows). A probe that hands a job, and the handlers, something that is no
+services must be refused in the same run, so the check is known to bite."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ SEAMS = ["casesignd"]
 PROBE = '''
 from pathlib import Path
 
+from casesignd.daemon.lifecycle import Services
 from casesignd.engine.kinds import JobServices
+from casesignd.http.services import HandlerServices
 from casesignd.store import SqliteStore, Store
 from casesignd.store.memory import MemoryStore
 
@@ -29,6 +31,14 @@ class NotServices:
 
 
 def run(services: JobServices) -> None: ...
+
+
+def handlers_see(services: Services) -> HandlerServices:
+    return services
+
+
+def handlers_refuse(services: NotServices) -> HandlerServices:
+    return services
 
 
 stores: list[Store] = [SqliteStore(Path("store.db")), MemoryStore()]
@@ -46,5 +56,6 @@ def test_the_seams_type_check(tmp_path: Path) -> None:
     errors = [line for line in result.stdout.splitlines() if ": error:" in line]
     elsewhere = [e for e in errors if not e.startswith(str(probe))]
     assert not elsewhere, "\n".join(elsewhere)
-    # The probe's one refusal: a thing that is no services, handed to a job.
-    assert len(errors) == 1 and "NotServices" in errors[0], result.stdout
+    # The probe's two refusals: a thing that is no services, handed to a job and
+    # to the handlers.
+    assert len(errors) == 2 and all("NotServices" in e for e in errors), result.stdout

@@ -10,9 +10,11 @@ import time
 import pytest
 from standardwebhooks.webhooks import Webhook as Verifier
 
+from casesignd.core import webhook_events
 from casesignd.core.errors import ConfigError
+from casesignd.core.webhook_events import Webhook
 from casesignd.webhooks import endpoints as webhooks
-from casesignd.webhooks.endpoints import Webhook, decide
+from casesignd.webhooks.endpoints import decide
 from casesignd.webhooks.sender import AddressRefused, CheckingResolver
 from tests.helpers_webhooks import new_secret
 
@@ -45,7 +47,7 @@ def test_backoff_is_exponential_capped_and_jittered(attempts, rand, delay_s):
     ("https://user:pw@erp.example/", False), ("https:///nohost", False),
 ])
 def test_endpoint_urls(url, ok):
-    assert (webhooks.url_problem(url) is None) == ok
+    assert (webhook_events.url_problem(url) is None) == ok
 
 
 @pytest.mark.parametrize(("address", "allowed", "refused"), [
@@ -94,7 +96,7 @@ def test_headers_verify_with_each_secret():
     ("sign_case", "claimed", None), ("sign_case", "retry_scheduled", None),
 ])
 def test_which_state_changes_are_reported(kind, audit_type, event):
-    assert webhooks.event_of(kind, audit_type) == event
+    assert webhook_events.event_of(kind, audit_type) == event
 
 
 @pytest.mark.parametrize(("entry", "key"), [

@@ -1,4 +1,5 @@
-"""Text for invoice-v4: which font draws each character, lines, and their visual order.
+"""Text as invoice-v4 and the signature stamp draw it: which font draws each character,
+lines, and their visual order.
 
 invoice-v3 draws every glyph with DejaVu Sans. invoice-v4 adds Droid Sans
 Fallback for the East Asian blocks (Han, kana, Hangul, the full-width forms
@@ -36,7 +37,7 @@ from reportlab.pdfbase import pdfmetrics
 from reportlab.pdfbase.ttfonts import TTFont
 from reportlab.platypus import Flowable
 
-from casesignd.invoices.layout import (
+from casesignd.text.faces import (
     FONT_BOLD,
     FONT_REGULAR,
     FONTS_DIR,

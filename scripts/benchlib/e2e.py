@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from tests.daemon import Daemon  # noqa: E402
@@ -179,8 +179,8 @@ async def by_listing(s: Any, url: str, ids: set[str]) -> list[dict]:
 def kiosk_client(url: str, token: str, doc: bytes, jobs: int, tag: str,
                  kiosks: int = 8) -> list[str]:
     """``jobs`` signatures of ``doc`` through ``POST /v1/sign`` from ``kiosks`` closed
-    loops (the lean client of scripts/bench_kiosk.py); the job IDs of the answers."""
-    from bench_kiosk import SIGNERS, Kiosk
+    loops (benchlib.kiosk, bench_kiosk's client); the job IDs of the answers."""
+    from benchlib.kiosk import SIGNERS, Kiosk
 
     async def run() -> list[str]:
         ids: list[str] = []
