@@ -26,7 +26,7 @@ DATA_DIRS = {
     "store/sql": "the schema, numbered migrations and named statements of SQLite",
     "store/sql/postgres": "the same for PostgreSQL",
     "http/static": "the console's page, styles and JavaScript modules, shipped as package data",
-    "invoices/fonts": "DejaVu Sans and Droid Sans Fallback, embedded in invoices and stamps",
+    "text/fonts": "DejaVu Sans and Droid Sans Fallback, embedded in invoices and stamps",
 }
 
 
