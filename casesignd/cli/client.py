@@ -56,9 +56,17 @@ class ClientError(CasesignError):
         reason: str | None = None,
         where: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message, code=code, field=field, status=status, delay_s=retry_after_s,
+        super().__init__(message, code=code, field=field, delay_s=retry_after_s,
                          reason=reason, where=where)
+        self.answered_status = status
         self.correlation_id = correlation_id
+
+    @property
+    def status(self) -> int:
+        """The HTTP status the server answered (0: no answer). The one error whose
+        status is not its code's: it reports the other side of a call, whose codes may
+        be newer than this table."""
+        return self.answered_status
 
     @property
     def retry_after_s(self) -> float | None:

@@ -39,7 +39,6 @@ class LeaseLost(CasesignError):
     """This attempt no longer holds its lease; its result must not be published."""
 
     code = "lease_lost"
-    retryable = False
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from casesignd.core.codes import FRAMEWORK_CODES, code_for_status
 from casesignd.core.errors import (
     Busy,
     CasesignError,
@@ -53,12 +54,6 @@ log = logging.getLogger("casesignd.http.api")
 _CORRELATION = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 _JOB_ID = re.compile(r"job_[0-9a-f]{28}")
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_HTTP_CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout",
-    411: "length_required", 413: "too_large", 414: "uri_too_long", 415: "unsupported_media_type",
-    431: "headers_too_large",
-}
 
 
 def middlewares(services: Services) -> list[Any]:
@@ -83,13 +78,13 @@ def middlewares(services: Services) -> list[Any]:
             # The body's framing broke while a handler read it (a multipart line longer
             # than aiohttp reads, a bad chunk): the client's fault, never a 500.
             status = e.code if 400 <= e.code < 500 else 400
-            code = _HTTP_CODES.get(status, "bad_request")
+            code = code_for_status(status)
             services.metrics.rejection(code)
             resp = json_response(error_body(code, "the request body is malformed", cid), status)
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            code = _HTTP_CODES.get(e.status, "bad_request" if e.status < 500 else "internal_error")
+            code = code_for_status(e.status)
             services.metrics.rejection(code)
             resp = json_response(error_body(code, e.reason or code, cid), e.status)
             if e.status == 405 and "Allow" in e.headers:
@@ -108,7 +103,7 @@ def middlewares(services: Services) -> list[Any]:
         resp.headers["X-Correlation-Id"] = cid
         return resp
 
-    services.metrics.allow("code", *_HTTP_CODES.values(), "internal_error")
+    services.metrics.allow("code", *FRAMEWORK_CODES.values())
     # Tracing off installs nothing: no cost per request (casesignd.observability.tracing).
     traced = [services.tracing.middleware()] if services.tracing.enabled else []
     return [*traced, errors, aiohttp_middleware(services.metrics)]
@@ -407,7 +402,7 @@ def _verify_options(s: Services) -> verify.VerifyOptions:
         log_event(log, "verify.trust_roots_unreadable", level=logging.ERROR,
                   error=f"{type(e).__name__}: {e}")
         raise CasesignError("validation.trust_roots cannot be read; see the daemon's log",
-                            code="unavailable", status=503,
+                            code="unavailable",
                             headers={"Retry-After": "60"}) from None
     return verify.VerifyOptions.within(cfg.validation.budget, roots, cfg.validation.fetch,
                                        cfg.validation.fetch_timeout_s)

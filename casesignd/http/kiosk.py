@@ -156,16 +156,16 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
 
 
 def _job_error(job: Job) -> CasesignError:
-    """The answer for a replay of a kiosk request whose job did not end well."""
+    """The answer for a replay of a kiosk request whose job did not end well: its
+    code's status, as the table of codes has it."""
     if job.state == "failed":
-        status = 422 if job.error_category == "permanent_input" else 503
         refused = job.refusal() or {}
         return CasesignError(refused.get("message") or "the signing request failed",
-                             code=job.error_code or "internal_error", status=status,
+                             code=job.error_code or "internal_error",
                              reason=refused.get("reason"), where=refused.get("where"))
     if job.state == "retry_wait":
         return CasesignError("signing failed for now; the job is retried in the background",
-                             code=job.error_code or "transient_failure", status=503,
+                             code=job.error_code or "transient_failure",
                              headers={"Retry-After": "5"})
     if job.state == "canceled":
         return Conflict("the job was canceled", code="job_canceled")

@@ -35,6 +35,7 @@ from aiohttp.http_exceptions import (
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from casesignd.core.codes import code_for_status
 from casesignd.core.logs import log_event
 from casesignd.store import random_hex
 
@@ -87,7 +88,7 @@ class ContractHandler(RequestHandler):
             log_event(log, "http.internal_error", level=logging.ERROR, correlation_id=cid,
                       status=status, error=type(exc).__name__ if exc else None, exc_info=exc)
         else:
-            code, text = "bad_request", parser_message(exc)
+            code, text = code_for_status(status), parser_message(exc)
             # The kind of fault only: the parser's message quotes what it could not read.
             log_event(log, "http.unreadable", correlation_id=cid, status=status,
                       reason=type(exc).__name__ if exc else None)

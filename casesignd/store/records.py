@@ -244,7 +244,6 @@ def in_progress() -> Conflict:
 
 class IdempotencyKeyReused(CasesignError):
     code = "idempotency_key_reused"
-    status = 422
 
 
 @dataclass(frozen=True)
