@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from casesignd.config import Config, Policy
 from casesignd.core import audit
 from casesignd.core.errors import ValidationError
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
@@ -64,7 +65,7 @@ class Admission:
             fingerprint=jobs.fingerprint(kind, self.fingerprint_material
                                          if self.fingerprint_material is not None
                                          else self.normalized),
-            input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
+            input=normalized.decode(), input_digest=sha256_hex(normalized),
             version=self.version, declared_bytes=self.declared_bytes,
             created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key)
 

@@ -28,6 +28,7 @@ from casesignd.core.errors import (
     UploadQuota,
     ValidationError,
 )
+from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.daemon.lifecycle import SERVICES, Services
 from casesignd.engine import jobs
@@ -318,7 +319,7 @@ async def put_object(request: web.Request) -> web.Response:
         gate.release(upload)
     sha = request.match_info["sha256"].lower()
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
-                          "object_ref": f"sha256:{sha}", "size": result.size},
+                          "object_ref": object_ref(sha), "size": result.size},
                          201 if result.created else 200)
 
 

@@ -23,7 +23,6 @@ always wins over a directory without one, and the files are read with
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from aiohttp import web
 
 from casesignd.core import audit
 from casesignd.core.errors import ValidationError
+from casesignd.core.hashing import sha256_hex
 from casesignd.http.common import authenticate, json_response, services_of
 from casesignd.store import Activity
 
@@ -82,7 +82,7 @@ def load_assets() -> dict[str, Asset]:
         if entry.is_file() and suffix in _CONTENT_TYPES:
             body = entry.read_bytes()
             out[entry.name] = Asset(body, _CONTENT_TYPES[suffix],
-                                    '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+                                    '"' + sha256_hex(body)[:32] + '"')
     return out
 
 

@@ -37,6 +37,8 @@ from casesignd.core.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from casesignd.core.fields import refuse_unknown
+from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
 from casesignd.daemon.lifecycle import Services
@@ -54,7 +56,6 @@ from casesignd.http.download_headers import content_disposition, download_filena
 from casesignd.job_kinds.sign_case import (
     SignCaseKind,
     document_sha256,
-    field_name,
     keep_signed,
     signature_key,
     signed_detail,
@@ -118,8 +119,9 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
                                field="document")
             document = bytes(content)
         else:
-            raise ValidationError(f"unexpected part {name[:64]!r}", code="unknown_field",
-                                  field=name[:64] or '""')
+            # Never the part's name: it is the client's, like an unknown key.
+            raise ValidationError("the body has an unexpected part; its parts are manifest "
+                                  "and document", code="unknown_field")
     if manifest_raw is None:
         raise ValidationError("the manifest part is missing", code="missing_field", field="manifest")
     if document is None:
@@ -132,10 +134,7 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
 
 def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str, Any]:
     """The kiosk manifest as the sign_case job it is (pure)."""
-    for key in manifest:
-        if key not in _MANIFEST_FIELDS:
-            name = field_name(key)
-            raise ValidationError(f"unknown field {name!r}", code="unknown_field", field=name)
+    refuse_unknown(manifest, _MANIFEST_FIELDS, "manifest")
     declared = manifest.get("sha256")
     if declared is not None and (not isinstance(declared, str) or declared.lower() != sha256):
         raise ValidationError("the document's SHA-256 differs from the manifest's",
@@ -144,7 +143,7 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
         "kind": "sign_case",
         "case_id": manifest.get("case_id"),
         "items": [{"role": "contract", "name": manifest.get("name", "document.pdf"),
-                   "media_type": "application/pdf", "object_ref": f"sha256:{sha256}",
+                   "media_type": "application/pdf", "object_ref": object_ref(sha256),
                    "sha256": sha256, "size": size}],
         "signers": manifest.get("signers", []),
     }

@@ -15,6 +15,7 @@ from typing import Any
 
 from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError, TransientJobError, ValidationError
+from casesignd.core.fields import refuse_unknown
 from casesignd.engine.kinds import Admission, Finish, JobContext
 
 BEHAVIORS = ("succeed", "fail_transient", "fail_permanent", "hang")
@@ -33,9 +34,7 @@ class TestKind:
     name = "test"
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
-        for key in body:
-            if key not in _FIELDS:
-                raise ValidationError(f"unknown field {key!r}", code="unknown_field", field=key)
+        refuse_unknown(body, _FIELDS)
         behavior = body.get("behavior", "succeed")
         if behavior not in BEHAVIORS:
             raise ValidationError("behavior must be one of " + ", ".join(BEHAVIORS),

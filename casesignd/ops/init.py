@@ -29,7 +29,6 @@ without a change here.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ import msgspec
 
 from casesignd import config as cfgmod
 from casesignd.core.errors import CasesignError, ConfigError, Conflict
+from casesignd.core.hashing import sha256_hex
 
 TOKEN_PREFIX = "csd_"
 DEFAULT_TENANT = "default"
@@ -293,7 +293,7 @@ def new_token() -> str:
 
 def hash_token(token: str) -> str:
     """The ``token_sha256`` the config stores for ``token`` (SHA-256 of its UTF-8)."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return sha256_hex(token.encode("utf-8"))
 
 
 def client_url(listen: str) -> str:

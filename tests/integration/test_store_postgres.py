@@ -17,6 +17,7 @@ import pytest
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, StoreUnavailable
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
 from casesignd.engine import jobs
 from casesignd.engine.reservations import KeyHolds
@@ -38,7 +39,7 @@ def new_job(key: str, tenant: str = "t1", body: dict | None = None, sig_key: str
     raw = audit.canonical(body)
     return NewJob(tenant=tenant, kind="test", case_id="C-1", idem_key="key:" + key,
                   fingerprint=jobs.fingerprint("test", body), input=raw.decode(),
-                  input_digest=jobs.sha256_hex(raw), version="v1", declared_bytes=0,
+                  input_digest=sha256_hex(raw), version="v1", declared_bytes=0,
                   created_at=time.time(), correlation_id="corr", sig_key=sig_key)
 
 

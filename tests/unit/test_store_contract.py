@@ -14,6 +14,7 @@ import pytest
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.engine import jobs
 from casesignd.engine.reservations import KeyHolds
@@ -68,7 +69,7 @@ def new_job(key: str = "k1", tenant: str = "t1", body: dict | None = None, size:
     return NewJob(
         tenant=tenant, kind="test", case_id="C-1", idem_key="key:" + key,
         fingerprint=jobs.fingerprint("test", body), input=audit.canonical(body).decode(),
-        input_digest=jobs.sha256_hex(audit.canonical(body)), version="v1",
+        input_digest=sha256_hex(audit.canonical(body)), version="v1",
         declared_bytes=size, created_at=time.time(), correlation_id="corr",
     )
 
