@@ -33,6 +33,7 @@ from casesignd.core.logs import log_event
 from casesignd.daemon.lifecycle import SERVICES, Services
 from casesignd.engine import jobs
 from casesignd.files.objects import check_case_id, normalize_sha256
+from casesignd.http.answer_headers import answer_headers
 from casesignd.http.common import (
     artifact_response,
     authenticate,
@@ -107,7 +108,8 @@ def middlewares(services: Services) -> list[Any]:
     services.metrics.allow("code", *FRAMEWORK_CODES.values())
     # Tracing off installs nothing: no cost per request (casesignd.observability.tracing).
     traced = [services.tracing.middleware()] if services.tracing.enabled else []
-    return [*traced, errors, aiohttp_middleware(services.metrics)]
+    # Outside ``errors``: its answers, the router's 404 and 405 too, carry them.
+    return [*traced, answer_headers, errors, aiohttp_middleware(services.metrics)]
 
 
 def job_resource(services: Services, job: Job, now: float | None = None) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from aiohttp.web_request import BaseRequest
 
 from casesignd.core.codes import code_for_status
 from casesignd.core.logs import log_event
+from casesignd.http.answer_headers import ANSWER_HEADERS
 from casesignd.store import random_hex
 
 log = logging.getLogger("casesignd.http.runner")
@@ -97,7 +98,8 @@ class ContractHandler(RequestHandler):
         body = {"error": {"code": code, "message": text, "correlation_id": cid}}
         resp = web.Response(body=msgspec.json.encode(body), status=status,
                             content_type="application/json",
-                            headers={"Server": SERVER_HEADER, "X-Correlation-Id": cid})
+                            headers={"Server": SERVER_HEADER, "X-Correlation-Id": cid,
+                                     **ANSWER_HEADERS})
         resp.force_close()
         return resp
 
