@@ -73,7 +73,10 @@ class SourceRef:
     sha256: str | None = None
 
     def __str__(self) -> str:
-        return object_ref(self.sha256) if self.source is None else f"{self.source}:{self.path}"
+        if self.source is not None:
+            return f"{self.source}:{self.path}"
+        assert self.sha256 is not None  # a tenant object's reference names its digest
+        return object_ref(self.sha256)
 
 
 # --- pure decisions ------------------------------------------------------------------

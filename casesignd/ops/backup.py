@@ -280,13 +280,13 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
             continue
         for item in msgspec.json.decode(job["input"]).get("items", []):
             object_ref = str(item.get("object_ref", ""))
-            sha = object_ref_digest(object_ref)
-            if sha is None:
+            digest = object_ref_digest(object_ref)
+            if digest is None:
                 continue
             t, c = owner_dirs(str(job["tenant"]), str(job["case_id"] or ""))
-            if f"objects/cases/{t}/{c}/{sha}" not in done.links and not removed_object(
-                    snap, str(job["tenant"]), job["case_id"], sha):
-                raise _Gone(f"object sha256:{sha} of case {job['case_id']}, named by job "
+            if f"objects/cases/{t}/{c}/{digest}" not in done.links and not removed_object(
+                    snap, str(job["tenant"]), job["case_id"], digest):
+                raise _Gone(f"object sha256:{digest} of case {job['case_id']}, named by job "
                             f"{job['job_id']} ({job['state']})")
 
 
