@@ -133,8 +133,8 @@ class JobContext(Protocol):
     async def check_lease(self) -> None:
         """Raise if this attempt no longer holds its lease (do not publish then)."""
 
-    async def hold(self, held: AbstractAsyncContextManager[T]) -> T:
-        """Enter ``held`` until this attempt's outcome is recorded (or dropped), beyond
+    async def keep_until_recorded(self, cm: AbstractAsyncContextManager[T]) -> T:
+        """Enter ``cm`` until this attempt's outcome is recorded (or dropped), beyond
         the end of ``run``; what it yields."""
 
 

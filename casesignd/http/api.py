@@ -147,14 +147,14 @@ async def post_job(request: web.Request) -> web.Response:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
                             created_at=request["t0"], correlation_id=request["correlation_id"])
-    job, created = await s.holds.admit(new, actor=f"api:{tenant}",
-                                       max_queue_depth=s.config.workers.max_queue_depth)
+    job, created = await s.reservations.admit(
+        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth)
     if created:
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
-        held_s = await s.pool.pacer.admitted()
-        if held_s:
-            s.metrics.ack_held(held_s)
+        waited_s = await s.pool.pacer.admitted()
+        if waited_s:
+            s.metrics.ack_paced(waited_s)
     else:
         s.metrics.idempotent_replay("/v1/jobs")
     return json_response(job_resource(s, job), 202 if created else 200,

@@ -250,7 +250,7 @@ async def _sign(request: web.Request, s: Services, t0: float, answer_by: float) 
                         owner=s.pool.owner, lease_s=cfg.workers.lease_s,
                         admitted_at=time.time(), claimed_at=0.0)
         sig_key = admission.sig_key or signature_key(admission.normalized)
-        existing, recorded = await s.holds.reserve(tenant, new.idem_key, sig_key, flight.token)
+        existing, recorded = await s.reservations.reserve(tenant, new.idem_key, sig_key, flight.token)
         if existing is not None:
             return named(await _replay(s, new, t0, answer_by))
         run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
@@ -303,8 +303,8 @@ async def _replay(s: Services, new: NewJob, t0: float, answer_by: float) -> web.
     """A request whose idempotency key names a job already: the recorded answer, or the
     queued batch job of the same signature run now."""
     cfg = s.config
-    job, created = await s.holds.admit(new, actor=f"api:{new.tenant}",
-                                       max_queue_depth=1 << 62)
+    job, created = await s.reservations.admit(new, actor=f"api:{new.tenant}",
+                                              max_queue_depth=1 << 62)
     assert not created  # the key named a job a moment ago, and jobs are never deleted
     s.metrics.idempotent_replay("/v1/sign")
     if job.state == "succeeded":
@@ -387,16 +387,16 @@ class _Run:
                 signed = await self._work()
                 if self.persisted is not None:
                     await self.persisted
-                job = await s.holds.record_flight(flight)
+                job = await s.reservations.record_flight(flight)
                 if signed is not None and not _answers_with(job, flight.outcome):
                     signed = None  # another signature of the key was recorded: answer that one
         except asyncio.CancelledError:
-            s.holds.unreserve(new.tenant, new.idem_key, flight.token)
+            s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
             raise
         except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
             if isinstance(e, Busy) and self.persisted is None:
                 # Refused at once (503): nothing was done, so nothing is recorded.
-                s.holds.unreserve(new.tenant, new.idem_key, flight.token)
+                s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
                 raise
             job = await self._record_failure(e, who, started)
             return job, None
@@ -484,13 +484,13 @@ class _Run:
             await self._put_document()
             if self.persisted is not None:
                 await self.persisted
-            job = await s.holds.record_flight(flight)
+            job = await s.reservations.record_flight(flight)
             self._admitted()
         except Exception as e:  # noqa: BLE001 - whatever failed, the key must not stay held
             code = e.code if isinstance(e, CasesignError) else "internal_error"
             log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code,
                       **who.fields())
-            s.holds.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+            s.reservations.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
             raise error from None
         s.recorder.recorded(who, outcome, job, started=started, phases=self.phases, error=error)
         if isinstance(outcome, RetryLater):

@@ -258,11 +258,11 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     return SignedPdf(work.checked, appended)
 
 
-# One holder per signature key at a time, from its look at the recorded signature to
+# One job per signature key at a time, from its look at the recorded signature to
 # the commit of its own. Jobs of one signature key under different idempotency keys
 # (blind retries, a kiosk request beside a batch job) would otherwise each find none
 # and each sign. In this process: a lock per key being worked on. Across the daemons
-# of one store: the store's own hold (PostgreSQL's ``held_keys``); a store of one
+# of one store: the store's own lock (PostgreSQL's ``key_locks``); a store of one
 # daemon (SQLite, its file locked) has none and needs none.
 _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -270,9 +270,9 @@ _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 @contextlib.asynccontextmanager
 async def signing_lock(services: JobServices, tenant: str, sig_key: str,
                        known: dict[str, Any] | None) -> AsyncIterator[dict[str, Any] | None]:
-    """Hold ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
-    once held: ``known`` (read with the claim), unless another holder came first and
-    may have recorded one since. Hold it until the outcome is committed."""
+    """Lock ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
+    once locked: ``known`` (read with the claim), unless another job came first and
+    may have recorded one since. Keep it locked until the outcome is committed."""
     key = (tenant, sig_key)
     lock, users = _SIGNING.get(key, (None, 0))
     waited = users > 0
@@ -280,7 +280,7 @@ async def signing_lock(services: JobServices, tenant: str, sig_key: str,
     _SIGNING[key] = (lock, users + 1)
     try:
         async with lock:
-            shared = services.store.held_keys
+            shared = services.store.key_locks
             if shared is not None:
                 async with shared.signature(tenant, sig_key) as recorded:
                     yield recorded
@@ -384,9 +384,9 @@ class SignCaseKind:
         # looks it up.
         known = ctx.recorded_signature if ctx.job.sig_key is not None \
             else await ctx.services.store.get_signature(ctx.tenant, sig_key)
-        # Held until the outcome (with the signature) is committed, not only while
-        # this runs: the next holder must find the signature recorded.
-        recorded = await ctx.hold(signing_lock(ctx.services, ctx.tenant, sig_key, known))
+        # Locked until the outcome (with the signature) is committed, not only while
+        # this runs: the next job of the key must find the signature recorded.
+        recorded = await ctx.keep_until_recorded(signing_lock(ctx.services, ctx.tenant, sig_key, known))
         return await self._run(ctx, sig_key, recorded)
 
     async def _run(self, ctx: JobContext, sig_key: str, recorded: dict[str, Any] | None) -> Finish:

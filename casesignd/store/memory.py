@@ -30,9 +30,9 @@ from casesignd.store.records import (
     Flight,
     IdempotencyKeyReused,
     Job,
+    KeyLocks,
     Lease,
     NewJob,
-    SharedKeys,
     Subject,
     in_progress,
     new_id,
@@ -65,7 +65,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         pass
 
     # One daemon per store: no key needs holding across daemons.
-    held_keys: SharedKeys | None = None
+    key_locks: KeyLocks | None = None
 
     def announce(self) -> None:
         """One daemon per store: its own pool is woken in-process."""
