@@ -46,6 +46,27 @@ def object_field(value: Any, field: str) -> dict[str, Any]:
     return value
 
 
+def integer(value: Any, field: str, lo: int, hi: int, *, label: str | None = None,
+            code: str = "invalid_field") -> int:
+    """``value`` if it is an integer (a JSON number, not a boolean) from ``lo`` to ``hi``,
+    else ``code``: "<label> must be an integer from <lo> to <hi>" (``label``: the
+    field's own name where ``field`` is a longer path)."""
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise ValidationError(f"{label or field} must be an integer from {lo} to {hi}",
+                              code=code, field=field)
+    return value
+
+
+def query_integer(raw: str | None, field: str, default: int, lo: int, hi: int, *,
+                  code: str = "invalid_field") -> int:
+    """A query parameter's integer (``default`` when it is absent), as :func:`integer`."""
+    try:
+        value = default if raw is None else int(raw)
+    except ValueError:
+        value = None
+    return integer(value, field, lo, hi, code=code)
+
+
 def plain_text(value: Any, field: str, max_chars: int) -> str:
     """A human-readable string of 1 to ``max_chars`` characters and no control
     characters, else ``invalid_field``."""

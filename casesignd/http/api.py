@@ -28,6 +28,7 @@ from casesignd.core.errors import (
     UploadQuota,
     ValidationError,
 )
+from casesignd.core.fields import query_integer
 from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.daemon.lifecycle import SERVICES, Services
@@ -175,13 +176,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     """A tenant's webhook deliveries, newest first (``job_id=``: one job's)."""
     s = services_of(request)
     tenant = authenticate(request)
-    try:
-        limit = int(request.query.get("limit", "50"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit must be an integer from 1 to 200", code="invalid_limit",
-                              field="limit")
+    limit = query_integer(request.query.get("limit"), "limit", 50, 1, 200, code="invalid_limit")
     job_id = request.query.get("job_id")
     found = await s.store.list_deliveries(tenant, limit, job_id=job_id)
     return json_response({"deliveries": [d.public() for d in found]})
@@ -222,13 +217,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             raise ValidationError("state must be one of " + ", ".join(sorted(jobs.CLIENT_STATES)),
                                   code="invalid_state", field="state")
         states = jobs.engine_states(q["state"])
-    try:
-        limit = int(q.get("limit", "50"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit must be an integer from 1 to 200", code="invalid_limit",
-                              field="limit")
+    limit = query_integer(q.get("limit"), "limit", 50, 1, 200, code="invalid_limit")
     cursor = q.get("cursor") or None
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise ValidationError("cursor is not one this service gave out", code="invalid_cursor",

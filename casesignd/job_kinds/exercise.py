@@ -15,7 +15,7 @@ from typing import Any
 
 from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError, TransientJobError, ValidationError
-from casesignd.core.fields import refuse_unknown
+from casesignd.core.fields import integer, refuse_unknown
 from casesignd.engine.kinds import Admission, Finish, JobContext
 
 BEHAVIORS = ("succeed", "fail_transient", "fail_permanent", "hang")
@@ -23,11 +23,7 @@ _FIELDS = {"kind", "behavior", "fail_times", "sleep_ms", "hang_s", "tag", "case_
 
 
 def _int(body: dict[str, Any], name: str, default: int, hi: int) -> int:
-    value = body.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
-        raise ValidationError(f"{name} must be an integer from 0 to {hi}",
-                              code="invalid_field", field=name)
-    return value
+    return integer(body.get(name, default), name, 0, hi)
 
 
 class TestKind:

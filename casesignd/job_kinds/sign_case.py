@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from casesignd.config import Config, Policy
 from casesignd.core import audit, media
 from casesignd.core.errors import ActiveContent, PermanentJobError, ValidationError
-from casesignd.core.fields import object_field, plain_text, refuse_unknown
+from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
 from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
 from casesignd.engine.jobs import check_case_id
@@ -124,10 +124,7 @@ def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any
         raise ValidationError("sha256 must be 64 hex digits", code="invalid_sha256",
                               field=at + "sha256")
     sha = sha.lower()
-    size = item.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= policy.max_document_bytes:
-        raise ValidationError(f"size must be an integer from 0 to {policy.max_document_bytes}",
-                              code="invalid_field", field=at + "size")
+    size = integer(item.get("size"), at + "size", 0, policy.max_document_bytes, label="size")
     ref_text = item.get("object_ref")
     if not isinstance(ref_text, str):
         raise ValidationError("object_ref must be a string", code="invalid_object_ref",

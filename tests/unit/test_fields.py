@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 
 from casesignd.core.errors import ValidationError
-from casesignd.core.fields import object_field, plain_text, refuse_unknown, required
+from casesignd.core.fields import (
+    integer,
+    object_field,
+    plain_text,
+    query_integer,
+    refuse_unknown,
+    required,
+)
 
 HOSTILE = ("<script>alert(1)</script>", "tok_4f9c2e77d1a0b3c5e6f8", "", "k" * 10_000)
 
@@ -47,3 +54,24 @@ def test_what_passes_is_returned_as_is():
     assert required(0, "n") == 0
     assert object_field({"a": 1}, "o") == {"a": 1}
     assert plain_text("Acme Ltd", "name", 200) == "Acme Ltd"
+
+
+@pytest.mark.parametrize("value", [None, True, 1.5, "3", -1, 11])
+def test_an_integer_out_of_its_range_or_type_is_refused(value):
+    with pytest.raises(ValidationError) as e:
+        integer(value, "items[0].size", 0, 10, label="size")
+    assert (e.value.code, e.value.field, e.value.message) == (
+        "invalid_field", "items[0].size", "size must be an integer from 0 to 10")
+    assert integer(10, "n", 0, 10) == 10
+
+
+@pytest.mark.parametrize("raw,want", [(None, 50), ("1", 1), ("200", 200), ("0", None),
+                                      ("201", None), ("ten", None), ("", None)])
+def test_a_query_integer_takes_its_default_and_its_range(raw, want):
+    if want is not None:
+        assert query_integer(raw, "limit", 50, 1, 200, code="invalid_limit") == want
+        return
+    with pytest.raises(ValidationError) as e:
+        query_integer(raw, "limit", 50, 1, 200, code="invalid_limit")
+    assert (e.value.code, e.value.field, e.value.message) == (
+        "invalid_limit", "limit", "limit must be an integer from 1 to 200")
