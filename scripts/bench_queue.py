@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 from benchlib import loadavg  # noqa: E402  (scripts/, beside this file)
 
 from casesignd.core import audit  # noqa: E402
+from casesignd.core.hashing import sha256_hex  # noqa: E402
 from casesignd.core.outcomes import Finish  # noqa: E402
 from casesignd.engine import jobs  # noqa: E402
 from casesignd.store import NewJob, SqliteStore  # noqa: E402
@@ -58,7 +59,7 @@ async def casesignd_engine(n: int, workers: int, directory: Path,
         raw = audit.canonical(body)
         return NewJob(tenant="bench", kind="noop", case_id=None, idem_key=f"key:{i}",
                       fingerprint=jobs.fingerprint("noop", body), input=raw.decode(),
-                      input_digest=jobs.sha256_hex(raw), version="v1", declared_bytes=0,
+                      input_digest=sha256_hex(raw), version="v1", declared_bytes=0,
                       created_at=time.time(), correlation_id="bench")
 
     work = asyncio.Event()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from casesignd.config import Config, load
 from casesignd.core import audit
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
@@ -38,7 +39,7 @@ def new_job(key: str, *, kind: str = "test", body: dict | None = None,
     raw = audit.canonical(body)
     return NewJob(tenant=TENANT, kind=kind, case_id=case_id, idem_key="key:" + key,
                   fingerprint=jobs.fingerprint(kind, body), input=raw.decode(),
-                  input_digest=jobs.sha256_hex(raw), version="v1", declared_bytes=0,
+                  input_digest=sha256_hex(raw), version="v1", declared_bytes=0,
                   created_at=time.time(), correlation_id="corr", sig_key=None)
 
 

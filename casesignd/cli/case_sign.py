@@ -46,6 +46,7 @@ from casesignd.cli.common import (
     wait_outcome_line,
 )
 from casesignd.core.errors import CasesignError
+from casesignd.core.hashing import file_sha256, object_ref, sha256_hex
 
 ClientFactory = Callable[[argparse.Namespace], Client]
 
@@ -85,7 +86,7 @@ def build_manifest(case_id: str, files: list[InputFile], signers: list[dict[str,
     """The ``sign_case`` request of the contract's shape: files in the order given,
     each named by its file name, referring to the case's object of its digest."""
     items = [{"role": f.role, "name": f.name, "media_type": f.media_type,
-              "object_ref": f"sha256:{f.sha256}", "sha256": f.sha256, "size": f.size}
+              "object_ref": object_ref(f.sha256), "sha256": f.sha256, "size": f.size}
              for f in files]
     manifest: dict[str, Any] = {"kind": "sign_case", "case_id": case_id, "items": items,
                                 "signers": signers}
@@ -100,7 +101,7 @@ def derived_key(manifest: dict[str, Any]) -> str:
     (a file renamed) and be refused ``idempotency_key_reused``; the service signs a
     packet of the same digests, signers and policy once whatever the key."""
     canonical = json.dumps(manifest, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-    return "case-sign:" + hashlib.sha256(canonical.encode()).hexdigest()
+    return "case-sign:" + sha256_hex(canonical.encode())
 
 
 def at_fault(field: str | None, files: list[InputFile], signers: list[dict[str, str]]) -> str | None:
@@ -228,7 +229,6 @@ class Progress:
 def read_inputs(contract: str, evidence: list[str]) -> list[InputFile]:
     """Hash and sniff every file: a usage error for one that cannot be read, a refusal
     (before anything is sent) for content the service can never accept."""
-    from casesignd.cli.client import file_sha256
     from casesignd.core import media
 
     files = []

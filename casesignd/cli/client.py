@@ -18,7 +18,6 @@ reached becomes :class:`ServerUnreachable`.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import http.client
 import json
 import os
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from casesignd.core.errors import CasesignError
+from casesignd.core.hashing import file_sha256, object_ref, sha256_hex
 
 DEFAULT_URL = "http://127.0.0.1:8787"
 DEFAULT_CONFIG = "casesignd-state/config.toml"
@@ -56,9 +56,17 @@ class ClientError(CasesignError):
         reason: str | None = None,
         where: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(message, code=code, field=field, status=status, delay_s=retry_after_s,
+        super().__init__(message, code=code, field=field, delay_s=retry_after_s,
                          reason=reason, where=where)
+        self.answered_status = status
         self.correlation_id = correlation_id
+
+    @property
+    def status(self) -> int:
+        """The HTTP status the server answered (0: no answer). The one error whose
+        status is not its code's: it reports the other side of a call, whose codes may
+        be newer than this table."""
+        return self.answered_status
 
     @property
     def retry_after_s(self) -> float | None:
@@ -206,17 +214,6 @@ def _quote_param(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def file_sha256(path: Path) -> tuple[str, int]:
-    """SHA-256 (hex) and size of a file, read in chunks."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
-
-
 def _seg(value: str) -> str:
     return urllib.parse.quote(value, safe=":")
 
@@ -357,7 +354,7 @@ class Client:
         except ValueError:
             pass
         out.update({"case_id": case_id, "sha256": sha, "size": size,
-                    "object_ref": f"sha256:{sha}", "created": status == 201})
+                    "object_ref": object_ref(sha), "created": status == 201})
         return out
 
     def has_object(self, case_id: str, sha256: str) -> int | None:
@@ -453,7 +450,7 @@ class Client:
         _, resp_headers, data = self.request("POST", "/v1/sign", body=body, headers=headers)
         resp_headers = _Caseless(resp_headers)
         want = resp_headers.get("X-Artifact-SHA256")
-        if want and hashlib.sha256(data).hexdigest() != want.lower():
+        if want and sha256_hex(data) != want.lower():
             raise ClientError(0, "digest_mismatch",
                               "the signed document does not match X-Artifact-SHA256; "
                               "nothing written")

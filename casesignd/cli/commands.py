@@ -14,7 +14,6 @@ fast.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -32,7 +31,6 @@ from casesignd.cli.client import (
     ClientError,
     ServerUnreachable,
     config_path_from,
-    file_sha256,
     load_settings,
     refusal_text,
 )
@@ -55,6 +53,7 @@ from casesignd.cli.common import out as _out
 from casesignd.cli.common import positive_float as _positive_float
 from casesignd.cli.common import positive_int as _positive_int
 from casesignd.core.errors import CasesignError, ConfigError
+from casesignd.core.hashing import file_sha256, sha256_hex
 
 DEFAULT_INIT_DIR = "casesignd-state"
 
@@ -131,7 +130,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     data, headers = _client(args).sign(path, manifest, args.idempotency_key)
     write_atomic(out, data)
     job_id = headers.get("X-Job-Id", "-")
-    digest = headers.get("X-Artifact-SHA256") or hashlib.sha256(data).hexdigest()
+    digest = headers.get("X-Artifact-SHA256") or sha256_hex(data)
     _out(f"job {job_id} sha256 {digest} wrote {out}")
     return EXIT_OK
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from casesignd.core.hashing import sha256_hex
 
 GENESIS = "0" * 64
 
@@ -47,7 +48,7 @@ def event_hash(event: dict[str, Any]) -> str:
     """The hash of an event: everything but its own ``hash`` field. ``detail`` is the
     stored JSON text, hashed as text so that verification needs no re-encoding."""
     body = {k: event[k] for k in FIELDS if k != "hash"}
-    return hashlib.sha256(canonical(body)).hexdigest()
+    return sha256_hex(canonical(body))
 
 
 @dataclass

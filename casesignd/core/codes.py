@@ -179,6 +179,28 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
 CODES: dict[str, Code] = {row[0]: Code(*row) for row in _ROWS}
 
 
+def row_of(code: str) -> Code:
+    """The table's row of ``code``; an unknown code is answered as ``internal_error``
+    (every code the source writes is held to the table by tests/unit/test_codes.py, so
+    only a code from outside, a store written by a newer casesignd, can miss)."""
+    return CODES.get(code) or CODES["internal_error"]
+
+
+# The codes an HTTP status gets when the framework answers it (the router's 404 and
+# 405, a body aiohttp cannot read): one per status, the status the table's.
+_FRAMEWORK_CODES = ("bad_request", "unauthorized", "forbidden", "not_found",
+                    "method_not_allowed", "not_acceptable", "request_timeout",
+                    "length_required", "too_large", "uri_too_long", "unsupported_media_type",
+                    "headers_too_large", "internal_error")
+FRAMEWORK_CODES: dict[int, str] = {CODES[name].status: name for name in _FRAMEWORK_CODES}
+
+
+def code_for_status(status: int) -> str:
+    """The code of an answer the framework gives with ``status``: its own where the
+    table has one, else ``bad_request`` (4xx) or ``internal_error`` (pure)."""
+    return FRAMEWORK_CODES.get(status) or ("bad_request" if status < 500 else "internal_error")
+
+
 @dataclass(frozen=True)
 class Reason:
     """Why a document was refused, finer than its code: the code it is refused with

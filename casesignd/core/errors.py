@@ -2,30 +2,34 @@
 
 Every error the service raises on purpose is a :class:`CasesignError` carrying what
 its caller decides on: a stable snake_case ``code`` (documented in docs/api.md and
-the OpenAPI document), the HTTP ``status`` it maps to at the API boundary, whether
-the job engine may ``retryable`` it, a ``category`` recorded on a failed job, an
-optional ``field`` at fault, and for retryable errors an optional ``delay_s`` hint.
-Library errors are translated at the boundary: ``raise MalformedPdf(...) from e``.
+the OpenAPI document), an optional ``field`` at fault, and for retryable errors an
+optional ``delay_s`` hint. What a code means to the rest of the service, the HTTP
+``status`` it answers with, whether the job engine may retry it (``retryable``) and
+the ``category`` a failed job records, is read from the one table of codes
+(:mod:`casesignd.core.codes`): a class names its code and nothing else, so the two
+cannot disagree. Library errors are translated at the boundary:
+``raise MalformedPdf(...) from e``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from casesignd.core.codes import INTERNAL, PERMANENT, RETRIES, row_of
+
 # Failure categories recorded on a failed job (the job resource's error.category).
-PERMANENT_INPUT = "permanent_input"  # the input is wrong; retrying cannot help
-RETRIES_EXHAUSTED = "retries_exhausted"  # a transient failure outlived the attempt budget
-INTERNAL = "internal"  # a fault of the service itself
+PERMANENT_INPUT = PERMANENT  # the input is wrong; retrying cannot help
+RETRIES_EXHAUSTED = RETRIES  # a transient failure outlived the attempt budget
 LOST = "lost"  # the job's lease was lost too often (repeated crashes)
+
+__all__ = ["INTERNAL", "LOST", "PERMANENT_INPUT", "RETRIES_EXHAUSTED", "CasesignError"]
 
 
 class CasesignError(Exception):
-    """Base of every deliberate error. Subclasses set the class attributes."""
+    """Base of every deliberate error. Subclasses name their ``code``; its status,
+    retryability and category come from :data:`casesignd.core.codes.CODES`."""
 
     code: str = "internal_error"
-    status: int = 500
-    retryable: bool = False
-    category: str = INTERNAL
     # False for a wait on a shared resource (temp space): the job waits its turn and
     # the wait does not use up its attempts.
     counts_as_attempt: bool = True
@@ -41,7 +45,6 @@ class CasesignError(Exception):
         code: str | None = None,
         field: str | None = None,
         delay_s: float | None = None,
-        status: int | None = None,
         headers: dict[str, str] | None = None,
         detail: dict[str, Any] | None = None,
         reason: str | None = None,
@@ -49,8 +52,6 @@ class CasesignError(Exception):
     ) -> None:
         if code is not None:
             self.code = code
-        if status is not None:
-            self.status = status
         self.message = message or self.code.replace("_", " ")
         self.field = field
         self.delay_s = delay_s
@@ -62,79 +63,73 @@ class CasesignError(Exception):
         self.where = where or {}
         super().__init__(self.message)
 
+    @property
+    def status(self) -> int:
+        """The HTTP status this error answers with (the table's)."""
+        return row_of(self.code).status
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the job engine retries a job that failed with it (the table's)."""
+        return row_of(self.code).retryable
+
+    @property
+    def category(self) -> str:
+        """The category a job that fails with it records (the table's)."""
+        return row_of(self.code).category
+
 
 # --- request errors (API boundary) -------------------------------------------------
 
 
 class BadRequest(CasesignError):
     code = "bad_request"
-    status = 400
-    category = PERMANENT_INPUT
 
 
 class Unauthorized(CasesignError):
     code = "unauthorized"
-    status = 401
-    category = PERMANENT_INPUT
 
 
 class Forbidden(CasesignError):
     code = "forbidden"
-    status = 403
-    category = PERMANENT_INPUT
 
 
 class NotFound(CasesignError):
     code = "not_found"
-    status = 404
-    category = PERMANENT_INPUT
 
 
 class Conflict(CasesignError):
     code = "conflict"
-    status = 409
-    category = PERMANENT_INPUT
 
 
 class RequestTimeout(CasesignError):
     """The client did not send its request (headers and body) within server.request_timeout_s."""
 
     code = "request_timeout"
-    status = 408
-    category = PERMANENT_INPUT
 
 
 class TooLarge(CasesignError):
     code = "too_large"
-    status = 413
-    category = PERMANENT_INPUT
 
 
 class UnsupportedMediaType(CasesignError):
     code = "unsupported_media_type"
-    status = 415
-    category = PERMANENT_INPUT
 
 
 class ValidationError(CasesignError):
     """Input refused by validation; ``field`` names the path (``items[3].unit_price``)."""
 
     code = "invalid_field"
-    status = 422
-    category = PERMANENT_INPUT
 
 
 class Busy(CasesignError):
     """Capacity is taken right now; the client should come back after ``Retry-After``."""
 
     code = "busy"
-    status = 503
-    retryable = True
 
 
 class QueueFull(Busy):
     code = "queue_full"
-    status = 429
 
 
 class TooManyUploads(Busy):
@@ -142,30 +137,24 @@ class TooManyUploads(Busy):
     uploads at once."""
 
     code = "too_many_uploads"
-    status = 429
 
 
 class UploadQuota(Busy):
     """The bytes of the uploads in flight would pass storage.upload_quota_bytes."""
 
     code = "upload_quota"
-    status = 503
 
 
 class ShuttingDown(Busy):
     code = "shutting_down"
-    status = 503
 
 
 class StoreUnavailable(Busy):
     code = "store_unavailable"
-    status = 503
 
 
 class DeadlineExceeded(CasesignError):
     code = "deadline_exceeded"
-    status = 504
-    retryable = True
 
 
 # --- job errors (raised inside a worker) --------------------------------------------
@@ -175,17 +164,12 @@ class PermanentJobError(CasesignError):
     """The job's input cannot succeed: fail at once, never retry."""
 
     code = "invalid_input"
-    status = 422
-    category = PERMANENT_INPUT
 
 
 class TransientJobError(CasesignError):
     """Something outside the job failed for now: retry with backoff."""
 
     code = "transient_failure"
-    status = 503
-    retryable = True
-    category = RETRIES_EXHAUSTED
 
 
 class MalformedPdf(PermanentJobError):
@@ -304,9 +288,6 @@ class SigningError(CasesignError):
     """The signing key or token failed; retryable because tokens come back."""
 
     code = "signing_failed"
-    status = 503
-    retryable = True
-    category = RETRIES_EXHAUSTED
 
 
 class ConfigError(Exception):
@@ -322,7 +303,6 @@ class SignatureTooLarge(CasesignError):
     """The CMS does not fit the /Contents placeholder: a sizing fault of the service."""
 
     code = "signature_too_large"
-    status = 500
 
 
 class CertifiedPdf(PermanentJobError):

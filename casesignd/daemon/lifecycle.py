@@ -30,7 +30,7 @@ from casesignd.engine.kinds import Artifact, JobContext, JobKind
 from casesignd.engine.lanes import Lane
 from casesignd.engine.pool import Pool
 from casesignd.engine.recorder import Recorder
-from casesignd.engine.reservations import KeyHolds
+from casesignd.engine.reservations import KeyReservations
 from casesignd.engine.retention import keep_sweeping
 from casesignd.files.artifacts import ArtifactStore
 from casesignd.files.objects import ObjectStore
@@ -109,7 +109,8 @@ class Services:
             cfg.signing.key_slots, cfg.kiosk.reserved_key_slots,
             # The node's own: beside its working files, out of their sweep.
             shared=FileSlots(temp_root / f"{self.node}.key-slots", batch_slots))
-        self.holds = KeyHolds(self.store)
+        # Idempotency keys of kiosk requests not yet written (engine/reservations.py).
+        self.reservations = KeyReservations(self.store)
         # The signing certificate's checks and, from B-LT up, its chains' revocation
         # data; it learns the certificate when the key is loaded.
         self.longterm = LongTerm(cfg)

@@ -5,7 +5,6 @@ Nothing here does I/O; the store and the worker pool call these with values.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 import time
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 
 from casesignd.core import audit
 from casesignd.core.errors import INTERNAL, RETRIES_EXHAUSTED, CasesignError, ValidationError
+from casesignd.core.hashing import sha256_hex
 
 # Engine states → the five states a client sees (contract: "The job resource").
 CLIENT_STATE = {
@@ -56,10 +56,6 @@ def check_idempotency_key(value: str | None) -> str | None:
         raise ValidationError("Idempotency-Key must be 1-255 printable ASCII characters",
                               code="invalid_idempotency_key", field="Idempotency-Key")
     return value
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def fingerprint(kind: str, normalized: dict[str, Any]) -> str:

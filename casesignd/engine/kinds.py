@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from casesignd.config import Config, Policy
 from casesignd.core import audit
 from casesignd.core.errors import ValidationError
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
@@ -64,7 +65,7 @@ class Admission:
             fingerprint=jobs.fingerprint(kind, self.fingerprint_material
                                          if self.fingerprint_material is not None
                                          else self.normalized),
-            input=normalized.decode(), input_digest=jobs.sha256_hex(normalized),
+            input=normalized.decode(), input_digest=sha256_hex(normalized),
             version=self.version, declared_bytes=self.declared_bytes,
             created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key)
 
@@ -132,8 +133,8 @@ class JobContext(Protocol):
     async def check_lease(self) -> None:
         """Raise if this attempt no longer holds its lease (do not publish then)."""
 
-    async def hold(self, held: AbstractAsyncContextManager[T]) -> T:
-        """Enter ``held`` until this attempt's outcome is recorded (or dropped), beyond
+    async def keep_until_recorded(self, cm: AbstractAsyncContextManager[T]) -> T:
+        """Enter ``cm`` until this attempt's outcome is recorded (or dropped), beyond
         the end of ``run``; what it yields."""
 
 

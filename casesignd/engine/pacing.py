@@ -4,15 +4,15 @@ A client that submits faster than the workers sign builds a standing queue, and 
 client that polls pays for it: every job is polled once per poll interval while it
 waits, and each poll costs the daemon (and the client) as much as a tenth of the job.
 So once more than ``workers.ack_pacing_depth`` acknowledged jobs are queued, the
-acknowledgement of a new job, already durable, is held until the workers claim a
-job (one claim lets one held acknowledgement go, oldest first) or for at most
+acknowledgement of a new job, already durable, waits until the workers claim a
+job (one claim lets one waiting acknowledgement go, oldest first) or for at most
 ``workers.ack_pacing_max_ms``. A client that waits for its acknowledgement then
 submits at the rate jobs are signed, the queue stays near the depth, and its jobs
 are ready by the time it first polls. The job's own clocks are not touched: its
-admission ends at the commit, before any hold.
+admission ends at the commit, before any wait.
 
-Nothing is held while the workers are not claiming (every slot taken by long jobs,
-the pool stopped): holding then would only slow the client, not shorten any queue.
+No acknowledgement waits while the workers are not claiming (every slot taken by long
+jobs, the pool stopped): waiting then would only slow the client, not shorten any queue.
 The count of queued jobs is this daemon's own (its admissions and claims), corrected
 from the store's count whenever the gauges are refreshed, so that jobs other daemons
 on a shared store queued and claimed count too.
@@ -27,31 +27,31 @@ import time
 from collections.abc import Callable
 
 
-def held_depth(configured: int, concurrency: int) -> int:
-    """The depth past which acknowledgements are held: the configured one, but at
+def pacing_depth(configured: int, concurrency: int) -> int:
+    """The depth past which acknowledgements wait: the configured one, but at
     least two claims' worth of work for every slot (0 turns pacing off)."""
     return max(configured, 2 * concurrency) if configured > 0 else 0
 
 
 class AckPacer:
-    """Holds acknowledgements while the queue stands over ``depth`` (0: never)."""
+    """Keeps acknowledgements waiting while the queue stands over ``depth`` (0: never)."""
 
-    def __init__(self, depth: int, max_hold_s: float,
+    def __init__(self, depth: int, max_wait_s: float,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.depth = depth
-        self.max_hold_s = max_hold_s
+        self.max_wait_s = max_wait_s
         self._clock = clock
         self.queued = 0
-        self._held: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiting: collections.deque[asyncio.Future[None]] = collections.deque()
         self._last_claim = float("-inf")
 
     @property
-    def holding(self) -> int:
-        """Acknowledgements held now."""
-        return len(self._held)
+    def waiting(self) -> int:
+        """Acknowledgements waiting now."""
+        return len(self._waiting)
 
     def observed(self, queued: int) -> None:
-        """The store's count of queued jobs (held acknowledgements' jobs included)."""
+        """The store's count of queued jobs (waiting acknowledgements' jobs included)."""
         self.queued = queued
         self._release()
 
@@ -62,37 +62,37 @@ class AckPacer:
             self._last_claim = self._clock()
             self._release()
 
-    def should_hold(self) -> bool:
+    def should_wait(self) -> bool:
         """Whether the acknowledgement of a job just queued waits: the acknowledged
         jobs queued would stand over the depth, and the workers are claiming."""
-        return (self.depth > 0 and self.queued - len(self._held) > self.depth
-                and self._clock() - self._last_claim < self.max_hold_s)
+        return (self.depth > 0 and self.queued - len(self._waiting) > self.depth
+                and self._clock() - self._last_claim < self.max_wait_s)
 
     async def admitted(self) -> float:
         """A job was just queued here: returns when its acknowledgement may go, with
-        the seconds it was held."""
+        the seconds it waited."""
         self.queued += 1
-        if not self.should_hold():
+        if not self.should_wait():
             return 0.0
         started = self._clock()
         gate = asyncio.get_running_loop().create_future()
-        self._held.append(gate)
+        self._waiting.append(gate)
         try:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(gate, self.max_hold_s)
+                await asyncio.wait_for(gate, self.max_wait_s)
         finally:
             with contextlib.suppress(ValueError):
-                self._held.remove(gate)  # timed out or cancelled: still in line
+                self._waiting.remove(gate)  # timed out or cancelled: still in line
         return self._clock() - started
 
     def release_all(self) -> None:
-        """Let every held acknowledgement go (the daemon is stopping)."""
-        while self._held:
-            self._open(self._held.popleft())
+        """Let every waiting acknowledgement go (the daemon is stopping)."""
+        while self._waiting:
+            self._open(self._waiting.popleft())
 
     def _release(self) -> None:
-        while self._held and self.queued - len(self._held) < self.depth:
-            self._open(self._held.popleft())
+        while self._waiting and self.queued - len(self._waiting) < self.depth:
+            self._open(self._waiting.popleft())
 
     @staticmethod
     def _open(gate: asyncio.Future[None]) -> None:

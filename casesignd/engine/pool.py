@@ -27,7 +27,7 @@ from casesignd.core.errors import CasesignError, TransientJobError
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Finish, Outcome
 from casesignd.engine.kinds import JobKind, JobServices
-from casesignd.engine.pacing import AckPacer, held_depth
+from casesignd.engine.pacing import AckPacer, pacing_depth
 from casesignd.engine.recorder import Attempt, Recorder, record_phase, timed_phase
 from casesignd.files.temp import Area, TempManager
 from casesignd.store import Job, Lease, Store
@@ -39,7 +39,6 @@ class LeaseLost(CasesignError):
     """This attempt no longer holds its lease; its result must not be published."""
 
     code = "lease_lost"
-    retryable = False
 
 
 @dataclass
@@ -86,8 +85,8 @@ class JobCtx:
         # The signature recorded for this job's signature key when it was claimed.
         self.recorded_signature = running.signature
         self.area: Area | None = None  # when the kind needs one
-        # What the attempt holds until its outcome is recorded (a signature key).
-        self.held = contextlib.AsyncExitStack()
+        # What the attempt keeps until its outcome is recorded (a signature key's lock).
+        self.until_recorded = contextlib.AsyncExitStack()
         self.phases: dict[str, float] = {}
         self._pool = pool
         self._running = running
@@ -123,8 +122,8 @@ class JobCtx:
         if self._running.lost or self._pool.stopping_hard:
             raise LeaseLost("the lease of this attempt is no longer held")
 
-    async def hold(self, held: contextlib.AbstractAsyncContextManager[T]) -> T:
-        return await self.held.enter_async_context(held)
+    async def keep_until_recorded(self, cm: contextlib.AbstractAsyncContextManager[T]) -> T:
+        return await self.until_recorded.enter_async_context(cm)
 
 
 class Pool:
@@ -154,9 +153,9 @@ class Pool:
         # progress (a long job renewing its lease is progress; a stuck pool is not).
         self.progress = 0
         self.started = False
-        # New jobs' acknowledgements, held while the queue stands (casesignd/engine/pacing.py).
-        self.pacer = AckPacer(held_depth(self.cfg.workers.ack_pacing_depth,
-                                         self.cfg.workers.concurrency),
+        # New jobs' acknowledgements wait while the queue stands (casesignd/engine/pacing.py).
+        self.pacer = AckPacer(pacing_depth(self.cfg.workers.ack_pacing_depth,
+                                           self.cfg.workers.concurrency),
                               self.cfg.workers.ack_pacing_max_ms / 1000.0)
 
     # --- lifecycle ---------------------------------------------------------------
@@ -363,8 +362,8 @@ class Pool:
             self.last_progress = time.monotonic()
             self.progress += 1
             self.wake()
-            # Let go of what the attempt held only now that its outcome is recorded.
-            await asyncio.shield(ctx.held.aclose())
+            # Let go of what the attempt kept only now that its outcome is recorded.
+            await asyncio.shield(ctx.until_recorded.aclose())
 
     def _free_slot(self, holder: _Running) -> None:
         """Give back the batch slot ``holder`` takes (once), and let the dispatcher

@@ -1,15 +1,15 @@
-"""Idempotency keys held by kiosk requests, in front of the store.
+"""Idempotency keys reserved by kiosk requests, in front of the store.
 
 A kiosk request writes its job only when it is done (``Store.record_flight``), so
-until then no row names its idempotency key. It holds the key here instead: an
-admission of a held key is answered ``in_progress``, and a kiosk request meets an
+until then no row names its idempotency key. It reserves the key here instead: an
+admission of a reserved key is answered ``in_progress``, and a kiosk request meets an
 admission of its key under way the same way. Everything here runs on the event loop,
 so the checks and the counts need no lock.
 
-That covers one daemon. A store that several daemons share holds the key across them
-as well (PostgreSQL's ``held_keys``: a kiosk request takes it after its own hold here,
-and the store's admission meets it), so that a request on one daemon and an admission
-of its key on another meet the same way.
+That covers one daemon. A store that several daemons share locks the key across them
+as well (PostgreSQL's advisory key locks, ``Store.key_locks``: a kiosk request takes
+the lock after its reservation here, and the store's admission meets it), so that a
+request on one daemon and an admission of its key on another meet the same way.
 """
 
 from __future__ import annotations
@@ -19,22 +19,23 @@ from typing import Any
 from casesignd.store import Flight, Job, NewJob, Store, in_progress
 
 
-class KeyHolds:
-    """The store's admissions and kiosk writes, with the keys kiosk requests hold."""
+class KeyReservations:
+    """The store's admissions and kiosk writes, with the keys kiosk requests reserve."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self._held: dict[tuple[str, str], object] = {}  # key -> the holder's token
+        self._reserved: dict[tuple[str, str], object] = {}  # key -> the request's token
         # Across the daemons of the store, when it has several (else None), and the
-        # keys held there.
-        self._shared = store.held_keys
+        # keys locked there.
+        self._shared = store.key_locks
         self._across: set[tuple[str, str]] = set()
         self._admitting: dict[tuple[str, str], int] = {}  # admissions under way per key
 
     async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
-        """``Store.admit``, or Conflict ``in_progress`` while a kiosk request holds the key."""
+        """``Store.admit``, or Conflict ``in_progress`` while a kiosk request reserves
+        the key."""
         key = (new.tenant, new.idem_key)
-        if key in self._held:
+        if key in self._reserved:
             raise in_progress()
         self._admitting[key] = self._admitting.get(key, 0) + 1
         try:
@@ -47,24 +48,24 @@ class KeyHolds:
 
     async def reserve(self, tenant: str, idem_key: str, sig_key: str, token: object
                       ) -> tuple[Job | None, dict[str, Any] | None]:
-        """Hold ``idem_key`` for a kiosk request that writes its job only when done.
+        """Reserve ``idem_key`` for a kiosk request that writes its job only when done.
 
         Returns (the job the key already names, None), or (None, the signature recorded
-        for ``sig_key`` if any) with the key held: until :meth:`record_flight` or
+        for ``sig_key`` if any) with the key reserved: until :meth:`record_flight` or
         :meth:`unreserve`, an admission with the key is answered ``in_progress``.
 
-        The key is held before the store is read, on the event loop, where every
+        The key is reserved before the store is read, on the event loop, where every
         admission starts: an admission of the key is then under way (counted, so this
         is ``in_progress``), or committed (its row is read here), or later (and meets
-        the hold)."""
+        the reservation)."""
         key = (tenant, idem_key)
-        if self._held.get(key, token) is not token or key in self._admitting:
+        if self._reserved.get(key, token) is not token or key in self._admitting:
             raise in_progress()
-        self._held[key] = token
+        self._reserved[key] = token
         try:
             if self._shared is not None:
                 if not await self._shared.take_idempotency_key(tenant, idem_key):
-                    raise in_progress()  # a request on another daemon holds it, or admits it
+                    raise in_progress()  # a request on another daemon has it, or admits it
                 self._across.add(key)
             job, recorded = await self.store.lookup_key(tenant, idem_key, sig_key)
         except BaseException:
@@ -76,11 +77,11 @@ class KeyHolds:
 
     def unreserve(self, tenant: str, idem_key: str, token: object) -> None:
         key = (tenant, idem_key)
-        if self._held.get(key) is token:
-            del self._held[key]
+        if self._reserved.get(key) is token:
+            del self._reserved[key]
             if key in self._across:
                 self._across.discard(key)
-                if self._shared is not None:  # held across daemons: a shared store's
+                if self._shared is not None:  # locked across daemons: a shared store's
                     self._shared.give_back_idempotency_key(tenant, idem_key)
 
     async def record_flight(self, flight: Flight) -> Job | None:

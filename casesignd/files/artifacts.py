@@ -42,6 +42,7 @@ from typing import Any
 import msgspec
 
 from casesignd.core.errors import Forbidden
+from casesignd.core.hashing import file_sha256
 from casesignd.core.outcomes import Artifact
 from casesignd.files.objects import fsync_dir, sweep_in_flight
 
@@ -71,17 +72,6 @@ def _b64url_decode(text: str) -> bytes | None:
         return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError):
         return None
-
-
-def hash_file(path: Path) -> tuple[str, int]:
-    """SHA-256 hex and size of a file, read in chunks (blocking)."""
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(_COPY_CHUNK_BYTES):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
 
 
 def artifact_path(root: Path, artifact_id: str) -> Path:
@@ -274,7 +264,7 @@ class ArtifactStore:
         return final.parent / f".{node}.{secrets.token_hex(8)}.tmp"
 
     def _describe(self, path: Path, artifact_id: str, media_type: str) -> Artifact:
-        digest, size = hash_file(path)
+        digest, size = file_sha256(path)
         return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)
 
     def _ensure_dirs(self, fanout: Path) -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
 import re
 import secrets
@@ -41,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
+from casesignd.core.hashing import sha256_hex
 from casesignd.files.temp import HashingWriter, stream_into
 
 CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -79,8 +79,8 @@ def check_case_id(case_id: str, field: str = "case_id") -> str:
 
 def owner_dirs(tenant: str, case_id: str) -> tuple[str, str]:
     """The two directory names for a tenant and case: fixed-length hex, never user text."""
-    t = hashlib.sha256(msgspec.json.encode(["tenant", tenant])).hexdigest()
-    c = hashlib.sha256(msgspec.json.encode(["case", tenant, case_id])).hexdigest()
+    t = sha256_hex(msgspec.json.encode(["tenant", tenant]))
+    c = sha256_hex(msgspec.json.encode(["case", tenant, case_id]))
     return t, c
 
 

@@ -53,10 +53,10 @@ from casesignd.core.errors import (
     SourceUnavailable,
     ValidationError,
 )
+from casesignd.core.hashing import OBJECT_REF_PREFIX, object_ref, object_ref_digest
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import Area, close_after
 
-_OBJECT_REF = re.compile(r"^sha256:([0-9a-fA-F]{64})$")
 _SOURCE_REF = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,63}):(.+)$", re.DOTALL)
 MAX_PATH_CHARS = 1024
 READ_CHUNK_BYTES = 256 * 1024
@@ -73,7 +73,10 @@ class SourceRef:
     sha256: str | None = None
 
     def __str__(self) -> str:
-        return f"sha256:{self.sha256}" if self.source is None else f"{self.source}:{self.path}"
+        if self.source is not None:
+            return f"{self.source}:{self.path}"
+        assert self.sha256 is not None  # a tenant object's reference names its digest
+        return object_ref(self.sha256)
 
 
 # --- pure decisions ------------------------------------------------------------------
@@ -104,11 +107,11 @@ def parse_ref(
     """
     if not isinstance(ref, str):
         raise ValidationError("object_ref must be a string", code="invalid_object_ref", field=field)
-    m = _OBJECT_REF.match(ref)
-    if m:
-        return SourceRef(source=None, sha256=m.group(1).lower())
+    sha = object_ref_digest(ref)
+    if sha is not None:
+        return SourceRef(source=None, sha256=sha)
     m = _SOURCE_REF.match(ref)
-    if not m or ref.startswith("sha256:"):
+    if not m or ref.startswith(OBJECT_REF_PREFIX):
         raise ValidationError(
             "object_ref must be sha256:<64 hex> or <source>:<path>",
             code="invalid_object_ref",

@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import HttpVersion11, web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from casesignd.core.codes import FRAMEWORK_CODES, code_for_status
 from casesignd.core.errors import (
     Busy,
     CasesignError,
@@ -27,9 +28,12 @@ from casesignd.core.errors import (
     UploadQuota,
     ValidationError,
 )
+from casesignd.core.fields import query_integer
+from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.engine import jobs
 from casesignd.files.objects import check_case_id, normalize_sha256
+from casesignd.http.answer_headers import answer_headers
 from casesignd.http.common import (
     artifact_response,
     authenticate,
@@ -53,12 +57,6 @@ log = logging.getLogger("casesignd.http.api")
 _CORRELATION = re.compile(r"[A-Za-z0-9._:-]{8,128}")
 _JOB_ID = re.compile(r"job_[0-9a-f]{28}")
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
-_HTTP_CODES = {
-    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-    405: "method_not_allowed", 406: "not_acceptable", 408: "request_timeout",
-    411: "length_required", 413: "too_large", 414: "uri_too_long", 415: "unsupported_media_type",
-    431: "headers_too_large",
-}
 
 
 def middlewares(services: HandlerServices) -> list[Any]:
@@ -83,13 +81,13 @@ def middlewares(services: HandlerServices) -> list[Any]:
             # The body's framing broke while a handler read it (a multipart line longer
             # than aiohttp reads, a bad chunk): the client's fault, never a 500.
             status = e.code if 400 <= e.code < 500 else 400
-            code = _HTTP_CODES.get(status, "bad_request")
+            code = code_for_status(status)
             services.metrics.rejection(code)
             resp = json_response(error_body(code, "the request body is malformed", cid), status)
         except web.HTTPException as e:
             if e.status < 400:
                 raise
-            code = _HTTP_CODES.get(e.status, "bad_request" if e.status < 500 else "internal_error")
+            code = code_for_status(e.status)
             services.metrics.rejection(code)
             resp = json_response(error_body(code, e.reason or code, cid), e.status)
             if e.status == 405 and "Allow" in e.headers:
@@ -108,10 +106,11 @@ def middlewares(services: HandlerServices) -> list[Any]:
         resp.headers["X-Correlation-Id"] = cid
         return resp
 
-    services.metrics.allow("code", *_HTTP_CODES.values(), "internal_error")
+    services.metrics.allow("code", *FRAMEWORK_CODES.values())
     # Tracing off installs nothing: no cost per request (casesignd.observability.tracing).
     traced = [services.tracing.middleware()] if services.tracing.enabled else []
-    return [*traced, errors, aiohttp_middleware(services.metrics)]
+    # Outside ``errors``: its answers, the router's 404 and 405 too, carry them.
+    return [*traced, answer_headers, errors, aiohttp_middleware(services.metrics)]
 
 
 def job_resource(services: HandlerServices, job: Job, now: float | None = None) -> dict[str, Any]:
@@ -149,14 +148,14 @@ async def post_job(request: web.Request) -> web.Response:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
                             created_at=request["t0"], correlation_id=request["correlation_id"])
-    job, created = await s.holds.admit(new, actor=f"api:{tenant}",
-                                       max_queue_depth=s.config.workers.max_queue_depth)
+    job, created = await s.reservations.admit(
+        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth)
     if created:
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
-        held_s = await s.pool.pacer.admitted()
-        if held_s:
-            s.metrics.ack_held(held_s)
+        waited_s = await s.pool.pacer.admitted()
+        if waited_s:
+            s.metrics.ack_paced(waited_s)
     else:
         s.metrics.idempotent_replay("/v1/jobs")
     return json_response(job_resource(s, job), 202 if created else 200,
@@ -177,13 +176,7 @@ async def list_deliveries(request: web.Request) -> web.Response:
     """A tenant's webhook deliveries, newest first (``job_id=``: one job's)."""
     s = services_of(request)
     tenant = authenticate(request)
-    try:
-        limit = int(request.query.get("limit", "50"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit must be an integer from 1 to 200", code="invalid_limit",
-                              field="limit")
+    limit = query_integer(request.query.get("limit"), "limit", 50, 1, 200, code="invalid_limit")
     job_id = request.query.get("job_id")
     found = await s.store.list_deliveries(tenant, limit, job_id=job_id)
     return json_response({"deliveries": [d.public() for d in found]})
@@ -224,13 +217,7 @@ async def list_jobs(request: web.Request) -> web.Response:
             raise ValidationError("state must be one of " + ", ".join(sorted(jobs.CLIENT_STATES)),
                                   code="invalid_state", field="state")
         states = jobs.engine_states(q["state"])
-    try:
-        limit = int(q.get("limit", "50"))
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= 200:
-        raise ValidationError("limit must be an integer from 1 to 200", code="invalid_limit",
-                              field="limit")
+    limit = query_integer(q.get("limit"), "limit", 50, 1, 200, code="invalid_limit")
     cursor = q.get("cursor") or None
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise ValidationError("cursor is not one this service gave out", code="invalid_cursor",
@@ -323,7 +310,7 @@ async def put_object(request: web.Request) -> web.Response:
         gate.release(upload)
     sha = request.match_info["sha256"].lower()
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
-                          "object_ref": f"sha256:{sha}", "size": result.size},
+                          "object_ref": object_ref(sha), "size": result.size},
                          201 if result.created else 200)
 
 
@@ -407,7 +394,7 @@ def _verify_options(s: HandlerServices) -> verify.VerifyOptions:
         log_event(log, "verify.trust_roots_unreadable", level=logging.ERROR,
                   error=f"{type(e).__name__}: {e}")
         raise CasesignError("validation.trust_roots cannot be read; see the daemon's log",
-                            code="unavailable", status=503,
+                            code="unavailable",
                             headers={"Retry-After": "60"}) from None
     return verify.VerifyOptions.within(cfg.validation.budget, roots, cfg.validation.fetch,
                                        cfg.validation.fetch_timeout_s)

@@ -8,7 +8,6 @@ Shared by the API under /v1 (:mod:`casesignd.http.api`) and the kiosk path
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import hmac
 import time
 from collections.abc import AsyncIterator
@@ -26,6 +25,7 @@ from casesignd.core.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from casesignd.core.hashing import sha256_hex
 from casesignd.http import download_headers as httpsafe
 from casesignd.http.services import SERVICES, HandlerServices
 
@@ -67,7 +67,7 @@ def authenticate(request: web.Request) -> str:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("a bearer token is required", headers={"WWW-Authenticate": "Bearer"})
-    digest = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).hexdigest()
+    digest = sha256_hex(token.strip().encode("utf-8", "surrogateescape"))
     found = None
     for known, tenant in services_of(request).tenants.items():
         if hmac.compare_digest(known, digest):

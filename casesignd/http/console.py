@@ -23,7 +23,6 @@ always wins over a directory without one, and the files are read with
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -33,7 +32,8 @@ from typing import Any
 from aiohttp import web
 
 from casesignd.core import audit
-from casesignd.core.errors import ValidationError
+from casesignd.core.fields import query_integer
+from casesignd.core.hashing import sha256_hex
 from casesignd.http.common import authenticate, json_response, services_of
 from casesignd.store import Activity
 
@@ -82,7 +82,7 @@ def load_assets() -> dict[str, Asset]:
         if entry.is_file() and suffix in _CONTENT_TYPES:
             body = entry.read_bytes()
             out[entry.name] = Asset(body, _CONTENT_TYPES[suffix],
-                                    '"' + hashlib.sha256(body).hexdigest()[:32] + '"')
+                                    '"' + sha256_hex(body)[:32] + '"')
     return out
 
 
@@ -115,13 +115,7 @@ async def asset(request: web.Request) -> web.Response:
 def window_of(raw: str | None) -> tuple[int, int]:
     """(window_s, bucket_s) for a ``window_s`` query value: whole seconds from 60 to a
     day, in at most MAX_BUCKETS buckets of whole minutes."""
-    try:
-        window_s = WINDOW_S_DEFAULT if raw is None else int(raw)
-    except ValueError:
-        window_s = 0
-    if not 60 <= window_s <= WINDOW_S_MAX:
-        raise ValidationError(f"window_s must be an integer from 60 to {WINDOW_S_MAX}",
-                              code="invalid_field", field="window_s")
+    window_s = query_integer(raw, "window_s", WINDOW_S_DEFAULT, 60, WINDOW_S_MAX)
     return window_s, 60 * math.ceil(window_s / 60 / MAX_BUCKETS)
 
 

@@ -37,6 +37,8 @@ from casesignd.core.errors import (
     UnsupportedMediaType,
     ValidationError,
 )
+from casesignd.core.fields import refuse_unknown
+from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
 from casesignd.engine import jobs
@@ -54,7 +56,6 @@ from casesignd.http.services import HandlerServices
 from casesignd.job_kinds.sign_case import (
     SignCaseKind,
     document_sha256,
-    field_name,
     keep_signed,
     signature_key,
     signed_detail,
@@ -118,8 +119,9 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
                                field="document")
             document = bytes(content)
         else:
-            raise ValidationError(f"unexpected part {name[:64]!r}", code="unknown_field",
-                                  field=name[:64] or '""')
+            # Never the part's name: it is the client's, like an unknown key.
+            raise ValidationError("the body has an unexpected part; its parts are manifest "
+                                  "and document", code="unknown_field")
     if manifest_raw is None:
         raise ValidationError("the manifest part is missing", code="missing_field", field="manifest")
     if document is None:
@@ -132,10 +134,7 @@ async def read_request(request: web.Request, max_document_bytes: int) -> tuple[d
 
 def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str, Any]:
     """The kiosk manifest as the sign_case job it is (pure)."""
-    for key in manifest:
-        if key not in _MANIFEST_FIELDS:
-            name = field_name(key)
-            raise ValidationError(f"unknown field {name!r}", code="unknown_field", field=name)
+    refuse_unknown(manifest, _MANIFEST_FIELDS, "manifest")
     declared = manifest.get("sha256")
     if declared is not None and (not isinstance(declared, str) or declared.lower() != sha256):
         raise ValidationError("the document's SHA-256 differs from the manifest's",
@@ -144,7 +143,7 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
         "kind": "sign_case",
         "case_id": manifest.get("case_id"),
         "items": [{"role": "contract", "name": manifest.get("name", "document.pdf"),
-                   "media_type": "application/pdf", "object_ref": f"sha256:{sha256}",
+                   "media_type": "application/pdf", "object_ref": object_ref(sha256),
                    "sha256": sha256, "size": size}],
         "signers": manifest.get("signers", []),
     }
@@ -156,16 +155,16 @@ def sign_case_body(manifest: dict[str, Any], sha256: str, size: int) -> dict[str
 
 
 def _job_error(job: Job) -> CasesignError:
-    """The answer for a replay of a kiosk request whose job did not end well."""
+    """The answer for a replay of a kiosk request whose job did not end well: its
+    code's status, as the table of codes has it."""
     if job.state == "failed":
-        status = 422 if job.error_category == "permanent_input" else 503
         refused = job.refusal() or {}
         return CasesignError(refused.get("message") or "the signing request failed",
-                             code=job.error_code or "internal_error", status=status,
+                             code=job.error_code or "internal_error",
                              reason=refused.get("reason"), where=refused.get("where"))
     if job.state == "retry_wait":
         return CasesignError("signing failed for now; the job is retried in the background",
-                             code=job.error_code or "transient_failure", status=503,
+                             code=job.error_code or "transient_failure",
                              headers={"Retry-After": "5"})
     if job.state == "canceled":
         return Conflict("the job was canceled", code="job_canceled")
@@ -251,7 +250,7 @@ async def _sign(request: web.Request, s: HandlerServices, t0: float, answer_by: 
                         owner=s.pool.owner, lease_s=cfg.workers.lease_s,
                         admitted_at=time.time(), claimed_at=0.0)
         sig_key = admission.sig_key or signature_key(admission.normalized)
-        existing, recorded = await s.holds.reserve(tenant, new.idem_key, sig_key, flight.token)
+        existing, recorded = await s.reservations.reserve(tenant, new.idem_key, sig_key, flight.token)
         if existing is not None:
             return named(await _replay(s, new, t0, answer_by))
         run = _Run(s, flight, admission.normalized, document, sig_key, recorded, answer_by)
@@ -304,8 +303,8 @@ async def _replay(s: HandlerServices, new: NewJob, t0: float, answer_by: float) 
     """A request whose idempotency key names a job already: the recorded answer, or the
     queued batch job of the same signature run now."""
     cfg = s.config
-    job, created = await s.holds.admit(new, actor=f"api:{new.tenant}",
-                                       max_queue_depth=1 << 62)
+    job, created = await s.reservations.admit(new, actor=f"api:{new.tenant}",
+                                              max_queue_depth=1 << 62)
     assert not created  # the key named a job a moment ago, and jobs are never deleted
     s.metrics.idempotent_replay("/v1/sign")
     if job.state == "succeeded":
@@ -388,16 +387,16 @@ class _Run:
                 signed = await self._work()
                 if self.persisted is not None:
                     await self.persisted
-                job = await s.holds.record_flight(flight)
+                job = await s.reservations.record_flight(flight)
                 if signed is not None and not _answers_with(job, flight.outcome):
                     signed = None  # another signature of the key was recorded: answer that one
         except asyncio.CancelledError:
-            s.holds.unreserve(new.tenant, new.idem_key, flight.token)
+            s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
             raise
         except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
             if isinstance(e, Busy) and self.persisted is None:
                 # Refused at once (503): nothing was done, so nothing is recorded.
-                s.holds.unreserve(new.tenant, new.idem_key, flight.token)
+                s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
                 raise
             job = await self._record_failure(e, who, started)
             return job, None
@@ -485,13 +484,13 @@ class _Run:
             await self._put_document()
             if self.persisted is not None:
                 await self.persisted
-            job = await s.holds.record_flight(flight)
+            job = await s.reservations.record_flight(flight)
             self._admitted()
         except Exception as e:  # noqa: BLE001 - whatever failed, the key must not stay held
             code = e.code if isinstance(e, CasesignError) else "internal_error"
             log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code,
                       **who.fields())
-            s.holds.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+            s.reservations.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
             raise error from None
         s.recorder.recorded(who, outcome, job, started=started, phases=self.phases, error=error)
         if isinstance(outcome, RetryLater):

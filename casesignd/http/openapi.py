@@ -63,6 +63,9 @@ _HEADERS: dict[str, Any] = {
         "schema": {"type": "string", "pattern": "^attachment; filename=\"[A-Za-z0-9._-]+\""}},
     "XContentTypeOptions": {"description": "Always nosniff.",
                             "schema": {"const": "nosniff"}},
+    "CacheControl": {"description": "no-store on every answer that does not say its own "
+                     "(downloads: private, no-store; the console's files: no-cache).",
+                     "schema": {"type": "string"}},
 }
 
 
@@ -71,7 +74,10 @@ def _json(schema: str) -> dict[str, Any]:
 
 
 def _error(description: str, *, retry_after: bool = False) -> dict[str, Any]:
-    headers: dict[str, Any] = {"X-Correlation-Id": {"$ref": "#/components/headers/XCorrelationId"}}
+    headers: dict[str, Any] = {
+        "X-Correlation-Id": {"$ref": "#/components/headers/XCorrelationId"},
+        "Cache-Control": {"$ref": "#/components/headers/CacheControl"},
+        "X-Content-Type-Options": {"$ref": "#/components/headers/XContentTypeOptions"}}
     if retry_after:
         headers["Retry-After"] = {"$ref": "#/components/headers/RetryAfter"}
     return {"description": description, "headers": headers, "content": _json("Error")}

@@ -35,7 +35,9 @@ from aiohttp.http_exceptions import (
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
+from casesignd.core.codes import code_for_status
 from casesignd.core.logs import log_event
+from casesignd.http.answer_headers import ANSWER_HEADERS
 from casesignd.store import random_hex
 
 log = logging.getLogger("casesignd.http.runner")
@@ -87,7 +89,7 @@ class ContractHandler(RequestHandler):
             log_event(log, "http.internal_error", level=logging.ERROR, correlation_id=cid,
                       status=status, error=type(exc).__name__ if exc else None, exc_info=exc)
         else:
-            code, text = "bad_request", parser_message(exc)
+            code, text = code_for_status(status), parser_message(exc)
             # The kind of fault only: the parser's message quotes what it could not read.
             log_event(log, "http.unreadable", correlation_id=cid, status=status,
                       reason=type(exc).__name__ if exc else None)
@@ -96,7 +98,8 @@ class ContractHandler(RequestHandler):
         body = {"error": {"code": code, "message": text, "correlation_id": cid}}
         resp = web.Response(body=msgspec.json.encode(body), status=status,
                             content_type="application/json",
-                            headers={"Server": SERVER_HEADER, "X-Correlation-Id": cid})
+                            headers={"Server": SERVER_HEADER, "X-Correlation-Id": cid,
+                                     **ANSWER_HEADERS})
         resp.force_close()
         return resp
 

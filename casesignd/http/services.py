@@ -20,7 +20,7 @@ from aiohttp import web
 from casesignd.engine.kinds import JobKind, JobServices
 from casesignd.engine.pool import Pool
 from casesignd.engine.recorder import Recorder
-from casesignd.engine.reservations import KeyHolds
+from casesignd.engine.reservations import KeyReservations
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import TempManager
 from casesignd.observability.metrics import StateCache
@@ -37,7 +37,7 @@ class HandlerServices(JobServices, Protocol):
     state: StateCache
     objects: ObjectStore
     temp: TempManager
-    holds: KeyHolds
+    reservations: KeyReservations
     pool: Pool
     recorder: Recorder
     kinds: dict[str, JobKind]

@@ -20,7 +20,6 @@ reads them back by that name and checks the digest.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import io
 import os
 import re
@@ -31,6 +30,7 @@ from typing import Any
 
 from casesignd.config import Config, Invoice
 from casesignd.core.errors import ConfigError
+from casesignd.core.hashing import sha256_hex
 
 LOGO_MAX_BYTES = 1 << 20
 LOGO_MAX_SIDE = 4096
@@ -141,7 +141,7 @@ def check_logo(data: bytes, key: str) -> Logo:
         raise
     except Exception as e:  # PIL raises many types for a damaged image
         raise ConfigError(key, f"the logo does not decode: {str(e)[:200]}") from None
-    return Logo(hashlib.sha256(data).hexdigest(), kind[1], width, height)
+    return Logo(sha256_hex(data), kind[1], width, height)
 
 
 def _keep(logo_dir: Path, name: str, data: bytes) -> None:

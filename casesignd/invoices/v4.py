@@ -20,7 +20,6 @@ the input), and frozen once released: a change of output is a new version.
 from __future__ import annotations
 
 import functools
-import hashlib
 import io
 from decimal import Decimal
 from typing import Any
@@ -32,6 +31,7 @@ from reportlab.pdfgen.canvas import Canvas
 from reportlab.platypus import Image, SimpleDocTemplate, Spacer, Table, TableStyle
 
 from casesignd.core.errors import PermanentJobError
+from casesignd.core.hashing import sha256_hex
 from casesignd.invoices import locales, money
 from casesignd.invoices.layout import NumberedCanvas, v3_widths
 from casesignd.text.faces import FONT_REGULAR, register_fonts
@@ -69,7 +69,7 @@ def _logo_image_bytes(path: str, sha256: str) -> bytes:
             data = f.read()
     except OSError:
         data = b""
-    if hashlib.sha256(data).hexdigest() != sha256:
+    if sha256_hex(data) != sha256:
         raise PermanentJobError("the invoice's logo is not kept any more", code="logo_missing")
     return data
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError, TransientJobError, ValidationError
+from casesignd.core.fields import integer, refuse_unknown
 from casesignd.engine.kinds import Admission, Finish, JobContext
 
 BEHAVIORS = ("succeed", "fail_transient", "fail_permanent", "hang")
@@ -22,20 +23,14 @@ _FIELDS = {"kind", "behavior", "fail_times", "sleep_ms", "hang_s", "tag", "case_
 
 
 def _int(body: dict[str, Any], name: str, default: int, hi: int) -> int:
-    value = body.get(name, default)
-    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= hi:
-        raise ValidationError(f"{name} must be an integer from 0 to {hi}",
-                              code="invalid_field", field=name)
-    return value
+    return integer(body.get(name, default), name, 0, hi)
 
 
 class TestKind:
     name = "test"
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
-        for key in body:
-            if key not in _FIELDS:
-                raise ValidationError(f"unknown field {key!r}", code="unknown_field", field=key)
+        refuse_unknown(body, _FIELDS)
         behavior = body.get("behavior", "succeed")
         if behavior not in BEHAVIORS:
             raise ValidationError("behavior must be one of " + ", ".join(BEHAVIORS),

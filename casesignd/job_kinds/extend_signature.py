@@ -19,6 +19,7 @@ from typing import Any
 
 from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError, ValidationError
+from casesignd.core.fields import refuse_unknown
 from casesignd.core.outcomes import Finish
 from casesignd.engine.kinds import Admission, JobContext, admit_policy
 
@@ -30,10 +31,7 @@ _FIELDS = {"kind", "artifact_id", "policy_version"}
 def admit_body(body: dict[str, Any], config: Config) -> Admission:
     """``{"kind": "extend_signature", "artifact_id": ..., "policy_version"?: ...}``; the
     policy (default: the default policy) must be B-LTA: its TSA makes the timestamp."""
-    for key in body:
-        if key not in _FIELDS:
-            raise ValidationError(f"unknown field {str(key)[:64]!r}", code="unknown_field",
-                                  field=str(key)[:64])
+    refuse_unknown(body, _FIELDS)
     artifact_id = body.get("artifact_id")
     if artifact_id is None:
         raise ValidationError("artifact_id is required", code="missing_field", field="artifact_id")

@@ -44,6 +44,7 @@ from typing import Any
 
 from casesignd.config import Config
 from casesignd.core.errors import ConfigError, ValidationError
+from casesignd.core.fields import object_field, refuse_unknown, required
 from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
@@ -80,26 +81,13 @@ def _refuse(code: str, field: str | None, message: str) -> ValidationError:
     return ValidationError(message, code=code, field=field)
 
 
-def _check_fields(obj: dict[Any, Any], allowed: tuple[str, ...], prefix: str) -> None:
-    for key in obj:
-        if key not in allowed:
-            name = str(key)[:64] or '""'  # an empty key still names a field
-            raise _refuse("unknown_field", f"{prefix}{name}", f"unknown field {name!r}")
-
-
 def _object(value: Any, field: str) -> dict[str, Any]:
-    if value is None:
-        raise _refuse("missing_field", field, f"{field} is required")
-    if not isinstance(value, dict):
-        raise _refuse("invalid_field", field, f"{field} must be an object")
-    return value
+    return object_field(required(value, field), field)
 
 
 def _text(value: Any, field: str, max_chars: int, branded: bool = False) -> str:
     """NFC, stripped, 1..max_chars printable characters the template's fonts can draw."""
-    if value is None:
-        raise _refuse("missing_field", field, f"{field} is required")
-    if not isinstance(value, str):
+    if not isinstance(required(value, field), str):
         raise _refuse("invalid_field", field, f"{field} must be a string")
     if len(value) > 4 * max_chars:  # bound the work before normalizing
         raise _refuse("invalid_field", field, f"{field} is longer than {max_chars} characters")
@@ -199,7 +187,7 @@ def normalize(body: Any, config: Config, today: date | None = None,
     settings = settings or settings_of(config.invoice)
     if not isinstance(body, dict):
         raise _refuse("invalid_body", None, "the request body must be a JSON object")
-    _check_fields(body, _TOP_FIELDS, "")
+    refuse_unknown(body, _TOP_FIELDS)
     if body.get("kind", KIND) != KIND:
         raise _refuse("invalid_field", "kind", f"kind must be {KIND!r}")
     version = _template(body.get("template_version"), settings.template)
@@ -209,7 +197,7 @@ def normalize(body: Any, config: Config, today: date | None = None,
         raise _refuse("invalid_field", "sign", "sign must be true or false")
 
     order = _object(body.get("order"), "order")
-    _check_fields(order, _ORDER_FIELDS, "order.")
+    refuse_unknown(order, _ORDER_FIELDS, "order")
     order_id = order.get("order_id")
     if order_id is None:
         raise _refuse("missing_field", "order.order_id", "order.order_id is required")
@@ -242,7 +230,7 @@ def normalize(body: Any, config: Config, today: date | None = None,
     for i, raw in enumerate(raw_items):
         at = f"order.items[{i}]"
         raw = _object(raw, at)
-        _check_fields(raw, _ITEM_FIELDS, f"{at}.")
+        refuse_unknown(raw, _ITEM_FIELDS, at)
         description = _text(raw.get("description"), f"{at}.description", MAX_DESCRIPTION_CHARS,
                             branded)
         if raw.get("quantity") is None:

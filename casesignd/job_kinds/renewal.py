@@ -25,7 +25,7 @@ from casesignd.config import Config
 from casesignd.core.errors import CasesignError
 from casesignd.core.logs import log_event
 from casesignd.engine.kinds import JobKind
-from casesignd.engine.reservations import KeyHolds
+from casesignd.engine.reservations import KeyReservations
 from casesignd.signing.longterm import LongTerm
 from casesignd.store import Store
 
@@ -39,7 +39,7 @@ class RenewalServices(Protocol):
 
     config: Config
     store: Store
-    holds: KeyHolds
+    reservations: KeyReservations
     longterm: LongTerm
     kinds: dict[str, JobKind]
 
@@ -79,8 +79,8 @@ async def renew_due(s: RenewalServices, now: float | None = None) -> int:
         new = admission.new_job(kind.name, tenant, idempotency_header=None, created_at=now,
                                 correlation_id=f"renewal-{artifact_id}")
         try:
-            job, created = await s.holds.admit(new, actor="renewal",
-                                               max_queue_depth=cfg.workers.max_queue_depth)
+            job, created = await s.reservations.admit(
+                new, actor="renewal", max_queue_depth=cfg.workers.max_queue_depth)
         except CasesignError as e:  # a full queue: the next round tries again
             log_event(log, "renewal.deferred", level=logging.WARNING, code=e.code)
             break

@@ -18,10 +18,8 @@ import contextlib
 import dataclasses
 import datetime as dt
 import functools
-import hashlib
 import re
 import time
-import unicodedata
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +28,10 @@ from typing import TYPE_CHECKING, Any
 from casesignd.config import Config, Policy
 from casesignd.core import audit, media
 from casesignd.core.errors import ActiveContent, PermanentJobError, ValidationError
+from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
+from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
-from casesignd.engine.jobs import check_case_id, sha256_hex
+from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
 from casesignd.files.sources import parse_ref
 from casesignd.pdf import inspect as pdfcheck
@@ -52,40 +52,9 @@ _SIGNER_FIELDS = {"id", "name", "role"}
 ROLES = ("contract", "evidence")
 
 
-def field_name(key: Any) -> str:
-    """An unknown key as a field path segment: bounded, and never empty (``""``), so the
-    error names it even when the key is the empty string."""
-    return str(key)[:64] or '""'
-
-
-def _unknown(d: dict[str, Any], allowed: set[str], prefix: str) -> None:
-    for key in d:
-        if key not in allowed:
-            name = field_name(key)
-            raise ValidationError(f"unknown field {name!r}", code="unknown_field",
-                                  field=f"{prefix}{name}")
-
-
-def _text(value: Any, field: str, max_len: int) -> str:
-    """A human-readable string: 1..max_len characters, no control characters."""
-    if not isinstance(value, str) or not 1 <= len(value) <= max_len:
-        raise ValidationError(f"{field} must be a string of 1 to {max_len} characters",
-                              code="invalid_field", field=field)
-    if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value):
-        raise ValidationError(f"{field} must not contain control characters",
-                              code="invalid_field", field=field)
-    return value
-
-
-def _object(value: Any, field: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ValidationError(f"{field} must be an object", code="invalid_field", field=field)
-    return value
-
-
 def admit_body(body: dict[str, Any], config: Config) -> Admission:
     """Validate and normalize a sign_case request; raise ValidationError naming the field."""
-    _unknown(body, _BODY_FIELDS, "")
+    refuse_unknown(body, _BODY_FIELDS)
     case_id = check_case_id(body.get("case_id"))
     policy = admit_policy(body, config)
     items_in = body.get("items")
@@ -125,13 +94,13 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
 
 def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any]:
     at = f"items[{i}]."
-    item = _object(raw, f"items[{i}]")
-    _unknown(item, _ITEM_FIELDS, at)
+    item = object_field(raw, f"items[{i}]")
+    refuse_unknown(item, _ITEM_FIELDS, f"items[{i}]")
     role = item.get("role")
     if role not in ROLES:
         raise ValidationError("role must be 'contract' or 'evidence'", code="invalid_field",
                               field=at + "role")
-    name = _text(item.get("name"), at + "name", 255)
+    name = plain_text(item.get("name"), at + "name", 255)
     if "/" in name or "\\" in name or name in (".", ".."):
         raise ValidationError("name must be a file name, not a path", code="invalid_field",
                               field=at + "name")
@@ -155,10 +124,7 @@ def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any
         raise ValidationError("sha256 must be 64 hex digits", code="invalid_sha256",
                               field=at + "sha256")
     sha = sha.lower()
-    size = item.get("size")
-    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= policy.max_document_bytes:
-        raise ValidationError(f"size must be an integer from 0 to {policy.max_document_bytes}",
-                              code="invalid_field", field=at + "size")
+    size = integer(item.get("size"), at + "size", 0, policy.max_document_bytes, label="size")
     ref_text = item.get("object_ref")
     if not isinstance(ref_text, str):
         raise ValidationError("object_ref must be a string", code="invalid_object_ref",
@@ -173,14 +139,14 @@ def _item(raw: Any, i: int, policy: Policy, sources: list[str]) -> dict[str, Any
 
 def _signer(raw: Any, i: int) -> dict[str, str]:
     at = f"signers[{i}]."
-    signer = _object(raw, f"signers[{i}]")
-    _unknown(signer, _SIGNER_FIELDS, at)
+    signer = object_field(raw, f"signers[{i}]")
+    refuse_unknown(signer, _SIGNER_FIELDS, f"signers[{i}]")
     sid = signer.get("id")
     if not isinstance(sid, str) or not _SIGNER_ID.fullmatch(sid):
         raise ValidationError("id must be 1-128 characters of A-Z a-z 0-9 . _ : @ -",
                               code="invalid_field", field=at + "id")
-    return {"id": sid, "name": _text(signer.get("name"), at + "name", 200),
-            "role": _text(signer.get("role"), at + "role", 64)}
+    return {"id": sid, "name": plain_text(signer.get("name"), at + "name", 200),
+            "role": plain_text(signer.get("role"), at + "role", 64)}
 
 
 def signature_material(normalized: dict[str, Any]) -> dict[str, Any]:
@@ -289,11 +255,11 @@ async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pade
     return SignedPdf(work.checked, appended)
 
 
-# One holder per signature key at a time, from its look at the recorded signature to
+# One job per signature key at a time, from its look at the recorded signature to
 # the commit of its own. Jobs of one signature key under different idempotency keys
 # (blind retries, a kiosk request beside a batch job) would otherwise each find none
 # and each sign. In this process: a lock per key being worked on. Across the daemons
-# of one store: the store's own hold (PostgreSQL's ``held_keys``); a store of one
+# of one store: the store's own lock (PostgreSQL's ``key_locks``); a store of one
 # daemon (SQLite, its file locked) has none and needs none.
 _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 
@@ -301,9 +267,9 @@ _SIGNING: dict[tuple[str, str], tuple[asyncio.Lock, int]] = {}
 @contextlib.asynccontextmanager
 async def signing_lock(services: JobServices, tenant: str, sig_key: str,
                        known: dict[str, Any] | None) -> AsyncIterator[dict[str, Any] | None]:
-    """Hold ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
-    once held: ``known`` (read with the claim), unless another holder came first and
-    may have recorded one since. Hold it until the outcome is committed."""
+    """Lock ``sig_key`` of ``tenant``; yields the signature recorded for it as it stands
+    once locked: ``known`` (read with the claim), unless another job came first and
+    may have recorded one since. Keep it locked until the outcome is committed."""
     key = (tenant, sig_key)
     lock, users = _SIGNING.get(key, (None, 0))
     waited = users > 0
@@ -311,7 +277,7 @@ async def signing_lock(services: JobServices, tenant: str, sig_key: str,
     _SIGNING[key] = (lock, users + 1)
     try:
         async with lock:
-            shared = services.store.held_keys
+            shared = services.store.key_locks
             if shared is not None:
                 async with shared.signature(tenant, sig_key) as recorded:
                     yield recorded
@@ -343,8 +309,8 @@ _HASH_ON_LOOP_MAX_BYTES = 256 * 1024
 
 async def document_sha256(data: bytes) -> str:
     if len(data) <= _HASH_ON_LOOP_MAX_BYTES:
-        return hashlib.sha256(data).hexdigest()
-    return await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        return sha256_hex(data)
+    return await asyncio.to_thread(sha256_hex, data)
 
 
 async def signed_update(services: JobServices, work: pipeline.SignedWork, base: bytes,
@@ -396,7 +362,7 @@ def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
     evidence, a stored object (read in place by the worker process), and a result
     small enough to be kept in the store."""
     items = normalized["items"]
-    return (len(items) == 1 and items[0]["object_ref"].startswith("sha256:")
+    return (len(items) == 1 and items[0]["object_ref"].startswith(OBJECT_REF_PREFIX)
             and 0 < items[0]["size"] <= inline_max_bytes // 2)
 
 
@@ -415,9 +381,9 @@ class SignCaseKind:
         # looks it up.
         known = ctx.recorded_signature if ctx.job.sig_key is not None \
             else await ctx.services.store.get_signature(ctx.tenant, sig_key)
-        # Held until the outcome (with the signature) is committed, not only while
-        # this runs: the next holder must find the signature recorded.
-        recorded = await ctx.hold(signing_lock(ctx.services, ctx.tenant, sig_key, known))
+        # Locked until the outcome (with the signature) is committed, not only while
+        # this runs: the next job of the key must find the signature recorded.
+        recorded = await ctx.keep_until_recorded(signing_lock(ctx.services, ctx.tenant, sig_key, known))
         return await self._run(ctx, sig_key, recorded)
 
     async def _run(self, ctx: JobContext, sig_key: str, recorded: dict[str, Any] | None) -> Finish:

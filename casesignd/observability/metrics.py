@@ -271,9 +271,9 @@ class Metrics:
             "Time from request to durable acknowledgement.",
             ("kind",),
         )
-        self.ack_held_seconds = hist(
+        self.ack_paced_seconds = hist(  # the public name says "held": paced
             "casesignd_ack_held_seconds",
-            "Time a new job's acknowledgement was held while the queue stood (pacing).", (),
+            "Time a new job's acknowledgement waited while the queue stood (pacing).", (),
         )  # fmt: skip
         self.queue_wait_seconds = hist(
             "casesignd_queue_wait_seconds", "Time a finished job spent queued.", ("kind",)
@@ -471,9 +471,9 @@ class Metrics:
         self.uploads_in_flight.set_function(count)
         self.upload_bytes_in_flight.set_function(nbytes)
 
-    def ack_held(self, held_s: float) -> None:
-        """A new job's acknowledgement waited ``held_s`` for the queue to drain."""
-        self.ack_held_seconds.observe(held_s)
+    def ack_paced(self, waited_s: float) -> None:
+        """A new job's acknowledgement waited ``waited_s`` for the queue to drain."""
+        self.ack_paced_seconds.observe(waited_s)
 
     def idempotent_replay(self, path: str) -> None:
         """``/v1/jobs`` or ``/v1/sign`` answered a replay without doing the work again."""

@@ -41,7 +41,8 @@ from casesignd import __version__
 from casesignd.config import Config
 from casesignd.core import audit
 from casesignd.core.errors import CasesignError, Conflict, DigestMismatch, NotFound
-from casesignd.files.artifacts import artifact_path, copy_new, hash_file
+from casesignd.core.hashing import file_sha256, object_ref_digest
+from casesignd.files.artifacts import artifact_path, copy_new
 from casesignd.files.objects import SHA256_PATTERN, fsync_dir, owner_dirs
 from casesignd.ops import backup_postgres as backup_pg
 from casesignd.ops.store_check import removed_object
@@ -211,7 +212,7 @@ def _snapshot(cfg: Config, dest: Path, done: Written) -> tuple[Snapshot, dict[st
             os.chmod(dest / rel, 0o600)  # pg_dump leaves it to the umask; it holds everything
         version = int((snap.one("schema_version") or {version_column: 0})[version_column])
         head = snap.one("chain_head") or {"seq": 0, "hash": audit.GENESIS}
-        sha, size = hash_file(dest / rel)
+        sha, size = file_sha256(dest / rel)
     except BaseException:
         snap.close()
         raise
@@ -279,13 +280,13 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
             continue
         for item in msgspec.json.decode(job["input"]).get("items", []):
             object_ref = str(item.get("object_ref", ""))
-            sha = object_ref.removeprefix("sha256:").lower()
-            if not object_ref.startswith("sha256:") or not SHA256_PATTERN.match(sha):
+            digest = object_ref_digest(object_ref)
+            if digest is None:
                 continue
             t, c = owner_dirs(str(job["tenant"]), str(job["case_id"] or ""))
-            if f"objects/cases/{t}/{c}/{sha}" not in done.links and not removed_object(
-                    snap, str(job["tenant"]), job["case_id"], sha):
-                raise _Gone(f"object sha256:{sha} of case {job['case_id']}, named by job "
+            if f"objects/cases/{t}/{c}/{digest}" not in done.links and not removed_object(
+                    snap, str(job["tenant"]), job["case_id"], digest):
+                raise _Gone(f"object sha256:{digest} of case {job['case_id']}, named by job "
                             f"{job['job_id']} ({job['state']})")
 
 

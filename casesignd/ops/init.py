@@ -29,7 +29,6 @@ without a change here.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,7 @@ import msgspec
 
 from casesignd import config as cfgmod
 from casesignd.core.errors import CasesignError, ConfigError, Conflict
+from casesignd.core.hashing import sha256_hex
 
 TOKEN_PREFIX = "csd_"
 DEFAULT_TENANT = "default"
@@ -82,13 +82,13 @@ DESCRIPTIONS: dict[str, str] = {
     "workers": "The job worker pool.",
     "workers.concurrency": "Jobs processed at the same time.",
     "workers.max_inflight_bytes": "Sum of declared input sizes of running jobs, in bytes.",
-    "workers.lease_s": "A worker's hold on a job; an expired lease lets another worker reclaim it.",
+    "workers.lease_s": "A worker's claim on a job; an expired lease lets another worker reclaim it.",
     "workers.heartbeat_s": "How often a running job renews its lease (shorter than lease_s).",
     "workers.reclaim_interval_s": "How often expired leases are looked for.",
     "workers.poll_interval_ms": "How often idle workers look for queued jobs.",
     "workers.max_queue_depth": "Queued jobs beyond which POST /v1/jobs answers 429 queue_full.",
-    "workers.ack_pacing_depth": "Acknowledged jobs queued beyond which POST /v1/jobs holds a new job's acknowledgement until the workers claim a job (at least 2 x concurrency; 0: never).",
-    "workers.ack_pacing_max_ms": "The longest an acknowledgement is held so.",
+    "workers.ack_pacing_depth": "Acknowledged jobs queued beyond which POST /v1/jobs keeps a new job's acknowledgement waiting until the workers claim a job (at least 2 x concurrency; 0: never).",
+    "workers.ack_pacing_max_ms": "The longest an acknowledgement waits so.",
     "workers.shutdown_grace_s": "On SIGTERM, how long running jobs may take to finish.",
     "workers.cpu_processes": "Processes for CPU-heavy steps (PDF parsing, signing, rendering).",
     "retry": "Retries of transient failures (exponential backoff with jitter).",
@@ -293,7 +293,7 @@ def new_token() -> str:
 
 def hash_token(token: str) -> str:
     """The ``token_sha256`` the config stores for ``token`` (SHA-256 of its UTF-8)."""
-    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+    return sha256_hex(token.encode("utf-8"))
 
 
 def client_url(listen: str) -> str:

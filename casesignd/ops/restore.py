@@ -64,7 +64,6 @@ class BackupInvalid(CasesignError):
     altered)."""
 
     code = "backup_invalid"
-    status = 422
 
     def __init__(self, message: str, problems: list[str]) -> None:
         super().__init__(message)

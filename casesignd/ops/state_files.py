@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from casesignd.core.errors import DigestMismatch
+from casesignd.core.hashing import file_sha256
 from casesignd.files.artifacts import (
     ARTIFACT_ID_PATTERN,
     ArtifactStore,
     artifact_path,
     copy_new,
-    hash_file,
     link_new,
 )
 from casesignd.files.objects import SHA256_PATTERN, ensure_dir, fsync_dir
@@ -136,9 +136,9 @@ def place_copy(src: Path, final: Path, tmp: Path, stop: Path, *, sha256: str | N
     DigestMismatch otherwise."""
     want = sha256
     if final.exists():
-        got = hash_file(final)
+        got = file_sha256(final)
         if want is None:
-            want = hash_file(src)[0]
+            want = file_sha256(src)[0]
         if not _matches(got, want, size):
             raise _mismatch(final, got, want, size, f"{src}, the file to copy,")
         return False

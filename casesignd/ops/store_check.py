@@ -26,7 +26,6 @@ the commit that records it.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +33,9 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core import audit
-from casesignd.files.artifacts import artifact_path, hash_file
-from casesignd.files.objects import SHA256_PATTERN, ObjectStore
+from casesignd.core.hashing import file_sha256, object_ref_digest, sha256_hex
+from casesignd.files.artifacts import artifact_path
+from casesignd.files.objects import ObjectStore
 from casesignd.ops.state_files import ARTIFACTS, OBJECTS, Strays, artifact_files, side_by_side
 from casesignd.store.snapshot import Row, Snapshot
 
@@ -175,7 +175,7 @@ def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport) -> None:
             report.count("inline_artifacts")
             row = snap.one("inline_data", artifact_id=artifact_id)
             data = bytes(row["data"]) if row else b""
-            got = (hashlib.sha256(data).hexdigest(), len(data))
+            got = (sha256_hex(data), len(data))
             if got != want:
                 report.add("artifact_data_changed", _differs(f"{artifact_id} (in the store)", got, want),
                            artifact_id=artifact_id)
@@ -184,7 +184,7 @@ def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport) -> None:
                        f"{artifact_id}: no file at {artifact_path(root, artifact_id)}",
                        artifact_id=artifact_id, path=str(artifact_path(root, artifact_id)))
         else:
-            got = hash_file(path)
+            got = file_sha256(path)
             if got != want:
                 report.add("artifact_file_changed", _differs(str(path), got, want),
                            artifact_id=artifact_id, path=str(path))
@@ -226,8 +226,8 @@ def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
             continue
         for i, item in enumerate(body.get("items", [])):
             ref = str(item.get("object_ref", ""))
-            sha = ref.removeprefix("sha256:").lower()
-            if not ref.startswith("sha256:") or not SHA256_PATTERN.match(sha):
+            sha = object_ref_digest(ref)
+            if sha is None:
                 continue  # a source's path: read from the source when the job runs
             report.count("objects")
             path = objects.path(tenant, case_id or "", sha)
@@ -239,7 +239,7 @@ def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
                            f"{case_id} is not in {state_dir / OBJECTS}", job_id=job_id,
                            sha256=sha)
                 continue
-            got = hash_file(path)
+            got = file_sha256(path)
             want = (sha, int(item.get("size", got[1])))
             if got != want:
                 report.add("object_changed", f"{where}: " + _differs(str(path), got, want),

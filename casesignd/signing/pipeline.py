@@ -61,6 +61,7 @@ from casesignd.core.errors import (
     SigningError,
     SizeMismatch,
 )
+from casesignd.core.hashing import file_sha256, sha256_hex
 from casesignd.pdf import normalize, render
 from casesignd.pdf.frame import DAMAGE, Finding, Source, object_definitions
 from casesignd.pdf.inspect import PdfLimits, PdfReport, inspect_document
@@ -114,18 +115,8 @@ def decide(report: PdfReport, normalize_mode: str) -> str:
     return SIGN_AS_IS
 
 
-def sha256_of(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _sha256(src: Path | bytes) -> str:
-    if isinstance(src, bytes):
-        return hashlib.sha256(src).hexdigest()
-    h = hashlib.sha256()
-    with open(src, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_hex(src) if isinstance(src, bytes) else file_sha256(src)[0]
 
 
 def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, *,
@@ -398,7 +389,7 @@ def prepare_document(document: bytes, *, limits: PdfLimits, meta: pades.Signatur
     process already passed as it is (:data:`VERDICTS`) is not checked again, and its
     structure is read once while it is recent. ``sha256``: the document's, when the
     caller has just computed it."""
-    sha256 = sha256 or sha256_of(document)
+    sha256 = sha256 or sha256_hex(document)
     known = VERDICTS.get(sha256, limits)
     if known is not None:
         return known, document, pades.prepare_bytes(
@@ -516,7 +507,7 @@ def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
         document = f.read(size + 1)
     if len(document) != size:
         raise SizeMismatch(f"the object is not {size} bytes")
-    if hashlib.sha256(document).hexdigest() != sha256:
+    if sha256_hex(document) != sha256:
         raise DigestMismatch("the object's SHA-256 differs from the item's")
     work = sign_document(document, limits, meta, contents_bytes, finish, sha256)
     # The caller has not read the document: the update goes after these bytes.

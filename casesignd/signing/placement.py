@@ -17,6 +17,7 @@ import datetime as dt
 from typing import Any
 
 from casesignd.core.errors import ValidationError
+from casesignd.core.fields import refuse_unknown
 
 APPEARANCES = ("invisible", "visible")
 MAX_POINTS = 14_400.0  # the largest page side PDF 32000-1 Annex C.2 allows (200 in)
@@ -40,11 +41,7 @@ def admit(raw: Any, appearance: str) -> dict[str, Any]:
     its policy's."""
     if not isinstance(raw, dict):
         raise ValidationError("signature must be an object", code="invalid_field", field="signature")
-    for key in raw:
-        if key not in ("field", "page", "box"):
-            name = str(key)[:64] or '""'
-            raise ValidationError(f"unknown field {name!r}", code="unknown_field",
-                                  field=f"signature.{name}")
+    refuse_unknown(raw, ("field", "page", "box"), "signature")
     if "field" in raw:
         if "page" in raw or "box" in raw:
             raise ValidationError("signature names a field or a page and box, not both",

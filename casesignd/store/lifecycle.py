@@ -30,6 +30,7 @@ from typing import Any
 import msgspec
 
 from casesignd.core.errors import Conflict, NotFound
+from casesignd.core.hashing import OBJECT_REF_PREFIX
 from casesignd.store.records import Area, CaseRef, Erased, Job, Removed, row_job
 from casesignd.store.tx import Row, Tx
 
@@ -54,7 +55,7 @@ def _object_digests(job_input: str) -> list[str]:
     except (msgspec.DecodeError, AttributeError):
         return []
     return [str(i["sha256"]).lower() for i in items
-            if isinstance(i, dict) and str(i.get("object_ref", "")).startswith("sha256:")
+            if isinstance(i, dict) and str(i.get("object_ref", "")).startswith(OBJECT_REF_PREFIX)
             and isinstance(i.get("sha256"), str)]
 
 

@@ -12,7 +12,6 @@ changes anything. The audit events are chained and hashed as the SQLite store's 
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +20,7 @@ import msgspec
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
 from casesignd.store.memory_lifecycle import MemoryLifecycle
 from casesignd.store.outbox import Delivery, MemoryOutbox
@@ -30,9 +30,9 @@ from casesignd.store.records import (
     Flight,
     IdempotencyKeyReused,
     Job,
+    KeyLocks,
     Lease,
     NewJob,
-    SharedKeys,
     Subject,
     in_progress,
     new_id,
@@ -65,7 +65,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         pass
 
     # One daemon per store: no key needs holding across daemons.
-    held_keys: SharedKeys | None = None
+    key_locks: KeyLocks | None = None
 
     def announce(self) -> None:
         """One daemon per store: its own pool is woken in-process."""
@@ -372,7 +372,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         actor = f"worker:{job.lease_owner}"
         self._event(job, "signature_recorded", actor,
                     {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
-                     "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()}, now=now)
+                     "sig_key": sha256_hex(sig_key.encode())}, now=now)
         if signed is not None:
             self._event(job, "signed", actor,
                         {**signed, "artifact_id": row["artifact_id"], "sha256": row["sha256"]},

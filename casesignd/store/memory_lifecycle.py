@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from casesignd.core import audit
+from casesignd.core.hashing import OBJECT_REF_PREFIX
 from casesignd.store.lifecycle import case_busy, case_not_found, erased_detail, on_hold
 from casesignd.store.records import Area, CaseRef, Erased, Job, Removed
 
@@ -109,7 +110,7 @@ class MemoryLifecycle:
                 self._idem.pop((job.tenant, job.idem_key), None)
                 items = msgspec.json.decode(job.input).get("items") if area == "jobs" else None
                 for item in items or []:
-                    if str(item.get("object_ref", "")).startswith("sha256:"):
+                    if str(item.get("object_ref", "")).startswith(OBJECT_REF_PREFIX):
                         key = (job.tenant, job.case_id or "", str(item["sha256"]).lower())
                         if key in objects:
                             objects[key][1] = max(objects[key][1], job.finished_at or 0.0)

@@ -31,15 +31,15 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from casesignd.core.errors import StoreUnavailable
-from casesignd.store.postgres_keys import HeldKeys
+from casesignd.store.postgres_keys import AdvisoryKeyLocks
 from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
 from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
 from casesignd.store.records import (
     Claimed,
     Job,
+    KeyLocks,
     Lease,
     NewJob,
-    SharedKeys,
     in_progress,
     new_id,
     row_job,
@@ -99,9 +99,9 @@ class PostgresStore(SqlStore):
         self._session = NodeSession(self._connect_async, node, self.q["node_lock"], listen=notify) \
             if node is not None else None
         self._announcer = Announcer(self._notify) if notify else None
-        # Signature and idempotency keys held across the daemons (postgres_keys.py).
-        self._held = HeldKeys(self._connect_async, self.q)
-        self.held_keys: SharedKeys | None = self._held
+        # Signature and idempotency keys locked across the daemons (postgres_keys.py).
+        self._key_locks = AdvisoryKeyLocks(self._connect_async, self.q)
+        self.key_locks: KeyLocks | None = self._key_locks
         self.schema_version = 0
 
     # --- lifecycle -----------------------------------------------------------------
@@ -161,7 +161,7 @@ class PostgresStore(SqlStore):
         await conn.execute(self.q["session"])  # plans by index, as the writer's
 
     async def close(self) -> None:
-        await self._held.close()
+        await self._key_locks.close()
         await asyncio.to_thread(self._writer.stop)
         if self._pool is not None:
             await self._pool.close()
@@ -220,7 +220,7 @@ class PostgresStore(SqlStore):
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
         a different request, QueueFull past the queue depth, Conflict ``in_progress``
-        while a kiosk request on any daemon holds the key. Two daemons admitting one
+        while a kiosk request on any daemon has locked the key. Two daemons admitting one
         key at once meet at the key's UNIQUE constraint: one inserts, the other waits
         for that commit and finds the row. Engine-specific: it inserts first, in one
         pipelined step (SQLite looks the key up first, under its one writer)."""
@@ -236,9 +236,9 @@ class PostgresStore(SqlStore):
                 return admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
             if row is None:
-                held = tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)
-                if held is not None and held["held"]:
-                    raise in_progress()  # a kiosk request on some daemon holds the key
+                locked = tx.one("idem_key_locked", tenant=new.tenant, idem_key=new.idem_key)
+                if locked is not None and locked["locked"]:
+                    raise in_progress()  # a kiosk request on some daemon locked the key
                 raise queue_full()
             return same_request(row, new)
 

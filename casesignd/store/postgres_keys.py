@@ -1,21 +1,22 @@
-"""Keys held across the daemons of one PostgreSQL database: what in one daemon is a
+"""Keys locked across the daemons of one PostgreSQL database: what in one daemon is a
 lock in its memory.
 
-- A signature key, held by a job from its look at the recorded signature until its
-  own is committed (:func:`casesignd.job_kinds.sign_case.signing_lock`), so that daemons working
-  on jobs of one key at the same time never both sign it. A key another daemon holds
-  is tried again until it is free: waits are rare (two jobs of one key at once) and
-  never tie up the connection. Once it is held, the signature recorded for it is read
-  in the same round trip, by a statement that starts after the lock is taken, so it
-  sees what the last holder committed.
-- An idempotency key, held by a kiosk request that writes its job only when it is
-  done (:class:`casesignd.engine.reservations.KeyHolds`); an admission of the key on any daemon
-  meets the hold and answers ``in_progress`` (``admit_job`` tries the same lock for
-  its transaction), and a kiosk request meets an admission under way the same way.
+- A signature key, locked by a job from its look at the recorded signature until its
+  own is committed (:func:`casesignd.job_kinds.sign_case.signing_lock`), so that daemons
+  working on jobs of one key at the same time never both sign it. A key another daemon
+  has locked is tried again until it is free: waits are rare (two jobs of one key at
+  once) and never tie up the connection. Once it is locked, the signature recorded for
+  it is read in the same round trip, by a statement that starts after the lock is
+  taken, so it sees what the last job to lock it committed.
+- An idempotency key, locked by a kiosk request that writes its job only when it is
+  done (:class:`casesignd.engine.reservations.KeyReservations`); an admission of the key
+  on any daemon meets the lock and answers ``in_progress`` (``admit_job`` tries the same
+  lock for its transaction), and a kiosk request meets an admission under way the same
+  way.
 
-Each held key is a session-level advisory lock on one connection per daemon, kept for
+Each locked key is a session-level advisory lock on one connection per daemon, kept for
 that: the server frees every lock of the session when it ends, however the daemon
-ends. Session locks stack within a session, so two holds of one key in one daemon
+ends. Session locks stack within a session, so two locks of one key in one daemon
 would both succeed: the in-process locks come first.
 """
 
@@ -39,8 +40,8 @@ _SIGNATURE = ("signature_key_lock", "signature_key_unlock")
 _IDEMPOTENCY = ("idem_key_lock", "idem_key_unlock")
 
 
-class HeldKeys:
-    """Keys held across daemons. ``connect`` opens a connection of this daemon's own."""
+class AdvisoryKeyLocks:
+    """Keys locked across daemons. ``connect`` opens a connection of this daemon's own."""
 
     def __init__(self, connect: Callable[[], Awaitable[AsyncConnection[DictRow]]],
                  statements: dict[str, str]) -> None:
@@ -52,8 +53,8 @@ class HeldKeys:
 
     @contextlib.asynccontextmanager
     async def signature(self, tenant: str, sig_key: str) -> AsyncIterator[dict[str, Any] | None]:
-        """Hold ``sig_key`` of ``tenant``, waiting while another daemon holds it; yields
-        the signature recorded for it (None)."""
+        """Lock ``sig_key`` of ``tenant``, waiting while another daemon has it locked;
+        yields the signature recorded for it (None)."""
         params = {"tenant": tenant, "sig_key": sig_key}
         wait_s = _FIRST_RETRY_S
         while True:
@@ -68,7 +69,7 @@ class HeldKeys:
             await asyncio.shield(self._give_back(_SIGNATURE[1], params))
 
     async def take_idempotency_key(self, tenant: str, idem_key: str) -> bool:
-        """Hold ``idem_key`` of ``tenant`` if no daemon holds it, nor admits it now."""
+        """Lock ``idem_key`` of ``tenant`` if no daemon has it locked, nor admits it now."""
         taken, _ = await self._try(_IDEMPOTENCY, {"tenant": tenant, "idem_key": idem_key})
         return taken
 

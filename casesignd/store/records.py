@@ -244,7 +244,6 @@ def in_progress() -> Conflict:
 
 class IdempotencyKeyReused(CasesignError):
     code = "idempotency_key_reused"
-    status = 422
 
 
 @dataclass(frozen=True)
@@ -259,8 +258,8 @@ class Activity:
     ended: list[dict[str, Any]]
 
 
-class SharedKeys(Protocol):
-    """Keys held across the daemons of one store (PostgreSQL's advisory locks): a
+class KeyLocks(Protocol):
+    """Keys locked across the daemons of one store (PostgreSQL's advisory locks): a
     signature key while a job of it signs, an idempotency key while a kiosk request
     has written no job yet. A store of one daemon has none and needs none."""
 
@@ -274,8 +273,8 @@ class Store(Protocol):
     """The verbs the engine needs. Every implementation runs the same contract tests
     (tests/unit/test_store_contract.py)."""
 
-    # Keys held across daemons; None for a store of one daemon.
-    held_keys: SharedKeys | None
+    # Keys locked across daemons; None for a store of one daemon.
+    key_locks: KeyLocks | None
 
     async def open(self) -> None: ...
     async def close(self) -> None: ...
@@ -317,7 +316,7 @@ class Store(Protocol):
     # no artifact renewed yet: (artifact id, tenant, expiry), soonest first.
     async def due_renewals(self, before: float, limit: int) -> list[tuple[str, str, float]]: ...
     # The kiosk path: a request's job written once, when done (see Flight), its key
-    # held meanwhile in front of the store (casesignd.engine.reservations).
+    # reserved meanwhile in front of the store (casesignd.engine.reservations).
     async def lookup_key(self, tenant: str, idem_key: str,
                          sig_key: str) -> tuple[Job | None, dict[str, Any] | None]: ...
     async def record_flight(self, flight: Flight) -> Job | None: ...

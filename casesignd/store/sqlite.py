@@ -22,7 +22,7 @@ import aiosqlite
 import msgspec
 
 from casesignd.core.errors import StoreUnavailable
-from casesignd.store.records import Claimed, Job, Lease, NewJob, SharedKeys, new_id, row_job
+from casesignd.store.records import Claimed, Job, KeyLocks, Lease, NewJob, new_id, row_job
 from casesignd.store.sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
 from casesignd.store.tx import Op
 from casesignd.store.verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
@@ -226,7 +226,7 @@ class SqliteStore(SqlStore):
         return out
 
     # One daemon per store: no key needs holding across daemons.
-    held_keys: SharedKeys | None = None
+    key_locks: KeyLocks | None = None
 
     def announce(self) -> None:
         """One daemon per store: its own pool is woken in-process."""

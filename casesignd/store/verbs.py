@@ -12,7 +12,6 @@ jobs a sweep takes, ``ping`` and ``stats``.
 from __future__ import annotations
 
 import abc
-import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ import msgspec
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
@@ -278,7 +278,7 @@ def record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
     record = {k: v for k, v in params.items() if k != "now"} | {"created_at": tx.now}
     tx.event(job, "signature_recorded", f"worker:{job.lease_owner}",
              {"artifact_id": record["artifact_id"], "sha256": record["sha256"],
-              "sig_key": hashlib.sha256(sig_key.encode()).hexdigest()})
+              "sig_key": sha256_hex(sig_key.encode())})
     if signed is not None:
         tx.event(job, "signed", f"worker:{job.lease_owner}",
                  {**signed, "artifact_id": record["artifact_id"], "sha256": record["sha256"]})

@@ -222,7 +222,7 @@ def test_the_signed_document_downloads_the_same_from_the_store_or_a_file(daemon_
     ("bad case id", 422, "invalid_case_id", "case_id"),
     ("signers not a list", 422, "invalid_field", "signers"),
     ("digest differs", 422, "digest_mismatch", "sha256"),
-    ("unknown field", 422, "unknown_field", "colour"),
+    ("unknown field", 422, "unknown_field", "manifest"),
     ("too large", 413, "too_large", None),
 ])
 def test_kiosk_refusals(daemon_factory, tmp_path, case, status, code, field):

@@ -17,9 +17,10 @@ import pytest
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, StoreUnavailable
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
 from casesignd.engine import jobs
-from casesignd.engine.reservations import KeyHolds
+from casesignd.engine.reservations import KeyReservations
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, new_id
 from casesignd.store.postgres import PostgresStore
 from casesignd.store.sqlfiles import migrations
@@ -38,7 +39,7 @@ def new_job(key: str, tenant: str = "t1", body: dict | None = None, sig_key: str
     raw = audit.canonical(body)
     return NewJob(tenant=tenant, kind="test", case_id="C-1", idem_key="key:" + key,
                   fingerprint=jobs.fingerprint("test", body), input=raw.decode(),
-                  input_digest=jobs.sha256_hex(raw), version="v1", declared_bytes=0,
+                  input_digest=sha256_hex(raw), version="v1", declared_bytes=0,
                   created_at=time.time(), correlation_id="corr", sig_key=sig_key)
 
 
@@ -152,9 +153,9 @@ async def test_a_signature_is_recorded_once_across_daemons(daemons, postgres_dsn
     verified(postgres_dsn)
 
 
-async def holding(store: PostgresStore, sig_key: str) -> dict | None:
-    """Hold ``sig_key`` on ``store`` and let go at once: what was recorded under it."""
-    async with store.held_keys.signature("t1", sig_key) as recorded:
+async def locking(store: PostgresStore, sig_key: str) -> dict | None:
+    """Lock ``sig_key`` on ``store`` and let go at once: what was recorded under it."""
+    async with store.key_locks.signature("t1", sig_key) as recorded:
         return recorded
 
 
@@ -164,13 +165,13 @@ async def test_a_signature_key_is_held_by_one_daemon_at_a_time(daemons):
                   max_queue_depth=100)
     (claimed,) = await a.claim_batch("node-a:w", 30.0, 1 << 30, ["test"], 1)
     art = Artifact("art_" + "c" * 32, "cc" * 32, 3)
-    async with a.held_keys.signature("t1", "sig-held") as recorded:
+    async with a.key_locks.signature("t1", "sig-held") as recorded:
         assert recorded is None
-        waiting = asyncio.ensure_future(holding(b, "sig-held"))
+        waiting = asyncio.ensure_future(locking(b, "sig-held"))
         await asyncio.sleep(0.3)
         assert not waiting.done()
         await a.conclude(claimed.job.lease, Finish(art, signature=Signature("sig-held", art, {})))
-    # Once b holds the key, it reads what a recorded before letting go.
+    # Once b has locked the key, it reads what a recorded before letting go.
     seen = await asyncio.wait_for(waiting, 10)
     assert seen is not None and seen["sha256"] == art.sha256
 
@@ -178,29 +179,29 @@ async def test_a_signature_key_is_held_by_one_daemon_at_a_time(daemons):
 async def test_a_daemons_end_frees_the_keys_it_held(daemons):
     a, b = daemons
     held = contextlib.AsyncExitStack()
-    await held.enter_async_context(b.held_keys.signature("t1", "sig-dead"))
+    await held.enter_async_context(b.key_locks.signature("t1", "sig-dead"))
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(holding(a, "sig-dead"), 0.5)
-    await b._held.close()  # its session ends, as when the daemon dies
-    assert await asyncio.wait_for(holding(a, "sig-dead"), 5) is None
+        await asyncio.wait_for(locking(a, "sig-dead"), 0.5)
+    await b._key_locks.close()  # its session ends, as when the daemon dies
+    assert await asyncio.wait_for(locking(a, "sig-dead"), 5) is None
     await held.aclose()  # nothing left to give back
 
 
 async def test_a_hold_given_up_while_waiting_leaves_the_key_free(daemons):
     a, b = daemons
-    async with a.held_keys.signature("t1", "sig-cancel"):
-        waiting = asyncio.ensure_future(holding(b, "sig-cancel"))
+    async with a.key_locks.signature("t1", "sig-cancel"):
+        waiting = asyncio.ensure_future(locking(b, "sig-cancel"))
         await asyncio.sleep(0.2)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-    assert await asyncio.wait_for(holding(a, "sig-cancel"), 5) is None
-    assert await asyncio.wait_for(holding(b, "sig-cancel"), 5) is None
+    assert await asyncio.wait_for(locking(a, "sig-cancel"), 5) is None
+    assert await asyncio.wait_for(locking(b, "sig-cancel"), 5) is None
 
 
 async def test_a_key_a_kiosk_request_holds_on_one_daemon_is_in_progress_on_the_other(daemons):
     a, b = daemons
-    on_a, on_b = KeyHolds(a), KeyHolds(b)
+    on_a, on_b = KeyReservations(a), KeyReservations(b)
     now = time.time()
     f = Flight(new=new_job("kiosk-held"), job_id=new_id("job", now), actor="api:t1",
                owner="node-a:w", lease_s=30.0, admitted_at=now, claimed_at=now)
@@ -230,14 +231,14 @@ async def test_an_admission_under_way_on_one_daemon_is_in_progress_for_a_kiosk_o
 
     def admitting(tx) -> None:
         # An admission's transaction, stopped after it took its key (shared).
-        assert not tx.one("idem_key_held", tenant=new.tenant, idem_key=new.idem_key)["held"]
+        assert not tx.one("idem_key_locked", tenant=new.tenant, idem_key=new.idem_key)["locked"]
         gate.wait(10)
 
     held = asyncio.ensure_future(b._write(admitting))
     await asyncio.sleep(0.2)
     try:
         with pytest.raises(Conflict) as e:
-            await KeyHolds(a).reserve("t1", new.idem_key, "sig-a", object())
+            await KeyReservations(a).reserve("t1", new.idem_key, "sig-a", object())
         assert e.value.code == "in_progress"
         # Admissions do not hold each other up.
         job, created = await a.admit(new, actor="api:t1", max_queue_depth=100)

@@ -431,13 +431,14 @@ def test_serve_hands_over_config_and_listen(monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
     import types
 
-    import casesignd
+    import casesignd.daemon
 
     calls: list = []
     fake = types.ModuleType("casesignd.daemon.server")
     fake.serve = lambda config_path, listen, node: calls.append((config_path, listen, node)) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "casesignd.daemon.server", fake)
-    monkeypatch.setattr(casesignd, "server", fake, raising=False)
+    # The package's attribute too: another test may have imported the real module.
+    monkeypatch.setattr(casesignd.daemon, "server", fake, raising=False)
     monkeypatch.delenv("CASESIGND_CONFIG", raising=False)
     assert cli.main(["serve"]) == 0
     assert cli.main(["serve", "--config", str(tmp_path / "c.toml"), "--listen", "127.0.0.1:1",

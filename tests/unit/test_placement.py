@@ -15,7 +15,7 @@ from casesignd.signing import placement
     ({"field": ""}, "visible", "signature.field"),
     ({"field": "a\nb"}, "visible", "signature.field"),
     ({"field": "Buyer", "box": [1, 1, 50, 50]}, "visible", "signature"),
-    ({"colour": "red"}, "visible", "signature.colour"),
+    ({"colour": "red"}, "visible", "signature"),  # the object, never the client's key
     ({"box": [1, 1, 50, 50]}, "invisible", "signature.box"),
     ({"page": 0, "box": [1, 1, 50, 50]}, "visible", "signature.page"),
     ({"page": True, "box": [1, 1, 50, 50]}, "visible", "signature.page"),

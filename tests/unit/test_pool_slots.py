@@ -10,6 +10,7 @@ from typing import Any
 
 from casesignd.config import loads
 from casesignd.core import audit
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome
 from casesignd.engine import jobs
 from casesignd.engine.pool import Pool
@@ -73,7 +74,7 @@ def new_job(i: int) -> NewJob:
     body = {"i": i}
     return NewJob(tenant="t1", kind="test", case_id="C-1", idem_key=f"key:{i}",
                   fingerprint=jobs.fingerprint("test", body), input=audit.canonical(body).decode(),
-                  input_digest=jobs.sha256_hex(audit.canonical(body)), version="v1",
+                  input_digest=sha256_hex(audit.canonical(body)), version="v1",
                   declared_bytes=100, created_at=time.time(), correlation_id="corr")
 
 

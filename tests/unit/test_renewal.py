@@ -30,7 +30,7 @@ class _Store:
         return [(ART, "acme", until - 1)]
 
 
-class _Holds:
+class _Reservations:
     def __init__(self) -> None:
         self.admitted: list[Any] = []
 
@@ -45,7 +45,7 @@ def _services(kinds: dict[str, Any]) -> Any:
                              workers=SimpleNamespace(max_queue_depth=100),
                              policy=lambda version: policy)
     woken: list[bool] = []
-    return SimpleNamespace(config=config, store=_Store(), holds=_Holds(), kinds=kinds,
+    return SimpleNamespace(config=config, store=_Store(), reservations=_Reservations(), kinds=kinds,
                            longterm=SimpleNamespace(timestamp_chain_expires_at=lambda url: None),
                            pool=SimpleNamespace(queued=lambda: woken.append(True)), woken=woken)
 
@@ -55,7 +55,7 @@ async def test_a_due_artifact_is_admitted_through_its_kind() -> None:
     s = _services({RENEWS_WITH: kind})
     assert await renew_due(s, now=1000.0) == 1
     assert kind.asked == [({"kind": RENEWS_WITH, "artifact_id": ART}, "acme")]
-    (new, actor), = s.holds.admitted
+    (new, actor), = s.reservations.admitted
     assert (new.kind, new.tenant, actor) == (RENEWS_WITH, "acme", "renewal")
     assert s.woken == [True]
 
@@ -63,4 +63,4 @@ async def test_a_due_artifact_is_admitted_through_its_kind() -> None:
 async def test_a_daemon_without_the_kind_renews_nothing() -> None:
     s = _services({})
     assert await renew_due(s, now=1000.0) == 0
-    assert s.holds.admitted == []
+    assert s.reservations.admitted == []

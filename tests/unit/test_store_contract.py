@@ -14,9 +14,10 @@ import pytest
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.engine import jobs
-from casesignd.engine.reservations import KeyHolds
+from casesignd.engine.reservations import KeyReservations
 from casesignd.store import Flight, IdempotencyKeyReused, NewJob, SqliteStore, new_id
 from casesignd.store.memory import MemoryStore
 from casesignd.store.postgres import PostgresStore
@@ -68,7 +69,7 @@ def new_job(key: str = "k1", tenant: str = "t1", body: dict | None = None, size:
     return NewJob(
         tenant=tenant, kind="test", case_id="C-1", idem_key="key:" + key,
         fingerprint=jobs.fingerprint("test", body), input=audit.canonical(body).decode(),
-        input_digest=jobs.sha256_hex(audit.canonical(body)), version="v1",
+        input_digest=sha256_hex(audit.canonical(body)), version="v1",
         declared_bytes=size, created_at=time.time(), correlation_id="corr",
     )
 
@@ -436,46 +437,46 @@ def flight(store_clock: Clock, key: str = "kiosk-1", **kw) -> Flight:
 
 async def test_a_flight_is_written_whole_in_one_commit(store_and_clock):
     store, clock = store_and_clock
-    holds = KeyHolds(store)
+    reservations = KeyReservations(store)
     f = flight(clock)
-    assert await holds.reserve("t1", f.new.idem_key, "sig-1", f.token) == (None, None)
+    assert await reservations.reserve("t1", f.new.idem_key, "sig-1", f.token) == (None, None)
     # Held: an admission of the same key, or a second kiosk request, is in progress.
     with pytest.raises(Conflict) as e:
-        await holds.admit(f.new, actor="api:t1", max_queue_depth=100)
+        await reservations.admit(f.new, actor="api:t1", max_queue_depth=100)
     assert e.value.code == "in_progress"
     with pytest.raises(Conflict):
-        await holds.reserve("t1", f.new.idem_key, "sig-1", object())
+        await reservations.reserve("t1", f.new.idem_key, "sig-1", object())
     assert await store.get_job("t1", f.job_id) is None
     art = Artifact("art_" + "1" * 32, "ab" * 32, 3)
     f.outcome = Finish(art, signature=Signature("sig-1", art, {"signers": []}, b"pdf"))
-    done = await holds.record_flight(f)
+    done = await reservations.record_flight(f)
     assert done is not None and done.state == "succeeded" and done.job_id == f.job_id
     assert [e["type"] for e in await store.events("t1", f.job_id)] == [
         "admitted", "claimed", "signature_recorded", "signed", "succeeded"]
     assert await store.artifact_data(art.artifact_id) == b"pdf"
     assert (await store.get_signature("t1", "sig-1"))["artifact_id"] == art.artifact_id
     # Released: the key now names the job, for a kiosk replay and an admission alike.
-    existing, _ = await holds.reserve("t1", f.new.idem_key, "sig-1", object())
+    existing, _ = await reservations.reserve("t1", f.new.idem_key, "sig-1", object())
     assert existing is not None and existing.job_id == f.job_id
     job, created = await store.admit(f.new, actor="api:t1", max_queue_depth=100)
     assert not created and job.job_id == f.job_id
     # Another key of the same signature finds the recorded one.
     g = flight(clock, key="kiosk-2")
-    assert (await holds.reserve("t1", g.new.idem_key, "sig-1", g.token))[1]["sha256"] == "ab" * 32
-    holds.unreserve("t1", g.new.idem_key, g.token)
+    assert (await reservations.reserve("t1", g.new.idem_key, "sig-1", g.token))[1]["sha256"] == "ab" * 32
+    reservations.unreserve("t1", g.new.idem_key, g.token)
     assert (await store.admit(g.new, actor="api:t1", max_queue_depth=100))[1] is True
 
 
 async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(store_and_clock):
     store, clock = store_and_clock
-    holds = KeyHolds(store)
+    reservations = KeyReservations(store)
     f = flight(clock)
-    await holds.reserve("t1", f.new.idem_key, "sig-2", f.token)
+    await reservations.reserve("t1", f.new.idem_key, "sig-2", f.token)
     running = await store.persist_flight(f)
     assert running.state == "running" and running.lease_owner == "w"
     assert (await store.get_job("t1", f.job_id)).state == "running"
     f.outcome = Fail("permanent_input", "malformed_pdf")
-    done = await holds.record_flight(f)
+    done = await reservations.record_flight(f)
     assert done.state == "failed" and done.error_code == "malformed_pdf"
     assert [e["type"] for e in await store.events("t1", f.job_id)] == [
         "admitted", "claimed", "failed"]
@@ -483,10 +484,10 @@ async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(stor
 
 async def test_an_unreserved_key_is_free_again(store_and_clock):
     store, clock = store_and_clock
-    holds = KeyHolds(store)
+    reservations = KeyReservations(store)
     f = flight(clock)
-    await holds.reserve("t1", f.new.idem_key, "sig-3", f.token)
-    holds.unreserve("t1", f.new.idem_key, f.token)
+    await reservations.reserve("t1", f.new.idem_key, "sig-3", f.token)
+    reservations.unreserve("t1", f.new.idem_key, f.token)
     assert (await admit(store, key="kiosk-1"))[1] is True
 
 
@@ -495,7 +496,7 @@ async def test_a_signed_flight_leaves_the_rows_and_events_of_an_admission_claim_
     # A flight written at once (one request, nothing persisted before) and one written
     # as running first (past its deadline) end in the same row and the same events.
     store, clock = store_and_clock
-    holds = KeyHolds(store)
+    reservations = KeyReservations(store)
     written = {}
     for path in ("at once", "running first"):
         f = flight(clock, key=f"kiosk-{path}")
@@ -504,11 +505,11 @@ async def test_a_signed_flight_leaves_the_rows_and_events_of_an_admission_claim_
         art = Artifact("art_" + "1" * 32, "ab" * 32, 3)
         f.outcome = Finish(art, signature=Signature(f"sig-{path}", art, {"signers": [["k", "clerk"]]},
                                                     b"pdf"))
-        await holds.reserve("t1", f.new.idem_key, f"sig-{path}", f.token)
+        await reservations.reserve("t1", f.new.idem_key, f"sig-{path}", f.token)
         clock.now += 0.01
         if path == "running first":
             await store.persist_flight(f)
-        done = await holds.record_flight(f)
+        done = await reservations.record_flight(f)
         row = {k: getattr(done, k) for k in done.__struct_fields__ if k not in ("job_id", "idem_key")}
         events = [{k: e[k] for k in ("type", "actor", "attempt", "at", "policy_version",
                                      "input_digest", "case_id")}
@@ -526,17 +527,17 @@ async def test_a_flight_persisted_as_it_is_recorded_is_written_once(store_and_cl
     # The deadline can pass while the record is on its way: both writes may land in
     # one batch, in either order, and the job is written once, finished.
     store, clock = store_and_clock
-    holds = KeyHolds(store)
+    reservations = KeyReservations(store)
     f = flight(clock)
     art = Artifact("art_" + "2" * 32, "cd" * 32, 3)
     f.outcome = Finish(art, signature=Signature("sig-race", art, {"signers": []}))
-    await holds.reserve("t1", f.new.idem_key, "sig-race", f.token)
+    await reservations.reserve("t1", f.new.idem_key, "sig-race", f.token)
     if first == "record":
-        record = asyncio.ensure_future(holds.record_flight(f))
+        record = asyncio.ensure_future(reservations.record_flight(f))
         persist = asyncio.ensure_future(store.persist_flight(f))
     else:
         persist = asyncio.ensure_future(store.persist_flight(f))
-        record = asyncio.ensure_future(holds.record_flight(f))
+        record = asyncio.ensure_future(reservations.record_flight(f))
     done = await record
     await persist
     assert done is not None and done.state == "succeeded"

@@ -11,6 +11,7 @@ import pytest
 
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound
+from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, Signature
 from casesignd.engine import jobs
 from casesignd.store import NewJob
@@ -30,7 +31,7 @@ def sign_job(key: str, shas: list[str], case_id: str = "C-1", tenant: str = "t1"
     return NewJob(
         tenant=tenant, kind="sign_case", case_id=case_id, idem_key="key:" + key,
         fingerprint=jobs.fingerprint("sign_case", body), input=audit.canonical(body).decode(),
-        input_digest=jobs.sha256_hex(audit.canonical(body)), version="v1",
+        input_digest=sha256_hex(audit.canonical(body)), version="v1",
         declared_bytes=10, created_at=0.0, correlation_id="corr")
 
 

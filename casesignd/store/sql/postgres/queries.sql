@@ -17,7 +17,7 @@ SELECT pg_try_advisory_lock(hashtextextended('casesignd:node:' || %(node)s::text
 -- name: notify
 SELECT pg_notify(%(channel)s, '') AS sent;
 
--- A signature key held across the daemons while a job of it signs (see
+-- A signature key locked across the daemons while a job of it signs (see
 -- casesignd/store/postgres_keys.py): a session lock on a connection of its own,
 -- freed by the server when that session ends.
 -- name: signature_key_lock
@@ -26,9 +26,9 @@ SELECT pg_try_advisory_lock(
 
 -- name: signature_key_unlock
 SELECT pg_advisory_unlock(
-  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS held;
+  hashtextextended('casesignd:sig:' || %(tenant)s::text || ':' || %(sig_key)s::text, 0)) AS unlocked;
 
--- An idempotency key held across the daemons by a kiosk request until its job is
+-- An idempotency key locked across the daemons by a kiosk request until its job is
 -- written (the same connection). admit_job takes the same lock, shared, for its
 -- transaction: a kiosk request and an admission of one key meet as "in progress",
 -- two admissions do not (they meet at the key's UNIQUE constraint).
@@ -38,13 +38,13 @@ SELECT pg_try_advisory_lock(hashtext('casesignd:idem:' || %(tenant)s::text),
 
 -- name: idem_key_unlock
 SELECT pg_advisory_unlock(hashtext('casesignd:idem:' || %(tenant)s::text),
-                          hashtext(%(idem_key)s::text)) AS held;
+                          hashtext(%(idem_key)s::text)) AS unlocked;
 
--- Whether a kiosk request on some daemon holds an idempotency key (an admission that
--- inserted nothing, with no row of its key: held, or else the queue is full).
--- name: idem_key_held
+-- Whether a kiosk request on some daemon has locked an idempotency key (an admission
+-- that inserted nothing, with no row of its key: locked, or else the queue is full).
+-- name: idem_key_locked
 SELECT NOT pg_try_advisory_xact_lock_shared(hashtext('casesignd:idem:' || %(tenant)s::text),
-                                            hashtext(%(idem_key)s::text)) AS held;
+                                            hashtext(%(idem_key)s::text)) AS locked;
 
 -- name: schema_version_table
 CREATE TABLE IF NOT EXISTS schema_version (

@@ -1,0 +1,50 @@
+"""SHA-256, one way for the whole service: of bytes, of a file read in chunks, and
+as the ``sha256:<hex>`` reference that names an uploaded object (pure functions, the
+file's reading blocking: call it off the event loop for a large file).
+
+Digests are lower-case hex everywhere: object names, artifact and audit digests,
+token digests, the ``X-Artifact-SHA256`` header.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+# How much of a file is read at once while hashing it.
+CHUNK_BYTES = 1 << 20
+# ``sha256:<64 hex>``: an object of the tenant's case (the contract's object_ref).
+OBJECT_REF_PREFIX = "sha256:"
+HEX_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data``, lower-case hex."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path | str, chunk_bytes: int = CHUNK_BYTES) -> tuple[str, int]:
+    """The SHA-256 (lower-case hex) and size of the file at ``path``, read in chunks
+    (blocking)."""
+    h = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(chunk_bytes):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def object_ref(sha256: str) -> str:
+    """The reference ``sha256:<hex>`` of the object of digest ``sha256``."""
+    return OBJECT_REF_PREFIX + sha256
+
+
+def object_ref_digest(ref: str) -> str | None:
+    """The digest an object reference ``sha256:<hex>`` names (lower-cased), or None when
+    ``ref`` is not one."""
+    if not ref.startswith(OBJECT_REF_PREFIX):
+        return None
+    sha = ref.removeprefix(OBJECT_REF_PREFIX).lower()
+    return sha if HEX_PATTERN.fullmatch(sha) else None
