@@ -29,7 +29,7 @@ through the same steps, so what the key signs is decided in one place:
 4. **prepare** (:mod:`casesignd.signing.pades`), reusing the parse of step 1 or 3, with the
    one DocMDP rule (:func:`casesignd.signing.pades.check_docmdp`); evidence is embedded, or
    bound by digest when the document carries a signature already;
-5. **sign** (:func:`sign_with`) under a key slot, and **finish**: the CMS in its place.
+5. **sign** (:func:`sign_with`) under a key slot; the levels after it are the ladder's.
 
 Steps 1–4 run in one call to a worker process (:func:`prepare_file` for a file,
 :func:`prepare_document` for a kiosk's document in memory, :func:`sign_document` when
