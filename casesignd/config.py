@@ -18,6 +18,7 @@ from pathlib import Path
 
 import msgspec
 
+from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
 from casesignd.verify.budget import VerifyBudget
 from casesignd.webhooks import endpoints as webhooks
@@ -645,9 +646,6 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 
 def _check_placement(p: Policy, at: str) -> None:
-    from casesignd.signing.field import CERTIFY_P
-    from casesignd.signing.placement import APPEARANCES, box_problem
-
     if p.appearance not in APPEARANCES:
         raise ConfigError(f"{at}.appearance",
                           f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from casesignd.config import Config, Policy
 from casesignd.core import audit, media
+from casesignd.core.appearance import CERTIFY_P
 from casesignd.core.errors import ActiveContent, ValidationError
 from casesignd.core.outcomes import Artifact, Finish, Signature
 from casesignd.engine.jobs import check_case_id, sha256_hex
@@ -35,7 +36,6 @@ from casesignd.job_kinds.signing import JobSteps, pdf_limits, signing_policy
 from casesignd.pdf import inspect as pdfcheck
 from casesignd.pdf import rules as pdfrules
 from casesignd.signing import pades, pipeline, placement
-from casesignd.signing.field import CERTIFY_P
 from casesignd.signing.ladder import Ladder, Stored, policy_in_force
 
 if TYPE_CHECKING:
