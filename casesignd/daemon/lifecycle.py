@@ -173,7 +173,7 @@ class Services:
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
-            from casesignd.signing.pipeline import init_signing_process
+            from casesignd.signing.worker import init_signing_process
 
             template = self.cms_template() if self.signer is not None else None
             self._lane_key = self.process_key()
@@ -324,7 +324,7 @@ def _init_batch_process(daemon_pid: int, template: SignerInfoTemplate | None,
                         key: ProcessKey | None, slot: FileSlots | None) -> None:
     """The initializer of a batch worker process: a lower priority, an end with the
     daemon's, and the key with its shared slots."""
-    from casesignd.signing.pipeline import init_signing_process
+    from casesignd.signing.worker import init_signing_process
 
     with contextlib.suppress(OSError):
         os.nice(10)

@@ -11,7 +11,7 @@ memory), a kiosk request, a signed invoice, and the renewal of a B-LTA artifact.
    the signing certificate's validity and key usage, and from B-LT up its chain's
    revocation data, or a refusal;
 2. **B-B**: the document's checks, its preparation and the key's signature in one
-   call to a CPU process (:mod:`casesignd.signing.pipeline`); a key that cannot leave
+   call to a CPU process (:mod:`casesignd.signing.worker`); a key that cannot leave
    this process (a PKCS#11 token's) signs here, in a thread, under a key slot;
 3. **B-T** (the policy names a TSA): an RFC 3161 timestamp token on the signature
    value (:mod:`casesignd.signing.tsa`), then the CMS SignedData (RFC 5652,
@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from casesignd.core.errors import PermanentJobError
 from casesignd.pdf.limits import PdfLimits
-from casesignd.signing import cms, pades, pipeline, tsa
+from casesignd.signing import cms, pades, pipeline, tsa, worker
 from casesignd.signing.keys import KeySigner, configured
 from casesignd.signing.levels import SigningPolicy
 from casesignd.signing.longterm import Appended, LongTerm
@@ -159,9 +159,9 @@ class Ladder:
         chain = await self.services.longterm.before_signing(policy)
         async with steps.phase("sign"):
             await steps.check_lease()
-            work: pipeline.SignedFile
+            work: worker.SignedFile
             work, _took = await steps.in_process(
-                pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
+                worker.sign_prepared_file, src, dst, limits, attachments, meta,
                 self.services.contents_bytes(timestamped), not timestamped, expect_sha256)
             template = self.services.cms_template()
             signature = await self._signature(steps, signer, work.signature, work.signed_attrs)
@@ -195,13 +195,13 @@ class Ladder:
         limits = limits if limits is not None else policy.limits
         contents_bytes = self.services.contents_bytes(timestamped)
         await steps.check_lease()
-        work: pipeline.SignedWork
+        work: worker.SignedWork
         if isinstance(document, Stored):
             work, took = await steps.in_process(
-                pipeline.sign_stored, document.path, document.sha256, document.size, limits,
+                worker.sign_stored, document.path, document.sha256, document.size, limits,
                 meta, contents_bytes, not timestamped)
         else:
-            work, took = await steps.in_process(pipeline.sign_document, document, limits, meta,
+            work, took = await steps.in_process(worker.sign_document, document, limits, meta,
                                                 contents_bytes, not timestamped)
         steps.record_phase("validate", took - work.sign_s)
         start = time.perf_counter()
@@ -231,7 +231,7 @@ class Ladder:
             await steps.check_lease()
             return await asyncio.to_thread(pipeline.sign_with, signer, signed_attrs)
 
-    async def _update(self, work: pipeline.SignedWork, base: bytes, signature: bytes,
+    async def _update(self, work: worker.SignedWork, base: bytes, signature: bytes,
                       policy: SigningPolicy, chain: ChainEvidence | None) -> Appended:
         """What follows ``base``: the signing update with the CMS in place (as the CPU
         process made it already, or made here with its timestamp token from B-T up),
