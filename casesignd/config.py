@@ -7,7 +7,7 @@ resolved against the directory of the config file, so a setup made by
 
 Its size: one struct per section of the file and the checks across them, which read
 best side by side (a section's own limits live beside their use, e.g.
-:class:`casesignd.verify.budget.VerifyBudget`).
+:class:`casesignd.core.verify_budget.VerifyBudget`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core import webhook_events as webhooks
+from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
+from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
-from casesignd.verify.budget import VerifyBudget
 
 MiB = 1024 * 1024
 
@@ -645,9 +646,6 @@ def load(path: str | os.PathLike[str]) -> Config:
 
 
 def _check_placement(p: Policy, at: str) -> None:
-    from casesignd.signing.field import CERTIFY_P
-    from casesignd.signing.placement import APPEARANCES, box_problem
-
     if p.appearance not in APPEARANCES:
         raise ConfigError(f"{at}.appearance",
                           f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")

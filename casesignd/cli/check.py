@@ -62,20 +62,20 @@ def _limits(args: argparse.Namespace) -> Any:
     """The limits of the policy --policy names (else the config's default policy); a
     missing config gives the built-in policy."""
     from casesignd import config
-    from casesignd.pdf.limits import PdfLimits
+    from casesignd.job_kinds.signing import pdf_limits
 
     path = config_path_from(args.config, os.environ)
     if not (args.config or path.is_file()):
         if args.policy:
             raise UsageError(f"--policy {args.policy}: no config at {path} names policies")
-        return PdfLimits.from_policy(config.Policy(version="built-in"))
+        return pdf_limits(config.Policy(version="built-in"))
     cfg = config.load(path)
     policy = cfg.policy(args.policy)
     if policy is None:
         names = ", ".join(p.version for p in cfg.policies) or "none"
         raise UsageError(f"no policy {args.policy or cfg.default_policy!r} in {path} "
                          f"(it has: {names})")
-    return PdfLimits.from_policy(policy)
+    return pdf_limits(policy)
 
 
 def cmd_check(args: argparse.Namespace) -> int:

@@ -40,10 +40,12 @@ from casesignd.files.temp import TempManager
 from casesignd.invoices import branding
 from casesignd.invoices.branding import Branding
 from casesignd.job_kinds.renewal import keep_renewing
+from casesignd.job_kinds.signing import key_settings, longterm_settings, signing_policies
 from casesignd.observability import sdnotify
 from casesignd.observability.metrics import Metrics, StateCache
 from casesignd.observability.tracing import Tracing
 from casesignd.signing.keys import FileSlots, KeySigner, KeySlots, ProcessKey
+from casesignd.signing.ladder import Ladder
 from casesignd.signing.longterm import LongTerm
 from casesignd.store import Store, make_store
 from casesignd.webhooks.sender import Sender
@@ -113,7 +115,9 @@ class Services:
         self.reservations = KeyReservations(self.store)
         # The signing certificate's checks and, from B-LT up, its chains' revocation
         # data; it learns the certificate when the key is loaded.
-        self.longterm = LongTerm(cfg)
+        self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg))
+        # Every signature's steps after the checks, for the job kinds and the kiosk.
+        self.ladder = Ladder(self)
         self.recorder = Recorder(cfg, self.metrics)
         self.kinds: dict[str, JobKind] = job_kinds(self)
         self.tenants: dict[str, str] = {}
@@ -170,7 +174,7 @@ class Services:
 
     def _lane(self) -> Lane:
         if self._kiosk_cpu is None:
-            from casesignd.signing.pipeline import init_signing_process
+            from casesignd.signing.worker import init_signing_process
 
             template = self.cms_template() if self.signer is not None else None
             self._lane_key = self.process_key()
@@ -288,21 +292,6 @@ class Services:
             self._cms_bytes = len(cms.assemble(template, attrs, bytes(1024))) + 256
         return self._cms_bytes
 
-    async def sign_pdf(self, ctx: JobContext, src: Path | str, dst: Path | str, *, reason: str = "") -> None:
-        """Sign a document the service made itself (an invoice): same signer, same PAdES
-        profile, same TSA as the default policy."""
-        import datetime as dt
-
-        from casesignd.job_kinds.sign_case import sign_prepared_pdf
-        from casesignd.signing import pades
-
-        policy = self.config.policy(None)
-        meta = pades.SignatureMeta(
-            signing_time=dt.datetime.now(dt.UTC).replace(microsecond=0),
-            name=self.config.signing.signer_name, reason=reason,
-            policy_version=policy.version if policy else "")
-        await sign_prepared_pdf(ctx, Path(src), Path(dst), meta=meta, attachments=[], policy=policy)
-
     def link(self, artifact_id: str, tenant: str) -> tuple[str, int]:
         assert self.artifacts is not None
         expires = int(time.time()) + self.config.links.ttl_s
@@ -336,7 +325,7 @@ def _init_batch_process(daemon_pid: int, template: SignerInfoTemplate | None,
                         key: ProcessKey | None, slot: FileSlots | None) -> None:
     """The initializer of a batch worker process: a lower priority, an end with the
     daemon's, and the key with its shared slots."""
-    from casesignd.signing.pipeline import init_signing_process
+    from casesignd.signing.worker import init_signing_process
 
     with contextlib.suppress(OSError):
         os.nice(10)
@@ -420,7 +409,7 @@ def _load_signer(cfg: Config) -> KeySigner | None:
         return None
     from casesignd.signing.keys import load_signer
 
-    signer = load_signer(cfg)
+    signer = load_signer(key_settings(cfg))
     delay_ms = os.environ.get("CASESIGND_TEST_SIGN_DELAY_MS")
     if delay_ms and os.environ.get("CASESIGND_TEST_KIND") == "1":
         signer = _SlowSigner(signer, int(delay_ms) / 1000)
@@ -433,11 +422,12 @@ def job_kinds(services: Services) -> dict[str, JobKind]:
     from casesignd.job_kinds.extend_signature import ExtendSignatureKind
     from casesignd.job_kinds.render_invoice import InvoiceKind
 
-    kinds: list[JobKind] = [InvoiceKind(lambda: services.branding), ExtendSignatureKind()]
+    kinds: list[JobKind] = [InvoiceKind(lambda: services.branding, services.ladder),
+                            ExtendSignatureKind(services.ladder)]
     try:
         from casesignd.job_kinds.sign_case import SignCaseKind
 
-        kinds.append(SignCaseKind())
+        kinds.append(SignCaseKind(services.ladder))
     except ImportError:  # pragma: no cover - during partial installs only
         pass
     if os.environ.get("CASESIGND_TEST_KIND") == "1":

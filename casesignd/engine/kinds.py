@@ -24,13 +24,10 @@ from casesignd.files.artifacts import ArtifactStore
 from casesignd.files.scanner import Scanner
 from casesignd.files.sources import Fetcher
 from casesignd.observability.metrics import Metrics
-from casesignd.signing.cms import SignerInfoTemplate
-from casesignd.signing.keys import KeySigner, KeySlots
 from casesignd.store import Job, NewJob, Store
 
-if TYPE_CHECKING:  # pyHanko is imported by the daemon, not by every user of the protocol
+if TYPE_CHECKING:
     from casesignd.files.temp import Area
-    from casesignd.signing.longterm import LongTerm
 
 T = TypeVar("T")
 
@@ -71,25 +68,19 @@ class Admission:
 
 
 class JobServices(Protocol):
-    """What a running job may use of the daemon's services (casesignd.daemon.lifecycle.Services)."""
+    """What a running job may use of the daemon's services (casesignd.daemon.lifecycle.Services).
+    A kind that needs more (the signing ladder) is given it when it is built."""
 
     config: Config
     metrics: Metrics
     store: Store
-    signer: KeySigner | None  # None: no key configured
     scanner: Scanner | None  # None: no scanner configured
     fetcher: Fetcher
     artifacts: ArtifactStore | None  # set once the store is open
-    key_slots: KeySlots
-    longterm: LongTerm  # the signing certificate's checks; validation data from B-LT up
 
-    def cms_template(self) -> SignerInfoTemplate: ...
-    def contents_bytes(self, timestamped: bool) -> int: ...
     async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
                       sig_key: str | None = None) -> Artifact: ...
     async def artifact_source(self, artifact_id: str) -> bytes | Path | None: ...
-    async def sign_pdf(self, ctx: JobContext, src: Path | str, dst: Path | str, *,
-                       reason: str = "") -> None: ...
 
 
 class JobContext(Protocol):

@@ -55,12 +55,23 @@ class _Running:
     in_slot: bool = False
 
 
+class Slots(Protocol):
+    """The key slots an attempt holds around a key's use: a batch one, or a kiosk one
+    waited for at most ``timeout_s``."""
+
+    def batch(self) -> contextlib.AbstractAsyncContextManager[None]: ...
+    def kiosk(self, timeout_s: float) -> contextlib.AbstractAsyncContextManager[None]: ...
+
+
 class PoolServices(JobServices, Protocol):
     """What the pool uses of the daemon's services (casesignd.daemon.lifecycle.Services), besides
     what it hands to the jobs it runs."""
 
     temp: TempManager
     node: str  # this daemon's name among those on one store (serve --node)
+
+    @property
+    def key_slots(self) -> Slots: ...
 
     async def run_cpu(self, fn: Callable[..., Any], *args: Any, kiosk: bool = False) -> Any: ...
     async def refresh_state(self) -> None: ...

@@ -365,7 +365,7 @@ class Fetcher:
                     expect_size: int) -> Path:
         """Where a stored object (``sha256:`` reference) is, to read in place by a
         reader that checks it itself (a batch job's contract, read by the worker
-        process that signs it: :func:`casesignd.signing.pipeline.sign_stored`, which answers
+        process that signs it: :func:`casesignd.signing.worker.sign_stored`, which answers
         ``object_not_found`` when it is not there). Raises as :meth:`fetch` would."""
         if ref.source is not None:
             raise PermanentJobError("not a stored object", code="invalid_object_ref")

@@ -18,7 +18,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
@@ -30,7 +31,6 @@ from casesignd.core.errors import (
     Conflict,
     DeadlineExceeded,
     NotFound,
-    PermanentJobError,
     RequestTimeout,
     ShuttingDown,
     TooLarge,
@@ -59,14 +59,11 @@ from casesignd.job_kinds.sign_case import (
     keep_signed,
     signature_key,
     signed_detail,
-    signed_update,
     signing_lock,
     signing_meta,
 )
-from casesignd.pdf import inspect as pdfcheck
-from casesignd.signing.keys import configured
-from casesignd.signing.pipeline import SignedWork, sign_document, sign_with
-from casesignd.signing.placement import subject_of
+from casesignd.job_kinds.signing import signing_policy
+from casesignd.signing.ladder import policy_in_force
 from casesignd.store import Flight, Job, NewJob, new_id
 
 log = logging.getLogger("casesignd.http.kiosk")
@@ -74,6 +71,7 @@ log = logging.getLogger("casesignd.http.kiosk")
 _MANIFEST_FIELDS = {"case_id", "policy_version", "signers", "sha256", "name", "signature"}
 _MANIFEST_BYTES = 64 * 1024
 _KIND = SignCaseKind()
+T = TypeVar("T")
 
 
 # Before the answer is due, the time kept for writing down a job that will not make
@@ -418,61 +416,30 @@ class _Run:
             artifact = Artifact(recorded["artifact_id"], recorded["sha256"], recorded["size"])
             self.flight.outcome = Finish(artifact, {"reused": True})
             return None
-        policy = cfg.policy(normalized["policy_version"])
-        if policy is None:
-            raise PermanentJobError("the job's policy is no longer configured", code="unknown_policy")
-        signer = configured(s.signer)
-        meta = signing_meta(normalized, policy, cfg.signing.signer_name,
-                            subject_of(getattr(signer, "cert", None)))
-        # Before the key is used; from B-LT up, the chain's data is cached.
-        chain = await s.longterm.before_signing(policy)
+        policy = policy_in_force(cfg.policy(normalized["policy_version"]))
+        ladder = s.ladder
+        meta = signing_meta(normalized, policy, cfg.signing.signer_name, ladder.signer_subject())
         if s.scanner is not None:
             # First: the worker process signs as soon as the document passes its checks.
             async with self.phase("scan"):
                 await s.scanner.scan(self.document, normalized["items"][0]["name"])
-        wait_s = (self.answer_by - time.time()) if self.persisted is None else cfg.workers.max_run_s
-        limits = pdfcheck.PdfLimits.from_policy(policy).bounded(
-            cpu_s=cfg.kiosk.deadline_ms / 1000, inflated_bytes=cfg.kiosk.max_inflated_bytes)
-        args = (sign_document, self.document, limits, meta,
-                s.contents_bytes(bool(policy.tsa_url)), not policy.tsa_url)
-        # One tenant's documents take at most its share of the kiosk's processes
-        # (and so of the key slots a process that signs holds): another tenant's
-        # kiosk always finds one, whatever the first sends (decompression bombs).
-        gate = _lane_gate(s, self.flight.new.tenant)
-        if s.kiosk_signs_in_lane:
-            # The process holds the key: its call is the key's use, under a key slot.
-            async with _waiting(gate, wait_s), s.key_slots.kiosk(wait_s):
-                start = time.perf_counter()  # a wait for the slot is no phase's time
-                work: SignedWork = await s.run_cpu(*args, kiosk=True)
-            signature, sign_s = work.signature, work.sign_s
-            self.record_phase("validate", time.perf_counter() - start - sign_s)
-        else:
-            async with _waiting(gate, wait_s):
-                start = time.perf_counter()
-                work = await s.run_cpu(*args, kiosk=True)
-            self.record_phase("validate", time.perf_counter() - start)
-            start = time.perf_counter()
-            async with s.key_slots.kiosk(wait_s):
-                signature = await asyncio.to_thread(sign_with, signer, work.signed_attrs)
-            sign_s = time.perf_counter() - start
-        assert signature is not None
-        start = time.perf_counter()
-        # The update goes after the document the checks passed: the one received, or
-        # its clean rewrite.
-        base = work.base if work.base is not None else self.document
-        appended = await signed_update(s, work, base, signature, policy, chain)
-        self.record_phase("sign", time.perf_counter() - start + sign_s)
+        signing = signing_policy(policy)
+        limits = signing.limits.bounded(cpu_s=cfg.kiosk.deadline_ms / 1000,
+                                        inflated_bytes=cfg.kiosk.max_inflated_bytes)
+        signed = await ladder.sign_bytes(_KioskSteps(self), self.document, meta=meta,
+                                         policy=signing, limits=limits)
+        base, appended = signed.base, signed.appended
         async with self.phase("publish"):
             published, inline, ours = await keep_signed(
-                s, cfg, self.flight.new.tenant, self.sig_key, base, appended.tail, work.sha256,
+                s, cfg, self.flight.new.tenant, self.sig_key, base, appended.tail, signed.sha256,
                 appended.timestamp_expires_at)
         self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
-            self.sig_key, published, signed_detail(normalized, work.checked, appended.level),
+            self.sig_key, published, signed_detail(normalized, signed.checked, appended.level),
             inline))
-        signed = inline if inline is not None else base + appended.tail
+        document = inline if inline is not None else base + appended.tail
         # An earlier publication of the same signature key (a crash before its record)
         # is the one on disk: answer what is on disk.
-        return signed if ours else None
+        return document if ours else None
 
     async def _record_failure(self, error: BaseException, who: Attempt,
                               started: float) -> Job | None:
@@ -496,6 +463,57 @@ class _Run:
         if isinstance(outcome, RetryLater):
             s.pool.wake()
         return job
+
+
+class _KioskSteps:
+    """A kiosk request as the signing ladder's :class:`casesignd.signing.ladder.Steps`:
+    its phases on its run's line, the kiosk's own CPU processes behind its tenant's
+    gate, and the kiosk's key slots, each waited for at most :attr:`wait_s`. It holds
+    no lease: nothing is written until its one record at the end."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self._wait_s: float | None = None
+
+    @property
+    def wait_s(self) -> float:
+        """How long a wait for a process or a key slot may take: until the answer is
+        due, or once it went out late, as long as any run; taken once, when the
+        document's checks are about to begin."""
+        if self._wait_s is None:
+            run = self.run
+            self._wait_s = (run.answer_by - time.time()) if run.persisted is None \
+                else run.s.config.workers.max_run_s
+        return self._wait_s
+
+    def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.run.phase(name)
+
+    def record_phase(self, name: str, took: float) -> None:
+        self.run.record_phase(name, took)
+
+    async def check_lease(self) -> None:
+        return None
+
+    def key_slot(self) -> contextlib.AbstractAsyncContextManager[None]:
+        return self.run.s.key_slots.kiosk(self.wait_s)
+
+    async def in_process(self, fn: Callable[..., T], *args: Any) -> tuple[T, float]:
+        s = self.run.s
+        # One tenant's documents take at most its share of the kiosk's processes
+        # (and so of the key slots a process that signs holds): another tenant's
+        # kiosk always finds one, whatever the first sends (decompression bombs).
+        gate = _lane_gate(s, self.run.flight.new.tenant)
+        if s.kiosk_signs_in_lane:
+            # The process holds the key: its call is the key's use, under a key slot.
+            async with _waiting(gate, self.wait_s), s.key_slots.kiosk(self.wait_s):
+                start = time.perf_counter()  # a wait for the slot is no phase's time
+                result = await s.run_cpu(fn, *args, kiosk=True)
+        else:
+            async with _waiting(gate, self.wait_s):
+                start = time.perf_counter()
+                result = await s.run_cpu(fn, *args, kiosk=True)
+        return result, time.perf_counter() - start
 
 
 def _answers_with(job: Job | None, outcome: Any) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -25,6 +25,11 @@ from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import TempManager
 from casesignd.observability.metrics import StateCache
 from casesignd.observability.tracing import Tracing
+
+if TYPE_CHECKING:
+    from casesignd.signing.keys import KeySigner, KeySlots
+    from casesignd.signing.ladder import Ladder
+    from casesignd.signing.longterm import LongTerm
 
 
 class HandlerServices(JobServices, Protocol):
@@ -50,6 +55,12 @@ class HandlerServices(JobServices, Protocol):
     kiosk_inflight_by_tenant: dict[str, int]
     kiosk_lane_gates: dict[str, asyncio.Semaphore]
     kiosk_flights: set[asyncio.Task[Any]]
+    # The kiosk signs within its deadline through the one signing ladder, under the
+    # key slots it shares with the pool; readiness reports the key and its certificate.
+    ladder: Ladder
+    key_slots: KeySlots
+    signer: KeySigner | None
+    longterm: LongTerm
 
     @property
     def kiosk_signs_in_lane(self) -> bool: ...

@@ -22,6 +22,8 @@ from casesignd.core.errors import PermanentJobError, ValidationError
 from casesignd.core.fields import refuse_unknown
 from casesignd.core.outcomes import Finish
 from casesignd.engine.kinds import Admission, JobContext, admit_policy
+from casesignd.job_kinds.signing import JobSteps, signing_policy
+from casesignd.signing.ladder import Ladder, policy_in_force
 
 KIND = "extend_signature"
 _ARTIFACT_ID = re.compile(r"art_[0-9a-f]{32}")
@@ -47,7 +49,13 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
 
 
 class ExtendSignatureKind:
+    """``extend_signature``: a new B-LTA artifact, renewed on the signing ladder's last
+    rung (:meth:`casesignd.signing.ladder.Ladder.extend`)."""
+
     name = KIND
+
+    def __init__(self, ladder: Ladder) -> None:
+        self._ladder = ladder
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
@@ -58,10 +66,7 @@ class ExtendSignatureKind:
     async def run(self, ctx: JobContext) -> Finish:
         s = ctx.services
         artifact_id = ctx.input["artifact_id"]
-        policy = ctx.config.policy(ctx.input["policy_version"])
-        if policy is None or not policy.at_least("B-LTA"):
-            raise PermanentJobError("the job's policy is no longer configured at B-LTA",
-                                    code="unknown_policy")
+        policy = policy_in_force(ctx.config.policy(ctx.input["policy_version"]), "B-LTA")
         record = await s.store.get_artifact(artifact_id)
         source = await s.artifact_source(artifact_id) if record is not None else None
         if record is None or record["tenant"] != ctx.tenant or source is None:
@@ -71,9 +76,7 @@ class ExtendSignatureKind:
         out = ctx.workdir / "extended.pdf"
         async with ctx.phase("fetch"):
             await asyncio.to_thread(_copy, source, out)
-        await ctx.check_lease()
-        async with ctx.phase("ltv"):
-            expires_at = await s.longterm.extend(out, policy)
+        expires_at = await self._ladder.extend(JobSteps(ctx), out, signing_policy(policy))
         artifact = dataclasses.replace(await s.publish(ctx, out, "application/pdf"),
                                        timestamp_expires_at=expires_at)
         return Finish(artifact=artifact, detail={"extended_from": artifact_id, "level": "B-LTA"},

@@ -40,6 +40,7 @@ import unicodedata
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 from casesignd.config import Config
@@ -49,6 +50,9 @@ from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
 from casesignd.invoices.templates import TEMPLATES, render_to_file, template
+from casesignd.job_kinds.signing import JobSteps, signing_policy
+from casesignd.signing.ladder import Ladder
+from casesignd.signing.pades import SignatureMeta
 from casesignd.text import shaping
 from casesignd.text.faces import font_coverage
 
@@ -375,9 +379,12 @@ class InvoiceKind:
 
     name = KIND
 
-    def __init__(self, branding: Callable[[], Branding] | None = None) -> None:
+    def __init__(self, branding: Callable[[], Branding] | None = None,
+                 ladder: Ladder | None = None) -> None:
         # The daemon's current settings (replaced on SIGHUP); None: [invoice] only.
         self._branding = branding
+        # The daemon's signing ladder; None: admission only.
+        self._ladder = ladder
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         """See :func:`admit`, with ``tenant``'s settings."""
@@ -402,7 +409,21 @@ class InvoiceKind:
         if invoice.get("sign"):
             signed = str(ctx.workdir / "invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"
-            await ctx.services.sign_pdf(ctx, path, signed, reason=reason)
+            await sign_invoice(self._ladder, ctx, path, signed, reason)
             path = signed
         artifact = await ctx.services.publish(ctx, path, "application/pdf")
         return Finish(artifact=artifact, detail={"pages": pages, "template_version": version})
+
+
+async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: str, dst: str,
+                       reason: str) -> None:
+    """Sign a document the service made itself (an invoice): same signer, same PAdES
+    profile, same TSA as the default policy."""
+    if ladder is None:
+        raise RuntimeError("a signed invoice needs the daemon's signing ladder")
+    policy = ctx.config.policy(None)
+    meta = SignatureMeta(signing_time=datetime.now(UTC).replace(microsecond=0),
+                         name=ctx.config.signing.signer_name, reason=reason,
+                         policy_version=policy.version if policy else "")
+    await ladder.sign_file(JobSteps(ctx), Path(src), Path(dst), meta=meta, attachments=[],
+                           policy=signing_policy(policy) if policy is not None else None)

@@ -17,29 +17,26 @@ import asyncio
 import contextlib
 import dataclasses
 import datetime as dt
-import functools
 import re
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casesignd.config import Config, Policy
 from casesignd.core import audit, media
-from casesignd.core.errors import ActiveContent, PermanentJobError, ValidationError
+from casesignd.core.appearance import CERTIFY_P
+from casesignd.core.errors import ActiveContent, ValidationError
 from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
 from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
 from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
 from casesignd.files.sources import parse_ref
+from casesignd.job_kinds.signing import JobSteps, pdf_limits, signing_policy
 from casesignd.pdf import inspect as pdfcheck
 from casesignd.pdf import rules as pdfrules
-from casesignd.signing import cms, keys, pades, pipeline, placement, tsa
-from casesignd.signing.field import CERTIFY_P
-from casesignd.signing.longterm import Appended
-from casesignd.signing.revocation import ChainEvidence
+from casesignd.signing import pades, pipeline, placement
+from casesignd.signing.ladder import Ladder, Stored, policy_in_force
 
 if TYPE_CHECKING:
     from casesignd.files.temp import Area
@@ -196,65 +193,6 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
     )
 
 
-@dataclass(frozen=True)
-class SignedPdf:
-    """A signed file's checks, and what its level added after the signature."""
-
-    checked: pipeline.Checked
-    appended: Appended
-
-
-async def sign_prepared_pdf(ctx: JobContext, src: Path, dst: Path, *, meta: pades.SignatureMeta,
-                            attachments: list[pades.Attachment], policy: Policy | None,
-                            expect_sha256: str | None = None) -> SignedPdf:
-    """The signing pipeline for a file (:mod:`casesignd.signing.pipeline`): check, normalise,
-    prepare and sign in one CPU call (the worker process holds the key and takes a key
-    slot around its use), timestamp (B-T when the policy names a TSA), finalize.
-    Shared by sign_case and signed invoices. ``expect_sha256``: the digest ``src``
-    must have, checked before the key is used."""
-    services = ctx.services
-    signer = keys.configured(services.signer)
-    limits = pdfcheck.PdfLimits.from_policy(policy) if policy is not None else pdfcheck.PdfLimits()
-    timestamped = policy is not None and bool(policy.tsa_url)
-    # Before the key is used: a certificate that must not sign is refused here.
-    chain = await services.longterm.before_signing(policy)
-    call = functools.partial(pipeline.sign_prepared_file, src, dst, limits, attachments, meta,
-                             services.contents_bytes(timestamped), not timestamped,
-                             expect_sha256)
-    async with ctx.phase("sign"):
-        await ctx.check_lease()
-        if ctx.kiosk:
-            # The kiosk's processes take no slot themselves: the call holds one.
-            async with ctx.key_slot():
-                work: pipeline.SignedFile = await ctx.cpu(call)
-        else:
-            work = await ctx.cpu(call)
-        template = services.cms_template()
-        signature = work.signature
-        if signature is None:  # the key cannot leave this process (a token's)
-            async with ctx.key_slot():
-                await ctx.check_lease()
-                signature = await asyncio.to_thread(pipeline.sign_with, signer,
-                                                    work.signed_attrs)
-            if not timestamped:
-                der = cms.assemble(template, work.signed_attrs, signature, None)
-                await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
-    if not timestamped:
-        return SignedPdf(work.checked, Appended(b"", "B-B"))
-    assert policy is not None  # a timestamp is a policy's
-    async with ctx.phase("timestamp"):
-        token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                        policy.tsa_timeout_s)
-    async with ctx.phase("sign"):
-        der = cms.assemble(template, work.signed_attrs, signature, token)
-        await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
-    if not policy.at_least("B-LT"):
-        return SignedPdf(work.checked, Appended(b"", policy.signature_level))
-    async with ctx.phase("ltv"):
-        appended = await services.longterm.complete(policy, dst, token, chain)
-    return SignedPdf(work.checked, appended)
-
-
 # One job per signature key at a time, from its look at the recorded signature to
 # the commit of its own. Jobs of one signature key under different idempotency keys
 # (blind retries, a kiosk request beside a batch job) would otherwise each find none
@@ -313,27 +251,6 @@ async def document_sha256(data: bytes) -> str:
     return await asyncio.to_thread(sha256_hex, data)
 
 
-async def signed_update(services: JobServices, work: pipeline.SignedWork, base: bytes,
-                        signature: bytes, policy: Policy, chain: ChainEvidence | None
-                        ) -> Appended:
-    """What follows the document ``base``: the signing update with the CMS in place (what a
-    worker process made already, or made here with its timestamp token, from B-T
-    up), then from B-LT up the validation data (and the document timestamp); with
-    the level reached, which is the policy's."""
-    if work.update is not None:
-        return Appended(work.update, policy.signature_level)
-    token = None
-    if policy.tsa_url:
-        token = await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                        policy.tsa_timeout_s)
-    cms_der = cms.assemble(services.cms_template(), work.signed_attrs, signature, token)
-    update = work.prepared.signed(cms_der)
-    if not policy.at_least("B-LT"):
-        return Appended(update, policy.signature_level)
-    appended = await services.longterm.complete(policy, base + update, token, chain)
-    return dataclasses.replace(appended, tail=update + appended.tail)
-
-
 async def keep_signed(services: JobServices, config: Config, tenant: str, sig_key: str,
                       base: bytes, update: bytes, digest: str | None,
                       timestamp_expires_at: float | None = None
@@ -367,7 +284,14 @@ def in_memory(normalized: dict[str, Any], inline_max_bytes: int) -> bool:
 
 
 class SignCaseKind:
+    """``sign_case``: fetch, check and scan the items, then sign the contract with the
+    evidence on the signing ladder (:mod:`casesignd.signing.ladder`). Built without a
+    ladder, a kind admits requests but cannot run them (the kiosk's admission)."""
+
     name = "sign_case"
+
+    def __init__(self, ladder: Ladder | None = None) -> None:
+        self._ladder = ladder
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
@@ -393,15 +317,14 @@ class SignCaseKind:
             # Signed before (a crash after signing, or a replay): never sign twice.
             return Finish(artifact=Artifact(recorded["artifact_id"], recorded["sha256"],
                                             recorded["size"]), detail={"reused": True})
-        policy = ctx.config.policy(normalized["policy_version"])
-        if policy is None:
-            raise PermanentJobError("the job's policy is no longer configured",
-                                    code="unknown_policy")
-        signer = keys.configured(s.signer)
+        if self._ladder is None:
+            raise RuntimeError("sign_case runs with the daemon's signing ladder")
+        ladder = self._ladder
+        policy = policy_in_force(ctx.config.policy(normalized["policy_version"]))
         meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
-                            placement.subject_of(getattr(signer, "cert", None)))
+                            ladder.signer_subject())
         if ctx.area is None:
-            return await self._sign_in_memory(ctx, normalized, policy, meta, sig_key)
+            return await self._sign_in_memory(ctx, ladder, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)
         await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
@@ -413,9 +336,9 @@ class SignCaseKind:
         out = ctx.workdir / "signed.pdf"
         # A stored contract is read as it is stored: the digest its signature's hash
         # gives on the way is checked before the key is used.
-        signed = await sign_prepared_pdf(ctx, paths[contract_i], out, meta=meta,
-                                         attachments=attachments, policy=policy,
-                                         expect_sha256=normalized["items"][contract_i]["sha256"])
+        signed = await ladder.sign_file(JobSteps(ctx), paths[contract_i], out, meta=meta,
+                                        attachments=attachments, policy=signing_policy(policy),
+                                        expect_sha256=normalized["items"][contract_i]["sha256"])
         artifact = dataclasses.replace(
             await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
             timestamp_expires_at=signed.appended.timestamp_expires_at)
@@ -425,8 +348,8 @@ class SignCaseKind:
                                           signed_detail(normalized, signed.checked,
                                                         signed.appended.level)))
 
-    async def _sign_in_memory(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
-                              meta: pades.SignatureMeta, sig_key: str) -> Finish:
+    async def _sign_in_memory(self, ctx: JobContext, ladder: Ladder, normalized: dict[str, Any],
+                              policy: Policy, meta: pades.SignatureMeta, sig_key: str) -> Finish:
         """One contract, no evidence: the worker process reads the stored object, checks
         it, prepares and signs it in one call; the signed document is kept in the
         store, committed with its signature record, its signed event and the finish."""
@@ -437,38 +360,16 @@ class SignCaseKind:
         if s.scanner is not None:
             async with ctx.phase("scan"):
                 await s.scanner.scan(path, item["name"])
-        timestamped = bool(policy.tsa_url)
-        chain = await s.longterm.before_signing(policy)
-        call = functools.partial(
-            pipeline.sign_stored, str(path), item["sha256"], item["size"],
-            pdfcheck.PdfLimits.from_policy(policy), meta, s.contents_bytes(timestamped),
-            not timestamped)
-        await ctx.check_lease()
-        start = time.perf_counter()
-        if ctx.kiosk:
-            async with ctx.key_slot():
-                work: pipeline.SignedWork = await ctx.cpu(call)
-        else:
-            work = await ctx.cpu(call)
-        ctx.record_phase("validate", time.perf_counter() - start - work.sign_s)
-        start = time.perf_counter()
-        signature = work.signature
-        if signature is None:  # the key cannot leave this process (a token's)
-            async with ctx.key_slot():
-                await ctx.check_lease()
-                signature = await asyncio.to_thread(pipeline.sign_with, keys.configured(s.signer),
-                                                    work.signed_attrs)
-        assert work.base is not None
-        appended = await signed_update(s, work, work.base, signature, policy, chain)
-        ctx.record_phase("sign", time.perf_counter() - start + work.sign_s)
+        signed = await ladder.sign_bytes(JobSteps(ctx), Stored(str(path), item["sha256"], item["size"]),
+                                         meta=meta, policy=signing_policy(policy))
         async with ctx.phase("publish"):
             artifact, inline, _ours = await keep_signed(
-                s, ctx.config, ctx.tenant, sig_key, work.base, appended.tail, work.sha256,
-                appended.timestamp_expires_at)
+                s, ctx.config, ctx.tenant, sig_key, signed.base, signed.appended.tail,
+                signed.sha256, signed.appended.timestamp_expires_at)
         return Finish(artifact=artifact, detail={"documents": 1},
                       signature=Signature(sig_key, artifact,
-                                          signed_detail(normalized, work.checked, appended.level),
-                                          inline))
+                                          signed_detail(normalized, signed.checked,
+                                                        signed.appended.level), inline))
 
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
         s = ctx.services
@@ -483,7 +384,7 @@ class SignCaseKind:
 
     async def _validate(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
                         paths: list[Path]) -> None:
-        limits = pdfcheck.PdfLimits.from_policy(policy)
+        limits = pdf_limits(policy)
         async with ctx.phase("validate"):
             for i, (it, path) in enumerate(zip(normalized["items"], paths, strict=True)):
                 if it["role"] == "evidence":

@@ -1,7 +1,7 @@
 """What one document's checks may spend, and what they report.
 
-:class:`PdfLimits` (from a policy) bounds a document: pages, bytes, objects, depth,
-decoded and inflated bytes, CPU time. :class:`Budget` is what one document still may
+:class:`PdfLimits` (a policy's, built by the caller) bounds a document: pages, bytes,
+objects, depth, decoded and inflated bytes, CPU time. :class:`Budget` is what one document still may
 spend while it is checked; :class:`PdfReport` is what the checks learned.
 """
 
@@ -11,7 +11,6 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from casesignd.config import Policy
 from casesignd.core.errors import AmbiguousPdf, CasesignError, LimitExceeded, MalformedPdf
 from casesignd.pdf import rules as pdfrules
 from casesignd.pdf.frame import DAMAGE, Finding
@@ -21,8 +20,8 @@ MiB = 1024 * 1024
 
 @dataclass(frozen=True)
 class PdfLimits:
-    """What a PDF may cost and hold, and whether it may be rewritten; built from a
-    policy by :meth:`from_policy`."""
+    """What a PDF may cost and hold, and whether it may be rewritten; a signing
+    policy's are built from it by :func:`casesignd.job_kinds.signing.pdf_limits`."""
 
     max_pages: int = 5000
     max_bytes: int = 256 * MiB
@@ -49,23 +48,6 @@ class PdfLimits:
     # content check: it is to be signed. False where nothing is added (a check of
     # a document for its own sake).
     refuse_certified: bool = True
-
-    @classmethod
-    def from_policy(cls, policy: Policy) -> PdfLimits:
-        """The limits a signing policy sets."""
-        return cls(
-            max_pages=policy.max_pages,
-            max_bytes=policy.max_document_bytes,
-            forbid_active_content=policy.forbid_active_content,
-            max_decoded_stream_bytes=policy.max_decoded_stream_bytes,
-            max_objects=policy.max_pdf_objects,
-            max_depth=policy.max_pdf_depth,
-            max_decoded_bytes=policy.max_decoded_document_bytes,
-            max_check_cpu_s=policy.max_check_cpu_s,
-            allowed_actions=frozenset("/" + a for a in policy.allowed_actions),
-            link_schemes=frozenset(s.lower() for s in policy.allowed_link_schemes),
-            normalize=policy.normalize,
-        )
 
     def bounded(self, *, cpu_s: float, inflated_bytes: int) -> PdfLimits:
         """These limits with the checks' CPU time and inflated bytes capped (the kiosk's)."""

@@ -215,9 +215,7 @@ def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any
 
 
 # --- certification (DocMDP, §12.8.2.2) --------------------------------------------------
-
-# A policy's certify as the DocMDP permission it sets (Table 254).
-CERTIFY_P = {"no_changes": 1, "form_filling": 2, "annotations": 3}
+# A policy's certify names its permission: casesignd.core.appearance.CERTIFY_P.
 
 
 def certify(s: Any, p: int, sig_num: int, catalog: g.DictionaryObject, reference: bytes) -> bytes:

@@ -17,6 +17,7 @@ import stat
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -27,7 +28,6 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 from cryptography.hazmat.primitives.serialization import pkcs12
 
-from casesignd.config import Config
 from casesignd.core.errors import Busy, ConfigError, SigningError
 from casesignd.signing.cms import key_algorithm
 
@@ -253,38 +253,60 @@ def _read_secret(path: Path, key: str) -> bytes:
         raise ConfigError(key, f"cannot read {path}: {e.strerror}") from None
 
 
-def _load_chain(cfg: Config) -> list[x509.Certificate]:
-    if not cfg.signing.chain_file:
+@dataclass(frozen=True)
+class Pkcs11Settings:
+    """A key on a PKCS#11 token (``[signing.pkcs11]``): the module, the token's and the
+    key's labels, the file holding the PIN, and the certificate's file when the token
+    does not hold it."""
+
+    module: str
+    token_label: str
+    key_label: str
+    pin_file: Path
+    cert_file: Path | None = None
+
+
+@dataclass(frozen=True)
+class KeySettings:
+    """Where the service's signing key is (``[signing]``), its paths resolved: a token
+    (``pkcs11``), else a PKCS#12 file and the file of its password; and the file of
+    further certificates of its chain."""
+
+    pkcs12_path: Path | None = None
+    pkcs12_password_file: Path | None = None
+    chain_file: Path | None = None
+    pkcs11: Pkcs11Settings | None = None
+
+
+def _load_chain(path: Path | None) -> list[x509.Certificate]:
+    if path is None:
         return []
-    path = cfg.path(cfg.signing.chain_file)
     try:
         return x509.load_pem_x509_certificates(path.read_bytes())
     except (OSError, ValueError) as e:
         raise ConfigError("signing.chain_file", f"cannot read certificates from {path}: {e}") from None
 
 
-def load_signer(cfg: Config) -> KeySigner:
+def load_signer(settings: KeySettings) -> KeySigner:
     """The service's signing key as configured: ``signing.pkcs11`` if set, else PKCS#12."""
-    chain = _load_chain(cfg)
-    p11 = cfg.signing.pkcs11
+    chain = _load_chain(settings.chain_file)
+    p11 = settings.pkcs11
     if p11 is not None:
-        pin = _read_secret(cfg.credential(p11.pin_file), "signing.pkcs11.pin_file").decode()
+        pin = _read_secret(p11.pin_file, "signing.pkcs11.pin_file").decode()
         cert = None
-        if p11.cert_file:
+        if p11.cert_file is not None:
             try:
-                cert = x509.load_pem_x509_certificate(cfg.path(p11.cert_file).read_bytes())
+                cert = x509.load_pem_x509_certificate(p11.cert_file.read_bytes())
             except (OSError, ValueError) as e:
                 raise ConfigError("signing.pkcs11.cert_file", f"cannot read certificate: {e}") from None
         return Pkcs11Signer(p11.module, p11.token_label, p11.key_label, pin, cert=cert, chain=chain)
-    if not cfg.signing.pkcs12_path:
+    if settings.pkcs12_path is None:
         raise ConfigError("signing.pkcs12_path", "no signing key configured")
-    key_path = cfg.credential(cfg.signing.pkcs12_path)
+    key_path = settings.pkcs12_path
     check_private_file(key_path, "signing.pkcs12_path")
     password = b""
-    if cfg.signing.pkcs12_password_file:
-        password = _read_secret(
-            cfg.credential(cfg.signing.pkcs12_password_file), "signing.pkcs12_password_file"
-        )
+    if settings.pkcs12_password_file is not None:
+        password = _read_secret(settings.pkcs12_password_file, "signing.pkcs12_password_file")
     signer = load_pkcs12(key_path, password)
     if chain:
         signer.chain = [*signer.chain, *chain]

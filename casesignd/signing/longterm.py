@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,9 +34,9 @@ from asn1crypto import x509 as ax509
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from casesignd.config import Config, Policy
 from casesignd.core.errors import CasesignError, ConfigError, PermanentJobError
 from casesignd.signing import tsa
+from casesignd.signing.levels import SigningPolicy, highest
 from casesignd.signing.revocation import (
     ChainEvidence,
     Revocation,
@@ -53,11 +54,21 @@ def to_asn1(cert: x509.Certificate) -> ax509.Certificate:
     return ax509.Certificate.load(cert.public_bytes(Encoding.DER))
 
 
-def load_trust_roots(cfg: Config) -> list[ax509.Certificate]:
-    """The PEM certificates of ``[validation] trust_roots``."""
+@dataclass(frozen=True)
+class LongTermSettings:
+    """What the long-term levels take from the configuration (``[validation]``): the
+    PEM files of the trust roots chains are built to, one fetch's timeout, and how
+    long before its nextUpdate kept revocation data is fetched again."""
+
+    trust_roots: tuple[Path, ...] = ()
+    fetch_timeout_s: float = 5.0
+    refresh_ahead_s: float = 3600.0
+
+
+def load_trust_roots(paths: tuple[Path, ...]) -> list[ax509.Certificate]:
+    """The PEM certificates of ``[validation] trust_roots`` (``paths``, in order)."""
     roots: list[ax509.Certificate] = []
-    for i, value in enumerate(cfg.validation.trust_roots):
-        path = cfg.path(value)
+    for i, path in enumerate(paths):
         try:
             roots.extend(to_asn1(c) for c in x509.load_pem_x509_certificates(path.read_bytes()))
         except (OSError, ValueError) as e:
@@ -92,11 +103,13 @@ class LongTerm:
     # fetched again at its own refresh time).
     KEEP_FRESH_S = 60.0
 
-    def __init__(self, cfg: Config) -> None:
-        self.config = cfg
-        roots = load_trust_roots(cfg)
-        self.revocation = Revocation(roots, fetch_timeout_s=cfg.validation.fetch_timeout_s,
-                                     refresh_ahead_s=cfg.validation.refresh_ahead_s) \
+    def __init__(self, settings: LongTermSettings,
+                 policies: Callable[[], list[SigningPolicy]]) -> None:
+        # The policies as they are now (a reload replaces them).
+        self.policies = policies
+        roots = load_trust_roots(settings.trust_roots)
+        self.revocation = Revocation(roots, fetch_timeout_s=settings.fetch_timeout_s,
+                                     refresh_ahead_s=settings.refresh_ahead_s) \
             if roots else None
         self.signer: ax509.Certificate | None = None
         self.chain: list[ax509.Certificate] = []
@@ -135,9 +148,9 @@ class LongTerm:
     @property
     def needed(self) -> bool:
         """Whether any policy signs at B-LT or above (its chain is checked ahead)."""
-        return any(p.at_least("B-LT") for p in self.config.policies)
+        return any(p.at_least("B-LT") for p in self.policies())
 
-    async def before_signing(self, policy: Policy | None) -> ChainEvidence | None:
+    async def before_signing(self, policy: SigningPolicy | None) -> ChainEvidence | None:
         """Refuse a signing certificate that is outside its validity or lacks a signing
         key usage (at every level), or, from B-LT up, that is revoked or whose
         revocation data cannot be had. The chain's evidence, from B-LT up."""
@@ -159,11 +172,9 @@ class LongTerm:
 
     async def check_signer(self) -> None:
         """The readiness check: the signer's chain as the highest policy needs it."""
-        top = max(self.config.policies, key=lambda p: ("B-B", "B-T", "B-LT", "B-LTA").index(
-            p.signature_level))
-        await self.before_signing(top)
+        await self.before_signing(highest(self.policies()))
 
-    async def complete(self, policy: Policy | None, document: bytes | Path,
+    async def complete(self, policy: SigningPolicy | None, document: bytes | Path,
                        signature_token: bytes | None, signer: ChainEvidence | None) -> Appended:
         """After a B-T signature: from B-LT up, the DSS (and for B-LTA the document
         timestamp) as an incremental update on ``document``: a file is extended in
@@ -183,7 +194,7 @@ class LongTerm:
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return Appended(tail + more, policy.signature_level, expires_at)
 
-    async def extend(self, document: Path, policy: Policy) -> float:
+    async def extend(self, document: Path, policy: SigningPolicy) -> float:
         """Renewal of a B-LTA document, in place: fresh data for the chain of its last
         document timestamp, and a new document timestamp over all of it."""
         from casesignd.signing.longterm_write import last_timestamp_token
@@ -217,7 +228,7 @@ class LongTerm:
         return await asyncio.to_thread(self._update, whole, [chain], None, 0), chain
 
     @staticmethod
-    def _stamper(policy: Policy) -> Stamper:
+    def _stamper(policy: SigningPolicy) -> Stamper:
         # pyHanko's writer is imported on first use (0.4 s): a daemon that never signs
         # above B-T, and every command line call, does without it.
         from casesignd.signing.longterm_write import Stamper

@@ -16,24 +16,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from casesignd.core.appearance import box_problem
 from casesignd.core.errors import ValidationError
 from casesignd.core.fields import refuse_unknown
-
-APPEARANCES = ("invisible", "visible")
-MAX_POINTS = 14_400.0  # the largest page side PDF 32000-1 Annex C.2 allows (200 in)
-
-
-def box_problem(box: Any) -> str:
-    """What is wrong with a box ``[x1, y1, x2, y2]`` in points, or ""."""
-    if not isinstance(box, list) or len(box) != 4 or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in box):
-        return "must be four numbers [x1, y1, x2, y2]"
-    x1, y1, x2, y2 = (float(v) for v in box)
-    if not all(-MAX_POINTS <= v <= MAX_POINTS for v in (x1, y1, x2, y2)):
-        return f"coordinates must lie within ±{MAX_POINTS:g} points"
-    if x2 - x1 < 1 or y2 - y1 < 1:
-        return "x2 must exceed x1 and y2 exceed y1 (by a point at least)"
-    return ""
 
 
 def admit(raw: Any, appearance: str) -> dict[str, Any]:

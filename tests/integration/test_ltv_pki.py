@@ -32,6 +32,7 @@ from pyhanko_certvalidator.policy_decl import REQUIRE_REVINFO, CertRevTrustPolic
 from pyhanko_certvalidator.registry import SimpleTrustManager
 
 from casesignd import config
+from casesignd.job_kinds.signing import key_settings
 from casesignd.signing.keys import load_signer
 from tests.daemon import to_toml
 from tests.helpers_ltv import LtvPki, ltv_pki
@@ -164,6 +165,6 @@ def test_casesignd_config_loads(ltv_pki: LtvPki, tmp_path) -> None:
     assert cfg.policy(None).signature_level == "B-LTA"
     assert cfg.policy(None).tsa_url == ltv_pki.tsa_url
     assert cfg.validation.trust_roots == [str(ltv_pki.root_pem)]
-    signer = load_signer(cfg)
+    signer = load_signer(key_settings(cfg))
     assert signer.cert == ltv_pki["signer"].cert
     assert signer.chain == [ltv_pki.intermediate]

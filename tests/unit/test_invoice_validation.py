@@ -264,14 +264,23 @@ class FakeServices:
         self.calls: list[tuple[str, Any]] = []
         self.metrics = Metrics(strict=True)
 
-    async def sign_pdf(self, ctx: Any, src: str, dst: str, *, reason: str) -> None:
-        self.calls.append(("sign", (src, dst, reason)))
-        Path(dst).write_bytes(Path(src).read_bytes())
-
     async def publish(self, ctx: Any, path: str, media_type: str) -> Artifact:
         data = Path(path).read_bytes()
         self.calls.append(("publish", (path, media_type)))
         return Artifact(artifact_id="a1", sha256="0" * 64, size=len(data), media_type=media_type)
+
+
+class FakeLadder:
+    """The signing ladder's face to the invoice kind: it records the call on the
+    services' list and copies the file."""
+
+    def __init__(self, calls: list[tuple[str, Any]]) -> None:
+        self.calls = calls
+
+    async def sign_file(self, steps: Any, src: Path, dst: Path, *, meta: Any, attachments: Any,
+                        policy: Any) -> None:
+        self.calls.append(("sign", (str(src), str(dst), meta.reason)))
+        dst.write_bytes(src.read_bytes())
 
 
 class FakeCtx:
@@ -295,7 +304,8 @@ class FakeCtx:
 @pytest.mark.parametrize("sign", [True, False])
 async def test_run_renders_signs_and_publishes(tmp_path: Path, sign: bool) -> None:
     ctx = FakeCtx(admit(body(), CFG, TODAY).normalized | {"sign": sign}, tmp_path)
-    out = await InvoiceKind().run(ctx)  # type: ignore[arg-type]
+    ladder = FakeLadder(ctx.services.calls)
+    out = await InvoiceKind(ladder=ladder).run(ctx)  # type: ignore[arg-type]
     assert isinstance(out, Finish)
     assert out.detail["pages"] == 1
     assert out.artifact is not None and out.artifact.size > 1000

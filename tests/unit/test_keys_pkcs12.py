@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding
 
 from casesignd import config
 from casesignd.core.errors import ConfigError, SigningError
+from casesignd.job_kinds.signing import key_settings
 from casesignd.ops import devpki
 from casesignd.signing.keys import KeySigner, configured, load_pkcs12, load_signer
 
@@ -34,7 +35,7 @@ def _write(tmp_path: Path, ident: devpki.Identity, mode: int = 0o600, pw_mode: i
 @pytest.mark.parametrize("kind", ["rsa", "ec"])
 def test_pkcs12_signer_signs_with_sha256(ca: devpki.Identity, kind: str, tmp_path: Path) -> None:
     ident = devpki.issue(ca, f"unit {kind}", kind)
-    signer = load_signer(_write(tmp_path, ident))
+    signer = load_signer(key_settings(_write(tmp_path, ident)))
     assert isinstance(signer, KeySigner)
     assert signer.algorithm == kind and signer.cert == ident.cert and signer.chain == [ca.cert]
     sig = signer.sign(b"data")
@@ -56,17 +57,17 @@ def test_pkcs12_signer_signs_with_sha256(ca: devpki.Identity, kind: str, tmp_pat
 def test_readable_secrets_are_refused(ca: devpki.Identity, tmp_path: Path, mode: int, pw_mode: int, key: str) -> None:
     cfg = _write(tmp_path, devpki.issue(ca, "unit", "ec"), mode, pw_mode)
     with pytest.raises(ConfigError) as info:
-        load_signer(cfg)
+        load_signer(key_settings(cfg))
     assert info.value.key == key
 
 
 def test_missing_key_file_names_the_setting(tmp_path: Path) -> None:
     cfg = config.loads('[signing]\npkcs12_path = "nope.p12"\n', base_dir=str(tmp_path))
     with pytest.raises(ConfigError) as info:
-        load_signer(cfg)
+        load_signer(key_settings(cfg))
     assert info.value.key == "signing.pkcs12_path"
     with pytest.raises(ConfigError):
-        load_signer(config.loads("", base_dir=str(tmp_path)))
+        load_signer(key_settings(config.loads("", base_dir=str(tmp_path))))
 
 
 def test_wrong_password_is_a_signing_error(ca: devpki.Identity, tmp_path: Path) -> None:
@@ -84,7 +85,7 @@ def test_credentials_directory_is_preferred(ca: devpki.Identity, tmp_path: Path,
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
     cfg = config.loads('[signing]\npkcs12_path = "key.p12"\npkcs12_password_file = "key.pw"\n',
                        base_dir=str(tmp_path))
-    signer = load_signer(cfg)
+    signer = load_signer(key_settings(cfg))
     assert signer.cert == ident.cert
     assert hashlib.sha256(signer.sign(b"x")).digest()  # usable
 
@@ -98,7 +99,7 @@ def test_a_key_in_memory_signs_the_same_in_a_worker_process(
     from multiprocessing import get_context
 
     ident = devpki.issue(ca, f"unit {kind}", kind)
-    signer = load_signer(_write(tmp_path, ident))
+    signer = load_signer(key_settings(_write(tmp_path, ident)))
     with ProcessPoolExecutor(1, mp_context=get_context("forkserver")) as pool:
         sig = pool.submit(_sign_there, signer.for_process(), b"data").result(timeout=60)
     _verify(ident, sig, b"data")
@@ -122,5 +123,5 @@ def test_no_configured_key_is_refused_as_unavailable(ca: devpki.Identity, tmp_pa
     with pytest.raises(SigningError) as refused:
         configured(None)
     assert refused.value.code == "signing_key_unavailable"
-    signer = load_signer(_write(tmp_path, devpki.issue(ca, "unit", "rsa")))
+    signer = load_signer(key_settings(_write(tmp_path, devpki.issue(ca, "unit", "rsa"))))
     assert configured(signer) is signer

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from casesignd.config import Policy
 from casesignd.core.errors import CasesignError, LimitExceeded, MalformedPdf
+from casesignd.job_kinds.signing import pdf_limits
 from casesignd.pdf import rules as pdfrules
 from casesignd.pdf.frame import (
     AMBIGUITY,
@@ -536,13 +537,13 @@ def test_limits_from_policy() -> None:
     policy = Policy(version="v1", max_pages=7, max_document_bytes=1000,
                     forbid_active_content=False, max_decoded_stream_bytes=2000,
                     max_pdf_objects=30, max_pdf_depth=5)
-    assert PdfLimits.from_policy(policy) == PdfLimits(7, 1000, False, 2000, 30, 5)
+    assert pdf_limits(policy) == PdfLimits(7, 1000, False, 2000, 30, 5)
     strict = Policy(version="v2", normalize="never", allowed_actions=["GoTo", "URI"],
                     max_decoded_document_bytes=5000, max_check_cpu_s=1.5)
-    limits = PdfLimits.from_policy(strict)
+    limits = pdf_limits(strict)
     assert (limits.normalize, limits.allowed_actions, limits.max_decoded_bytes,
             limits.max_check_cpu_s) == ("never", frozenset({"/GoTo", "/URI"}), 5000, 1.5)
-    limits = PdfLimits.from_policy(Policy(version="v1"))
+    limits = pdf_limits(Policy(version="v1"))
     assert pickle.loads(pickle.dumps(limits)) == limits
 
 

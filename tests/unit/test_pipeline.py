@@ -80,7 +80,7 @@ def test_a_stored_object_is_checked_before_it_is_read(tmp_path):
     from casesignd.core.errors import CasesignError
     from casesignd.pdf.inspect import PdfLimits
     from casesignd.signing.pades import SignatureMeta
-    from casesignd.signing.pipeline import sign_stored
+    from casesignd.signing.worker import sign_stored
 
     data = b"%PDF-1.7\n%%EOF\n"
     sha = hashlib.sha256(data).hexdigest()
@@ -156,17 +156,17 @@ def test_a_file_not_of_the_digest_expected_is_refused_before_the_key_and_leaves_
 
     from casesignd.core.errors import DigestMismatch
     from casesignd.pdf.inspect import PdfLimits
-    from casesignd.signing import pipeline
+    from casesignd.signing import worker
     from casesignd.signing.pades import SignatureMeta
     from tests.helpers_pki import big_pdf
 
     src = big_pdf(tmp_path / "in.pdf", 2_000)
     used: list[bytes] = []
-    monkeypatch.setattr(pipeline, "_process_sign", lambda attrs: used.append(attrs))
+    monkeypatch.setattr(worker, "_process_sign", lambda attrs: used.append(attrs))
     meta = SignatureMeta(signing_time=dt.datetime(2026, 1, 1, tzinfo=dt.UTC), name="x")
     dst = tmp_path / "out" / "signed.pdf"
     dst.parent.mkdir()
     with pytest.raises(DigestMismatch):
-        pipeline.sign_prepared_file(src, dst, PdfLimits(), [], meta, 8192, True,
-                                    hashlib.sha256(b"another document").hexdigest())
+        worker.sign_prepared_file(src, dst, PdfLimits(), [], meta, 8192, True,
+                                  hashlib.sha256(b"another document").hexdigest())
     assert used == [] and list(dst.parent.iterdir()) == []

@@ -10,7 +10,7 @@ import pytest
 
 from casesignd.core.errors import CasesignError
 from casesignd.pdf.inspect import PdfLimits
-from casesignd.signing import pipeline
+from casesignd.signing import pipeline, worker
 from casesignd.signing.pades import SignatureMeta
 from tests.helpers_corpus import _one_page
 
@@ -88,13 +88,13 @@ def test_a_stored_object_is_signed_each_time_and_checked_once(counted, tmp_path)
     path = tmp_path / "obj"
     path.write_bytes(doc)
     sha = hashlib.sha256(doc).hexdigest()
-    pipeline.init_signing_process(cms.template_for(signer.cert, tuple(signer.chain)),
-                                  signer.for_process())
+    worker.init_signing_process(cms.template_for(signer.cert, tuple(signer.chain)),
+                                signer.for_process())
     try:
-        works = [pipeline.sign_stored(str(path), sha, len(doc), PdfLimits(), META, 8192, True)
+        works = [worker.sign_stored(str(path), sha, len(doc), PdfLimits(), META, 8192, True)
                  for _ in range(2)]
     finally:
-        pipeline._PROCESS.clear()
+        worker._PROCESS.clear()
     assert counted == [sha]
     assert all(w.update and w.signature and w.checked.received_sha256 == sha for w in works)
     assert works[0].signature != works[1].signature  # ECDSA: a fresh signature each time

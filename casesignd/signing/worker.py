@@ -1,0 +1,163 @@
+"""The signing worker processes' side of the ladder: steps 1–5 of the pipeline in one call.
+
+A worker process (the kiosk's, or a batch one) is started with the signer's CMS
+template and, when the key can leave the daemon (a key in memory), the key itself
+(:func:`init_signing_process`). One call then checks, prepares and signs a document
+(:func:`sign_document` for bytes, :func:`sign_stored` for a stored object read in
+place, :func:`sign_prepared_file` for a file): the key is used only once the document
+has passed (:mod:`casesignd.signing.pipeline`), under a batch key slot when the
+process has them. A token's key cannot be handed over: the call then returns the
+signed attributes unsigned, and :mod:`casesignd.signing.ladder` signs them in the
+daemon. With no timestamp to wait for, the call finishes the document too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from casesignd.core.errors import DigestMismatch, PermanentJobError, SizeMismatch
+from casesignd.core.hashing import sha256_hex
+from casesignd.pdf.inspect import PdfLimits
+from casesignd.signing import cms, pades
+from casesignd.signing.keys import FileSlots, ProcessKey
+from casesignd.signing.pipeline import Checked, prepare_document, prepare_file, sign_with
+
+# In each such process: the signer template, and the key when it can sign there (a
+# key in memory; a token's key signs on the event loop's side).
+_PROCESS: dict[str, Any] = {}
+
+
+def init_signing_process(template: cms.SignerInfoTemplate | None, key: ProcessKey | None,
+                         slot: FileSlots | None = None) -> None:
+    """The initializer of a worker process that signs. With ``slot`` (the batch key
+    slots, a :class:`casesignd.signing.keys.FileSlots`), every key operation here takes one
+    of them, and only around the key's use."""
+    _PROCESS.update(template=template, key=key, slot=slot)
+
+
+def _process_sign(signed_attrs: bytes) -> tuple[bytes, float]:
+    """The key operation in a signing worker process, under its key slot when it has
+    one: the signature and the time it took (a wait for the slot included)."""
+    started = time.perf_counter()
+    slot = _PROCESS.get("slot")
+    if slot is None:
+        return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
+    with slot.slot():
+        return sign_with(_PROCESS["key"], signed_attrs), time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class SignedWork:
+    """What a signing worker process hands back: the decision, the document the update
+    goes after (None: the one it was given), the update to fill in, the signed
+    attributes, their signature (None when the key is not in the process) and its
+    time, and, when it could finish the document, the update with the CMS in place
+    and the SHA-256 of the signed document."""
+
+    checked: Checked
+    base: bytes | None
+    prepared: pades.PreparedUpdate
+    signed_attrs: bytes
+    signature: bytes | None
+    sign_s: float
+    update: bytes | None = None
+    sha256: str | None = None
+
+
+def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
+                  contents_bytes: int, finish: bool, sha256: str | None = None) -> SignedWork:
+    """Steps 1–5 for one document in one call to a signing worker process: the key is
+    used only once the document has passed; with ``finish`` (no timestamp to wait
+    for), the signed update is made too. ``sha256``: the document's, if known."""
+    checked, base, prepared = prepare_document(document, limits=limits, meta=meta,
+                                               contents_bytes=contents_bytes, sha256=sha256)
+    template = _PROCESS["template"]
+    signed_attrs = cms.build_signed_attrs(prepared.digest, template)
+    rewritten = base if base is not document else None
+    if _PROCESS["key"] is None:
+        return SignedWork(checked, rewritten, prepared, signed_attrs, None, 0.0)
+    signature, sign_s = _process_sign(signed_attrs)
+    update = sha256 = None
+    if finish:
+        update = prepared.signed(cms.assemble(template, signed_attrs, signature, None))
+        digest = hashlib.sha256(base)
+        digest.update(update)
+        sha256 = digest.hexdigest()
+    return SignedWork(checked, rewritten, prepared, signed_attrs, signature, sign_s,
+                      update, sha256)
+
+
+def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
+                meta: pades.SignatureMeta, contents_bytes: int, finish: bool) -> SignedWork:
+    """:func:`sign_document` for a stored object (a batch job's contract, read here
+    rather than copied into a temp area): its size and digest are checked against the
+    job's before anything else reads it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:  # not there, or a link: the case holds no such object
+        raise PermanentJobError(f"object sha256:{sha256} was not found",
+                                code="object_not_found") from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermanentJobError(f"object sha256:{sha256} was not found",
+                                    code="object_not_found")
+        if st.st_size != size:
+            raise SizeMismatch(f"the object is not {size} bytes")
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        document = f.read(size + 1)
+    if len(document) != size:
+        raise SizeMismatch(f"the object is not {size} bytes")
+    if sha256_hex(document) != sha256:
+        raise DigestMismatch("the object's SHA-256 differs from the item's")
+    work = sign_document(document, limits, meta, contents_bytes, finish, sha256)
+    # The caller has not read the document: the update goes after these bytes.
+    return work if work.base is not None else dataclasses.replace(work, base=document)
+
+
+@dataclass(frozen=True)
+class SignedFile:
+    """What a signing worker process hands back for a file signed in place: the
+    decision, the preparation, the signed attributes and their signature (None when
+    the key is not in the process; then the caller signs and finalizes)."""
+
+    checked: Checked
+    prepared: pades.Prepared
+    signed_attrs: bytes
+    signature: bytes | None
+    sign_s: float
+
+
+def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
+                       attachments: list[pades.Attachment], meta: pades.SignatureMeta,
+                       contents_bytes: int, finish: bool, expect_sha256: str | None = None
+                       ) -> SignedFile:
+    """Steps 1–5 for a file in one call to a signing worker process: ``dst`` receives
+    the signed document (with ``finish``; else the prepared one, to be finalized by
+    the caller once it has a timestamp or the key's signature). ``expect_sha256``:
+    the digest ``src`` must have (a stored object read where it is stored), checked
+    from the copy's hash before the key is used."""
+    checked, prepared = prepare_file(src, dst, limits=limits, attachments=attachments,
+                                     meta=meta, contents_bytes=contents_bytes)
+    if expect_sha256 is not None and checked.received_sha256 != expect_sha256:
+        dst.unlink(missing_ok=True)
+        raise DigestMismatch("the document's SHA-256 differs from the item's")
+    signed_attrs = cms.build_signed_attrs(prepared.digest, _PROCESS["template"])
+    if _PROCESS["key"] is None:
+        return SignedFile(checked, prepared, signed_attrs, None, 0.0)
+    signature, sign_s = _process_sign(signed_attrs)
+    if finish:
+        # Not fsynced: publishing makes a durable copy of it.
+        pades.finalize(prepared, cms.assemble(_PROCESS["template"], signed_attrs, signature,
+                                              None), sync=False)
+    return SignedFile(checked, prepared, signed_attrs, signature, sign_s)
