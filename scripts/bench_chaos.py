@@ -65,7 +65,6 @@ from tests.helpers_tsa import LocalTsa  # noqa: E402
 from tests.pgcluster import running_cluster  # noqa: E402
 
 SIGN_DELAY_MS = 150
-SIGN_DELAY_ENV = {"CASESIGND_TEST_SIGN_DELAY_MS": str(SIGN_DELAY_MS)}
 LEASE_S = 10.0
 
 
@@ -101,7 +100,7 @@ def _crash_config(source: ThreadedSource) -> dict[str, Any]:
 
 def crash_phase(base: Path, n_jobs: int, kills: int, seed: int) -> dict[str, Any]:
     with ThreadedSource() as source:
-        d = Daemon(base / "crash", _crash_config(source), env=SIGN_DELAY_ENV)
+        d = Daemon(base / "crash", _crash_config(source), sign_delay_ms=SIGN_DELAY_MS)
         try:
             plan = make_workload(base / "crash-work", n_jobs, seed=seed, source=source)
             started = time.monotonic()
@@ -127,7 +126,8 @@ def nodes_phase(base: Path, n_jobs: int, kills: int, seed: int, count: int) -> d
     loses nothing a committed transaction holds."""
     with running_cluster() as cluster, cluster.fresh_database() as dsn, \
             ThreadedSource() as source:
-        nodes = Nodes(base / "nodes", dsn, count, _crash_config(source), env=SIGN_DELAY_ENV)
+        nodes = Nodes(base / "nodes", dsn, count, _crash_config(source),
+                      sign_delay_ms=SIGN_DELAY_MS)
         try:
             plan = make_workload(base / "nodes-work", n_jobs, seed=seed, source=source)
             started = time.monotonic()

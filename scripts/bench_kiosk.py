@@ -589,8 +589,7 @@ def main() -> None:
             "workers": {"concurrency": args.workers},
             "storage": {"temp_dir": str(shm)},
             "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-        }, env={"CASESIGND_STRICT_LABELS": "0"}, init_args=["--key-type", args.key_type])
-        d.env.pop("CASESIGND_TEST_KIND", None)
+        }, init_args=["--key-type", args.key_type], test_parts=False)
         if args.visible:
             from tests.daemon import to_toml
 
@@ -615,9 +614,8 @@ def main() -> None:
                         "workers": {"concurrency": args.workers},
                         "storage": {"temp_dir": str(shm)},
                         "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-                    }, env={"CASESIGND_STRICT_LABELS": "0", "PYTHONPATH": str(tree)},
-                        init_args=["--key-type", args.key_type])
-                    old.env.pop("CASESIGND_TEST_KIND", None)
+                    }, env={"PYTHONPATH": str(tree)}, init_args=["--key-type", args.key_type],
+                        test_parts=False)
                     old.start()
                     objects = upload_objects(old, paths)
                     results[f"casesignd@{args.baseline_rev}"] = asyncio.run(

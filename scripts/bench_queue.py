@@ -175,7 +175,7 @@ async def http_admission(rate: float, seconds: float, directory: Path) -> dict[s
 
     d = Daemon(directory / "daemon", {"workers": {"concurrency": 8, "max_queue_depth": 1_000_000},
                                       "logging": {"level": "warning"}},
-               env={"CASESIGND_STRICT_LABELS": "0"})
+               strict_labels=False)
     d.start()
     latencies: list[float] = []
     statuses: dict[int, int] = {}

@@ -48,7 +48,7 @@ def run_nodes(workdir: Path, doc: bytes, jobs: int, count: int, cluster: Cluster
         nodes = Nodes(workdir, dsn, count, {
             "logging": {"level": "warning"},
             "workers": {"concurrency": CONCURRENCY, "max_queue_depth": jobs + warm_jobs + 10}},
-            env={"CASESIGND_STRICT_LABELS": "0"})
+            test_parts=False)
         nodes.start()
         try:
             urls = [n.url for n in nodes.nodes]

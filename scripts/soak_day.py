@@ -418,7 +418,7 @@ def main(argv: list[str]) -> None:
                           "rejected_s": keep, "sweep_interval_s": args.sweep_s},
             "workers": {"concurrency": args.workers},
             "storage": {"temp_dir": str(work / "tmp")}},
-            env={"CASESIGND_STRICT_LABELS": "0", "PYTHONPATH": str(ROOT)})
+            env={"PYTHONPATH": str(ROOT)}, strict_labels=False)
         day = Day(d, args, contract_template(args.pages))
         print(f"soak: a day of {args.minutes:g} min, retention {keep:g} s", file=sys.stderr)
         d.start()

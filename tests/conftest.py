@@ -13,12 +13,13 @@ from tests.helpers_postgres import postgres_cluster, postgres_dsn  # noqa: F401 
 
 @pytest.fixture
 def daemon_factory(tmp_path) -> Iterator[Callable[..., Daemon]]:
-    """Make (and afterwards stop) daemons: ``daemon_factory(overrides, start=True)``."""
+    """Make (and afterwards stop) daemons: ``daemon_factory(overrides, start=True)``,
+    and :class:`Daemon`'s own keywords (``sign_delay_ms``...)."""
     made: list[Daemon] = []
 
     def make(overrides: dict[str, Any] | None = None, *, start: bool = True,
-             env: dict[str, str] | None = None) -> Daemon:
-        d = Daemon(tmp_path / f"state{len(made)}", overrides, env)
+             env: dict[str, str] | None = None, **daemon: Any) -> Daemon:
+        d = Daemon(tmp_path / f"state{len(made)}", overrides, env, **daemon)
         made.append(d)
         return d.start() if start else d
 

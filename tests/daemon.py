@@ -1,8 +1,10 @@
 """A real casesignd daemon on loopback, for integration and acceptance tests.
 
-The daemon runs as a separate process (``python -m casesignd serve``) on a fresh
-setup made by ``casesignd init``, with a real SQLite file, so tests can ``kill -9``
-it and start it again on the same state. :func:`shared_nodes` makes several daemons
+The daemon runs as a separate process on a fresh setup made by ``casesignd init``,
+with a real SQLite file, so tests can ``kill -9`` it and start it again on the same
+state. It is ``casesignd serve`` with the test suite's parts plugged in
+(``python -m tests.serve``: the ``test`` job kind, strict metric labels, a slowed key
+on request), or, with ``test_parts=False``, the product as it ships. :func:`shared_nodes` makes several daemons
 of one setup (one config file, one state directory) for a store they can share.
 """
 
@@ -96,17 +98,32 @@ class Response:
 
 
 class Daemon:
-    """One daemon's state directory and, while running, its process."""
+    """One daemon's state directory and, while running, its process.
+
+    ``test_parts``: run it with the test suite's parts (tests/serve.py), with its key
+    waiting ``sign_delay_ms`` before each signature and metric labels strict unless
+    ``strict_labels`` is false; without, it is ``casesignd serve`` alone (a benchmark
+    of the product, or of another checkout's: ``env={"PYTHONPATH": ...}``)."""
 
     def __init__(self, state: Path, overrides: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None, init_args: list[str] | None = None) -> None:
+                 env: dict[str, str] | None = None, init_args: list[str] | None = None, *,
+                 test_parts: bool = True, sign_delay_ms: int = 0,
+                 strict_labels: bool = True) -> None:
         self.dir = state
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
-        self.env = {**os.environ, "CASESIGND_TEST_KIND": "1", "PYTHONUNBUFFERED": "1",
-                    "CASESIGND_STRICT_LABELS": "1", **(env or {})}
+        self.env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
         self.env.pop("NOTIFY_SOCKET", None)
+        self.test_parts = test_parts
+        self.sign_delay_ms = sign_delay_ms
+        self.strict_labels = strict_labels
+        if test_parts:
+            # tests.serve, and what it plugs in, must import in the daemon and in its
+            # worker processes: after whatever PYTHONPATH names, so that a casesignd it
+            # names still comes first.
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (self.env.get("PYTHONPATH"), str(ROOT)) if p)
         # Run from beside the state, as serve runs from in it: ``python -m`` puts the
         # working directory first on sys.path, which would put this checkout's
         # casesignd before the one PYTHONPATH names (a baseline of the benches).
@@ -154,10 +171,19 @@ class Daemon:
         return ["--config", str(self.config_path), "--node", self.node,
                 *(["--listen", self.listen] if self.listen else [])]
 
+    def command(self) -> list[str]:
+        """The daemon's command line: ``casesignd serve``, or tests.serve with what the
+        test parts are told."""
+        if not self.test_parts:
+            return [sys.executable, "-m", "casesignd", "serve", *self.serve_args()]
+        return [sys.executable, "-m", "tests.serve", *self.serve_args(),
+                *(["--sign-delay-ms", str(self.sign_delay_ms)] if self.sign_delay_ms else []),
+                *([] if self.strict_labels else ["--lenient-labels"])]
+
     def start(self, wait: bool = True) -> Daemon:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "casesignd", "serve", *self.serve_args()],
+            self.command(),
             stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.dir)
         log.close()
         if wait:
@@ -249,11 +275,12 @@ class Daemon:
 
 
 def shared_nodes(state: Path, names: list[str], overrides: dict[str, Any] | None = None,
-                 env: dict[str, str] | None = None) -> list[Daemon]:
+                 env: dict[str, str] | None = None, **daemon: Any) -> list[Daemon]:
     """Daemons named ``names`` on one setup made in ``state`` (one ``casesignd init``,
     one config file with ``overrides``): what several daemons on one PostgreSQL
-    database and a shared state directory look like. Not started."""
-    first = Daemon(state, overrides, env)
+    database and a shared state directory look like. Not started. ``daemon``: the
+    :class:`Daemon`'s own keywords (``sign_delay_ms``...)."""
+    first = Daemon(state, overrides, env, **daemon)
     first.node = names[0]
     first.log_path = state / f"daemon-{names[0]}.log"
     return [first, *(first.sibling(name) for name in names[1:])]

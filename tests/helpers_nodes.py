@@ -44,13 +44,13 @@ class Node(Daemon):
 
 class Nodes:
     """``count`` daemons named n1, n2, ... on one state directory and the database at
-    ``dsn``."""
+    ``dsn``. ``daemon``: the :class:`Daemon`'s own keywords (``sign_delay_ms``...)."""
 
     def __init__(self, state: Path, dsn: str, count: int,
-                 overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None
-                 ) -> None:
+                 overrides: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+                 **daemon: Any) -> None:
         self.base = Daemon(state, merge(overrides or {}, {"store": {"kind": "postgres",
-                                                                    "dsn": dsn}}), env)
+                                                                    "dsn": dsn}}), env, **daemon)
         self.nodes = [Node(self.base, f"n{i + 1}") for i in range(count)]
         self.dsn = dsn
         self.exit_codes: dict[str, int] = {}  # by node, from the last stop()

@@ -17,9 +17,10 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -51,8 +52,6 @@ from casesignd.store import Store, make_store
 from casesignd.webhooks.sender import Sender
 
 if TYPE_CHECKING:  # the CMS stack is imported when a key is loaded, not with the app
-    from cryptography import x509
-
     from casesignd.signing.cms import SignerInfoTemplate
 
 log = logging.getLogger("casesignd.daemon.lifecycle")
@@ -71,15 +70,30 @@ def node_name(value: str | None) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What a caller plugs into the daemon beside its own parts, through the interfaces
+    those use: more job kinds, a wrapper around the signing key once it is loaded (in
+    the daemon, and in its worker processes through ``for_process``), and metric labels
+    that raise on a value outside their set instead of recording it as "other".
+    ``casesignd serve`` plugs in none; the test suite starts the daemon with its own
+    (a job kind told to succeed, fail or hang; a slowed key)."""
+
+    kinds: tuple[JobKind, ...] = ()
+    wrap_signer: Callable[[KeySigner], KeySigner] | None = None
+    strict_labels: bool = False
+
+
 class Services:
     """Everything a request handler or a running job may use."""
 
-    def __init__(self, cfg: Config, node: str | None = None) -> None:
+    def __init__(self, cfg: Config, node: str | None = None, extras: Extras | None = None) -> None:
         self.config = cfg
         # This daemon's name among those on one store: its working files and key-slot
         # locks are its own (storage.temp_dir/NAME), its leases carry the name.
         self.node = node_name(node)
-        self.metrics = Metrics(node=self.node)
+        self.extras = extras or Extras()
+        self.metrics = Metrics(node=self.node, strict=self.extras.strict_labels)
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
         self.store: Store = make_store(cfg, self.node)
@@ -374,51 +388,18 @@ def _warm_verify() -> None:
     from casesignd.verify import document as verify_pdf  # noqa: F401 - pyHanko's validation stack
 
 
-class _SlowSigner:
-    """Test-only: delays every signature (CASESIGND_TEST_SIGN_DELAY_MS with the test kind).
-    Wraps the daemon's signer (a :class:`~.keys.KeySigner`) or a worker process's key,
-    which has no certificate: only a wrapped signer's is ever read."""
-
-    cert: x509.Certificate
-    chain: list[x509.Certificate]
-
-    def __init__(self, inner: Any, delay_s: float) -> None:
-        self._inner = inner
-        self._delay_s = delay_s
-        self.cert = cast("x509.Certificate", getattr(inner, "cert", None))
-        self.chain = getattr(inner, "chain", [])
-        self.algorithm: str = getattr(inner, "algorithm", "rsa")
-
-    def __getstate__(self) -> tuple[Any, float]:
-        return self._inner, self._delay_s
-
-    def __setstate__(self, state: tuple[Any, float]) -> None:
-        self.__init__(*state)  # type: ignore[misc]
-
-    def sign(self, data: bytes) -> bytes:
-        time.sleep(self._delay_s)
-        return self._inner.sign(data)
-
-    def for_process(self) -> Any:
-        for_process = getattr(self._inner, "for_process", None)
-        return _SlowSigner(for_process(), self._delay_s) if for_process is not None else None
-
-
-def _load_signer(cfg: Config) -> KeySigner | None:
+def _load_signer(cfg: Config, wrap: Callable[[KeySigner], KeySigner] | None) -> KeySigner | None:
     if not cfg.signing.pkcs12_path and cfg.signing.pkcs11 is None:
         return None
     from casesignd.signing.keys import load_signer
 
     signer = load_signer(key_settings(cfg))
-    delay_ms = os.environ.get("CASESIGND_TEST_SIGN_DELAY_MS")
-    if delay_ms and os.environ.get("CASESIGND_TEST_KIND") == "1":
-        signer = _SlowSigner(signer, int(delay_ms) / 1000)
-    return signer
+    return wrap(signer) if wrap is not None else signer
 
 
 def job_kinds(services: Services) -> dict[str, JobKind]:
-    """The job kinds this daemon runs, by name. The test kind only with
-    CASESIGND_TEST_KIND=1."""
+    """The job kinds this daemon runs, by name: its own and those plugged in
+    (:class:`Extras`)."""
     from casesignd.job_kinds.extend_signature import ExtendSignatureKind
     from casesignd.job_kinds.render_invoice import InvoiceKind
 
@@ -430,11 +411,9 @@ def job_kinds(services: Services) -> dict[str, JobKind]:
         kinds.append(SignCaseKind(services.ladder))
     except ImportError:  # pragma: no cover - during partial installs only
         pass
-    if os.environ.get("CASESIGND_TEST_KIND") == "1":
-        from casesignd.job_kinds.exercise import TestKind
-
-        kinds.append(TestKind())
-        services.metrics.allow("kind", "test")
+    for kind in services.extras.kinds:
+        kinds.append(kind)
+        services.metrics.allow("kind", kind.name)
     return {k.name: k for k in kinds}
 
 
@@ -457,7 +436,7 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret, s.node)
         await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
-        s.signer = await asyncio.to_thread(_load_signer, cfg)
+        s.signer = await asyncio.to_thread(_load_signer, cfg, s.extras.wrap_signer)
         if s.signer is not None:
             s.longterm.use_signer(s.signer.cert, list(s.signer.chain))
         s.scanner = make_scanner(cfg)

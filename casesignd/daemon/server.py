@@ -26,7 +26,7 @@ from casesignd.config import Config
 from casesignd.core import logs
 from casesignd.core.errors import CasesignError, ConfigError
 from casesignd.core.logs import log_event
-from casesignd.daemon.lifecycle import SERVICES, Services, lifecycle
+from casesignd.daemon.lifecycle import SERVICES, Extras, Services, lifecycle
 from casesignd.http import api, cases, console, kiosk
 from casesignd.http import runner as wire
 from casesignd.http import services as handlers
@@ -36,9 +36,11 @@ from casesignd.observability import sdnotify
 log = logging.getLogger("casesignd.daemon.server")
 
 
-def build_app(cfg: Config, node: str | None = None) -> web.Application:
-    """The aiohttp application with every service attached and its lifecycle."""
-    services = Services(cfg, node)
+def build_app(cfg: Config, node: str | None = None,
+              extras: Extras | None = None) -> web.Application:
+    """The aiohttp application with every service attached and its lifecycle, and
+    ``extras`` plugged in beside the daemon's own parts."""
+    services = Services(cfg, node, extras)
     app = web.Application(
         client_max_size=cfg.server.max_json_bytes,
         middlewares=api.middlewares(services),
@@ -87,8 +89,9 @@ async def reload(services: Services, config_path: str) -> None:
     log_event(log, "config.reloaded", count=len(fresh.tenants))
 
 
-async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | None) -> int:
-    app = build_app(cfg, node)
+async def _serve(cfg: Config, config_path: str, listen: str | None, node: str | None,
+                 extras: Extras | None) -> int:
+    app = build_app(cfg, node, extras)
     services = app[SERVICES]
     runner = wire.Runner(app, refused=services.metrics.rejection, access_log=None,
                          handle_signals=False, shutdown_timeout=cfg.workers.shutdown_grace_s)
@@ -163,8 +166,10 @@ def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     return None
 
 
-def serve(config_path: str, listen: str | None = None, node: str | None = None) -> int:
-    """Run the daemon until SIGTERM; the exit status for the command line."""
+def serve(config_path: str, listen: str | None = None, node: str | None = None,
+          extras: Extras | None = None) -> int:
+    """Run the daemon until SIGTERM; the exit status for the command line. ``extras``:
+    parts plugged in beside the daemon's own (the test suite's; none for ``serve``)."""
     try:
         cfg = config_mod.load(config_path)
     except ConfigError as e:
@@ -181,7 +186,7 @@ def serve(config_path: str, listen: str | None = None, node: str | None = None) 
     sys.setswitchinterval(0.0005)
     try:
         with asyncio.Runner(loop_factory=loop_factory(cfg.server.event_loop)) as runner:
-            return runner.run(_serve(cfg, config_path, listen, node))
+            return runner.run(_serve(cfg, config_path, listen, node, extras))
     except ConfigError as e:
         print(f"config error: {e.key}: {e.message}", file=sys.stderr)
         return 2

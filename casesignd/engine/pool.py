@@ -20,15 +20,17 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from casesignd.core.errors import CasesignError, TransientJobError
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Finish, Outcome
+from casesignd.engine.attempt import JobAttempt
 from casesignd.engine.kinds import JobKind, JobServices
 from casesignd.engine.pacing import AckPacer, pacing_depth
-from casesignd.engine.recorder import Attempt, Recorder, record_phase, timed_phase
+from casesignd.engine.recorder import Recorder
 from casesignd.files.temp import Area, TempManager
 from casesignd.store import Job, Lease, Store
 
@@ -80,7 +82,7 @@ class PoolServices(JobServices, Protocol):
 class JobCtx:
     """The :class:`casesignd.engine.kinds.JobContext` the pool hands to a running job."""
 
-    def __init__(self, pool: Pool, job: Job, running: _Running) -> None:
+    def __init__(self, pool: Pool, job: Job, running: _Running, attempt: JobAttempt) -> None:
         self.job_id = job.job_id
         self.tenant = job.tenant
         self.kind = job.kind
@@ -98,8 +100,8 @@ class JobCtx:
         self.area: Area | None = None  # when the kind needs one
         # What the attempt keeps until its outcome is recorded (a signature key's lock).
         self.until_recorded = contextlib.AsyncExitStack()
-        self.phases: dict[str, float] = {}
         self._pool = pool
+        self._job_attempt = attempt
         self._running = running
 
     @property
@@ -114,11 +116,11 @@ class JobCtx:
         return self._running.kiosk
 
     def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        # Phases go on the outcome's one log line (phases_ms), not on lines of their own.
-        return timed_phase(self.services.metrics, self.phases, self.kind, name)
+        # Timed by the attempt, onto its outcome's one log line (phases_ms).
+        return self._job_attempt.phase(name)
 
     def record_phase(self, name: str, took: float) -> None:
-        record_phase(self.services.metrics, self.phases, self.kind, name, took)
+        self._job_attempt.record_phase(name, took)
 
     async def cpu(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await self.services.run_cpu(fn, *args, kiosk=self._running.kiosk)
@@ -317,13 +319,10 @@ class Pool:
     async def _run(self, job: Job, holder: _Running) -> Job | None:
         kind = self.kinds[job.kind]
         lease = job.lease
-        who = Attempt(job.job_id, job.attempt, job.kind, job.correlation_id,
-                      "kiosk" if holder.kiosk else "batch")
-        if log.isEnabledFor(logging.DEBUG):  # not even its fields otherwise
-            log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
-        started = time.perf_counter()
-        ctx = JobCtx(self, job, holder)
-        error: BaseException | None = None
+        attempt = JobAttempt.of_claimed(self.recorder, job, partial(self.store.conclude, lease),
+                                        "kiosk" if holder.kiosk else "batch")
+        attempt.claimed()
+        ctx = JobCtx(self, job, holder, attempt)
         try:
             try:
                 async with asyncio.timeout(self.cfg.workers.max_run_s):
@@ -335,32 +334,26 @@ class Pool:
                     return None
                 if self.stopping_hard:
                     await self._shield(self.store.release(lease))
-                    log_event(log, "job.released", **who.fields())
+                    log_event(log, "job.released", **attempt.who.fields())
                     return None
                 raise
             except TimeoutError:
-                error = TransientJobError("the attempt ran longer than workers.max_run_s",
-                                          code="attempt_timeout")
-                outcome = self.recorder.failure(job.kind, job.failures + 1, error)
+                outcome = attempt.failed(TransientJobError(
+                    "the attempt ran longer than workers.max_run_s", code="attempt_timeout"))
             except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
                 if holder.lost or isinstance(e, LeaseLost):
                     await self._record_stale(lease)
                     return None
-                error = e
-                outcome = self.recorder.failure(job.kind, job.failures + 1, e)
+                outcome = attempt.failed(e)
             # The work is done: its slot goes to the next claim now, which then rides
             # in the same transaction as this outcome (queued after it) instead of
             # waiting for it to commit first.
             self._free_slot(holder)
-            done = await self.store.conclude(lease, outcome)
-            self.recorder.recorded(who, outcome, done, started=started, phases=ctx.phases,
-                                   error=error)
-            return done
+            return await attempt.record(outcome)
         except CasesignError as e:
             # The store itself failed while recording an outcome: the lease expires and
             # the job is reclaimed; nothing acknowledged is lost.
-            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=e.code,
-                      **who.fields())
+            attempt.not_recorded(e)
             return None
         finally:
             if not holder.kiosk:

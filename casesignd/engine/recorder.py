@@ -1,4 +1,5 @@
-"""One recorder of outcomes, for the worker pool and the kiosk path alike.
+"""One recorder of outcomes, for every attempt (:mod:`casesignd.engine.attempt`): the
+worker pool's and the kiosk's alike.
 
 An attempt that raised becomes a :class:`RetryLater` or a :class:`Fail` here
 (:func:`casesignd.engine.jobs.plan_retry` decides); an attempt that ended, whichever way, is
@@ -7,11 +8,9 @@ counted and logged here, on one line with its phases, once its outcome is writte
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +28,8 @@ _REASON = re.compile(r"[a-z0-9_]{1,40}")
 
 
 @dataclass(frozen=True)
-class Attempt:
-    """Who an outcome's log line is about."""
+class AttemptId:
+    """Which attempt an outcome's log line is about."""
 
     job_id: str
     attempt: int
@@ -68,7 +67,7 @@ class Recorder:
             return RetryLater(decision.code, decision.delay_s, detail, decision.counts)
         return Fail(decision.category, decision.code, detail, refusal(error))
 
-    def recorded(self, who: Attempt, outcome: Outcome, done: Job | None, *, started: float,
+    def recorded(self, who: AttemptId, outcome: Outcome, done: Job | None, *, started: float,
                  phases: dict[str, float], error: BaseException | None = None) -> None:
         """Count and log an outcome the store has written (``done``: the job after it,
         None when the lease had moved on and the outcome was dropped)."""
@@ -128,25 +127,6 @@ def refusal(error: BaseException) -> dict[str, Any] | None:
     if error.where:
         out["where"] = dict(error.where)
     return out
-
-
-@contextlib.asynccontextmanager
-async def timed_phase(metrics: Metrics, phases: dict[str, float], kind: str,
-                      name: str) -> AsyncIterator[None]:
-    """Time one phase of an attempt into ``phases`` (its outcome's line) and the metrics."""
-    start = time.perf_counter()
-    try:
-        yield
-    finally:
-        record_phase(metrics, phases, kind, name, time.perf_counter() - start)
-
-
-def record_phase(metrics: Metrics, phases: dict[str, float], kind: str, name: str,
-                 took: float) -> None:
-    """One phase of an attempt that took ``took`` seconds (timed elsewhere: in a worker
-    process), into ``phases`` and the metrics."""
-    phases[name] = phases.get(name, 0.0) + took
-    metrics.observe_phase(kind, name, took)
 
 
 def phases_ms(phases: dict[str, float]) -> dict[str, float]:

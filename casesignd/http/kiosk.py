@@ -40,9 +40,10 @@ from casesignd.core.errors import (
 from casesignd.core.fields import refuse_unknown
 from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
-from casesignd.core.outcomes import Artifact, Finish, RetryLater, Signature
+from casesignd.core.outcomes import Artifact, Finish, Outcome, RetryLater, Signature
 from casesignd.engine import jobs
-from casesignd.engine.recorder import Attempt, record_phase, timed_phase
+from casesignd.engine.attempt import JobAttempt
+from casesignd.engine.recorder import AttemptId
 from casesignd.http import formdata
 from casesignd.http.common import (
     artifact_response,
@@ -323,7 +324,9 @@ async def _replay(s: HandlerServices, new: NewJob, t0: float, answer_by: float) 
 
 
 class _Run:
-    """One kiosk signature, from the reserved key to the one write that records it.
+    """One kiosk signature, from the reserved key to the one write that records it: an
+    attempt (:class:`~casesignd.engine.attempt.JobAttempt`) like the pool's, whose job
+    is in the store only once its outcome is.
 
     Nothing is written before the end unless the deadline passes first: then the job
     is written as running (with its document as an object) so that it outlives a
@@ -339,7 +342,13 @@ class _Run:
         self.recorded = recorded
         self.answer_by = answer_by
         self.persisted: asyncio.Task[Any] | None = None
-        self.phases: dict[str, float] = {}
+        new = flight.new
+        self.attempt = JobAttempt(
+            s.recorder, AttemptId(flight.job_id, 1, _KIND.name, new.correlation_id, "kiosk"),
+            self._write)
+        # Its phases go on its outcome's line (``phases_ms``), as every attempt's do.
+        self.phase = self.attempt.phase
+        self.record_phase = self.attempt.record_phase
 
     def late(self) -> asyncio.Task[Any]:
         """The answer is going out as 504: make the job durable while the work goes on."""
@@ -363,29 +372,16 @@ class _Run:
         await self.s.objects.put(new.tenant, new.case_id, self.normalized["items"][0]["sha256"],
                                  _once(doc), len(doc), len(doc))
 
-    # Its phases go on its outcome's line (``phases_ms``), as every attempt's do.
-    def phase(self, name: str) -> contextlib.AbstractAsyncContextManager[None]:
-        return timed_phase(self.s.metrics, self.phases, _KIND.name, name)
-
-    def record_phase(self, name: str, took: float) -> None:
-        record_phase(self.s.metrics, self.phases, _KIND.name, name, took)
-
     async def fly(self) -> tuple[Job | None, bytes | None]:
         s, flight = self.s, self.flight
         new = flight.new
-        who = Attempt(flight.job_id, 1, _KIND.name, new.correlation_id, "kiosk")
-        started = time.perf_counter()
-        signed: bytes | None = None
         try:
             async with signing_lock(s, new.tenant, self.sig_key, self.recorded) as recorded:
                 self.recorded = recorded
                 flight.claimed_at = time.time()
-                if log.isEnabledFor(logging.DEBUG):  # not even its fields otherwise
-                    log_event(log, "job.claimed", level=logging.DEBUG, **who.fields())
+                self.attempt.claimed()
                 signed = await self._work()
-                if self.persisted is not None:
-                    await self.persisted
-                job = await s.reservations.record_flight(flight)
+                job = await self.attempt.record(flight.outcome)
                 if signed is not None and not _answers_with(job, flight.outcome):
                     signed = None  # another signature of the key was recorded: answer that one
         except asyncio.CancelledError:
@@ -396,16 +392,20 @@ class _Run:
                 # Refused at once (503): nothing was done, so nothing is recorded.
                 s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
                 raise
-            job = await self._record_failure(e, who, started)
-            return job, None
-        self._admitted()
-        s.recorder.recorded(who, flight.outcome, job, started=started, phases=self.phases)
+            return await self._record_failure(e), None
         return job, signed
 
-    def _admitted(self) -> None:
-        """Count the job as admitted (with its admission clock) once it is written."""
-        new = self.flight.new
-        self.s.metrics.job_admitted(new.kind, max(0.0, self.flight.admitted_at - new.created_at))
+    async def _write(self, outcome: Outcome) -> Job | None:
+        """The attempt's outcome and, unless the deadline wrote it already, its job: one
+        commit (:meth:`KeyReservations.record_flight`); then the job counts as admitted."""
+        flight = self.flight
+        flight.outcome = outcome
+        if self.persisted is not None:
+            await self.persisted
+        job = await self.s.reservations.record_flight(flight)
+        new = flight.new
+        self.s.metrics.job_admitted(new.kind, max(0.0, flight.admitted_at - new.created_at))
+        return job
 
     async def _work(self) -> bytes | None:
         """Validate, sign, publish; return the signed document (None when an earlier
@@ -441,25 +441,18 @@ class _Run:
         # is the one on disk: answer what is on disk.
         return document if ours else None
 
-    async def _record_failure(self, error: BaseException, who: Attempt,
-                              started: float) -> Job | None:
+    async def _record_failure(self, error: BaseException) -> Job | None:
         s, flight = self.s, self.flight
-        flight.outcome = outcome = s.recorder.failure(_KIND.name, 1, error)
+        outcome = self.attempt.failed(error)
         try:
             # The job outlives this request (a retry, or a replay from the dead letter):
             # its document is kept like an uploaded object.
             await self._put_document()
-            if self.persisted is not None:
-                await self.persisted
-            job = await s.reservations.record_flight(flight)
-            self._admitted()
+            job = await self.attempt.record(outcome)
         except Exception as e:  # noqa: BLE001 - whatever failed, the key must not stay held
-            code = e.code if isinstance(e, CasesignError) else "internal_error"
-            log_event(log, "job.outcome_not_recorded", level=logging.ERROR, code=code,
-                      **who.fields())
+            self.attempt.not_recorded(e)
             s.reservations.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
             raise error from None
-        s.recorder.recorded(who, outcome, job, started=started, phases=self.phases, error=error)
         if isinstance(outcome, RetryLater):
             s.pool.wake()
         return job

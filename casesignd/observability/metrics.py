@@ -16,7 +16,6 @@ a scrape never waits on the database or blocks the event loop.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
@@ -236,8 +235,8 @@ class Metrics:
     """The daemon's metrics, on a private :class:`CollectorRegistry`.
 
     ``strict`` makes a disallowed label value raise instead of being recorded as
-    ``"other"``; it defaults to the environment variable ``CASESIGND_STRICT_LABELS=1``
-    so a test suite can run the whole daemon strictly.
+    ``"other"``: a test suite runs the whole daemon so (``casesignd.daemon.lifecycle.Extras``),
+    so that a slip fails a test rather than hiding in ``"other"``.
     """
 
     def __init__(
@@ -245,11 +244,9 @@ class Metrics:
         *,
         version: str = __version__,
         node: str = "local",
-        strict: bool | None = None,
+        strict: bool = False,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        if strict is None:
-            strict = os.environ.get("CASESIGND_STRICT_LABELS") == "1"
         self.guard = LabelGuard(strict)
         # (metric, label values) -> its child, for values the guard let through as
         # they are: a kiosk request observes a dozen series, and labels() takes a lock

@@ -316,14 +316,12 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
     """One daemon, ``jobs`` jobs through ``client`` (each its own contract with
     ``distinct``; ``settings``: config sections of its own, ``{"workers": {...}}``);
     the figures."""
-    env = {"CASESIGND_STRICT_LABELS": "0"}
-    if daemon_src is not None:
-        env["PYTHONPATH"] = str(daemon_src)
+    env = {"PYTHONPATH": str(daemon_src)} if daemon_src is not None else {}
     settings = settings or {}
     d = Daemon(workdir, {**settings, "logging": {"level": "warning"},
                          "workers": {"concurrency": concurrency, "max_queue_depth": jobs + 10,
                                      **settings.get("workers", {})}},
-               env=env)
+               env=env, test_parts=False)
     d.start()
     try:
         docs = [upload_and_warm(d, [d.url], doc, 8)]

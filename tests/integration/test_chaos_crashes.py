@@ -35,7 +35,7 @@ def overrides(source: ThreadedSource) -> dict:
 def run_chaos(daemon_factory, tmp_path, n_jobs: int, kills: int, seed: int) -> None:
     with ThreadedSource() as source:
         d = daemon_factory(overrides(source), start=False,
-                           env={"CASESIGND_TEST_SIGN_DELAY_MS": str(SIGN_DELAY_MS)})
+                           sign_delay_ms=SIGN_DELAY_MS)
         plan = make_workload(tmp_path / "work", n_jobs, seed=seed, source=source)
         d.start()
         driver = Driver(d, plan)
@@ -69,7 +69,7 @@ def test_kill9_under_mixed_load_at_scale(daemon_factory, tmp_path):
 def test_one_packet_under_several_keys_at_once_is_signed_once(daemon_factory, tmp_path):
     """Blind retries under new keys race each other: one signature, one artifact."""
     d = daemon_factory({"workers": {"concurrency": 4}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "400"})
+                       sign_delay_ms=400)
     plan = [p for p in make_workload(tmp_path / "work", 12, seed=1) if p.kind == "sign_case"][:1]
     packet = plan[0]
     for case, data in packet.uploads:

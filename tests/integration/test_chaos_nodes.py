@@ -41,7 +41,7 @@ def test_kill9_of_each_node_in_turn_under_mixed_load_loses_nothing_and_signs_not
             "kiosk": {"cpu_processes": 1, "deadline_ms": 20000},
         }
         nodes = shared_nodes(tmp_path / "state", ["node-a", "node-b", "node-c"], overrides,
-                             env={"CASESIGND_TEST_SIGN_DELAY_MS": "300"})
+                             sign_delay_ms=300)
         try:
             plan = make_workload(tmp_path / "work", 600, seed=13, source=source)
             start_all(nodes)

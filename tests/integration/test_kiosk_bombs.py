@@ -141,7 +141,7 @@ def test_a_tenant_over_its_share_is_busy_while_another_is_served(daemon_factory,
     # Tenant A's one request holds its share (a slow signer keeps it at the key);
     # A's second is refused at once, B's is signed.
     d = _with_tenant_a(daemon_factory({"kiosk": {"max_concurrent": 2, "deadline_ms": 20000}},
-                                      start=False, env={"CASESIGND_TEST_SIGN_DELAY_MS": "1500"}))
+                                      start=False, sign_delay_ms=1500))
     d.start()
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
     first: dict[str, object] = {}
@@ -190,7 +190,7 @@ def test_a_request_past_its_deadline_keeps_its_tenants_share_until_it_ends(daemo
     # counts against its tenant's share (else a tenant whose documents outlast the
     # deadline would fill every kiosk process), though no longer against max_concurrent.
     d = _with_tenant_a(daemon_factory({"kiosk": {"max_concurrent": 2, "deadline_ms": 1000}},
-                                      start=False, env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"}))
+                                      start=False, sign_delay_ms=3000))
     d.start()
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
     late = sign(d, doc, "A-1", TOKEN_A)

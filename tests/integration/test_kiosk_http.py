@@ -70,7 +70,7 @@ def _answered_504(daemon_factory, tmp_path, delay_ms: int, key: str):
     """A daemon whose signer takes ``delay_ms``, past its 1 s deadline, and a kiosk
     request it answered 504: (the daemon, the document, the 504's job id)."""
     d = daemon_factory({"kiosk": {"deadline_ms": 1000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": str(delay_ms)})
+                       sign_delay_ms=delay_ms)
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
     r = sign(d, doc, key=key)
     assert r.status == 504, r.body[:300]
@@ -98,7 +98,7 @@ def test_when_the_reserved_capacity_is_taken_the_kiosk_answers_busy_at_once(daem
     d = daemon_factory({"signing": {"key_slots": 2}, "kiosk": {"reserved_key_slots": 1,
                                                                "max_concurrent": 2,
                                                                "deadline_ms": 10000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "2000"})
+                       sign_delay_ms=2000)
     docs = [reportlab_pdf(tmp_path / f"d{i}.pdf", text=f"doc {i}").read_bytes() for i in range(3)]
     results: dict[int, int] = {}
 
@@ -122,7 +122,7 @@ def test_kiosks_share_the_reserved_slot_around_the_key_operation(daemon_factory,
     # key (a short wait) instead of being refused.
     d = daemon_factory({"signing": {"key_slots": 2}, "kiosk": {"reserved_key_slots": 1,
                                                                "deadline_ms": 20000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "300"})
+                       sign_delay_ms=300)
     docs = [reportlab_pdf(tmp_path / f"s{i}.pdf", text=f"share {i}").read_bytes() for i in range(4)]
     results: dict[int, int] = {}
 
@@ -146,7 +146,7 @@ def test_kill9_during_a_kiosk_request_leaves_nothing_half_done(daemon_factory, t
     # before that leaves no job, no artifact and no working file, and the kiosk's retry
     # signs afresh.
     d = daemon_factory({"kiosk": {"deadline_ms": 20000}},
-                       env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"})
+                       sign_delay_ms=3000)
     doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
 
     def doomed() -> None:

@@ -46,7 +46,7 @@ def cluster(postgres_cluster, tmp_path_factory) -> Iterator[list[Daemon]]:
     db = postgres_cluster.create_database()
     nodes = shared_nodes(tmp_path_factory.mktemp("nodes") / "state", NAMES,
                          {**OVERRIDES, "store": {"kind": "postgres", "dsn": postgres_cluster.dsn(db)}},
-                         env={"CASESIGND_TEST_SIGN_DELAY_MS": str(SIGN_DELAY_MS)})
+                         sign_delay_ms=SIGN_DELAY_MS)
     try:
         start_all(nodes)
         yield nodes

@@ -81,7 +81,7 @@ def test_case_packet_is_signed_once_and_downloadable_by_link(daemon, tmp_path):
 def test_jobs_of_one_signature_key_at_once_use_the_key_once(daemon_factory, tmp_path):
     """Blind retries of one packet under new keys, while the first still signs: each
     waits for the one signing, and returns its signature without using the key."""
-    d = daemon_factory(env={"CASESIGND_TEST_SIGN_DELAY_MS": "300"})
+    d = daemon_factory(sign_delay_ms=300)
     contract = reportlab_pdf(tmp_path / "contract.pdf").read_bytes()
     note = b"signed once\n"
     packets = {

@@ -213,7 +213,7 @@ def _tree_modes(root: Path) -> tuple[list[tuple[str, int]], list[tuple[str, int]
 
 
 def test_working_files_and_artifacts_are_private_while_a_slow_job_runs(daemon_factory, tmp_path):
-    d = daemon_factory(env={"CASESIGND_TEST_SIGN_DELAY_MS": "3000"})
+    d = daemon_factory(sign_delay_ms=3000)
     data = reportlab_pdf(tmp_path / "slow.pdf", text="slow").read_bytes()
     assert upload(d, "SLOW-CASE", data).status == 201
     # With evidence, so that the job works in a temp area and its result is a file (a

@@ -1,7 +1,8 @@
 """A job kind for exercising the engine: told to succeed, fail or hang.
 
-Registered only when the daemon runs with ``CASESIGND_TEST_KIND=1``; the test suite
-uses it to drive the engine's retry, fencing and crash paths without a signer.
+Not part of casesignd: the test suite plugs it into the daemons it starts
+(tests/serve.py), as the daemon's own kinds are plugged in, and drives the engine's
+retry, fencing and crash paths with it without a signer.
 
 Body: ``{"kind": "test", "behavior": "succeed" | "fail_transient" | "fail_permanent" |
 "hang", "fail_times": N, "sleep_ms": M, "hang_s": S, "tag": "..."}``. With
@@ -26,7 +27,9 @@ def _int(body: dict[str, Any], name: str, default: int, hi: int) -> int:
     return integer(body.get(name, default), name, 0, hi)
 
 
-class TestKind:
+class ExerciseKind:
+    """The ``test`` job kind (the body above)."""
+
     name = "test"
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
