@@ -323,3 +323,15 @@ def test_the_readers_named_are_the_ones_that_read() -> None:
     tree = ast.parse((PKG / "config.py").read_text())
     defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert {name for _, name in CONFIG_READERS} <= defined
+
+
+def test_the_design_document_draws_these_arrows() -> None:
+    # docs/design.md shows the table to people; it must be this table.
+    text = (PKG.parent / "docs" / "design.md").read_text()
+    block = text.split("## Which way imports go", 1)[1].split("```")[1]
+    drawn = {}
+    for line in block.strip().splitlines():
+        package, _, deps = line.partition("→")
+        drawn[package.strip()] = frozenset() if deps.strip().startswith("(") else frozenset(
+            d.strip() for d in deps.split(","))
+    assert drawn == ARROWS
