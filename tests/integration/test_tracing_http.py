@@ -72,6 +72,11 @@ def _no_personal_values(d, otlp) -> None:
     values = [str(v) for s in otlp.spans for v in attributes(s).values()]
     assert find_personal(*values) == []
     assert not [v for v in values if d.token in v]
+    logs = d.logs()
+    # Each phase's span was current in its own task, and left it as it found it.
+    assert "Failed to detach context" not in logs
+    # The stored trace is the store's: never on a log line.
+    assert TID not in logs
 
 
 def test_a_sign_case_job_s_spans_sit_under_the_request_that_admitted_it(daemon_factory, otlp,
