@@ -132,7 +132,9 @@ class Services:
         self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg))
         # Every signature's steps after the checks, for the job kinds and the kiosk.
         self.ladder = Ladder(self)
-        self.recorder = Recorder(cfg, self.metrics)
+        # Off, the attempts do not even look for a tracer (no cost).
+        self.recorder = Recorder(cfg, self.metrics,
+                                 self.tracing if self.tracing.enabled else None)
         self.kinds: dict[str, JobKind] = job_kinds(self)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False

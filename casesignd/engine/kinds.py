@@ -51,9 +51,11 @@ class Admission:
     sig_key: str | None = None
 
     def new_job(self, kind: str, tenant: str, *, idempotency_header: str | None,
-                created_at: float, correlation_id: str) -> NewJob:
+                created_at: float, correlation_id: str,
+                traceparent: str | None = None) -> NewJob:
         """The job to store for this admission: its idempotency key (the client's, or
-        derived from ``key_material``), its fingerprint and its canonical input."""
+        derived from ``key_material``), its fingerprint and its canonical input;
+        ``traceparent``: the admitting request's span, which its attempts continue."""
         normalized = audit.canonical(self.normalized)
         material = self.key_material if self.key_material is not None else self.normalized
         return NewJob(
@@ -64,7 +66,8 @@ class Admission:
                                          else self.normalized),
             input=normalized.decode(), input_digest=sha256_hex(normalized),
             version=self.version, declared_bytes=self.declared_bytes,
-            created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key)
+            created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key,
+            traceparent=traceparent)
 
 
 class JobServices(Protocol):

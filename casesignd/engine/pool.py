@@ -330,9 +330,11 @@ class Pool:
             except asyncio.CancelledError:
                 if holder.lost:
                     # The lease moved on: the job belongs to someone else now.
+                    attempt.stopped("lease_lost")
                     await self._record_stale(lease)
                     return None
                 if self.stopping_hard:
+                    attempt.stopped("released")
                     await self._shield(self.store.release(lease))
                     log_event(log, "job.released", **attempt.who.fields())
                     return None
@@ -342,6 +344,7 @@ class Pool:
                     "the attempt ran longer than workers.max_run_s", code="attempt_timeout"))
             except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
                 if holder.lost or isinstance(e, LeaseLost):
+                    attempt.stopped("lease_lost")
                     await self._record_stale(lease)
                     return None
                 outcome = attempt.failed(e)

@@ -20,6 +20,7 @@ from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Fail, Finish, Outcome, RetryLater
 from casesignd.engine import jobs
 from casesignd.observability.metrics import Metrics
+from casesignd.observability.tracing import Tracing
 from casesignd.store import Job
 
 log = logging.getLogger("casesignd.engine.pool")
@@ -46,11 +47,13 @@ class AttemptId:
 
 
 class Recorder:
-    """Decides failures, and counts and logs every outcome once it is written."""
+    """Decides failures, and counts and logs every outcome once it is written.
+    ``tracing``: the daemon's, when on (each attempt is then a span); None when off."""
 
-    def __init__(self, config: Config, metrics: Metrics) -> None:
+    def __init__(self, config: Config, metrics: Metrics, tracing: Tracing | None = None) -> None:
         self.config = config
         self.metrics = metrics
+        self.tracing = tracing
 
     def max_attempts(self, kind: str) -> int:
         retry = self.config.retry

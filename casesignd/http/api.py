@@ -147,7 +147,8 @@ async def post_job(request: web.Request) -> web.Response:
     if admission.declared_bytes > s.config.workers.max_inflight_bytes:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
-                            created_at=request["t0"], correlation_id=request["correlation_id"])
+                            created_at=request["t0"], correlation_id=request["correlation_id"],
+                            traceparent=s.tracing.of_request(request))
     job, created = await s.reservations.admit(
         new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth)
     if created:

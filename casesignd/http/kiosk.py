@@ -42,7 +42,7 @@ from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Artifact, Finish, Outcome, RetryLater, Signature
 from casesignd.engine import jobs
-from casesignd.engine.attempt import JobAttempt
+from casesignd.engine.attempt import JobAttempt, Traced
 from casesignd.engine.recorder import AttemptId
 from casesignd.http import formdata
 from casesignd.http.common import (
@@ -242,7 +242,8 @@ async def _sign(request: web.Request, s: HandlerServices, t0: float, answer_by: 
         body = sign_case_body(manifest, sha, len(document))
         admission = _KIND.admit(body, cfg, tenant)
         new = admission.new_job(_KIND.name, tenant, idempotency_header=header, created_at=t0,
-                                correlation_id=request["correlation_id"])
+                                correlation_id=request["correlation_id"],
+                                traceparent=s.tracing.of_request(request))
         if time.time() >= answer_by:
             raise DeadlineExceeded("the request arrived too late to be signed in time")
         flight = Flight(new=new, job_id=new_id("job", t0), actor=f"api:{tenant}",
@@ -379,18 +380,21 @@ class _Run:
             async with signing_lock(s, new.tenant, self.sig_key, self.recorded) as recorded:
                 self.recorded = recorded
                 flight.claimed_at = time.time()
-                self.attempt.claimed()
+                self.attempt.claimed(Traced(new.traceparent, new.tenant, new.declared_bytes,
+                                            flight.admitted_at, flight.claimed_at))
                 signed = await self._work()
                 job = await self.attempt.record(flight.outcome)
                 if signed is not None and not _answers_with(job, flight.outcome):
                     signed = None  # another signature of the key was recorded: answer that one
         except asyncio.CancelledError:
             s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
+            self.attempt.stopped("canceled")
             raise
         except Exception as e:  # noqa: BLE001 - every failure is decided by plan_retry
             if isinstance(e, Busy) and self.persisted is None:
                 # Refused at once (503): nothing was done, so nothing is recorded.
                 s.reservations.unreserve(new.tenant, new.idem_key, flight.token)
+                self.attempt.stopped("busy")
                 raise
             return await self._record_failure(e), None
         return job, signed

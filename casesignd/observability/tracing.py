@@ -3,19 +3,29 @@ continues the caller's W3C ``traceparent`` (or starts a trace) in a span exporte
 OTLP/HTTP; left empty, nothing of OpenTelemetry is imported and no middleware is
 installed, so tracing off costs nothing.
 
+A job keeps the ``traceparent`` of the request that admitted it; each attempt at it
+(:mod:`casesignd.engine.attempt`, the worker pool's and the kiosk's alike) is a span
+under it (:class:`AttemptSpans`), on whichever node claims it and after a restart,
+with a child span for its queue wait (from the stored clocks) and one per phase.
+
 Span attributes follow the rule of metrics and logs: ids, kinds, codes, sizes and
-timings, never names, file names, case data or tokens. A span is named after the
-route's template (``POST /v1/jobs``), never the path a caller sent.
+timings, never names, file names, case data or tokens; a tenant goes by its hash, as
+in the logs (``tenant_hash``). A span is named after the route's template
+(``POST /v1/jobs``), never the path a caller sent. No exception is recorded on a
+span: its message may hold what a caller sent.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
+
+from casesignd.core.hashing import sha256_hex
 
 # W3C Trace Context, section 3.2: version 00, a 16-byte trace id and an 8-byte parent
 # id in lowercase hex, neither all zeros, and the flags.
@@ -73,16 +83,20 @@ class Tracing:
             self.provider = self.tracer = None
 
     @contextlib.contextmanager
-    def client_span(self, name: str, attributes: dict[str, Any]) -> Iterator[Any]:
+    def client_span(self, name: str, attributes: dict[str, Any],
+                    traceparent: str | None = None) -> Iterator[Any]:
         """A span around an outgoing call (None when off); :meth:`traceparent` of it
-        goes out with the call, so the callee continues the trace."""
+        goes out with the call, so the callee continues the trace. ``traceparent``:
+        the trace it belongs to when it is not the current one (a job's, stored)."""
         if self.tracer is None:
             yield None
             return
         from opentelemetry.trace import SpanKind
 
-        with self.tracer.start_as_current_span(name, kind=SpanKind.CLIENT,
-                                               attributes=attributes) as span:
+        context = self.parent(traceparent) if traceparent else None
+        with self.tracer.start_as_current_span(name, context=context, kind=SpanKind.CLIENT,
+                                               attributes=attributes, record_exception=False,
+                                               set_status_on_exception=False) as span:
             yield span
 
     @staticmethod
@@ -90,6 +104,33 @@ class Tracing:
         """The W3C ``traceparent`` naming ``span`` as the parent."""
         c = span.get_span_context()
         return f"00-{c.trace_id:032x}-{c.span_id:016x}-{int(c.trace_flags):02x}"
+
+    def of_request(self, request: web.Request) -> str | None:
+        """The ``traceparent`` of ``request``'s server span, to store with the job it
+        admits (None when tracing is off)."""
+        span = request.get("span")
+        return self.traceparent(span) if span is not None else None
+
+    def attempt(self, traceparent: str | None, *, kind: str, attributes: dict[str, Any],
+                due_at: float, claimed_at: float) -> AttemptSpans | None:
+        """The spans of one job attempt, under the trace stored with its job (None when
+        off): the attempt's span runs from when its job was due (``due_at``, Unix
+        seconds) to its outcome, and its first child is the queue wait until
+        ``claimed_at``, both from the store's clocks."""
+        if self.tracer is None:
+            return None
+        from opentelemetry import trace
+        from opentelemetry.trace import SpanKind
+
+        due_ns, claimed_ns = _ns(min(due_at, claimed_at)), _ns(claimed_at)
+        span = self.tracer.start_span(
+            f"job {kind}", context=self.parent(traceparent), kind=SpanKind.CONSUMER,
+            attributes=attributes, start_time=due_ns, record_exception=False,
+            set_status_on_exception=False)
+        under = trace.set_span_in_context(span)
+        self.tracer.start_span("queue wait", context=under, start_time=due_ns,
+                               record_exception=False).end(end_time=claimed_ns)
+        return AttemptSpans(self.tracer, span, under)
 
     def parent(self, traceparent: str | None) -> Any:
         """The OpenTelemetry context a ``traceparent`` names, or None (a new trace)."""
@@ -131,3 +172,51 @@ class Tracing:
                 return resp
 
         return traced
+
+
+def tenant_hash(tenant: str) -> str:
+    """What a span says of a tenant: the first 16 hex digits of its SHA-256, as the
+    logs' ``tenant_hash`` field (pure)."""
+    return sha256_hex(tenant.encode())[:16]
+
+
+def _ns(unix_s: float) -> int:
+    return int(unix_s * 1e9)
+
+
+class AttemptSpans:
+    """The open span of one job attempt (see :meth:`Tracing.attempt`) and its phases'."""
+
+    def __init__(self, tracer: Any, span: Any, context: Any) -> None:
+        self.tracer = tracer
+        self.span = span
+        self.context = context
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        """A phase's span, current while it runs: the calls it makes are its children."""
+        with self.tracer.start_as_current_span(
+                f"phase {name}", context=self.context, attributes={"casesignd.phase": name},
+                record_exception=False, set_status_on_exception=False):
+            yield
+
+    def timed(self, name: str, took: float) -> None:
+        """A phase timed elsewhere (in a worker process): ``took`` seconds up to now."""
+        end = time.time_ns()
+        self.tracer.start_span(
+            f"phase {name}", context=self.context, attributes={"casesignd.phase": name},
+            start_time=end - int(took * 1e9), record_exception=False).end(end_time=end)
+
+    def end(self, outcome: str, code: str | None = None, **attributes: str | int) -> None:
+        """End the attempt's span with its outcome (succeeded, retry, failed, stale...),
+        its error code if any, and further ids or sizes."""
+        span = self.span
+        span.set_attribute("casesignd.outcome", outcome)
+        for key, value in attributes.items():
+            span.set_attribute(f"casesignd.{key}", value)
+        if code is not None:
+            span.set_attribute("error.type", code)
+            from opentelemetry.trace import Status, StatusCode
+
+            span.set_status(Status(StatusCode.ERROR))
+        span.end()

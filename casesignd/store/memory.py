@@ -142,7 +142,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
                   claimed_at=None, first_claimed_at=None, finished_at=None, next_attempt_at=now,
                   queue_wait_ms=0.0, processing_ms=0.0, result=None, error_category=None,
                   error_code=None, correlation_id=new.correlation_id, updated_at=now,
-                  sig_key=new.sig_key)
+                  sig_key=new.sig_key, traceparent=new.traceparent)
         self._idem[(new.tenant, new.idem_key)] = job_id
         self._event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
         return self._put(job)
@@ -435,7 +435,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
                   queue_wait_ms=max(0.0, (flight.claimed_at - flight.admitted_at) * 1000.0),
                   processing_ms=max(0.0, (now - flight.claimed_at) * 1000.0),
                   result=audit.canonical(result).decode(), error_category=None, error_code=None,
-                  correlation_id=new.correlation_id, updated_at=now, sig_key=new.sig_key)
+                  correlation_id=new.correlation_id, updated_at=now, sig_key=new.sig_key, traceparent=new.traceparent)
         self._idem[(new.tenant, new.idem_key)] = job.job_id
         self._put(job)
         worker = f"worker:{flight.owner}"

@@ -60,6 +60,9 @@ class Job(msgspec.Struct, kw_only=True):
     correlation_id: str
     updated_at: float
     sig_key: str | None = None  # the signature a sign_case job makes
+    # The W3C traceparent of the request that admitted it: its attempts' spans continue
+    # that trace (casesignd.observability.tracing). Never part of the job resource.
+    traceparent: str | None = None
 
     @property
     def lease(self) -> Lease:
@@ -161,6 +164,7 @@ class NewJob:
     created_at: float  # when the request arrived
     correlation_id: str
     sig_key: str | None = None  # the signature it makes (sign_case), read with its claim
+    traceparent: str | None = None  # the admitting request's span, when tracing is on
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,9 @@ class Sender:
         with self.s.tracing.client_span("webhook.deliver", {
                 "casesignd.delivery_id": d.delivery_id, "casesignd.job_id": d.job_id,
                 "casesignd.webhook.event": d.event, "casesignd.attempt": d.attempts,
-                "http.request.body.size": len(body)}) as span:
+                "http.request.body.size": len(body)},
+                # Under the job's trace: the request that admitted it, its attempts.
+                job.traceparent) as span:
             status, error = await self._post(w, d, body, secrets, span)
             if span is not None:
                 span.set_attribute("http.response.status_code", status or 0)

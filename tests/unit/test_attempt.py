@@ -4,9 +4,11 @@ its phases, its outcome decided and recorded through its path's writer, its line
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from functools import partial
+from typing import Any
 
 import pytest
 
@@ -15,9 +17,10 @@ from casesignd.core import audit
 from casesignd.core.errors import PermanentJobError, StoreUnavailable, TransientJobError
 from casesignd.core.outcomes import Fail, Finish, Outcome, RetryLater
 from casesignd.engine import jobs
-from casesignd.engine.attempt import JobAttempt
+from casesignd.engine.attempt import JobAttempt, Traced
 from casesignd.engine.recorder import AttemptId, Recorder
 from casesignd.observability.metrics import Metrics
+from casesignd.observability.tracing import Tracing, tenant_hash
 from casesignd.store import Job, NewJob
 from casesignd.store.memory import MemoryStore
 
@@ -130,3 +133,71 @@ def test_nothing_is_logged_as_claimed_unless_debug_is_on(caplog):
     caplog.set_level(logging.INFO, logger="casesignd.engine.pool")
     JobAttempt(recorder(), AttemptId("job_q", 1, "sign_case", "c"), _never).claimed()
     assert not caplog.records
+
+
+# --- spans, with tracing on -------------------------------------------------------------
+
+TID = "4bf92f3577b34da6a3ce929d0e0e4736"
+SID = "00f067aa0ba902b7"
+
+
+def traced_recorder() -> tuple[Recorder, Any]:
+    """A recorder whose tracer keeps its spans in memory."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracing = Tracing("http://127.0.0.1:9/v1/traces")
+    tracing.provider = TracerProvider()
+    tracing.provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.tracer = tracing.provider.get_tracer("test")
+    rec = recorder()
+    return Recorder(rec.config, rec.metrics, tracing), exporter
+
+
+async def test_a_claimed_attempt_is_a_span_under_its_job_s_trace_with_its_wait_and_phases():
+    store = MemoryStore()
+    await store.open()
+    new = dataclasses.replace(new_job("Jane Doe"), traceparent=f"00-{TID}-{SID}-01")
+    job, _ = await store.admit(new, actor="api:t1", max_queue_depth=10)
+    job = await store.claim_job(job.job_id, "owner", 30.0)
+    assert job is not None and job.traceparent == new.traceparent
+    rec, exporter = traced_recorder()
+    attempt = JobAttempt.of_claimed(rec, job, partial(store.conclude, job.lease))
+    attempt.claimed()
+    async with attempt.phase("validate"):
+        await asyncio.sleep(0)
+    attempt.record_phase("sign", 0.25)
+    await attempt.record(attempt.failed(PermanentJobError("no", code="unknown_policy")))
+    spans = {s.name: s for s in exporter.get_finished_spans()}
+    assert set(spans) == {"job sign_case", "queue wait", "phase validate", "phase sign"}
+    top = spans["job sign_case"]
+    assert f"{top.context.trace_id:032x}" == TID and f"{top.parent.span_id:016x}" == SID
+    for name in ("queue wait", "phase validate", "phase sign"):
+        assert spans[name].parent.span_id == top.context.span_id
+        assert spans[name].context.trace_id == top.context.trace_id
+    # The queue wait is the store's clocks: from when the job was due to its claim.
+    wait = spans["queue wait"]
+    assert wait.start_time == int(job.next_attempt_at * 1e9) == top.start_time
+    assert wait.end_time == int(job.claimed_at * 1e9)
+    attrs = dict(top.attributes)
+    assert attrs["casesignd.job_id"] == job.job_id and attrs["casesignd.attempt"] == 1
+    assert attrs["casesignd.outcome"] == "failed" and attrs["error.type"] == "unknown_policy"
+    assert attrs["casesignd.tenant_hash"] == tenant_hash("t1")
+    for span in spans.values():
+        for value in dict(span.attributes).values():
+            assert str(value) not in ("t1", "C-1") and "Jane" not in str(value)
+    await store.close()
+
+
+async def test_an_attempt_that_stops_without_an_outcome_ends_its_span_saying_why():
+    rec, exporter = traced_recorder()
+    attempt = JobAttempt(rec, AttemptId("job_s", 1, "sign_case", "c", "kiosk"), _never)
+    now = time.time()
+    attempt.claimed(Traced(None, "t1", 5, now - 1, now))
+    attempt.stopped("canceled")
+    attempt.stopped("canceled")  # once only
+    [top] = [s for s in exporter.get_finished_spans() if s.name == "job sign_case"]
+    assert top.parent is None  # no trace stored: one of its own
+    assert dict(top.attributes)["casesignd.outcome"] == "canceled"

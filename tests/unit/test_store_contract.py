@@ -467,6 +467,26 @@ async def test_a_flight_is_written_whole_in_one_commit(store_and_clock):
     assert (await store.admit(g.new, actor="api:t1", max_queue_depth=100))[1] is True
 
 
+async def test_the_admitting_trace_is_kept_with_the_job_and_read_with_its_claim(store_and_clock):
+    store, clock = store_and_clock
+    tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    job, _ = await store.admit(dataclasses.replace(new_job("traced"), traceparent=tp),
+                               actor="api:t1", max_queue_depth=100)
+    assert job.traceparent == tp
+    assert (await admit(store, key="untraced"))[0].traceparent is None
+    [claimed] = [c.job for c in await store.claim_batch("w1", 10, 1 << 30, ["test"], 8)
+                 if c.job.job_id == job.job_id]
+    assert claimed.traceparent == tp
+    # A kiosk flight keeps its request's, whichever way it is written.
+    f = flight(clock, key="kiosk-traced")
+    f.new = dataclasses.replace(f.new, traceparent=tp)
+    reservations = KeyReservations(store)
+    assert await reservations.reserve("t1", f.new.idem_key, "sig-t", f.token) == (None, None)
+    f.outcome = Finish(detail={})
+    done = await reservations.record_flight(f)
+    assert done is not None and done.traceparent == tp
+
+
 async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(store_and_clock):
     store, clock = store_and_clock
     reservations = KeyReservations(store)

@@ -10,10 +10,11 @@ SELECT value FROM counters WHERE name = 'waiting';
 -- name: insert_job
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
-                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key)
+                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
+                  traceparent)
 VALUES (:job_id, :tenant, :kind, :case_id, :idem_key, :fingerprint, :input, :input_digest,
         :version, :declared_bytes, 'queued', :created_at, :now, :admission_ms,
-        :now, :now, :correlation_id, :now, :sig_key)
+        :now, :now, :correlation_id, :now, :sig_key, :traceparent)
 RETURNING *;
 
 -- A claim is one statement: pick the oldest due job that fits the byte budget and
@@ -36,12 +37,13 @@ RETURNING *;
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, attempt, created_at, admitted_at,
                   admission_ms, claimed_at, first_claimed_at, finished_at, next_attempt_at,
-                  queue_wait_ms, processing_ms, result, correlation_id, updated_at, sig_key)
+                  queue_wait_ms, processing_ms, result, correlation_id, updated_at, sig_key,
+                  traceparent)
 VALUES (:job_id, :tenant, :kind, :case_id, :idem_key, :fingerprint, :input, :input_digest,
         :version, :declared_bytes, 'succeeded', 1, :created_at, :admitted_at,
         :admission_ms, :claimed_at, :claimed_at, :now, :admitted_at,
         max(0, (:claimed_at - :admitted_at) * 1000.0), max(0, (:now - :claimed_at) * 1000.0),
-        :result, :correlation_id, :now, :sig_key)
+        :result, :correlation_id, :now, :sig_key, :traceparent)
 RETURNING *;
 
 -- The kiosk path takes a job it just admitted (or finds queued) without queueing it.

@@ -87,11 +87,13 @@ SELECT * FROM jobs WHERE tenant = %(tenant)s AND idem_key = %(idem_key)s;
 -- name: admit_job
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
-                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key)
+                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
+                  traceparent)
 SELECT %(job_id)s, %(tenant)s, %(kind)s, %(case_id)s::text, %(idem_key)s, %(fingerprint)s,
        %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s::bigint, 'queued',
        %(created_at)s::float8, %(now)s::float8, %(admission_ms)s::float8, %(now)s::float8,
-       %(now)s::float8, %(correlation_id)s, %(now)s::float8, %(sig_key)s::text
+       %(now)s::float8, %(correlation_id)s, %(now)s::float8, %(sig_key)s::text,
+       %(traceparent)s::text
  WHERE (SELECT sum(n) FROM job_counts WHERE state IN ('queued', 'retry_wait'))
        + %(waiting_pending)s < %(max_queue_depth)s
    AND coalesce(pg_try_advisory_xact_lock_shared(hashtext('casesignd:idem:' || %(tenant)s::text),
@@ -103,11 +105,12 @@ RETURNING *;
 -- name: insert_job
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
-                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key)
+                  queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
+                  traceparent)
 VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerprint)s,
         %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s, 'queued',
         %(created_at)s, %(now)s, %(admission_ms)s, %(now)s, %(now)s, %(correlation_id)s,
-        %(now)s, %(sig_key)s)
+        %(now)s, %(sig_key)s, %(traceparent)s)
 ON CONFLICT DO NOTHING
 RETURNING *;
 
@@ -159,14 +162,15 @@ SELECT c.*, s.artifact_id AS sig_artifact_id, s.sha256 AS sig_sha256, s.size AS 
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, attempt, created_at, admitted_at,
                   admission_ms, claimed_at, first_claimed_at, finished_at, next_attempt_at,
-                  queue_wait_ms, processing_ms, result, correlation_id, updated_at, sig_key)
+                  queue_wait_ms, processing_ms, result, correlation_id, updated_at, sig_key,
+                  traceparent)
 VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerprint)s,
         %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s, 'succeeded', 1,
         %(created_at)s, %(admitted_at)s, %(admission_ms)s, %(claimed_at)s, %(claimed_at)s,
         %(now)s, %(admitted_at)s,
         greatest(0, (%(claimed_at)s::float8 - %(admitted_at)s::float8) * 1000.0),
         greatest(0, (%(now)s::float8 - %(claimed_at)s::float8) * 1000.0),
-        %(result)s, %(correlation_id)s, %(now)s, %(sig_key)s)
+        %(result)s, %(correlation_id)s, %(now)s, %(sig_key)s, %(traceparent)s)
 ON CONFLICT DO NOTHING
 RETURNING *;
 
