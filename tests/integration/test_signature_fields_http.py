@@ -74,11 +74,12 @@ def test_a_missing_or_signed_field_is_refused_through_the_job_and_the_kiosk(
 def test_admission_checks_the_signature_objects_shape(daemon, tmp_path: Path) -> None:
     src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
     for signature, field in (({"field": 3}, "signature.field"), ({}, "signature.field"),
-                             ({"field": "Buyer", "colour": "red"}, "signature.colour"),
+                             ({"field": "Buyer", "colour": "red"}, "signature"),
                              ("Buyer", "signature")):
         r = _kiosk(daemon, src, "FIELDS-4", signature=signature)
         assert r.status == 422, r.body[:300]
         assert r.json()["error"]["field"] == field, (signature, r.body[:300])
+        assert b"colour" not in r.body  # an unknown key is counted, never quoted
     assert daemon.request("GET", "/v1/jobs").json()["jobs"] == []
 
 
