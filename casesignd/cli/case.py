@@ -8,7 +8,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from casesignd.cli import case_sign as cli_casesign
+import casesignd.cli.case_sign as cli_casesign
 from casesignd.cli.client import Client
 from casesignd.cli.common import EXIT_OK, Command, UsageError, dump
 

@@ -21,11 +21,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from casesignd.cli import backup as cli_backup
-from casesignd.cli import case as cli_case
-from casesignd.cli import case_sign as cli_casesign
-from casesignd.cli import check as cli_check
-from casesignd.cli import store as cli_store
+import casesignd.cli.backup as cli_backup
+import casesignd.cli.case as cli_case
+import casesignd.cli.case_sign as cli_casesign
+import casesignd.cli.check as cli_check
+import casesignd.cli.store as cli_store
 from casesignd.cli.client import (
     Client,
     ClientError,

@@ -88,11 +88,9 @@ def test_imports_are_resolved_in_subpackages_too() -> None:
 
 
 def test_the_package_has_no_import_cycles() -> None:
-    # A subpackage's __init__ re-exports its modules, which import their siblings:
-    # that is the package's own shape, not a cycle between modules.
-    graph = {m: {d for d in deps if not (m.startswith(d + ".") )}
-             for m, deps in package_graph().items()}
-    assert cycles(graph) == []
+    # A package's __init__ counts as a module: `from casesignd.cli import case` leans on
+    # casesignd/cli/__init__.py, which must not lean back on the module importing it.
+    assert cycles(package_graph()) == []
 
 
 def test_no_module_is_over_the_size_it_earns() -> None:
