@@ -29,8 +29,9 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
 
-``--visible``: casesignd's policies draw a visible stamp (in their default box on page
-1), against the invisible signature of a run without it.
+``--visible``: casesignd's phases run twice in the run, with invisible signatures and
+then, from a second daemon whose policies draw a visible stamp (in their default box),
+with the stamp (rows ``casesignd/visible``): the stamp's cost, side by side.
 
 ``--document``: the one-page document every kiosk sends: ``plain`` (reportlab text),
 ``links`` (the same with a link out and a mailto link, which are signed as they are),
@@ -38,7 +39,7 @@ or ``form`` (a reportlab form that leaves its look to the viewer: each request i
 rewritten with its fields drawn, and poppler and MuPDF draw the received page and
 the rewrite; the render check's cost on the kiosk's path). ``--baseline-rev REV``
 runs casesignd's phases again from a worktree of that commit, in the same run: the
-kiosk's latency before and after.
+kiosk's latency before and after (with ``--visible``, both appearances there too).
 
 Both services sign with the key ``casesignd init`` makes (``--key-type``): ECDSA P-256
 by default, as init does; ``--key-type rsa`` measures RSA-2048, whose signature is
@@ -444,12 +445,15 @@ def add_hostile_tenant(args: argparse.Namespace, d: Any) -> None:
     from tests.daemon import to_toml
     from tests.helpers_bombs import many_stream_bomb
 
-    args.hostile_token = f"csd_bench-hostile-{uuid.uuid4().hex}"
+    if not getattr(args, "hostile_token", ""):
+        args.hostile_token = f"csd_bench-hostile-{uuid.uuid4().hex}"
     d.config["tenants"].append({"name": "bench-hostile",
                                 "token_sha256": hashlib.sha256(args.hostile_token.encode()).hexdigest()})
     d.config_path.write_text(to_toml(d.config))
     policy = next(p for p in d.config["policies"] if p["version"] == d.config["default_policy"])
     args.bomb_stream_bytes = policy["max_decoded_stream_bytes"] - 4096
+    if getattr(args, "bomb", None):  # built for the run's first daemon
+        return
     t = time.perf_counter()
     args.bomb, args.bomb_streams = many_stream_bomb(d.config["kiosk"]["max_document_bytes"],
                                                     policy["max_decoded_stream_bytes"])
@@ -499,7 +503,7 @@ def table(results: dict[str, Any]) -> str:
     key = results.get("config", {}).get("key_type", "?")
     lines = [f"signing key: {key} (both services); latencies in ms",
              f"{'service':<10} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)]
-    services = ["casesignd", *(k for k in results if k.startswith("casesignd@")), "pyhanko"]
+    services = [*(k for k in results if k.startswith("casesignd")), "pyhanko"]
     width = max(10, *(len(s) for s in services))
     lines[1] = f"{'service':<{width}} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)
     for svc in services:
@@ -554,7 +558,8 @@ def main() -> None:
     ap.add_argument("--document", choices=("plain", "links", "form"), default="plain",
                     help="the one-page document each kiosk sends (see the docstring)")
     ap.add_argument("--visible", action="store_true",
-                    help="casesignd's policy draws a visible stamp (appearance = \"visible\")")
+                    help="casesignd's phases again from a daemon whose policies draw a visible "
+                         "stamp (appearance = \"visible\"), beside the invisible signature")
     ap.add_argument("--baseline-rev", default="",
                     help="also run casesignd's phases from a worktree of this commit")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -585,42 +590,48 @@ def main() -> None:
         # on the state disk, batch copies would contend with every fsync.
         shm = Path(tempfile.mkdtemp(prefix="bench-kiosk-", dir=args.temp_dir))
         cleanup.append(shm)
-        d = Daemon(tmp / "daemon", {
-            "workers": {"concurrency": args.workers},
-            "storage": {"temp_dir": str(shm)},
-            "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-        }, init_args=["--key-type", args.key_type], test_parts=False)
-        if args.visible:
-            from tests.daemon import to_toml
 
-            for policy in d.config["policies"]:
-                policy["appearance"] = "visible"
-            d.config_path.write_text(to_toml(d.config))
-        if "hostile" in args.phases:
-            add_hostile_tenant(args, d)
-        if args.only in (None, "casesignd"):
-            d.start()
-            objects = upload_objects(d, paths)
-            results["casesignd"] = asyncio.run(measure_casesignd(args, d, document, objects))
-            d.stop(timeout_s=120)
+        def daemon(name: str, visible: bool, env: dict[str, str] | None = None) -> Any:
+            made = Daemon(tmp / name, {
+                "workers": {"concurrency": args.workers},
+                "storage": {"temp_dir": str(shm)},
+                "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
+            }, env=env, init_args=["--key-type", args.key_type], test_parts=False)
+            if visible:
+                from tests.daemon import to_toml
+
+                for policy in made.config["policies"]:
+                    policy["appearance"] = "visible"
+                made.config_path.write_text(to_toml(made.config))
+            if "hostile" in args.phases:
+                add_hostile_tenant(args, made)
+            return made
+
+        def measure(label: str, made: Any) -> None:
+            made.start()
+            try:
+                objects = upload_objects(made, paths)
+                results[label] = asyncio.run(measure_casesignd(args, made, document, objects))
+            finally:
+                made.stop(timeout_s=120)
             print(table(results), file=sys.stderr)
+
+        appearances = (False, True) if args.visible else (False,)
+        d = daemon("daemon", False)
+        if args.only in (None, "casesignd"):
+            for visible in appearances:
+                measure("casesignd/visible" if visible else "casesignd",
+                        daemon("daemon-visible", True) if visible else d)
         if args.baseline_rev and args.only in (None, "casesignd"):
             tree = tmp / f"rev-{args.baseline_rev}"
             r = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
                                 str(tree), args.baseline_rev], capture_output=True, text=True)
             if r.returncode == 0:
                 try:
-                    old = Daemon(tmp / "daemon-rev", {
-                        "workers": {"concurrency": args.workers},
-                        "storage": {"temp_dir": str(shm)},
-                        "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-                    }, env={"PYTHONPATH": str(tree)}, init_args=["--key-type", args.key_type],
-                        test_parts=False)
-                    old.start()
-                    objects = upload_objects(old, paths)
-                    results[f"casesignd@{args.baseline_rev}"] = asyncio.run(
-                        measure_casesignd(args, old, document, objects))
-                    old.stop(timeout_s=120)
+                    for visible in appearances:
+                        label = f"casesignd@{args.baseline_rev}" + ("/visible" if visible else "")
+                        measure(label, daemon(f"daemon-rev-{int(visible)}", visible,
+                                              env={"PYTHONPATH": str(tree)}))
                 finally:
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                     str(tree)], capture_output=True)

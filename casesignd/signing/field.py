@@ -209,7 +209,7 @@ def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any
     from casesignd.signing import stamp
 
     w, h, matrix = upright(rect, rotate)
-    form_num, bodies = stamp.as_xobject(stamp.draw(lines, w, h), new_num, matrix)
+    form_num, bodies = stamp.form(lines, w, h, new_num, matrix)
     ap = g.DictionaryObject({g.NameObject("/N"): g.IndirectObject(form_num, 0, None)})  # type: ignore[arg-type]
     return ap, bodies
 
