@@ -81,8 +81,8 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
                               code="too_large", field="items")
     normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
                                   "items": items, "signers": signers}
-    if "signature" in body:
-        normalized["signature"] = placement.admit(body["signature"], policy.appearance)
+    if "signature" in body and (signature := placement.admit(body["signature"], policy.appearance)):
+        normalized["signature"] = signature  # empty: the policy's placement, as when left out
     material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
                      declared_bytes=total, key_material=material,

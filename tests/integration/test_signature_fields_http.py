@@ -168,3 +168,30 @@ def test_the_command_line_names_the_field_or_the_box(daemon_factory, tmp_path: P
     signed = d.cli("case", "sign", str(out), "--case", "CLI-F6", "--field", "Seller", "--wait")
     assert signed.returncode == 1
     assert "signature_field_already_signed" in signed.stdout + signed.stderr
+
+
+def test_a_bare_visible_stamps_where_the_policy_says_and_an_invisible_policy_refuses_it(
+    daemon_factory, tmp_path: Path
+) -> None:
+    from tests.helpers_pki import reportlab_pdf
+    from tests.integration.test_pades_stamp import _inside, _words
+
+    box = [300.0, 40.0, 540.0, 110.0]
+    d = daemon_factory({"policies": [
+        {"version": "contract-v1", "appearance": "visible", "signature_page": -1,
+         "signature_box": box},
+        {"version": "plain-v1"}]})
+    src = reportlab_pdf(tmp_path / "doc.pdf", pages=2)
+    kiosk, packet = tmp_path / "kiosk.pdf", tmp_path / "packet.pdf"
+    ok = d.cli("sign", str(src), "--case", "BARE-1", "--visible", "-o", str(kiosk))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    case = d.cli("case", "sign", str(src), "--case", "BARE-2", "--visible", "--wait",
+                 "-o", str(packet))
+    assert case.returncode == 0, case.stdout + case.stderr
+    for out in (kiosk, packet):
+        assert any(w[0] == "Signed" and _inside(w, box) for w in _words(out, 2)), out
+        assert not any(w[0] == "Signed" for w in _words(out, 1))
+    refused = d.cli("sign", str(src), "--case", "BARE-3", "--policy", "plain-v1", "--visible")
+    assert refused.returncode == 1 and "signature.visible" in refused.stdout + refused.stderr
+    before = d.cli("sign", "--visible", str(src), "--case", "BARE-4")
+    assert before.returncode == 2 and "after the file" in before.stderr
