@@ -410,7 +410,7 @@ def job_kinds(services: Services) -> dict[str, JobKind]:
     try:
         from casesignd.job_kinds.sign_case import SignCaseKind
 
-        kinds.append(SignCaseKind(services.ladder))
+        kinds.append(SignCaseKind(services.ladder, lambda: services.branding))
     except ImportError:  # pragma: no cover - during partial installs only
         pass
     for kind in services.extras.kinds:

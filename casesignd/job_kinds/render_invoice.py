@@ -50,7 +50,7 @@ from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
 from casesignd.invoices.templates import TEMPLATES, render_to_file, template
-from casesignd.job_kinds.signing import JobSteps, signing_policy
+from casesignd.job_kinds.signing import JobSteps, signing_policy, stamp_logo
 from casesignd.signing import placement
 from casesignd.signing.ladder import Ladder
 from casesignd.signing.pades import SignatureMeta
@@ -410,14 +410,17 @@ class InvoiceKind:
         if invoice.get("sign"):
             signed = str(ctx.workdir / "invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"
-            await sign_invoice(self._ladder, ctx, path, signed, reason)
+            policy = ctx.config.policy(None)
+            logo = b"" if policy is None else await stamp_logo(
+                self._branding() if self._branding else None, ctx.tenant, policy)
+            await sign_invoice(self._ladder, ctx, path, signed, reason, logo)
             path = signed
         artifact = await ctx.services.publish(ctx, path, "application/pdf")
         return Finish(artifact=artifact, detail={"pages": pages, "template_version": version})
 
 
 async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: str, dst: str,
-                       reason: str) -> None:
+                       reason: str, logo: bytes = b"") -> None:
     """Sign a document the service made itself (an invoice): same signer, same PAdES
     profile, same TSA as the default policy, and its visible stamp when the policy
     draws one (:func:`invoice_meta`)."""
@@ -426,13 +429,13 @@ async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: str, dst: st
     policy = ctx.config.policy(None)
     visible = policy is not None and policy.appearance == "visible"
     meta = invoice_meta(policy, ctx.config.signing.signer_name, reason,
-                        ladder.signer_subject() if visible else "")
+                        ladder.signer_subject() if visible else "", logo)
     await ladder.sign_file(JobSteps(ctx), Path(src), Path(dst), meta=meta, attachments=[],
                            policy=signing_policy(policy) if policy is not None else None)
 
 
-def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: str = ""
-                 ) -> SignatureMeta:
+def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: str = "",
+                 logo: bytes = b"") -> SignatureMeta:
     """What an invoice's signature says, and where it goes: under a visible policy, the
     same stamp as a contract's (:mod:`casesignd.signing.placement`), on the policy's
     page in its box. An invoice the service drew has no signature field of its own,
@@ -446,5 +449,5 @@ def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: 
                             signing_time=signing_time, policy_version=version, reason=reason,
                             location=policy.location)
     return SignatureMeta(signing_time=signing_time, name=signer_name, reason=reason,
-                         location=policy.location, policy_version=version, stamp=stamp,
+                         location=policy.location, policy_version=version, stamp=stamp, logo=logo,
                          place=(policy.signature_page, tuple(policy.signature_box)))  # type: ignore[arg-type]

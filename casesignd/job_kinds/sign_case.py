@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from casesignd.core.outcomes import Artifact, Finish, Signature
 from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
 from casesignd.files.sources import parse_ref
-from casesignd.job_kinds.signing import JobSteps, pdf_limits, signing_policy
+from casesignd.job_kinds.signing import JobSteps, Logos, pdf_limits, signing_policy, stamp_logo
 from casesignd.pdf import inspect as pdfcheck
 from casesignd.pdf import rules as pdfrules
 from casesignd.signing import pades, pipeline, placement
@@ -169,9 +169,10 @@ def signature_key(normalized: dict[str, Any]) -> str:
 
 
 def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
-                 subject: str = "") -> pades.SignatureMeta:
+                 subject: str = "", logo: bytes = b"") -> pades.SignatureMeta:
     """What the signature says, and where it goes (:mod:`casesignd.signing.placement`);
-    ``subject`` the signing certificate's, which a visible stamp names."""
+    ``subject`` the signing certificate's, which a visible stamp names, and ``logo`` the
+    tenant's logo it shows (:func:`casesignd.job_kinds.signing.stamp_logo`)."""
     signing_time = dt.datetime.now(dt.UTC).replace(microsecond=0)
     parties = tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"])
     into_field, place, visible = placement.placement(normalized.get("signature"), policy)
@@ -188,6 +189,7 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
         parties=parties,
         into_field=into_field,
         stamp=stamp,
+        logo=logo if stamp else b"",
         place=place,
         certify=CERTIFY_P.get(policy.certify),
     )
@@ -290,8 +292,11 @@ class SignCaseKind:
 
     name = "sign_case"
 
-    def __init__(self, ladder: Ladder | None = None) -> None:
+    def __init__(self, ladder: Ladder | None = None,
+                 branding: Callable[[], Logos] | None = None) -> None:
         self._ladder = ladder
+        # The daemon's invoice branding as it stands (a reload replaces it): the logos.
+        self._branding = branding
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
@@ -321,8 +326,9 @@ class SignCaseKind:
             raise RuntimeError("sign_case runs with the daemon's signing ladder")
         ladder = self._ladder
         policy = policy_in_force(ctx.config.policy(normalized["policy_version"]))
+        logo = await stamp_logo(self._branding() if self._branding else None, ctx.tenant, policy)
         meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
-                            ladder.signer_subject())
+                            ladder.signer_subject(), logo)
         if ctx.area is None:
             return await self._sign_in_memory(ctx, ladder, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)

@@ -25,12 +25,13 @@ import datetime as dt
 from collections.abc import Callable, Sequence
 
 from casesignd.pdf.syntax import real_text
-from casesignd.signing import stamp_fonts
+from casesignd.signing import stamp_fonts, stamp_image
 
 MAX_SIZE_PT = 10.0
 MIN_SIZE_PT = 4.0
 PADDING_PT = 2.0
 LEADING = 1.2  # line height, as a multiple of the size
+LOGO_SHARE = 0.35  # of the stamp's width, at most, for the tenant's logo
 
 
 def stamp_lines(*, subject: str, parties: Sequence[tuple[str, str]], signing_time: dt.datetime,
@@ -109,15 +110,35 @@ def _runs(lines: Sequence[str], width: float, height: float
     return canv.runs
 
 
+def logo_box(logo_px: tuple[int, int], width: float, height: float
+             ) -> tuple[float, float, float, float] | None:
+    """Where a logo of ``logo_px`` (width, height) pixels goes in a ``width`` x ``height``
+    stamp: (x, y, w, h) in points, its proportions kept, in the left part of the box
+    (at most :data:`LOGO_SHARE` of its width) and centred on its height; None when the
+    box has no room for it (pure)."""
+    room_w, room_h = width * LOGO_SHARE - PADDING_PT, height - 2 * PADDING_PT
+    if room_w < 1 or room_h < 1:
+        return None
+    scale = min(room_w / logo_px[0], room_h / logo_px[1])
+    w, h = logo_px[0] * scale, logo_px[1] * scale
+    return PADDING_PT, (height - h) / 2, w, h
+
+
 def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[], int],
-         matrix: tuple[int, int, int, int] = (1, 0, 0, 1)) -> tuple[int, list[tuple[int, bytes]]]:
+         matrix: tuple[int, int, int, int] = (1, 0, 0, 1), logo: bytes = b""
+         ) -> tuple[int, list[tuple[int, bytes]]]:
     """The stamp as a form XObject of ``width`` x ``height`` points and the fonts it
     uses, numbered by ``new_num`` (a function giving the next free object number):
     (the form's number, [(number, the object's body)]). ``matrix``: the form's rotation
-    (its /Matrix, §8.10.1). Deterministic: same inputs, same bytes."""
+    (its /Matrix, §8.10.1); ``logo``: a PNG or JPEG drawn in the box's left part
+    (:func:`logo_box`), the text beside it. Deterministic: same inputs, same bytes."""
     from casesignd.text import faces
 
-    runs = _runs(lines, width, height)
+    image = stamp_image.image(logo) if logo else None
+    placed = logo_box((image.width, image.height), width, height) if image else None
+    left = placed[0] + placed[2] if placed else 0.0
+    runs = [(x + left, y, font, size, text)
+            for x, y, font, size, text in _runs(lines, width - left, height)]
     used: dict[str, set[int]] = {}
     for _x, _y, font, _size, text in runs:
         used.setdefault(font, set()).update(map(ord, text))
@@ -142,6 +163,9 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
             shown += b"%02X" % code
         ops.append(shown + (b"> Tj" if at >= 0 else b""))
     ops.append(b"ET")
+    if placed:  # §8.9.5: an image fills the unit square, scaled to its place by cm
+        x, y, w, h = placed
+        ops.append(b"q %s 0 0 %s %s %s cm /Logo Do Q" % (_n(w), _n(h), _n(x), _n(y)))
     form_num = new_num()
     bodies: list[tuple[int, bytes]] = []
     fonts = []
@@ -149,18 +173,23 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
         font_num, objs = stamp_fonts.objects(sub, new_num)
         fonts.append(b"/F%d %d 0 R" % (k + 1, font_num))
         bodies.extend(objs)
+    images = ""
+    if placed and image is not None:
+        image_num, objs = stamp_image.objects(image, new_num)
+        images = f" /XObject <</Logo {image_num} 0 R>>"
+        bodies.extend(objs)
     head = (f" /Type /XObject /Subtype /Form /BBox [0 0 {real_text(width).decode()}"
             f" {real_text(height).decode()}]"
             f" /Matrix [{' '.join(str(v) for v in matrix)} 0 0]"
-            f" /Resources <</Font <<{b' '.join(fonts).decode()}>>>>")
+            f" /Resources <</Font <<{b' '.join(fonts).decode()}>>{images}>>")
     return form_num, [(form_num, stamp_fonts.stream(b"\n".join(ops), head=head)), *bodies]
 
 
-def draw(lines: Sequence[str], width: float, height: float) -> bytes:
+def draw(lines: Sequence[str], width: float, height: float, logo: bytes = b"") -> bytes:
     """The stamp alone, as a one-page PDF of ``width`` x ``height`` points
     (deterministic): what :func:`form` draws, for a look at it."""
     numbers = iter(range(5, 1_000_000))  # 1-4: the catalog, pages, page and its content
-    form_num, bodies = form(lines, width, height, lambda: next(numbers))
+    form_num, bodies = form(lines, width, height, lambda: next(numbers), logo=logo)
     objs = [(1, b"<</Type /Catalog /Pages 2 0 R>>"),
             (2, b"<</Type /Pages /Kids [4 0 R] /Count 1>>"),
             (3, stamp_fonts.stream(b"q /Stamp Do Q")),
