@@ -440,7 +440,7 @@ class _Run:
                 s, cfg, self.flight.new.tenant, self.sig_key, base, appended.tail, signed.sha256,
                 appended.timestamp_expires_at)
         self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
-            self.sig_key, published, signed_detail(normalized, signed.checked, appended.level),
+            self.sig_key, published, signed_detail(normalized, signed.checked, appended.level, meta),
             inline))
         document = inline if inline is not None else base + appended.tail
         # An earlier publication of the same signature key (a crash before its record)

@@ -234,12 +234,26 @@ async def signing_lock(services: JobServices, tenant: str, sig_key: str,
 
 
 def signed_detail(normalized: dict[str, Any], checked: pipeline.Checked,
-                  level: str) -> dict[str, Any]:
+                  level: str, meta: pades.SignatureMeta | None = None) -> dict[str, Any]:
     """The ``signed`` audit event's detail: who, under which policy and at which PAdES
-    level, what was checked."""
+    level, what was checked, and where the signature went (:func:`placement_detail`)."""
     return {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
             "policy_version": normalized["policy_version"], "level": level,
-            "timestamped": level != "B-B", **checked.audit_detail()}
+            "timestamped": level != "B-B", **checked.audit_detail(),
+            **({"placement": placement_detail(meta)} if meta is not None else {})}
+
+
+def placement_detail(meta: pades.SignatureMeta) -> dict[str, Any]:
+    """Where a signature went, as its ``signed`` event records it (and the console
+    shows it): the document's own field by name, or a new field's page (1 the first,
+    -1 the last) and box in points; and whether it is seen."""
+    if meta.into_field:
+        where: dict[str, Any] = {"field": meta.into_field}
+    elif meta.place is not None:
+        where = {"page": meta.place[0], "box": list(meta.place[1])}
+    else:
+        where = {"page": 1}  # an invisible field on the first page
+    return {**where, "visible": bool(meta.stamp)}
 
 
 # Hashing this much on the event loop takes about as long as handing it to a thread
@@ -352,7 +366,7 @@ class SignCaseKind:
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
                       signature=Signature(sig_key, artifact,
                                           signed_detail(normalized, signed.checked,
-                                                        signed.appended.level)))
+                                                        signed.appended.level, meta)))
 
     async def _sign_in_memory(self, ctx: JobContext, ladder: Ladder, normalized: dict[str, Any],
                               policy: Policy, meta: pades.SignatureMeta, sig_key: str) -> Finish:
@@ -375,7 +389,7 @@ class SignCaseKind:
         return Finish(artifact=artifact, detail={"documents": 1},
                       signature=Signature(sig_key, artifact,
                                           signed_detail(normalized, signed.checked,
-                                                        signed.appended.level), inline))
+                                                        signed.appended.level, meta), inline))
 
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
         s = ctx.services

@@ -38,6 +38,8 @@ def test_the_job_signs_seller_and_the_kiosk_then_buyer(daemon, tmp_path: Path) -
     src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
     job = _job(d, "FIELDS-1", src, "Seller")
     assert job["state"] == "ready", job
+    (signed,) = [e for e in d.events(job["job_id"]) if e["type"] == "signed"]
+    assert signed["detail"]["placement"] == {"field": "Seller", "visible": False}
     seller = d.request("GET", job["result"]["download_url"], auth=False).body
     r = _kiosk(d, seller, "FIELDS-1", signature={"field": "Buyer"})
     assert r.status == 200, r.body[:300]
