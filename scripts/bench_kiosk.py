@@ -68,6 +68,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchlib import run_script  # noqa: E402  (scripts/, beside this file)
+from benchlib.e2e import tree_cpu_s  # noqa: E402
 from benchlib.kiosk import SIGNERS, Kiosk  # noqa: E402
 
 LATE_S = 2.0
@@ -240,17 +242,30 @@ async def kiosk_loop(url: str, token: str, document: bytes, tag: str,
 
 
 async def run_kiosks(url: str, token: str, document: bytes, kiosks: int, warmup_s: float,
-                     duration_s: float, tag: str, rps: float = 0.0) -> dict[str, Any]:
-    """``kiosks`` closed loops, or with ``rps`` that many requests a second between them."""
+                     duration_s: float, tag: str, rps: float = 0.0,
+                     cpu_s: Callable[[], float] | None = None) -> dict[str, Any]:
+    """``kiosks`` closed loops, or with ``rps`` that many requests a second between them.
+    ``cpu_s``: the service's CPU seconds so far; its share per answer measured goes in
+    ``cpu_ms`` (on a shared machine, steadier than the latencies)."""
     lat: list[float] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
     start = time.monotonic()
     interval_s = kiosks / rps if rps else 0.0
-    await asyncio.gather(*(kiosk_loop(url, token, document, f"{tag}-{i}",
-                                      start + warmup_s + duration_s, start + warmup_s, lat,
-                                      counts, errors, interval_s) for i in range(kiosks)))
+    marks: list[float] = []
+
+    async def mark_start() -> None:
+        await asyncio.sleep(max(0.0, start + warmup_s - time.monotonic()))
+        if cpu_s is not None:
+            marks.append(cpu_s())
+
+    await asyncio.gather(mark_start(), *(kiosk_loop(url, token, document, f"{tag}-{i}",
+                                                    start + warmup_s + duration_s,
+                                                    start + warmup_s, lat, counts, errors,
+                                                    interval_s) for i in range(kiosks)))
     out = summarize(lat, counts, duration_s)
+    if cpu_s is not None and marks and out.get("ok"):
+        out["cpu_ms"] = round((cpu_s() - marks[0]) * 1000 / out["ok"], 2)
     if errors:
         out["error_samples"] = errors
     return out
@@ -375,7 +390,8 @@ async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
     res: dict[str, Any] = {}
     if "idle" in args.phases:
         res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
-                                       args.duration_s, "ci")
+                                       args.duration_s, "ci",
+                                       cpu_s=lambda: tree_cpu_s(d.proc.pid))
     if "paced" in args.phases:
         res["paced"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
                                         args.duration_s, "cp", args.paced_rps)
@@ -498,8 +514,8 @@ def kiosk_document(kind: str, tmp: Path) -> bytes:
 
 
 def table(results: dict[str, Any]) -> str:
-    cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
-            "deadline_504", "other_errors"]
+    cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "cpu_ms", "late_2s",
+            "busy_503", "deadline_504", "other_errors"]
     key = results.get("config", {}).get("key_type", "?")
     lines = [f"signing key: {key} (both services); latencies in ms",
              f"{'service':<10} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)]
@@ -511,7 +527,7 @@ def table(results: dict[str, Any]) -> str:
             r = results.get(svc, {}).get(phase)
             if r:
                 lines.append(f"{svc:<{width}} {phase:<7} "
-                             + " ".join(f"{str(r[c]):>12}" for c in cols))
+                             + " ".join(f"{str(r.get(c, '-')):>12}" for c in cols))
     hostile = results.get("casesignd", {}).get("hostile")
     if hostile:
         bomb = hostile["bomb"]

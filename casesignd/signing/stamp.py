@@ -13,6 +13,10 @@ next (a font subset's objects) is made once per process and kept; a signature pa
 for its own lines and numbers (about 0.2 ms, against 3 ms for a page laid out by
 reportlab and read back by pypdf, the way the stamp was first drawn).
 
+A tenant's logo, when its policy asks, is drawn in the left part of the box
+(:func:`logo_box`, an image XObject of :mod:`casesignd.signing.stamp_image`), the words
+beside it.
+
 The text is fitted to the box: the largest size from :data:`MAX_SIZE_PT` down to
 :data:`MIN_SIZE_PT` at which the wrapped lines fit; at the smallest size, lines that
 would run out of the box are left out and the last one kept ends with an ellipsis.
