@@ -198,6 +198,8 @@ class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     signature_page: int = 1
     signature_box: list[float] = msgspec.field(default_factory=lambda: [36.0, 36.0, 236.0, 96.0])
     signature_field: str = ""
+    # A visible stamp shows the tenant's logo (its invoice branding's), when it has one.
+    stamp_logo: bool = False
     # Certify the document's first signature (DocMDP, PDF 32000-1 §12.8.2.2): "" not,
     # "no_changes" (P=1), "form_filling" (P=2) or "annotations" (P=3).
     certify: str = ""

@@ -29,8 +29,9 @@ phase runs for ``--duration-s`` after ``--warmup-s`` of unrecorded traffic:
 Counted per phase: answers after 2 s, 503 ``busy`` (the kiosk then waits Retry-After,
 at most 1 s, before its next request), 504 ``deadline_exceeded``, other errors. Prints a table and, as the last line, one JSON object of all figures.
 
-``--visible``: casesignd's policies draw a visible stamp (in their default box on page
-1), against the invisible signature of a run without it.
+``--visible``: casesignd's phases run twice in the run, with invisible signatures and
+then, from a second daemon whose policies draw a visible stamp (in their default box),
+with the stamp (rows ``casesignd/visible``): the stamp's cost, side by side.
 
 ``--document``: the one-page document every kiosk sends: ``plain`` (reportlab text),
 ``links`` (the same with a link out and a mailto link, which are signed as they are),
@@ -38,7 +39,7 @@ or ``form`` (a reportlab form that leaves its look to the viewer: each request i
 rewritten with its fields drawn, and poppler and MuPDF draw the received page and
 the rewrite; the render check's cost on the kiosk's path). ``--baseline-rev REV``
 runs casesignd's phases again from a worktree of that commit, in the same run: the
-kiosk's latency before and after.
+kiosk's latency before and after (with ``--visible``, both appearances there too).
 
 Both services sign with the key ``casesignd init`` makes (``--key-type``): ECDSA P-256
 by default, as init does; ``--key-type rsa`` measures RSA-2048, whose signature is
@@ -67,6 +68,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchlib import run_script  # noqa: E402  (scripts/, beside this file)
+from benchlib.e2e import tree_cpu_s  # noqa: E402
 from benchlib.kiosk import SIGNERS, Kiosk  # noqa: E402
 
 LATE_S = 2.0
@@ -239,17 +242,30 @@ async def kiosk_loop(url: str, token: str, document: bytes, tag: str,
 
 
 async def run_kiosks(url: str, token: str, document: bytes, kiosks: int, warmup_s: float,
-                     duration_s: float, tag: str, rps: float = 0.0) -> dict[str, Any]:
-    """``kiosks`` closed loops, or with ``rps`` that many requests a second between them."""
+                     duration_s: float, tag: str, rps: float = 0.0,
+                     cpu_s: Callable[[], float] | None = None) -> dict[str, Any]:
+    """``kiosks`` closed loops, or with ``rps`` that many requests a second between them.
+    ``cpu_s``: the service's CPU seconds so far; its share per answer measured goes in
+    ``cpu_ms`` (on a shared machine, steadier than the latencies)."""
     lat: list[float] = []
     counts: dict[str, int] = {}
     errors: list[str] = []
     start = time.monotonic()
     interval_s = kiosks / rps if rps else 0.0
-    await asyncio.gather(*(kiosk_loop(url, token, document, f"{tag}-{i}",
-                                      start + warmup_s + duration_s, start + warmup_s, lat,
-                                      counts, errors, interval_s) for i in range(kiosks)))
+    marks: list[float] = []
+
+    async def mark_start() -> None:
+        await asyncio.sleep(max(0.0, start + warmup_s - time.monotonic()))
+        if cpu_s is not None:
+            marks.append(cpu_s())
+
+    await asyncio.gather(mark_start(), *(kiosk_loop(url, token, document, f"{tag}-{i}",
+                                                    start + warmup_s + duration_s,
+                                                    start + warmup_s, lat, counts, errors,
+                                                    interval_s) for i in range(kiosks)))
     out = summarize(lat, counts, duration_s)
+    if cpu_s is not None and marks and out.get("ok"):
+        out["cpu_ms"] = round((cpu_s() - marks[0]) * 1000 / out["ok"], 2)
     if errors:
         out["error_samples"] = errors
     return out
@@ -374,7 +390,8 @@ async def measure_casesignd(args: argparse.Namespace, d: Any, document: bytes,
     res: dict[str, Any] = {}
     if "idle" in args.phases:
         res["idle"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
-                                       args.duration_s, "ci")
+                                       args.duration_s, "ci",
+                                       cpu_s=lambda: tree_cpu_s(d.proc.pid))
     if "paced" in args.phases:
         res["paced"] = await run_kiosks(d.url, d.token, document, args.kiosks, args.warmup_s,
                                         args.duration_s, "cp", args.paced_rps)
@@ -444,12 +461,15 @@ def add_hostile_tenant(args: argparse.Namespace, d: Any) -> None:
     from tests.daemon import to_toml
     from tests.helpers_bombs import many_stream_bomb
 
-    args.hostile_token = f"csd_bench-hostile-{uuid.uuid4().hex}"
+    if not getattr(args, "hostile_token", ""):
+        args.hostile_token = f"csd_bench-hostile-{uuid.uuid4().hex}"
     d.config["tenants"].append({"name": "bench-hostile",
                                 "token_sha256": hashlib.sha256(args.hostile_token.encode()).hexdigest()})
     d.config_path.write_text(to_toml(d.config))
     policy = next(p for p in d.config["policies"] if p["version"] == d.config["default_policy"])
     args.bomb_stream_bytes = policy["max_decoded_stream_bytes"] - 4096
+    if getattr(args, "bomb", None):  # built for the run's first daemon
+        return
     t = time.perf_counter()
     args.bomb, args.bomb_streams = many_stream_bomb(d.config["kiosk"]["max_document_bytes"],
                                                     policy["max_decoded_stream_bytes"])
@@ -494,12 +514,12 @@ def kiosk_document(kind: str, tmp: Path) -> bytes:
 
 
 def table(results: dict[str, Any]) -> str:
-    cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "late_2s", "busy_503",
-            "deadline_504", "other_errors"]
+    cols = ["ok", "per_s", "p50_ms", "p95_ms", "p99_ms", "max_ms", "cpu_ms", "late_2s",
+            "busy_503", "deadline_504", "other_errors"]
     key = results.get("config", {}).get("key_type", "?")
     lines = [f"signing key: {key} (both services); latencies in ms",
              f"{'service':<10} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)]
-    services = ["casesignd", *(k for k in results if k.startswith("casesignd@")), "pyhanko"]
+    services = [*(k for k in results if k.startswith("casesignd")), "pyhanko"]
     width = max(10, *(len(s) for s in services))
     lines[1] = f"{'service':<{width}} {'phase':<7} " + " ".join(f"{c:>12}" for c in cols)
     for svc in services:
@@ -507,7 +527,7 @@ def table(results: dict[str, Any]) -> str:
             r = results.get(svc, {}).get(phase)
             if r:
                 lines.append(f"{svc:<{width}} {phase:<7} "
-                             + " ".join(f"{str(r[c]):>12}" for c in cols))
+                             + " ".join(f"{str(r.get(c, '-')):>12}" for c in cols))
     hostile = results.get("casesignd", {}).get("hostile")
     if hostile:
         bomb = hostile["bomb"]
@@ -554,7 +574,8 @@ def main() -> None:
     ap.add_argument("--document", choices=("plain", "links", "form"), default="plain",
                     help="the one-page document each kiosk sends (see the docstring)")
     ap.add_argument("--visible", action="store_true",
-                    help="casesignd's policy draws a visible stamp (appearance = \"visible\")")
+                    help="casesignd's phases again from a daemon whose policies draw a visible "
+                         "stamp (appearance = \"visible\"), beside the invisible signature")
     ap.add_argument("--baseline-rev", default="",
                     help="also run casesignd's phases from a worktree of this commit")
     ap.add_argument("--workdir", type=Path, default=None)
@@ -585,42 +606,48 @@ def main() -> None:
         # on the state disk, batch copies would contend with every fsync.
         shm = Path(tempfile.mkdtemp(prefix="bench-kiosk-", dir=args.temp_dir))
         cleanup.append(shm)
-        d = Daemon(tmp / "daemon", {
-            "workers": {"concurrency": args.workers},
-            "storage": {"temp_dir": str(shm)},
-            "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-        }, init_args=["--key-type", args.key_type], test_parts=False)
-        if args.visible:
-            from tests.daemon import to_toml
 
-            for policy in d.config["policies"]:
-                policy["appearance"] = "visible"
-            d.config_path.write_text(to_toml(d.config))
-        if "hostile" in args.phases:
-            add_hostile_tenant(args, d)
-        if args.only in (None, "casesignd"):
-            d.start()
-            objects = upload_objects(d, paths)
-            results["casesignd"] = asyncio.run(measure_casesignd(args, d, document, objects))
-            d.stop(timeout_s=120)
+        def daemon(name: str, visible: bool, env: dict[str, str] | None = None) -> Any:
+            made = Daemon(tmp / name, {
+                "workers": {"concurrency": args.workers},
+                "storage": {"temp_dir": str(shm)},
+                "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
+            }, env=env, init_args=["--key-type", args.key_type], test_parts=False)
+            if visible:
+                from tests.daemon import to_toml
+
+                for policy in made.config["policies"]:
+                    policy["appearance"] = "visible"
+                made.config_path.write_text(to_toml(made.config))
+            if "hostile" in args.phases:
+                add_hostile_tenant(args, made)
+            return made
+
+        def measure(label: str, made: Any) -> None:
+            made.start()
+            try:
+                objects = upload_objects(made, paths)
+                results[label] = asyncio.run(measure_casesignd(args, made, document, objects))
+            finally:
+                made.stop(timeout_s=120)
             print(table(results), file=sys.stderr)
+
+        appearances = (False, True) if args.visible else (False,)
+        d = daemon("daemon", False)
+        if args.only in (None, "casesignd"):
+            for visible in appearances:
+                measure("casesignd/visible" if visible else "casesignd",
+                        daemon("daemon-visible", True) if visible else d)
         if args.baseline_rev and args.only in (None, "casesignd"):
             tree = tmp / f"rev-{args.baseline_rev}"
             r = subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach",
                                 str(tree), args.baseline_rev], capture_output=True, text=True)
             if r.returncode == 0:
                 try:
-                    old = Daemon(tmp / "daemon-rev", {
-                        "workers": {"concurrency": args.workers},
-                        "storage": {"temp_dir": str(shm)},
-                        "kiosk": {"max_concurrent_per_tenant": args.kiosk_share},
-                    }, env={"PYTHONPATH": str(tree)}, init_args=["--key-type", args.key_type],
-                        test_parts=False)
-                    old.start()
-                    objects = upload_objects(old, paths)
-                    results[f"casesignd@{args.baseline_rev}"] = asyncio.run(
-                        measure_casesignd(args, old, document, objects))
-                    old.stop(timeout_s=120)
+                    for visible in appearances:
+                        label = f"casesignd@{args.baseline_rev}" + ("/visible" if visible else "")
+                        measure(label, daemon(f"daemon-rev-{int(visible)}", visible,
+                                              env={"PYTHONPATH": str(tree)}))
                 finally:
                     subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force",
                                     str(tree)], capture_output=True)

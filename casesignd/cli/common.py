@@ -84,24 +84,33 @@ def parse_visible(text: str) -> dict[str, Any]:
             raise ValueError
         return {"page": int(page), "box": numbers}
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected PAGE:X1,Y1,X2,Y2, got {text!r}") from None
+        hint = "" if sep else " (a bare --visible goes after the file)"
+        raise argparse.ArgumentTypeError(
+            f"expected PAGE:X1,Y1,X2,Y2, got {text!r}{hint}") from None
+
+
+# A bare --visible: seen, where the policy puts it (its page and box, or its field).
+POLICY_VISIBLE = {"visible": True}
 
 
 def add_placement(c: Any) -> None:
-    """``--field NAME`` / ``--visible PAGE:X1,Y1,X2,Y2``: where the signature goes."""
+    """``--field NAME`` / ``--visible [PAGE:X1,Y1,X2,Y2]``: where the signature goes."""
     where = c.add_mutually_exclusive_group()
     where.add_argument("--field", metavar="NAME",
                        help="sign into the document's own empty signature field NAME")
-    where.add_argument("--visible", type=parse_visible, metavar="PAGE:X1,Y1,X2,Y2",
-                       help="a visible stamp on PAGE (-1: the last) in this box, in points "
-                       "(the policy must be visible)")
+    where.add_argument("--visible", type=parse_visible, nargs="?", const=POLICY_VISIBLE,
+                       metavar="PAGE:X1,Y1,X2,Y2",
+                       help="a visible stamp: alone, where the policy puts it (its page and "
+                       "box, or its field); with PAGE:X1,Y1,X2,Y2, on PAGE (-1: the last) in "
+                       "this box, in points. The policy must be visible")
 
 
 def placement_of(args: Any) -> dict[str, Any] | None:
     """The request's ``signature`` object from :func:`add_placement`'s options."""
     if getattr(args, "field", None):
         return {"field": args.field}
-    return getattr(args, "visible", None)
+    visible = getattr(args, "visible", None)
+    return dict(visible) if visible is not None else None
 
 
 def default_signed_path(path: Path) -> Path:

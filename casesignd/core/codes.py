@@ -78,7 +78,7 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("deadline_exceeded", 504, INTERNAL, True, "the kiosk deadline passed; a replay returns it"),
     ("unavailable", 503, INTERNAL, False, "the daemon cannot start: a part is missing"),
     ("init_failed", 500, INTERNAL, False, "init could not write the setup"),
-    ("logo_missing", 500, INTERNAL, False, "the logo an accepted invoice names is not kept"),
+    ("logo_missing", 500, INTERNAL, False, "the logo an accepted invoice names, or a stamp shows, is not kept"),
     ("store_not_empty", 409, PERMANENT, False,
      "store copy's target holds jobs or events of another store: two chains never mix"),
     ("schema_mismatch", 409, PERMANENT, False,

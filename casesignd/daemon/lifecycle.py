@@ -243,11 +243,13 @@ class Services:
         need (casesignd.text.shaping.warm), so that no request pays for it on the loop."""
         from casesignd.text.shaping import warm
 
+        stamps = any(p.appearance == "visible" for p in self.config.policies)
         with contextlib.suppress(Exception):
             # As many calls as processes at once: each process takes one.
             await asyncio.gather(
-                *(self.run_cpu(_warm, kiosk=True) for _ in range(self.config.kiosk.cpu_processes)),
-                *(self.run_cpu(_warm) for _ in range(self.config.workers.cpu_processes)),
+                *(self.run_cpu(_warm, stamps, kiosk=True)
+                  for _ in range(self.config.kiosk.cpu_processes)),
+                *(self.run_cpu(_warm, stamps) for _ in range(self.config.workers.cpu_processes)),
                 *(self._verify_lane().run(_warm_verify, timeout_s=self.config.workers.max_run_s)
                   for _ in range(self.config.validation.budget.processes)),
                 asyncio.to_thread(warm))
@@ -382,8 +384,16 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _warm() -> None:
+def _warm(stamps: bool = False) -> None:
     from casesignd.job_kinds import sign_case as signcase  # noqa: F401 - imported for their module state
+
+    if stamps:  # a policy draws visible stamps: their fonts and text stack, loaded now
+        # (about 0.4 s a process) rather than by the first signature each process makes
+        from casesignd.signing import stamp
+
+        numbers = iter(range(1, 100))
+        stamp.form(("Signed by casesignd", "Date 2026-01-01 00:00:00+00:00"), 200.0, 60.0,
+                   lambda: next(numbers))
 
 
 def _warm_verify() -> None:
@@ -410,7 +420,7 @@ def job_kinds(services: Services) -> dict[str, JobKind]:
     try:
         from casesignd.job_kinds.sign_case import SignCaseKind
 
-        kinds.append(SignCaseKind(services.ladder))
+        kinds.append(SignCaseKind(services.ladder, lambda: services.branding))
     except ImportError:  # pragma: no cover - during partial installs only
         pass
     for kind in services.extras.kinds:

@@ -63,7 +63,7 @@ from casesignd.job_kinds.sign_case import (
     signing_lock,
     signing_meta,
 )
-from casesignd.job_kinds.signing import signing_policy
+from casesignd.job_kinds.signing import signing_policy, stamp_logo
 from casesignd.signing.ladder import policy_in_force
 from casesignd.store import Flight, Job, NewJob, new_id
 
@@ -422,7 +422,9 @@ class _Run:
             return None
         policy = policy_in_force(cfg.policy(normalized["policy_version"]))
         ladder = s.ladder
-        meta = signing_meta(normalized, policy, cfg.signing.signer_name, ladder.signer_subject())
+        logo = await stamp_logo(s.branding, self.flight.new.tenant, policy)
+        meta = signing_meta(normalized, policy, cfg.signing.signer_name, ladder.signer_subject(),
+                            logo)
         if s.scanner is not None:
             # First: the worker process signs as soon as the document passes its checks.
             async with self.phase("scan"):
@@ -438,7 +440,7 @@ class _Run:
                 s, cfg, self.flight.new.tenant, self.sig_key, base, appended.tail, signed.sha256,
                 appended.timestamp_expires_at)
         self.flight.outcome = Finish(published, {"documents": 1}, signature=Signature(
-            self.sig_key, published, signed_detail(normalized, signed.checked, appended.level),
+            self.sig_key, published, signed_detail(normalized, signed.checked, appended.level, meta),
             inline))
         document = inline if inline is not None else base + appended.tail
         # An earlier publication of the same signature key (a crash before its record)

@@ -147,13 +147,15 @@ def schemas() -> dict[str, Any]:
             "document's own empty signature field (refused signature_field_not_found or "
             "signature_field_already_signed), or under a visible policy a stamp on a page "
             "(1 the first, -1 the last) in a box [x1, y1, x2, y2] in points (refused "
-            "signature_box_off_page outside the page's crop box). Left out: the policy's "
-            "appearance, page, box or field.",
+            "signature_box_off_page outside the page's crop box), or {\"visible\": true}: "
+            "seen where a visible policy puts it (refused under an invisible one). Left out: "
+            "the policy's appearance, page, box or field.",
             "oneOf": [
                 obj({"field": _str(1, 255)}, ["field"], closed=True),
                 obj({"page": {"type": "integer", "not": {"const": 0}},
                      "box": {"type": "array", "items": {"type": "number"},
                              "minItems": 4, "maxItems": 4}}, ["box"], closed=True),
+                obj({"visible": {"const": True}}, ["visible"], closed=True),
             ],
         },
         "InvoiceItem": obj(

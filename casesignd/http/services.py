@@ -23,6 +23,7 @@ from casesignd.engine.recorder import Recorder
 from casesignd.engine.reservations import KeyReservations
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import TempManager
+from casesignd.job_kinds.signing import Logos
 from casesignd.observability.metrics import StateCache
 from casesignd.observability.tracing import Tracing
 
@@ -61,6 +62,11 @@ class HandlerServices(JobServices, Protocol):
     key_slots: KeySlots
     signer: KeySigner | None
     longterm: LongTerm
+
+    @property
+    def branding(self) -> Logos:
+        """The tenants' invoice branding, whose logos a visible stamp may show (read
+        only here: a reload replaces it)."""
 
     @property
     def kiosk_signs_in_lane(self) -> bool: ...

@@ -43,14 +43,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from casesignd.config import Config
+from casesignd.config import Config, Policy
 from casesignd.core.errors import ConfigError, ValidationError
 from casesignd.core.fields import object_field, refuse_unknown, required
 from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
 from casesignd.invoices.templates import TEMPLATES, render_to_file, template
-from casesignd.job_kinds.signing import JobSteps, signing_policy
+from casesignd.job_kinds.signing import JobSteps, signing_policy, stamp_logo
+from casesignd.signing import placement
 from casesignd.signing.ladder import Ladder
 from casesignd.signing.pades import SignatureMeta
 from casesignd.text import shaping
@@ -409,21 +410,44 @@ class InvoiceKind:
         if invoice.get("sign"):
             signed = str(ctx.workdir / "invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"
-            await sign_invoice(self._ladder, ctx, path, signed, reason)
+            policy = ctx.config.policy(None)
+            logo = b"" if policy is None else await stamp_logo(
+                self._branding() if self._branding else None, ctx.tenant, policy)
+            await sign_invoice(self._ladder, ctx, path, signed, reason, logo)
             path = signed
         artifact = await ctx.services.publish(ctx, path, "application/pdf")
         return Finish(artifact=artifact, detail={"pages": pages, "template_version": version})
 
 
 async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: str, dst: str,
-                       reason: str) -> None:
+                       reason: str, logo: bytes = b"") -> None:
     """Sign a document the service made itself (an invoice): same signer, same PAdES
-    profile, same TSA as the default policy."""
+    profile, same TSA as the default policy, and its visible stamp when the policy
+    draws one (:func:`invoice_meta`)."""
     if ladder is None:
         raise RuntimeError("a signed invoice needs the daemon's signing ladder")
     policy = ctx.config.policy(None)
-    meta = SignatureMeta(signing_time=datetime.now(UTC).replace(microsecond=0),
-                         name=ctx.config.signing.signer_name, reason=reason,
-                         policy_version=policy.version if policy else "")
+    visible = policy is not None and policy.appearance == "visible"
+    meta = invoice_meta(policy, ctx.config.signing.signer_name, reason,
+                        ladder.signer_subject() if visible else "", logo)
     await ladder.sign_file(JobSteps(ctx), Path(src), Path(dst), meta=meta, attachments=[],
                            policy=signing_policy(policy) if policy is not None else None)
+
+
+def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: str = "",
+                 logo: bytes = b"") -> SignatureMeta:
+    """What an invoice's signature says, and where it goes: under a visible policy, the
+    same stamp as a contract's (:mod:`casesignd.signing.placement`), on the policy's
+    page in its box. An invoice the service drew has no signature field of its own,
+    so a policy that names one places the invoice's stamp by its page and box."""
+    signing_time = datetime.now(UTC).replace(microsecond=0)
+    version = policy.version if policy else ""
+    if policy is None or policy.appearance != "visible":
+        return SignatureMeta(signing_time=signing_time, name=signer_name, reason=reason,
+                             policy_version=version)
+    stamp = placement.words(subject=subject, signer_name=signer_name, parties=(),
+                            signing_time=signing_time, policy_version=version, reason=reason,
+                            location=policy.location)
+    return SignatureMeta(signing_time=signing_time, name=signer_name, reason=reason,
+                         location=policy.location, policy_version=version, stamp=stamp, logo=logo,
+                         place=(policy.signature_page, tuple(policy.signature_box)))  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from casesignd.core.outcomes import Artifact, Finish, Signature
 from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
 from casesignd.files.sources import parse_ref
-from casesignd.job_kinds.signing import JobSteps, pdf_limits, signing_policy
+from casesignd.job_kinds.signing import JobSteps, Logos, pdf_limits, signing_policy, stamp_logo
 from casesignd.pdf import inspect as pdfcheck
 from casesignd.pdf import rules as pdfrules
 from casesignd.signing import pades, pipeline, placement
@@ -81,8 +81,8 @@ def admit_body(body: dict[str, Any], config: Config) -> Admission:
                               code="too_large", field="items")
     normalized: dict[str, Any] = {"case_id": case_id, "policy_version": policy.version,
                                   "items": items, "signers": signers}
-    if "signature" in body:
-        normalized["signature"] = placement.admit(body["signature"], policy.appearance)
+    if "signature" in body and (signature := placement.admit(body["signature"], policy.appearance)):
+        normalized["signature"] = signature  # empty: the policy's placement, as when left out
     material = signature_material(normalized)
     return Admission(normalized=normalized, version=policy.version, case_id=case_id,
                      declared_bytes=total, key_material=material,
@@ -169,9 +169,10 @@ def signature_key(normalized: dict[str, Any]) -> str:
 
 
 def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
-                 subject: str = "") -> pades.SignatureMeta:
+                 subject: str = "", logo: bytes = b"") -> pades.SignatureMeta:
     """What the signature says, and where it goes (:mod:`casesignd.signing.placement`);
-    ``subject`` the signing certificate's, which a visible stamp names."""
+    ``subject`` the signing certificate's, which a visible stamp names, and ``logo`` the
+    tenant's logo it shows (:func:`casesignd.job_kinds.signing.stamp_logo`)."""
     signing_time = dt.datetime.now(dt.UTC).replace(microsecond=0)
     parties = tuple(pades.Party(s["id"], s["name"], s["role"]) for s in normalized["signers"])
     into_field, place, visible = placement.placement(normalized.get("signature"), policy)
@@ -188,6 +189,7 @@ def signing_meta(normalized: dict[str, Any], policy: Policy, signer_name: str,
         parties=parties,
         into_field=into_field,
         stamp=stamp,
+        logo=logo if stamp else b"",
         place=place,
         certify=CERTIFY_P.get(policy.certify),
     )
@@ -232,12 +234,26 @@ async def signing_lock(services: JobServices, tenant: str, sig_key: str,
 
 
 def signed_detail(normalized: dict[str, Any], checked: pipeline.Checked,
-                  level: str) -> dict[str, Any]:
+                  level: str, meta: pades.SignatureMeta | None = None) -> dict[str, Any]:
     """The ``signed`` audit event's detail: who, under which policy and at which PAdES
-    level, what was checked."""
+    level, what was checked, and where the signature went (:func:`placement_detail`)."""
     return {"signers": [[x["id"], x["role"]] for x in normalized["signers"]],
             "policy_version": normalized["policy_version"], "level": level,
-            "timestamped": level != "B-B", **checked.audit_detail()}
+            "timestamped": level != "B-B", **checked.audit_detail(),
+            **({"placement": placement_detail(meta)} if meta is not None else {})}
+
+
+def placement_detail(meta: pades.SignatureMeta) -> dict[str, Any]:
+    """Where a signature went, as its ``signed`` event records it (and the console
+    shows it): the document's own field by name, or a new field's page (1 the first,
+    -1 the last) and box in points; and whether it is seen."""
+    if meta.into_field:
+        where: dict[str, Any] = {"field": meta.into_field}
+    elif meta.place is not None:
+        where = {"page": meta.place[0], "box": list(meta.place[1])}
+    else:
+        where = {"page": 1}  # an invisible field on the first page
+    return {**where, "visible": bool(meta.stamp)}
 
 
 # Hashing this much on the event loop takes about as long as handing it to a thread
@@ -290,8 +306,11 @@ class SignCaseKind:
 
     name = "sign_case"
 
-    def __init__(self, ladder: Ladder | None = None) -> None:
+    def __init__(self, ladder: Ladder | None = None,
+                 branding: Callable[[], Logos] | None = None) -> None:
         self._ladder = ladder
+        # The daemon's invoice branding as it stands (a reload replaces it): the logos.
+        self._branding = branding
 
     def admit(self, body: dict[str, Any], config: Config, tenant: str) -> Admission:
         return admit_body(body, config)
@@ -321,8 +340,9 @@ class SignCaseKind:
             raise RuntimeError("sign_case runs with the daemon's signing ladder")
         ladder = self._ladder
         policy = policy_in_force(ctx.config.policy(normalized["policy_version"]))
+        logo = await stamp_logo(self._branding() if self._branding else None, ctx.tenant, policy)
         meta = signing_meta(normalized, policy, ctx.config.signing.signer_name,
-                            ladder.signer_subject())
+                            ladder.signer_subject(), logo)
         if ctx.area is None:
             return await self._sign_in_memory(ctx, ladder, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)
@@ -346,7 +366,7 @@ class SignCaseKind:
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
                       signature=Signature(sig_key, artifact,
                                           signed_detail(normalized, signed.checked,
-                                                        signed.appended.level)))
+                                                        signed.appended.level, meta)))
 
     async def _sign_in_memory(self, ctx: JobContext, ladder: Ladder, normalized: dict[str, Any],
                               policy: Policy, meta: pades.SignatureMeta, sig_key: str) -> Finish:
@@ -369,7 +389,7 @@ class SignCaseKind:
         return Finish(artifact=artifact, detail={"documents": 1},
                       signature=Signature(sig_key, artifact,
                                           signed_detail(normalized, signed.checked,
-                                                        signed.appended.level), inline))
+                                                        signed.appended.level, meta), inline))
 
     async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
         s = ctx.services

@@ -7,12 +7,16 @@ steps, and the configuration's settings as values.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from casesignd.config import Config, Policy
+from casesignd.core.errors import PermanentJobError
+from casesignd.core.hashing import sha256_hex
 from casesignd.pdf.limits import PdfLimits
 from casesignd.signing.levels import SigningPolicy
 
@@ -108,3 +112,48 @@ def longterm_settings(cfg: Config) -> LongTermSettings:
     v = cfg.validation
     return LongTermSettings(trust_roots=tuple(cfg.path(r) for r in v.trust_roots),
                             fetch_timeout_s=v.fetch_timeout_s, refresh_ahead_s=v.refresh_ahead_s)
+
+
+class Logos(Protocol):
+    """What a stamp's logo needs of the invoices' branding (the daemon's
+    :class:`casesignd.invoices.branding.Branding` meets it)."""
+
+    def for_tenant(self, tenant: str) -> Any: ...
+
+    def logo_path(self, sha256: str) -> Path | None: ...
+
+
+# Logos by SHA-256, as read from the branding's kept copies: a handful per daemon.
+_LOGOS: dict[str, bytes] = {}
+_LOGOS_KEPT = 16
+
+
+async def stamp_logo(branding: Logos | None, tenant: str, policy: Policy) -> bytes:
+    """The logo ``tenant``'s stamp shows under ``policy`` (PNG or JPEG bytes): its
+    invoice branding's logo when the policy draws a visible stamp with ``stamp_logo``,
+    else empty. Read once from the copy the branding keeps (off the event loop), and
+    refused ``logo_missing`` if that copy is gone or changed."""
+    if branding is None or not policy.stamp_logo or policy.appearance != "visible":
+        return b""
+    logo = branding.for_tenant(tenant).logo
+    path = branding.logo_path(logo.sha256) if logo is not None else None
+    if logo is None or path is None:
+        return b""
+    data = _LOGOS.get(logo.sha256)
+    if data is None:
+        data = await asyncio.to_thread(_read_logo, path, logo.sha256)
+        if len(_LOGOS) >= _LOGOS_KEPT:
+            _LOGOS.clear()
+        _LOGOS[logo.sha256] = data
+    return data
+
+
+def _read_logo(path: Path, sha256: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        data = b""
+    if sha256_hex(data) != sha256:
+        raise PermanentJobError("the tenant's logo is not kept any more: reload the "
+                                "configuration (SIGHUP)", code="logo_missing")
+    return data

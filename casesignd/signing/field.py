@@ -203,13 +203,14 @@ def upright(rect: Box, rotate: int) -> tuple[float, float, tuple[int, int, int, 
     return w, h, _MATRIX.get(rotate, _MATRIX[0])
 
 
-def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any
+def appearance(rect: Box, rotate: int, lines: tuple[str, ...], new_num: Any, logo: bytes = b""
                ) -> tuple[g.DictionaryObject, list[tuple[int, bytes]]]:
-    """The widget's /AP for the stamp over ``rect``, and the objects it needs."""
+    """The widget's /AP for the stamp over ``rect`` (with ``logo``, a PNG or JPEG, when
+    given), and the objects it needs."""
     from casesignd.signing import stamp
 
     w, h, matrix = upright(rect, rotate)
-    form_num, bodies = stamp.as_xobject(stamp.draw(lines, w, h), new_num, matrix)
+    form_num, bodies = stamp.form(lines, w, h, new_num, matrix, logo)
     ap = g.DictionaryObject({g.NameObject("/N"): g.IndirectObject(form_num, 0, None)})  # type: ignore[arg-type]
     return ap, bodies
 

@@ -120,6 +120,8 @@ class SignatureMeta:
     into_field: str = ""
     # The visible stamp's lines (casesignd.signing.stamp); empty: an invisible signature.
     stamp: tuple[str, ...] = ()
+    # The tenant's logo in the stamp (PNG or JPEG bytes); empty: none.
+    logo: bytes = b""
     # A new field's page (1 the first, -1 the last) and box in points; None: page 1,
     # no box (invisible).
     place: tuple[int, tuple[float, float, float, float]] | None = None
@@ -454,7 +456,7 @@ def _write_update(
         if meta.place is not None:
             widget[name_object("Rect")] = g.ArrayObject([g.FloatObject(v) for v in rect])
     if meta.stamp and rect[2] - rect[0] >= 1 and rect[3] - rect[1] >= 1:
-        ap, bodies = appearance(rect, rotation(shown_on), meta.stamp, new_num)
+        ap, bodies = appearance(rect, rotation(shown_on), meta.stamp, new_num, meta.logo)
         for num, body in bodies:
             put_object(tail, xref, base, num, 0, body)
         if shows.idnum == field_num:

@@ -6,7 +6,9 @@ or ``visible``: a stamp (:mod:`casesignd.signing.stamp`) on ``signature_page`` i
 ``signature_box``, or in the document's own field ``signature_field`` when it names
 one. A request's ``signature`` object may name a field (``{"field": "Buyer"}``,
 visible or not as the policy says) or, under a visible policy, a page and a box
-(``{"page": -1, "box": [x1, y1, x2, y2]}``). Admission checks the shapes; whether the
+(``{"page": -1, "box": [x1, y1, x2, y2]}``), or ask that the signature be seen where
+the policy puts it (``{"visible": true}``: refused under an invisible policy, and the
+same signature as no ``signature`` under a visible one). Admission checks the shapes; whether the
 field is there and the box on its page is the worker's to check before the key is
 used (:mod:`casesignd.signing.field`).
 """
@@ -23,10 +25,20 @@ from casesignd.core.fields import refuse_unknown
 
 def admit(raw: Any, appearance: str) -> dict[str, Any]:
     """The request's ``signature`` object, checked and normalized (pure); ``appearance``
-    its policy's."""
+    its policy's. Empty: the policy's own placement."""
     if not isinstance(raw, dict):
         raise ValidationError("signature must be an object", code="invalid_field", field="signature")
-    refuse_unknown(raw, ("field", "page", "box"), "signature")
+    refuse_unknown(raw, ("field", "page", "box", "visible"), "signature")
+    if "visible" in raw:
+        if raw["visible"] is not True or len(raw) != 1:
+            raise ValidationError("signature.visible is true, and alone: the policy's own "
+                                  "page and box, or its field", code="invalid_field",
+                                  field="signature.visible")
+        if appearance != "visible":
+            raise ValidationError("the policy's signatures are invisible: a visible stamp "
+                                  "needs a policy with appearance = \"visible\"",
+                                  code="invalid_field", field="signature.visible")
+        return {}
     if "field" in raw:
         if "page" in raw or "box" in raw:
             raise ValidationError("signature names a field or a page and box, not both",

@@ -5,10 +5,17 @@ under which policy, drawn as the signature widget's appearance (PDF 32000-1 §12
 The stamp is drawn the way the invoices are (:mod:`casesignd.text.shaping`): the same
 fonts (DejaVu Sans, Droid Sans Fallback for the East Asian blocks), Arabic shaping and
 the bidirectional algorithm, so a signer's name in any script the invoices support
-reads as typed. reportlab lays it out on a page the size of the box, in its invariant
-mode (same lines, same bytes) with its fonts embedded and subset to the glyphs used
-(§9.6.4, §9.9); that page becomes a form XObject (§8.10) whose objects the signing
-update carries, renumbered, so the stamp is part of the signed revision.
+reads as typed. The stamp is written straight as a form XObject (§8.10), its content
+stream's text in the fonts of :mod:`casesignd.signing.stamp_fonts`, embedded and subset
+to the glyphs used (§9.6.4, §9.9); the signing update carries those objects, so the
+stamp is part of the signed revision. What does not change from one signature to the
+next (a font subset's objects) is made once per process and kept; a signature pays
+for its own lines and numbers (about 0.2 ms, against 3 ms for a page laid out by
+reportlab and read back by pypdf, the way the stamp was first drawn).
+
+A tenant's logo, when its policy asks, is drawn in the left part of the box
+(:func:`logo_box`, an image XObject of :mod:`casesignd.signing.stamp_image`), the words
+beside it.
 
 The text is fitted to the box: the largest size from :data:`MAX_SIZE_PT` down to
 :data:`MIN_SIZE_PT` at which the wrapped lines fit; at the smallest size, lines that
@@ -19,19 +26,16 @@ Nothing is ever drawn outside the box, and the form's /BBox clips it besides.
 from __future__ import annotations
 
 import datetime as dt
-import io
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
 
-from pypdf import PdfReader
-from pypdf import generic as g
-
-from casesignd.pdf.syntax import serialize
+from casesignd.pdf.syntax import real_text
+from casesignd.signing import stamp_fonts, stamp_image
 
 MAX_SIZE_PT = 10.0
 MIN_SIZE_PT = 4.0
 PADDING_PT = 2.0
 LEADING = 1.2  # line height, as a multiple of the size
+LOGO_SHARE = 0.35  # of the stamp's width, at most, for the tenant's logo
 
 
 def stamp_lines(*, subject: str, parties: Sequence[tuple[str, str]], signing_time: dt.datetime,
@@ -77,91 +81,138 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
     return size, wrapped
 
 
-def draw(lines: Sequence[str], width: float, height: float) -> bytes:
-    """The stamp as a one-page PDF of ``width`` x ``height`` points (deterministic)."""
-    from reportlab.pdfgen.canvas import Canvas
+class _Recorder:
+    """What :func:`casesignd.text.shaping.draw_line` asks of a canvas, recorded: each
+    run of one font, where it starts and in which size."""
 
+    def __init__(self) -> None:
+        self.runs: list[tuple[float, float, str, float, str]] = []
+        self._font = ("", 0.0)
+
+    def setFont(self, name: str, size: float) -> None:  # noqa: N802  (reportlab's name)
+        self._font = (name, size)
+
+    def drawString(self, x: float, y: float, text: str) -> None:  # noqa: N802
+        self.runs.append((x, y, self._font[0], self._font[1], text))
+
+
+def _runs(lines: Sequence[str], width: float, height: float
+          ) -> list[tuple[float, float, str, float, str]]:
+    """The stamp's text as runs of one font each, placed (pure, given the fonts)."""
     from casesignd.text import faces, shaping
 
-    faces.register_fonts() if _latin_only(lines) else shaping.register()
+    faces.register_fonts()  # the East Asian face is registered by shaping when a text needs it
     size, wrapped = layout(lines, width, height)
-    out = io.BytesIO()
-    # Its first font DejaVu Sans: reportlab's default, Helvetica, would be a font the
-    # stamp names without embedding (§9.6.2), drawn as each viewer substitutes it.
-    canv = Canvas(out, pagesize=(width, height), invariant=1, pageCompression=1,
-                  initialFontName=faces.FONT_REGULAR, initialFontSize=size)
-    canv.setLineWidth(0.75)
-    canv.setStrokeColorRGB(0.1, 0.2, 0.5)
-    canv.rect(0.5, 0.5, width - 1, height - 1, stroke=1, fill=0)
-    canv.setFillColorRGB(0.05, 0.1, 0.3)
+    canv = _Recorder()
     y = height - PADDING_PT - size
     for line in wrapped:
         base = shaping.direction(line)
         x = width - PADDING_PT if base == "R" else PADDING_PT
         shaping.draw_line(canv, x, y, line, False, size,
-                               "RIGHT" if base == "R" else "LEFT", base)
+                          "RIGHT" if base == "R" else "LEFT", base)
         y -= size * LEADING
-    canv.showPage()
-    canv.save()
-    return out.getvalue()
+    return canv.runs
 
 
-def _latin_only(lines: Sequence[str]) -> bool:
-    return all(ord(c) < 0x2E80 for line in lines for c in line)
+def logo_box(logo_px: tuple[int, int], width: float, height: float
+             ) -> tuple[float, float, float, float] | None:
+    """Where a logo of ``logo_px`` (width, height) pixels goes in a ``width`` x ``height``
+    stamp: (x, y, w, h) in points, its proportions kept, in the left part of the box
+    (at most :data:`LOGO_SHARE` of its width) and centred on its height; None when the
+    box has no room for it (pure)."""
+    room_w, room_h = width * LOGO_SHARE - PADDING_PT, height - 2 * PADDING_PT
+    if room_w < 1 or room_h < 1:
+        return None
+    scale = min(room_w / logo_px[0], room_h / logo_px[1])
+    w, h = logo_px[0] * scale, logo_px[1] * scale
+    return PADDING_PT, (height - h) / 2, w, h
 
 
-def as_xobject(pdf: bytes, new_num: Any, matrix: tuple[int, int, int, int] = (1, 0, 0, 1)
-               ) -> tuple[int, list[tuple[int, bytes]]]:
-    """The first page of ``pdf`` as a form XObject and every object it uses, numbered
-    by ``new_num`` (a function giving the next free object number): (the form's
-    number, [(number, the object's body)]). Streams keep their encoded bytes.
-    ``matrix``: the form's rotation (its /Matrix, §8.10.1)."""
-    reader = PdfReader(io.BytesIO(pdf))
-    page = reader.pages[0]
-    numbers: dict[int, int] = {}
-    bodies: list[tuple[int, bytes]] = []
+def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[], int],
+         matrix: tuple[int, int, int, int] = (1, 0, 0, 1), logo: bytes = b""
+         ) -> tuple[int, list[tuple[int, bytes]]]:
+    """The stamp as a form XObject of ``width`` x ``height`` points and the fonts it
+    uses, numbered by ``new_num`` (a function giving the next free object number):
+    (the form's number, [(number, the object's body)]). ``matrix``: the form's rotation
+    (its /Matrix, §8.10.1); ``logo``: a PNG or JPEG drawn in the box's left part
+    (:func:`logo_box`), the text beside it. Deterministic: same inputs, same bytes."""
+    from casesignd.text import faces
+
+    image = stamp_image.image(logo) if logo else None
+    placed = logo_box((image.width, image.height), width, height) if image else None
+    left = placed[0] + placed[2] if placed else 0.0
+    runs = [(x + left, y, font, size, text)
+            for x, y, font, size, text in _runs(lines, width - left, height)]
+    used: dict[str, set[int]] = {}
+    for _x, _y, font, _size, text in runs:
+        used.setdefault(font, set()).update(map(ord, text))
+    subsets: list[stamp_fonts.Subset] = []
+    codes: dict[str, dict[str, tuple[int, int]]] = {}
+    for font in sorted(used):
+        subs = stamp_fonts.subsets(font, used[font],
+                                   stamp_fonts.ALWAYS if font == faces.FONT_REGULAR else "")
+        codes[font] = {ch: (len(subsets) + k, code)
+                       for ch, (k, code) in stamp_fonts.encoding(subs).items()}
+        subsets.extend(subs)
+    ops = [b"q 0.75 w 0.1 0.2 0.5 RG 0.5 0.5 %s %s re S Q" % (_n(width - 1), _n(height - 1)),
+           b"0.05 0.1 0.3 rg BT"]
+    for x, y, font, size, text in runs:
+        shown = b"1 0 0 1 %s %s Tm" % (_n(x), _n(y))
+        at = -1
+        for ch in text:  # one Tf ... Tj per subset the run goes through (§9.4.3)
+            k, code = codes[font][ch]
+            if k != at:
+                shown += (b"> Tj" if at >= 0 else b"") + b" /F%d %s Tf <" % (k + 1, _n(size))
+                at = k
+            shown += b"%02X" % code
+        ops.append(shown + (b"> Tj" if at >= 0 else b""))
+    ops.append(b"ET")
+    if placed:  # §8.9.5: an image fills the unit square, scaled to its place by cm
+        x, y, w, h = placed
+        ops.append(b"q %s 0 0 %s %s %s cm /Logo Do Q" % (_n(w), _n(h), _n(x), _n(y)))
     form_num = new_num()
-
-    def copy(obj: Any) -> Any:
-        if isinstance(obj, g.IndirectObject):
-            if obj.idnum not in numbers:
-                numbers[obj.idnum] = new_num()
-                target = obj.get_object()
-                bodies.append((numbers[obj.idnum], _body(target, copy)))
-            return g.IndirectObject(numbers[obj.idnum], 0, None)  # type: ignore[arg-type]
-        if isinstance(obj, g.DictionaryObject):
-            return g.DictionaryObject({k: copy(v) for k, v in obj.items()})
-        if isinstance(obj, g.ArrayObject):
-            return g.ArrayObject([copy(v) for v in obj])
-        return obj
-
-    contents: Any = page["/Contents"].get_object()
-    if isinstance(contents, g.ArrayObject):  # reportlab writes one stream; join if not
-        data = b"\n".join(c.get_object().get_data() for c in contents)
-        head = g.DictionaryObject()
-    else:
-        data = contents._data
-        head = g.DictionaryObject({k: v for k, v in contents.items() if k == "/Filter"})
-    box = [float(v) for v in page.mediabox]
-    head.update({
-        g.NameObject("/Type"): g.NameObject("/XObject"),
-        g.NameObject("/Subtype"): g.NameObject("/Form"),
-        g.NameObject("/BBox"): g.ArrayObject([g.FloatObject(v) for v in box]),
-        g.NameObject("/Matrix"): g.ArrayObject([g.NumberObject(v) for v in (*matrix, 0, 0)]),
-        g.NameObject("/Resources"): copy(page["/Resources"]),
-        g.NameObject("/Length"): g.NumberObject(len(data)),
-    })
-    bodies.insert(0, (form_num, _stream(head, data)))
-    return form_num, bodies
+    bodies: list[tuple[int, bytes]] = []
+    fonts = []
+    for k, sub in enumerate(subsets):
+        font_num, objs = stamp_fonts.objects(sub, new_num)
+        fonts.append(b"/F%d %d 0 R" % (k + 1, font_num))
+        bodies.extend(objs)
+    images = ""
+    if placed and image is not None:
+        image_num, objs = stamp_image.objects(image, new_num)
+        images = f" /XObject <</Logo {image_num} 0 R>>"
+        bodies.extend(objs)
+    head = (f" /Type /XObject /Subtype /Form /BBox [0 0 {real_text(width).decode()}"
+            f" {real_text(height).decode()}]"
+            f" /Matrix [{' '.join(str(v) for v in matrix)} 0 0]"
+            f" /Resources <</Font <<{b' '.join(fonts).decode()}>>{images}>>")
+    return form_num, [(form_num, stamp_fonts.stream(b"\n".join(ops), head=head)), *bodies]
 
 
-def _stream(head: g.DictionaryObject, data: bytes) -> bytes:
-    return serialize(head) + b"\nstream\n" + data + b"\nendstream"
+def draw(lines: Sequence[str], width: float, height: float, logo: bytes = b"") -> bytes:
+    """The stamp alone, as a one-page PDF of ``width`` x ``height`` points
+    (deterministic): what :func:`form` draws, for a look at it."""
+    numbers = iter(range(5, 1_000_000))  # 1-4: the catalog, pages, page and its content
+    form_num, bodies = form(lines, width, height, lambda: next(numbers), logo=logo)
+    objs = [(1, b"<</Type /Catalog /Pages 2 0 R>>"),
+            (2, b"<</Type /Pages /Kids [4 0 R] /Count 1>>"),
+            (3, stamp_fonts.stream(b"q /Stamp Do Q")),
+            (4, b"<</Type /Page /Parent 2 0 R /MediaBox [0 0 %s %s] /Contents 3 0 R"
+                b" /Resources <</XObject <</Stamp %d 0 R>>>>>>" % (_n(width), _n(height), form_num)),
+            *sorted(bodies)]
+    out = bytearray(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")
+    offsets = []
+    for num, body in objs:
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % num + body + b"\nendobj\n"
+    xref, size = len(out), len(objs) + 1
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % size
+    out += b"".join(b"%010d 00000 n \n" % at for at in offsets)
+    out += b"trailer\n<</Size %d /Root 1 0 R>>\nstartxref\n%d\n%%%%EOF\n" % (size, xref)
+    return bytes(out)
 
 
-def _body(obj: Any, copy: Any) -> bytes:
-    if isinstance(obj, g.StreamObject):
-        head = copy(g.DictionaryObject(obj))
-        head[g.NameObject("/Length")] = g.NumberObject(len(obj._data))
-        return _stream(head, obj._data)
-    return serialize(copy(obj))
+def _n(value: float) -> bytes:
+    """A number as content stream syntax (§7.3.3): at most three decimals."""
+    text = f"{value:.3f}".rstrip("0").rstrip(".")
+    return b"0" if text in ("-0", "") else text.encode()

@@ -129,6 +129,8 @@ def test_signing_in_shows_the_known_jobs(console, browser_page):
     page.click(f"button[data-job='{jobs['signed']['job_id']}']")
     link = page.wait_for_selector("#job-facts a[download]")
     assert link.get_attribute("href").startswith(f"/v1/artifacts/{jobs['signed']['result']['artifact_id']}?")
+    # Where its signature went, from its signed event: the default policy's, unseen.
+    assert "page 1, invisible" in page.text_content("#job-facts")
     page.wait_for_selector("#queue-body .tile")
     assert "intact" in page.text_content("#audit-body")
 

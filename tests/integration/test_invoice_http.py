@@ -72,3 +72,28 @@ def test_bad_orders_are_refused_at_ingress_with_their_field(daemon, mutate, fiel
     assert daemon.request("GET", "/v1/jobs").json()["jobs"] == []
 
 
+
+
+def test_a_signed_invoice_carries_the_policys_stamp_in_its_box(daemon_factory, tmp_path):
+    from tests.integration.test_pades_stamp import _inside, _words
+
+    box = (36.0, 36.0, 236.0, 96.0)  # the policy's default box, on page 1
+    d = daemon_factory({"policies": [{"version": "contract-v1", "appearance": "visible",
+                                      "reason": "Billing"}]})
+    r = d.submit({"kind": "render_invoice", "template_version": "invoice-v3", "sign": True,
+                  "order": ORDER})
+    job = d.wait_job(r.json()["job_id"])
+    assert job["state"] == "ready", job
+    out = tmp_path / "invoice.pdf"
+    out.write_bytes(d.request("GET", job["result"]["download_url"], auth=False).body)
+    ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+    (st,) = pyhanko_statuses(out, [ca])
+    assert st.bottom_line
+    assert "Signature is Valid" in pdfsig(out, nss_db(tmp_path, ca))
+    inside = [w[0] for w in _words(out, 1) if _inside(w, box)]
+    assert {"Signed", "EDU-1042", "contract-v1"} <= set(inside), inside
+    unsigned = tmp_path / "unsigned.pdf"
+    r = d.submit({"kind": "render_invoice", "template_version": "invoice-v3", "order": ORDER})
+    plain = d.wait_job(r.json()["job_id"])
+    unsigned.write_bytes(d.request("GET", plain["result"]["download_url"], auth=False).body)
+    assert not [w for w in _words(unsigned, 1) if _inside(w, box)]  # the stamp covers nothing

@@ -157,3 +157,42 @@ def test_any_script_the_invoices_draw_is_drawn_fitted_embedded_and_the_same_each
     found = {"".join(sorted(unicodedata.normalize("NFKC", w[0]))) for w in _words(out, 1)
              if _inside(w, BOX)}
     assert wanted <= found, (wanted, found)
+
+
+def test_a_stamp_from_kept_fonts_is_the_stamp_made_afresh_and_the_next_second_keeps_them(
+) -> None:
+    from casesignd.signing import stamp_fonts
+
+    def objects(lines: tuple[str, ...]) -> list[tuple[int, bytes]]:
+        numbers = iter(range(10, 1000))
+        return stamp.form(lines, 180, 50, lambda: next(numbers))[1]
+
+    first = objects(LINES)
+    stamp_fonts._parts.cache_clear()
+    assert objects(LINES) == first
+    later = (*LINES[:2], "Date 2026-12-05 07:00:01+01:00", *LINES[3:])
+    before = stamp_fonts._parts.cache_info()
+    assert objects(later)[1:] == first[1:]  # only the form's own stream differs
+    assert stamp_fonts._parts.cache_info().hits > before.hits
+    assert stamp_fonts._parts.cache_info().maxsize == stamp_fonts.CACHE_SUBSETS
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_a_logo_is_fitted_beside_the_words_and_drawn_the_same_each_time(fmt: str) -> None:
+    import io
+
+    from PIL import Image
+
+    from casesignd.signing import stamp_image
+
+    pixels = Image.new("RGBA" if fmt == "PNG" else "RGB", (300, 100), (200, 0, 0))
+    buf = io.BytesIO()
+    pixels.save(buf, format=fmt)
+    first = stamp.draw(LINES, 240, 70, logo=buf.getvalue())
+    stamp_image.image.cache_clear()
+    assert stamp.draw(LINES, 240, 70, logo=buf.getvalue()) == first
+    assert first != stamp.draw(LINES, 240, 70)
+    x, y, w, h = stamp.logo_box((300, 100), 240, 70)
+    assert x >= stamp.PADDING_PT and x + w <= 240 * stamp.LOGO_SHARE and y >= 0 and y + h <= 70
+    assert abs(w / h - 3) < 1e-9  # its proportions kept
+    assert stamp.logo_box((300, 100), 4, 70) is None  # no room: no logo

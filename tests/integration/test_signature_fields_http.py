@@ -4,6 +4,7 @@ that is missing or signed is refused with its code, reason and where."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 from cryptography import x509
@@ -24,7 +25,9 @@ def _kiosk(d, document: bytes, case_id: str, **extra):
 
 
 def _job(d, case_id: str, document: bytes, field: str) -> dict:
-    m = {**manifest(case_id, upload(d, case_id, document), []), "signature": {"field": field}}
+    m = manifest(case_id, upload(d, case_id, document), [])
+    if field:
+        m["signature"] = {"field": field}
     r = d.submit(m)
     assert r.status == 202, r.body
     return d.wait_job(r.json()["job_id"])
@@ -35,6 +38,8 @@ def test_the_job_signs_seller_and_the_kiosk_then_buyer(daemon, tmp_path: Path) -
     src = pyhanko_fields(tmp_path / "fields.pdf").read_bytes()
     job = _job(d, "FIELDS-1", src, "Seller")
     assert job["state"] == "ready", job
+    (signed,) = [e for e in d.events(job["job_id"]) if e["type"] == "signed"]
+    assert signed["detail"]["placement"] == {"field": "Seller", "visible": False}
     seller = d.request("GET", job["result"]["download_url"], auth=False).body
     r = _kiosk(d, seller, "FIELDS-1", signature={"field": "Buyer"})
     assert r.status == 200, r.body[:300]
@@ -168,3 +173,75 @@ def test_the_command_line_names_the_field_or_the_box(daemon_factory, tmp_path: P
     signed = d.cli("case", "sign", str(out), "--case", "CLI-F6", "--field", "Seller", "--wait")
     assert signed.returncode == 1
     assert "signature_field_already_signed" in signed.stdout + signed.stderr
+
+
+def test_a_bare_visible_stamps_where_the_policy_says_and_an_invisible_policy_refuses_it(
+    daemon_factory, tmp_path: Path
+) -> None:
+    from tests.helpers_pki import reportlab_pdf
+    from tests.integration.test_pades_stamp import _inside, _words
+
+    box = [300.0, 40.0, 540.0, 110.0]
+    d = daemon_factory({"policies": [
+        {"version": "contract-v1", "appearance": "visible", "signature_page": -1,
+         "signature_box": box},
+        {"version": "plain-v1"}]})
+    src = reportlab_pdf(tmp_path / "doc.pdf", pages=2)
+    kiosk, packet = tmp_path / "kiosk.pdf", tmp_path / "packet.pdf"
+    ok = d.cli("sign", str(src), "--case", "BARE-1", "--visible", "-o", str(kiosk))
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    case = d.cli("case", "sign", str(src), "--case", "BARE-2", "--visible", "--wait",
+                 "-o", str(packet))
+    assert case.returncode == 0, case.stdout + case.stderr
+    for out in (kiosk, packet):
+        assert any(w[0] == "Signed" and _inside(w, box) for w in _words(out, 2)), out
+        assert not any(w[0] == "Signed" for w in _words(out, 1))
+    refused = d.cli("sign", str(src), "--case", "BARE-3", "--policy", "plain-v1", "--visible")
+    assert refused.returncode == 1 and "signature.visible" in refused.stdout + refused.stderr
+    before = d.cli("sign", "--visible", str(src), "--case", "BARE-4")
+    assert before.returncode == 2 and "after the file" in before.stderr
+
+
+def test_a_policy_with_stamp_logo_shows_the_tenants_logo_beside_the_words(
+    daemon_factory, tmp_path: Path
+) -> None:
+    import subprocess
+
+    from PIL import Image
+
+    from tests.daemon import to_toml
+    from tests.helpers_pki import reportlab_pdf
+    from tests.integration.test_pades_stamp import _fractions, _inside, _unchanged_but, _words
+
+    box = (300.0, 40.0, 540.0, 110.0)
+    d = daemon_factory({"policies": [{"version": "contract-v1", "appearance": "visible",
+                                      "stamp_logo": True, "signature_box": list(box)}]},
+                       start=False)
+    Image.new("RGB", (90, 30), (200, 0, 0)).save(d.dir / "school.png", format="PNG")
+    d.config["invoice"] = {**d.config.get("invoice", {}), "logo": "school.png"}
+    d.config_path.write_text(to_toml(d.config))
+    d.start()
+    src = reportlab_pdf(tmp_path / "doc.pdf")
+    kiosk = _kiosk(d, src.read_bytes(), "LOGO-1")
+    assert kiosk.status == 200, kiosk.body[:300]
+    job = _job(d, "LOGO-2", src.read_bytes(), "")
+    ca = x509.load_pem_x509_certificate((d.dir / "ca.pem").read_bytes())
+    for name, data in (("kiosk", kiosk.body),
+                       ("job", d.request("GET", job["result"]["download_url"], auth=False).body)):
+        out = tmp_path / f"{name}.pdf"
+        out.write_bytes(data)
+        (status,) = pyhanko_statuses(out, [ca])
+        assert status.bottom_line
+        listed = subprocess.run(["pdfimages", "-list", str(out)], capture_output=True, text=True,
+                                timeout=60, check=True).stdout.splitlines()[2:]
+        assert [line.split()[3:5] for line in listed] == [["90", "30"]], listed
+        words = [w for w in _words(out, 1) if _inside(w, box)]
+        assert words and all(w[1] > box[0] + 80 for w in words)  # beside the logo
+        # The logo's middle, drawn by poppler and MuPDF at 72 dpi: the logo's red.
+        for argv in (["pdftoppm", "-r", "72", "-png", "-singlefile", str(out)],
+                     ["mutool", "draw", "-q", "-r", "72", "-F", "png", "-o", "-", str(out), "1"]):
+            png = subprocess.run(argv, capture_output=True, timeout=60, check=True).stdout
+            with Image.open(io.BytesIO(png)) as page:
+                red, green, _blue = page.convert("RGB").getpixel((343, page.height - 75))
+            assert red > 150 and green < 60, (argv[0], red, green)
+        _unchanged_but(src, out, 1, _fractions(box, (0.0, 0.0, 595.2756, 841.8898), 0))

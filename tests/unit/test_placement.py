@@ -22,6 +22,9 @@ from casesignd.signing import placement
     ({"box": [50, 1, 1, 50]}, "visible", "signature.box"),
     ({"box": [1, 1, 50]}, "visible", "signature.box"),
     ({"box": [1, 1, 50, 1e9]}, "visible", "signature.box"),
+    ({"visible": True}, "invisible", "signature.visible"),
+    ({"visible": False}, "visible", "signature.visible"),
+    ({"visible": True, "page": -1}, "visible", "signature.visible"),
 ])
 def test_admission_refuses_a_bad_shape_naming_the_field(raw, appearance, field) -> None:
     with pytest.raises(ValidationError) as refused:
@@ -42,10 +45,16 @@ def test_the_request_chooses_within_the_policy(signature, policy, expected) -> N
     assert placement.placement(signature, Policy(version="p-1", **policy)) == expected
 
 
+def test_visible_alone_is_the_policys_own_placement() -> None:
+    assert placement.admit({"visible": True}, "visible") == {}
+
+
 @pytest.mark.parametrize(("signature", "valid"), [
     ({"field": "Buyer"}, True),
     ({"page": -1, "box": [36, 36, 236, 96]}, True),
     ({"box": [36, 36, 236, 96]}, True),
+    ({"visible": True}, True),
+    ({"visible": False}, False),
     ({"field": "Buyer", "box": [36, 36, 236, 96]}, False),
     ({"page": 0, "box": [36, 36, 236, 96]}, False),
     ({"box": [36, 36, 236]}, False),

@@ -178,6 +178,19 @@ function whereText(where) {
   return parts.length ? parts.join(', ') : '–';
 }
 
+// Where the signature went, from the job's signed event (its detail's placement): the
+// document's own field, or a page and box in points; and whether it is seen.
+function placementText(events) {
+  const signed = events.find((ev) => ev.type === 'signed');
+  const p = signed && signed.detail && signed.detail.placement;
+  if (!p || typeof p !== 'object') return null;
+  let where;
+  if (typeof p.field === 'string') where = `field “${p.field}”`;
+  else if (Array.isArray(p.box)) where = `page ${p.page}, box ${p.box.join(', ')} pt`;
+  else where = `page ${p.page}`;
+  return `${where}, ${p.visible ? 'visible' : 'invisible'}`;
+}
+
 function download(result) {
   // Only a link into this daemon's artifacts: anything else the answer held is shown
   // as text, never followed.
@@ -214,6 +227,8 @@ function drawJob(job, events) {
     }
     facts.push(fact('Correlation id', job.error.correlation_id));
   }
+  const placement = placementText(events);
+  if (placement) facts.push(fact('Signature', placement));
   if (job.result && job.result.sha256) {
     facts.push(fact('SHA-256', el('span', { class: 'mono wrap' }, job.result.sha256)));
     if (job.result.removed_at) {
