@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from casesignd.config import Config
+from casesignd.core.calls import Calls
 from casesignd.core.errors import ConfigError
 from casesignd.core.logs import log_event
 from casesignd.engine.kinds import Artifact, JobContext, JobKind
@@ -99,6 +100,8 @@ class Services:
         self.store: Store = make_store(cfg, self.node)
         self.webhooks = Sender(self)
         self.tracing = Tracing(cfg.tracing.otlp_endpoint, node=self.node)
+        # Outgoing calls (TSA, OCSP, CRL, sources) as spans; no-ops while tracing is off.
+        self.calls: Calls = self.tracing
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
@@ -110,7 +113,8 @@ class Services:
         # Set by the lifecycle once the store is open (it needs the link secret).
         self.artifacts: ArtifactStore | None = None
         self.fetcher = Fetcher(cfg.sources, self.objects, max_bytes=cfg.server.max_object_bytes,
-                               on_retry=lambda _src, reason: self.metrics.source_retry(reason))
+                               on_retry=lambda _src, reason: self.metrics.source_retry(reason),
+                               calls=self.calls)
         # Loaded by the lifecycle, off the event loop (a token may take its time).
         self.signer: KeySigner | None = None
         self.scanner: Scanner | None = None
@@ -129,7 +133,7 @@ class Services:
         self.reservations = KeyReservations(self.store)
         # The signing certificate's checks and, from B-LT up, its chains' revocation
         # data; it learns the certificate when the key is loaded.
-        self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg))
+        self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg), self.calls)
         # Every signature's steps after the checks, for the job kinds and the kiosk.
         self.ladder = Ladder(self)
         # Off, the attempts do not even look for a tracer (no cost).

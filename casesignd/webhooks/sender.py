@@ -29,6 +29,7 @@ from prometheus_client import Counter, Gauge
 
 from casesignd.config import Config
 from casesignd.core import audit
+from casesignd.core.calls import NO_CALL, Call, trace_headers
 from casesignd.core.logs import log_event
 from casesignd.core.webhook_events import Webhook
 from casesignd.engine import jobs
@@ -157,17 +158,15 @@ class Sender:
             await self._settle(d, "pending", error="secret_unreadable",
                                next_at=time.time() + w.max_delay_s)
             return
-        with self.s.tracing.client_span("webhook.deliver", {
+        # Under the job's trace: the request that admitted it, its attempts.
+        with self.s.tracing.call("webhook.deliver", job.traceparent, {
                 "casesignd.delivery_id": d.delivery_id, "casesignd.job_id": d.job_id,
                 "casesignd.webhook.event": d.event, "casesignd.attempt": d.attempts,
-                "http.request.body.size": len(body)},
-                # Under the job's trace: the request that admitted it, its attempts.
-                job.traceparent) as span:
-            status, error = await self._post(w, d, body, secrets, span)
-            if span is not None:
-                span.set_attribute("http.response.status_code", status or 0)
-                if error:
-                    span.set_attribute("error.type", error)
+                "http.request.body.size": len(body)}) as call:
+            status, error = await self._post(w, d, body, secrets, call)
+            call.note("http.response.status_code", status or 0)
+            if error:
+                call.note("error.type", error)
         if error == "address_refused":
             await self._settle(d, "dead", error=error)
             return
@@ -177,7 +176,7 @@ class Sender:
                            outcome=decision.state)
 
     async def _post(self, w: Webhook, d: Delivery, body: bytes,
-                    secrets: list[str], span: object = None) -> tuple[int | None, str | None]:
+                    secrets: list[str], call: Call = NO_CALL) -> tuple[int | None, str | None]:
         """(status, None), or (None, why) without an answer."""
         assert self.session is not None
         host = urlsplit(w.url).hostname or ""
@@ -193,7 +192,7 @@ class Sender:
                         # What happened; the body is the job as it is now.
                         "casesignd-event": d.event,
                         # The receiver continues the trace, when tracing is on.
-                        **({"traceparent": Tracing.traceparent(span)} if span else {})},
+                        **trace_headers(call)},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
                 await resp.read()
