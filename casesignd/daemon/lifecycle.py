@@ -455,14 +455,12 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         renewer = asyncio.create_task(keep_renewing(s), name="casesignd-renewal") \
             if cfg.archive.renew_before_days > 0 else None
         sweeper = asyncio.create_task(keep_sweeping(s), name="casesignd-retention")
-        # Webhooks: the outbox's rows, sent at least once (casesignd.webhooks.sender).
-        sender = asyncio.create_task(s.webhooks.run(), name="casesignd-webhooks") \
-            if any(t.webhooks for t in cfg.tenants) else None
+        # Webhooks: the outbox's rows, sent at least once (casesignd.webhooks.sender),
+        # once an endpoint is configured (now, or by a reload).
+        s.webhooks.start()
         yield
         sweeper.cancel()
-        if sender is not None:
-            sender.cancel()
-            await asyncio.wait([sender], timeout=10)
+        await s.webhooks.stop()
         warm.cancel()
         keeper.cancel()
         if renewer is not None:

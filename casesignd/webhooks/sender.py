@@ -99,6 +99,9 @@ class Sender:
         self.owner = f"webhooks:{s.node}"
         self.lease_s = lease_s
         self.session: aiohttp.ClientSession | None = None
+        self.resolver: CheckingResolver | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.live = False  # between the daemon's start and its stop
         self.oldest_pending: float | None = None
         r = s.metrics.registry
         self.sent = Counter("casesignd_webhook_deliveries_total",
@@ -113,9 +116,34 @@ class Sender:
         self.oldest.set_function(lambda: 0.0 if self.oldest_pending is None
                                  else max(0.0, time.time() - self.oldest_pending))
 
+    def start(self) -> None:
+        """The daemon has started (its store is open): send once the config names an
+        endpoint."""
+        self.live = True
+        self.follow_config()
+
+    def follow_config(self) -> None:
+        """After the start and each reload: the addresses the config allows now, and the
+        sender's task running once any tenant names an endpoint, so that a reload
+        adding the first one starts it (one removing them all leaves it running: it
+        settles what is left as the config says)."""
+        if self.resolver is not None:
+            self.resolver.allowed = allowed_addresses(self.s.config)
+        if self.live and self.task is None and any(t.webhooks for t in self.s.config.tenants):
+            self.task = asyncio.get_running_loop().create_task(self.run(),
+                                                                 name="casesignd-webhooks")
+
+    async def stop(self) -> None:
+        """Stop sending (the daemon stops); a delivery cut off is sent again later."""
+        self.live = False
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait([self.task], timeout=10)
+            self.task = None
+
     async def run(self) -> None:
-        connector = aiohttp.TCPConnector(resolver=CheckingResolver(allowed_addresses(self.s.config)),
-                                         limit=BATCH)
+        self.resolver = CheckingResolver(allowed_addresses(self.s.config))
+        connector = aiohttp.TCPConnector(resolver=self.resolver, limit=BATCH)
         self.session = aiohttp.ClientSession(connector=connector)
         try:
             while True:

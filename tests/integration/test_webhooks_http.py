@@ -6,6 +6,7 @@ caller can never make casesignd connect to."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import pytest
@@ -196,3 +197,21 @@ def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, rece
         assert other.attempts == []
     finally:
         other.close()
+
+
+def test_a_first_endpoint_added_by_sighup_starts_the_sender(daemon_factory, receiver, secret):
+    d = daemon_factory({"workers": {"concurrency": 2}})
+    # No endpoint yet: a job cannot name one, and nothing sends.
+    refused = d.submit({"kind": "test", "webhook": "erp"}, key="before")
+    assert refused.status == 422, refused.body
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    d.config["tenants"][0]["webhooks"] = [endpoint("erp", receiver.url, str(d.dir / "hook.secret"))]
+    d.config_path.write_text(to_toml(d.config))
+    d.signal(signal.SIGHUP)
+    end = time.monotonic() + 10
+    while (r := d.submit({"kind": "test", "webhook": "erp"}, key="after")).status != 202:
+        assert r.status == 422 and time.monotonic() < end, r.body
+        time.sleep(0.05)
+    got = receiver.wait(1)
+    assert [b["job_id"] for b in got.values()] == [r.json()["job_id"]]
+    assert [x["state"] for x in wait_settled(d, 1)] == ["delivered"]
