@@ -6,13 +6,16 @@ caller can never make casesignd connect to."""
 
 from __future__ import annotations
 
+import json
 import signal
+import sqlite3
 import time
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from tests.daemon import Daemon, to_toml
+from tests.helpers_ops import CASE_ID, case_manifest, contract_pdf, find_personal
 from tests.helpers_webhooks import Receiver, endpoint, new_secret
 
 
@@ -215,3 +218,43 @@ def test_a_first_endpoint_added_by_sighup_starts_the_sender(daemon_factory, rece
     got = receiver.wait(1)
     assert [b["job_id"] for b in got.values()] == [r.json()["job_id"]]
     assert [x["state"] for x in wait_settled(d, 1)] == ["delivered"]
+
+
+def test_deliveries_hold_nothing_of_the_case_and_ended_ones_go_with_jobs_s(
+        daemon_factory, receiver, secret, tmp_path):
+    d = daemon_factory({"workers": {"concurrency": 2},
+                        "retention": {"jobs_s": 2.0, "sweep_interval_s": 0.3}}, start=False)
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    d.config["tenants"][0]["webhooks"] = [
+        endpoint("erp", receiver.url, str(d.dir / "hook.secret"), max_attempts=1000)]
+    d.config_path.write_text(to_toml(d.config))
+    d.start()
+    told = d.submit({**case_manifest(d, CASE_ID, contract_pdf(tmp_path)), "webhook": "erp"},
+                    key="told").json()["job_id"]
+    receiver.wait(1)
+    receiver.down()
+    waiting = d.submit({**case_manifest(d, CASE_ID, contract_pdf(tmp_path, pages=3)),
+                        "webhook": "erp"}, key="waiting").json()["job_id"]
+    d.wait_job(waiting)
+    # What a delivery row holds: ids, the event, the endpoint's name, status and code.
+    # The body is the job resource, made when it is sent: an erasure has nothing here.
+    with sqlite3.connect(d.db) as conn:
+        rows = conn.execute("SELECT * FROM webhook_deliveries").fetchall()
+    assert len(rows) == 2 and find_personal(*(str(v) for row in rows for v in row)) == []
+    assert find_personal(json.dumps(deliveries(d))) == []
+    # The delivered one goes jobs_s after it ended; the pending one stays until it ends.
+    end = time.monotonic() + 30
+    while any(x["job_id"] == told for x in deliveries(d)):
+        assert time.monotonic() < end, deliveries(d)
+        time.sleep(0.2)
+    [left] = deliveries(d)
+    assert left["job_id"] == waiting and left["state"] == "pending"
+    # Its job stays while it waits (the body is made from it), and is told once back.
+    assert d.request("GET", f"/v1/jobs/{told}").status == 404
+    assert d.job(waiting)["state"] == "ready"
+    receiver.up()
+    got = receiver.wait(2)
+    assert {b["job_id"] for b in got.values()} == {told, waiting}
+    swept = [json.loads(line) for line in d.logs().splitlines() if '"retention.swept"' in line]
+    assert sum(x.get("deliveries", 0) for x in swept) >= 1, swept
+
