@@ -94,7 +94,7 @@ def allowed_addresses(cfg: Config) -> dict[str, list[str]]:
 class Sender:
     """Delivers the outbox's rows; :meth:`run` is the daemon's task."""
 
-    def __init__(self, s: SenderServices, *, lease_s: float = 120.0) -> None:
+    def __init__(self, s: SenderServices, *, lease_s: float | None = None) -> None:
         self.s = s
         self.owner = f"webhooks:{s.node}"
         self.lease_s = lease_s
@@ -161,7 +161,10 @@ class Sender:
 
     async def turn(self) -> int:
         """Send the due deliveries, at most BATCH; how many were taken."""
-        taken = await self.s.store.take_deliveries(self.owner, self.lease_s, BATCH)
+        # A lease outlasts the longest attempt the config allows now (a reload changes it).
+        lease_s = self.lease_s or webhooks.lease_s(
+            w for t in self.s.config.tenants for w in t.webhooks)
+        taken = await self.s.store.take_deliveries(self.owner, lease_s, BATCH)
         if taken:
             await asyncio.gather(*(self.send(d) for d in taken))
         return len(taken)
