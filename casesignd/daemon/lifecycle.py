@@ -139,6 +139,8 @@ class Services:
         # Off, the attempts do not even look for a tracer (no cost).
         self.recorder = Recorder(cfg, self.metrics,
                                  self.tracing if self.tracing.enabled else None)
+        # A job that ended names an endpoint: its delivery goes out at once.
+        self.recorder.on_end.append(self.webhooks.wake)
         self.kinds: dict[str, JobKind] = job_kinds(self)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False

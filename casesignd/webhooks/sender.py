@@ -16,6 +16,7 @@ resolver the connection uses, so the address checked is the address connected to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -35,8 +36,8 @@ from casesignd.core.webhook_events import Webhook
 from casesignd.engine import jobs
 from casesignd.observability.metrics import Metrics
 from casesignd.observability.tracing import Tracing
-from casesignd.store import Store
-from casesignd.store.outbox import Delivery
+from casesignd.store import Job, Store
+from casesignd.store.outbox import Delivery, webhook_of
 from casesignd.webhooks import endpoints as webhooks
 
 log = logging.getLogger("casesignd.webhooks.sender")
@@ -102,6 +103,9 @@ class Sender:
         self.resolver: CheckingResolver | None = None
         self.task: asyncio.Task[None] | None = None
         self.live = False  # between the daemon's start and its stop
+        # Set when a job that names an endpoint ends here: a turn at once, not at the
+        # next look (other daemons' jobs are found by looking, every POLL_S).
+        self.due = asyncio.Event()
         self.oldest_pending: float | None = None
         r = s.metrics.registry
         self.sent = Counter("casesignd_webhook_deliveries_total",
@@ -133,6 +137,12 @@ class Sender:
             self.task = asyncio.get_running_loop().create_task(self.run(),
                                                                  name="casesignd-webhooks")
 
+    def wake(self, job: Job) -> None:
+        """``job`` ended and its end is written: if it names an endpoint, its delivery is
+        due now (the recorder calls this)."""
+        if webhook_of(job.input) is not None:
+            self.due.set()
+
     async def stop(self) -> None:
         """Stop sending (the daemon stops); a delivery cut off is sent again later."""
         self.live = False
@@ -147,6 +157,7 @@ class Sender:
         self.session = aiohttp.ClientSession(connector=connector)
         try:
             while True:
+                self.due.clear()
                 try:
                     sent = await self.turn()
                     _counts, self.oldest_pending = await self.s.store.delivery_stats()
@@ -155,7 +166,8 @@ class Sender:
                               error=type(e).__name__)
                     sent = 0
                 if not sent:
-                    await asyncio.sleep(POLL_S)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.due.wait(), POLL_S)
         finally:
             await self.session.close()
 
