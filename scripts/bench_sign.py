@@ -8,6 +8,7 @@ engine and document, plus the machine's SHA-256 file-hashing speed.
 
     .venv/bin/python scripts/bench_sign.py [--quick] [--no-large] [--large-mb 200]
     scripts/bench sign --store postgres [--nodes 1,2,3]   (scripts/e2e_nodes.py)
+    scripts/bench sign --tracing [--jobs N]   (tracing's cost: scripts/bench_webhooks.py)
 
 endesive 3.0.1 cannot be imported as installed: it pulls in certvalidator →
 oscrypto 1.3.0, whose libcrypto version probe fails on OpenSSL ≥ 3.0.10. The
@@ -276,6 +277,8 @@ def _store(argv: list[str]) -> str:
 def main() -> None:
     if "--level" in sys.argv:  # the cost per PAdES level: scripts/bench_levels.py
         run_script("bench_levels.py", ["sign", *sys.argv[1:]])
+    if "--tracing" in sys.argv:  # tracing off, on, exported: scripts/bench_webhooks.py
+        run_script("bench_webhooks.py", sys.argv[1:])
     if _store(sys.argv[1:]) == "postgres":  # several daemons: scripts/e2e_nodes.py
         run_script("e2e_nodes.py", sys.argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -83,11 +83,14 @@ class LtvSigner:
 
 class Switchboard:
     """WSGI middleware in front of Certomancer's Animator: counts requests per
-    service and answers for the services switched off."""
+    service, keeps the ``traceparent`` each came with, and answers for the services
+    switched off."""
 
     def __init__(self) -> None:
         self.app: Any = None  # the Animator, once the config (which needs our port) is loaded
         self.requests: Counter[str] = Counter()
+        # (service, its traceparent header or None) of every request, in order.
+        self.traceparents: list[tuple[str, str | None]] = []
         self.off: dict[str, str] = {}
         self._back = threading.Event()
         self._lock = threading.Lock()
@@ -101,6 +104,7 @@ class Switchboard:
         service = self.service_of(environ.get("PATH_INFO", ""))
         with self._lock:
             self.requests[service] += 1
+            self.traceparents.append((service, environ.get("HTTP_TRACEPARENT")))
             how = self.off.get(service)
         if how == "hang":
             self._back.wait(HANG_MAX_S)

@@ -35,6 +35,7 @@ class Receiver:
         self.verified: dict[str, dict[str, Any]] = {}  # by webhook-id: the body
         self.events: dict[str, str] = {}  # by webhook-id: casesignd-event
         self.forged = 0
+        self.delay_s = 0.0  # how long each answer takes, after the request is kept
         self.redirect_to = ""
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
@@ -51,6 +52,8 @@ class Receiver:
         except WebhookVerificationError:
             self.forged += 1
             return web.Response(status=401)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
         if self.answer == "redirect":
             raise web.HTTPFound(self.redirect_to)
         if isinstance(self.answer, int) and self.answer < 300:

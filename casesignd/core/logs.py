@@ -36,7 +36,7 @@ ALLOWED_FIELDS = frozenset({
     # counts and freshness, and the keyed, unguessable id of an artifact a renewal is for
     "node", "event_loop", "ocsps", "crls", "good_until", "artifact_id",
     # how many things of each area a retention sweep or an erasure removed (counts)
-    "rejected", "jobs", "artifacts", "objects", "canceled",
+    "rejected", "jobs", "artifacts", "objects", "canceled", "deliveries",
 })  # fmt: skip
 
 LEVELS = {

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from casesignd.config import Config
+from casesignd.core.calls import Calls
 from casesignd.core.errors import ConfigError
 from casesignd.core.logs import log_event
 from casesignd.engine.kinds import Artifact, JobContext, JobKind
@@ -99,6 +100,8 @@ class Services:
         self.store: Store = make_store(cfg, self.node)
         self.webhooks = Sender(self)
         self.tracing = Tracing(cfg.tracing.otlp_endpoint, node=self.node)
+        # Outgoing calls (TSA, OCSP, CRL, sources) as spans; no-ops while tracing is off.
+        self.calls: Calls = self.tracing
         state_dir = cfg.path(cfg.storage.state_dir)
         temp_root = cfg.path(cfg.storage.temp_dir)
         self.temp = TempManager(temp_root / self.node, cfg.storage.temp_quota_bytes,
@@ -110,7 +113,8 @@ class Services:
         # Set by the lifecycle once the store is open (it needs the link secret).
         self.artifacts: ArtifactStore | None = None
         self.fetcher = Fetcher(cfg.sources, self.objects, max_bytes=cfg.server.max_object_bytes,
-                               on_retry=lambda _src, reason: self.metrics.source_retry(reason))
+                               on_retry=lambda _src, reason: self.metrics.source_retry(reason),
+                               calls=self.calls)
         # Loaded by the lifecycle, off the event loop (a token may take its time).
         self.signer: KeySigner | None = None
         self.scanner: Scanner | None = None
@@ -129,12 +133,14 @@ class Services:
         self.reservations = KeyReservations(self.store)
         # The signing certificate's checks and, from B-LT up, its chains' revocation
         # data; it learns the certificate when the key is loaded.
-        self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg))
+        self.longterm = LongTerm(longterm_settings(cfg), signing_policies(cfg), self.calls)
         # Every signature's steps after the checks, for the job kinds and the kiosk.
         self.ladder = Ladder(self)
         # Off, the attempts do not even look for a tracer (no cost).
         self.recorder = Recorder(cfg, self.metrics,
                                  self.tracing if self.tracing.enabled else None)
+        # A job that ended names an endpoint: its delivery goes out at once.
+        self.recorder.on_end.append(self.webhooks.wake)
         self.kinds: dict[str, JobKind] = job_kinds(self)
         self.tenants: dict[str, str] = {}
         self.shutting_down = False
@@ -461,14 +467,12 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         renewer = asyncio.create_task(keep_renewing(s), name="casesignd-renewal") \
             if cfg.archive.renew_before_days > 0 else None
         sweeper = asyncio.create_task(keep_sweeping(s), name="casesignd-retention")
-        # Webhooks: the outbox's rows, sent at least once (casesignd.webhooks.sender).
-        sender = asyncio.create_task(s.webhooks.run(), name="casesignd-webhooks") \
-            if any(t.webhooks for t in cfg.tenants) else None
+        # Webhooks: the outbox's rows, sent at least once (casesignd.webhooks.sender),
+        # once an endpoint is configured (now, or by a reload).
+        s.webhooks.start()
         yield
         sweeper.cancel()
-        if sender is not None:
-            sender.cancel()
-            await asyncio.wait([sender], timeout=10)
+        await s.webhooks.stop()
         warm.cancel()
         keeper.cancel()
         if renewer is not None:

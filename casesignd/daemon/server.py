@@ -70,8 +70,9 @@ def _read_config(config_path: str, logo_dir: Path) -> tuple[Config, branding.Bra
 
 
 async def reload(services: Services, config_path: str) -> None:
-    """SIGHUP: re-read tenants, tokens, policies and invoice settings (logos too);
-    running and accepted jobs are untouched. A config with any error is refused whole.
+    """SIGHUP: re-read tenants, tokens, policies, webhook endpoints and invoice
+    settings (logos too); running and accepted jobs are untouched. A config with any
+    error is refused whole.
     The files are read off the event loop; the settings change on it, at once."""
     try:
         fresh, settings = await asyncio.to_thread(
@@ -86,6 +87,8 @@ async def reload(services: Services, config_path: str) -> None:
     cfg.invoice = fresh.invoice
     services.branding = settings
     services.load_tenants(cfg)
+    # A first endpoint starts the webhook sender; the addresses it may reach follow.
+    services.webhooks.follow_config()
     log_event(log, "config.reloaded", count=len(fresh.tenants))
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +55,9 @@ class Recorder:
         self.config = config
         self.metrics = metrics
         self.tracing = tracing
+        # Called with each job that ended, once its end is written (the daemon's webhook
+        # sender wakes on it, rather than at its next look).
+        self.on_end: list[Callable[[Job], None]] = []
 
     def max_attempts(self, kind: str) -> int:
         retry = self.config.retry
@@ -97,11 +101,13 @@ class Recorder:
             self.finished(done, "failed")
 
     def finished(self, job: Job, outcome: str) -> None:
-        """Count a job that ended, with its three clocks."""
+        """Count a job that ended, with its three clocks, and tell :attr:`on_end`."""
         self.metrics.job_finished(job.kind, outcome)
         t = jobs.timings(job, time.time())
         self.metrics.observe_clocks(job.kind, t["queue_wait_ms"] / 1000,
                                     t["processing_ms"] / 1000, t["total_ms"] / 1000)
+        for call in self.on_end:
+            call(job)
 
 
 def error_detail(error: BaseException) -> dict[str, Any]:

@@ -5,7 +5,7 @@ sweep in step) the daemon removes what is past its time, area by area — refuse
 (``rejected_s``), the other terminal jobs (``jobs_s``), artifacts (``artifacts_s``),
 objects (``objects_s``) — in transactions of ``sweep_batch`` rows
 (:meth:`Store.expire <casesignd.store.lifecycle.LifecycleVerbs.expire>`), each one
-recorded in the audit chain, with a pause between them so that admissions and kiosk
+recorded in the audit chain, then the webhook deliveries that ended (``jobs_s``), with a pause between them so that admissions and kiosk
 writes go first in the writer's queue. Only after a batch commits are its files
 removed, off the event loop. What the store keeps from removal (holds, jobs that may
 still run, the objects they use) is :mod:`casesignd.store.lifecycle`'s to decide.
@@ -117,11 +117,35 @@ async def sweep(s: RetentionServices, now: float | None = None) -> dict[str, int
                 inline = inline or any(r.inline for r in removed)
             if len(removed) < cfg.sweep_batch:
                 break
+    if "jobs" in cutoffs:
+        n = await _expire_deliveries(s, cutoffs["jobs"])
+        if n:
+            counts["deliveries"] = n
     if inline:
         await scrub(s)
     if counts:
         log_event(log, "retention.swept", **counts)
     return counts
+
+
+async def _expire_deliveries(s: RetentionServices, cutoff: float) -> int:
+    """Webhook deliveries that ended before ``cutoff`` (the jobs' window: a delivery
+    reports a job and lives as long as a job row does), in batches; how many went.
+    They hold ids, the event, the endpoint's name and the last status, nothing of
+    the case (the body is made from the job when it is sent), so they need no audit
+    event and no scrub."""
+    batch_rows = s.config.retention.sweep_batch
+    total = 0
+    for batch in range(MAX_BATCHES):
+        if batch:
+            await asyncio.sleep(PAUSE_S)
+        n = await s.store.expire_deliveries(cutoff, batch_rows)
+        total += n
+        if n < batch_rows:
+            break
+    if total:
+        s.metrics.removed("delivery", "retention", total)
+    return total
 
 
 async def erase(s: RetentionServices, tenant: str, case_id: str, actor: str) -> Erased:

@@ -44,6 +44,7 @@ import aiohttp
 from yarl import URL
 
 from casesignd.config import Source
+from casesignd.core.calls import NO_CALLS, Call, Calls, server_of, trace_headers
 from casesignd.core.errors import (
     CasesignError,
     DigestMismatch,
@@ -296,8 +297,12 @@ class Fetcher:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rand: Callable[[], float] = random.random,
         clock: Callable[[], float] = time.time,
+        calls: Calls = NO_CALLS,
     ) -> None:
         self.sources = {s.name: s for s in sources}
+        # Each HTTP request is a span of these, under the span current when the fetch
+        # began (the job's fetch phase), and carries that span's traceparent.
+        self.calls = calls
         self.objects = objects
         self.max_bytes = max_bytes
         self.on_retry = on_retry
@@ -433,6 +438,46 @@ class Fetcher:
         quoted = "/".join(urllib.parse.quote(p, safe="") for p in parts)
         return source.base_url.rstrip("/") + "/" + quoted
 
+    async def _get(self, source: Source, url: str, shown: str, timeout: aiohttp.ClientTimeout,
+                   call: Call, into: tuple[Area, str, str, int | None, int]
+                   ) -> Path | tuple[str, float | None]:
+        """One GET of ``url``: the file downloaded into the area (``into``: the area,
+        the name, the digest and size wanted, the limit), or why to try again (a
+        reason of :data:`RETRY_REASONS` and the server's Retry-After, capped)."""
+        area, name, want, expect_size, limit = into
+        async with self._http().get(
+            # encoded=True: the path is quoted already; yarl must not unquote %2F back
+            # into a slash.
+            URL(url, encoded=True),
+            timeout=timeout,
+            # The digest covers the bytes as stored: no transfer compression (and no
+            # decompression bomb through Content-Encoding).
+            headers={"Accept-Encoding": "identity", **trace_headers(call)},
+            allow_redirects=False,
+        ) as resp:
+            call.note("http.response.status_code", resp.status)
+            verdict = classify_status(resp.status)
+            if verdict == "ok":
+                _check_length(resp.content_length, expect_size, limit, shown)
+                path = await area.download(
+                    name, resp.content.iter_chunked(READ_CHUNK_BYTES), want, expect_size, limit)
+                if resp.content_length is not None:
+                    call.note("http.response.body.size", resp.content_length)
+                return path
+            if verdict == "object_not_found":
+                raise _not_found(shown)
+            if verdict == "source_rejected":
+                raise PermanentJobError(
+                    f"source {source.name!r} answered {resp.status} for {shown}",
+                    code="source_rejected",
+                )
+            hint = None
+            if resp.status in (429, 503):
+                hint = retry_after_s(
+                    resp.headers.get("Retry-After"), self._clock(), source.retry_after_cap_s
+                )
+            return verdict, hint
+
     async def _fetch_http(
         self,
         source: Source,
@@ -451,41 +496,20 @@ class Fetcher:
         attempts = max(1, source.max_attempts)
         last_reason = "connect"
         hint: float | None = None
+        # The fetch phase's span, handed on explicitly: a retry's sleep is no span.
+        parent = self.calls.current()
         for attempt in range(1, attempts + 1):
             hint = None
             try:
-                async with self._http().get(
-                    # encoded=True: the path is quoted already; yarl must not unquote
-                    # %2F back into a slash.
-                    URL(url, encoded=True),
-                    timeout=timeout,
-                    # The digest covers the bytes as stored: no transfer compression
-                    # (and no decompression bomb through Content-Encoding).
-                    headers={"Accept-Encoding": "identity"},
-                    allow_redirects=False,
-                ) as resp:
-                    verdict = classify_status(resp.status)
-                    if verdict == "ok":
-                        _check_length(resp.content_length, expect_size, limit, shown)
-                        return await area.download(
-                            name,
-                            resp.content.iter_chunked(READ_CHUNK_BYTES),
-                            want,
-                            expect_size,
-                            limit,
-                        )
-                    if verdict == "object_not_found":
-                        raise _not_found(shown)
-                    if verdict == "source_rejected":
-                        raise PermanentJobError(
-                            f"source {source.name!r} answered {resp.status} for {shown}",
-                            code="source_rejected",
-                        )
-                    last_reason = verdict
-                    if resp.status in (429, 503):
-                        hint = retry_after_s(
-                            resp.headers.get("Retry-After"), self._clock(), source.retry_after_cap_s
-                        )
+                with self.calls.call("source.fetch", parent, {
+                        "casesignd.call": "source", "casesignd.source": source.name,
+                        "casesignd.try": attempt, "http.request.method": "GET",
+                        **server_of(source.base_url)}) as call:
+                    got = await self._get(source, url, shown, timeout, call,
+                                          (area, name, want, expect_size, limit))
+                if isinstance(got, Path):
+                    return got
+                last_reason, hint = got
             except CasesignError:
                 raise
             except (TimeoutError, aiohttp.ServerTimeoutError):

@@ -86,7 +86,7 @@ SOURCE_RETRY_REASONS = ("timeout", "connect", "http_429", "http_5xx", "truncated
 TEMPLATE_VERSIONS = ("invoice-v3", "invoice-v4")
 # The data lifecycle (casesignd.engine.retention): what a removal removed, and why; the disk
 # areas whose use is a gauge.
-REMOVED = ("job", "artifact", "object")
+REMOVED = ("job", "artifact", "object", "delivery")
 REMOVAL_REASONS = ("retention", "erasure")
 DISK_AREAS = ("store", "objects", "artifacts", "temp", "state_volume", "temp_volume")
 # The setting that refused or cut off an object upload (casesignd.http.uploads).
@@ -441,8 +441,8 @@ class Metrics:
         self.source_retries.labels(reason=self._l("source_reason", reason)).inc()
 
     def removed(self, what: str, reason: str, n: int = 1) -> None:
-        """``n`` things (``job``, ``artifact``, ``object``) removed by ``retention`` or
-        an ``erasure``."""
+        """``n`` things (``job``, ``artifact``, ``object``, ``delivery``) removed by
+        ``retention`` or an ``erasure``."""
         self.removals.labels(what=self._l("removed", what),
                              reason=self._l("removal_reason", reason)).inc(n)
 

@@ -20,11 +20,12 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
 
+from casesignd.core.calls import NO_CALL, Attribute, Call
 from casesignd.core.hashing import sha256_hex
 
 # W3C Trace Context, section 3.2: version 00, a 16-byte trace id and an 8-byte parent
@@ -83,21 +84,40 @@ class Tracing:
             self.provider = self.tracer = None
 
     @contextlib.contextmanager
-    def client_span(self, name: str, attributes: dict[str, Any],
-                    traceparent: str | None = None) -> Iterator[Any]:
-        """A span around an outgoing call (None when off); :meth:`traceparent` of it
-        goes out with the call, so the callee continues the trace. ``traceparent``:
-        the trace it belongs to when it is not the current one (a job's, stored)."""
+    def call(self, name: str, parent: str | None,
+             attributes: Mapping[str, Attribute]) -> Iterator[Call]:
+        """A client span around one outgoing call (:class:`casesignd.core.calls.Calls`),
+        under ``parent`` (a ``traceparent``; None: a trace of its own), never under
+        whatever is current: safe from any thread. Off, the call gets no span."""
         if self.tracer is None:
-            yield None
+            yield NO_CALL
             return
-        from opentelemetry.trace import SpanKind
+        from opentelemetry.context import Context
+        from opentelemetry.trace import SpanKind, Status, StatusCode
 
-        context = self.parent(traceparent) if traceparent else None
-        with self.tracer.start_as_current_span(name, context=context, kind=SpanKind.CLIENT,
-                                               attributes=attributes, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            yield span
+        span = self.tracer.start_span(
+            name, context=self.parent(parent) or Context(), kind=SpanKind.CLIENT,
+            attributes=dict(attributes), record_exception=False,
+            set_status_on_exception=False)
+        try:
+            yield _SpanCall(span, self.traceparent(span))
+        except BaseException as e:
+            # The code or the class, never the message: it may hold what was sent.
+            span.set_attribute("error.type", _error_type(e))
+            span.set_status(Status(StatusCode.ERROR))
+            raise
+        finally:
+            span.end()
+
+    def current(self) -> str | None:
+        """The ``traceparent`` of the span current in this task (a job phase's, a
+        request's), to hand on explicitly; None when off or none is."""
+        if self.tracer is None:
+            return None
+        from opentelemetry import trace
+
+        span = trace.get_current_span()
+        return self.traceparent(span) if span.get_span_context().is_valid else None
 
     @staticmethod
     def traceparent(span: Any) -> str:
@@ -178,6 +198,22 @@ def tenant_hash(tenant: str) -> str:
     """What a span says of a tenant: the first 16 hex digits of its SHA-256, as the
     logs' ``tenant_hash`` field (pure)."""
     return sha256_hex(tenant.encode())[:16]
+
+
+def _error_type(e: BaseException) -> str:
+    code = getattr(e, "code", None)
+    return code if isinstance(code, str) else type(e).__name__
+
+
+class _SpanCall:
+    """A :class:`casesignd.core.calls.Call` over an SDK span (thread-safe)."""
+
+    def __init__(self, span: Any, traceparent: str) -> None:
+        self.span = span
+        self.traceparent = traceparent
+
+    def note(self, key: str, value: Attribute) -> None:
+        self.span.set_attribute(key, value)
 
 
 def _ns(unix_s: float) -> int:

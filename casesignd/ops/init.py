@@ -230,7 +230,8 @@ DESCRIPTIONS: dict[str, str] = {
     "\"Retention, legal holds and erasure\").",
     "retention.objects_s": "Uploaded objects, from the end of the last job that uses them.",
     "retention.artifacts_s": "Artifacts (signed results), from when they were made.",
-    "retention.jobs_s": "Terminal job rows (ready, canceled, failed), from their end.",
+    "retention.jobs_s": "Terminal job rows (ready, canceled, failed), from their end; webhook "
+    "deliveries that ended, from theirs.",
     "retention.rejected_s": "Jobs refused for their input (the kiosk's refused documents among "
     "them), from their end.",
     "retention.sweep_interval_s": "How often the daemon removes what is due.",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from casesignd.core.calls import Calls
 from casesignd.core.errors import PermanentJobError
 from casesignd.pdf.limits import PdfLimits
 from casesignd.signing import cms, pades, pipeline, tsa, worker
@@ -75,6 +76,10 @@ class SigningServices(Protocol):
 
     @property
     def longterm(self) -> LongTerm: ...
+
+    @property
+    def calls(self) -> Calls:
+        """The spans of outgoing calls (the TSA's, OCSP's and CRLs')."""
 
     def cms_template(self) -> cms.SignerInfoTemplate: ...
     def contents_bytes(self, timestamped: bool) -> int: ...
@@ -156,7 +161,7 @@ class Ladder:
         signer = self.signer()
         limits = policy.limits if policy is not None else PdfLimits()
         timestamped = policy is not None and bool(policy.tsa_url)
-        chain = await self.services.longterm.before_signing(policy)
+        chain = await self._before_signing(steps, policy)
         async with steps.phase("sign"):
             await steps.check_lease()
             work: worker.SignedFile
@@ -172,14 +177,15 @@ class Ladder:
         if policy is None or not timestamped:
             return SignedPdf(work.checked, Appended(b"", "B-B"))
         async with steps.phase("timestamp"):
-            token = await _timestamp(policy, signature)
+            token = await self._timestamp(policy, signature)
         async with steps.phase("sign"):
             der = cms.assemble(template, work.signed_attrs, signature, token)
             await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
         if not policy.at_least("B-LT"):
             return SignedPdf(work.checked, Appended(b"", policy.signature_level))
         async with steps.phase("ltv"):
-            appended = await self.services.longterm.complete(policy, dst, token, chain)
+            appended = await self.services.longterm.complete(policy, dst, token, chain,
+                                                             self.services.calls.current())
         return SignedPdf(work.checked, appended)
 
     async def sign_bytes(self, steps: Steps, document: bytes | Stored, *,
@@ -187,11 +193,12 @@ class Ladder:
                          limits: PdfLimits | None = None) -> SignedBytes:
         """Sign a document held in memory (``document``, or a :class:`Stored` object the
         CPU process reads) at ``policy``'s level; ``limits`` for its checks (default:
-        the policy's). Its phases: ``validate`` (the checks, in the process) and
-        ``sign`` (the key's use and every rung after it)."""
+        the policy's). Its phases: ``validate`` (the checks, in the process), ``sign``
+        (the key's use), and as the policy asks ``timestamp`` (the TSA's token) and
+        ``ltv`` (the chains' revocation data, the /DSS and the document timestamp)."""
         signer = self.signer()
         timestamped = bool(policy.tsa_url)
-        chain = await self.services.longterm.before_signing(policy)
+        chain = await self._before_signing(steps, policy)
         limits = limits if limits is not None else policy.limits
         contents_bytes = self.services.contents_bytes(timestamped)
         await steps.check_lease()
@@ -206,12 +213,12 @@ class Ladder:
         steps.record_phase("validate", took - work.sign_s)
         start = time.perf_counter()
         signature = await self._signature(steps, signer, work.signature, work.signed_attrs)
+        steps.record_phase("sign", time.perf_counter() - start + work.sign_s)
         # The update goes after the document the checks passed: the one given, or its
         # clean rewrite (a stored object's process hands back what it read).
         base = work.base if work.base is not None else document
         assert isinstance(base, bytes)
-        appended = await self._update(work, base, signature, policy, chain)
-        steps.record_phase("sign", time.perf_counter() - start + work.sign_s)
+        appended = await self._update(steps, work, base, signature, policy, chain)
         return SignedBytes(work.checked, base, appended, work.sha256)
 
     async def extend(self, steps: Steps, document: Path, policy: SigningPolicy) -> float:
@@ -219,7 +226,25 @@ class Ladder:
         its new document timestamp expires (epoch seconds)."""
         await steps.check_lease()
         async with steps.phase("ltv"):
-            return await self.services.longterm.extend(document, policy)
+            return await self.services.longterm.extend(document, policy,
+                                                       self.services.calls.current())
+
+    async def _before_signing(self, steps: Steps, policy: SigningPolicy | None
+                              ) -> ChainEvidence | None:
+        """Rung 1; from B-LT up an ``ltv`` phase, since it may fetch the signer's
+        revocation data (kept fresh ahead, so it seldom does)."""
+        longterm = self.services.longterm
+        if policy is None or not policy.at_least("B-LT"):
+            return await longterm.before_signing(policy)
+        async with steps.phase("ltv"):
+            return await longterm.before_signing(policy, self.services.calls.current())
+
+    async def _timestamp(self, policy: SigningPolicy, signature: bytes) -> bytes:
+        """B-T: the TSA's token on the signature value (RFC 3161), off the event loop;
+        its request a span under the phase current here (the thread has none)."""
+        return await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
+                                       policy.tsa_timeout_s, self.services.calls,
+                                       self.services.calls.current())
 
     async def _signature(self, steps: Steps, signer: KeySigner, made: bytes | None,
                          signed_attrs: bytes) -> bytes:
@@ -231,24 +256,25 @@ class Ladder:
             await steps.check_lease()
             return await asyncio.to_thread(pipeline.sign_with, signer, signed_attrs)
 
-    async def _update(self, work: worker.SignedWork, base: bytes, signature: bytes,
-                      policy: SigningPolicy, chain: ChainEvidence | None) -> Appended:
+    async def _update(self, steps: Steps, work: worker.SignedWork, base: bytes,
+                      signature: bytes, policy: SigningPolicy, chain: ChainEvidence | None
+                      ) -> Appended:
         """What follows ``base``: the signing update with the CMS in place (as the CPU
-        process made it already, or made here with its timestamp token from B-T up),
-        then from B-LT up the validation data (and the document timestamp)."""
+        process made it already, or made here with its timestamp token from B-T up:
+        the ``timestamp`` phase), then from B-LT up the validation data and the
+        document timestamp (the ``ltv`` phase)."""
         if work.update is not None:
             return Appended(work.update, policy.signature_level)
-        token = await _timestamp(policy, signature) if policy.tsa_url else None
+        token = None
+        if policy.tsa_url:
+            async with steps.phase("timestamp"):
+                token = await self._timestamp(policy, signature)
         cms_der = cms.assemble(self.services.cms_template(), work.signed_attrs, signature, token)
         update = work.prepared.signed(cms_der)
         if not policy.at_least("B-LT"):
             return Appended(update, policy.signature_level)
-        appended = await self.services.longterm.complete(policy, base + update, token, chain)
+        async with steps.phase("ltv"):
+            appended = await self.services.longterm.complete(
+                policy, base + update, token, chain, self.services.calls.current())
         return dataclasses.replace(appended, tail=update + appended.tail)
-
-
-async def _timestamp(policy: SigningPolicy, signature: bytes) -> bytes:
-    """B-T: the TSA's token on the signature value (RFC 3161), off the event loop."""
-    return await asyncio.to_thread(tsa.timestamp_blocking, policy.tsa_url, signature,
-                                   policy.tsa_timeout_s)
 

@@ -34,6 +34,7 @@ from asn1crypto import x509 as ax509
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
+from casesignd.core.calls import NO_CALLS, Calls
 from casesignd.core.errors import CasesignError, ConfigError, PermanentJobError
 from casesignd.signing import tsa
 from casesignd.signing.levels import SigningPolicy, highest
@@ -104,12 +105,14 @@ class LongTerm:
     KEEP_FRESH_S = 60.0
 
     def __init__(self, settings: LongTermSettings,
-                 policies: Callable[[], list[SigningPolicy]]) -> None:
+                 policies: Callable[[], list[SigningPolicy]], calls: Calls = NO_CALLS) -> None:
         # The policies as they are now (a reload replaces them).
         self.policies = policies
+        # Every TSA, OCSP and CRL request is a span of these (tracing on).
+        self.calls = calls
         roots = load_trust_roots(settings.trust_roots)
         self.revocation = Revocation(roots, fetch_timeout_s=settings.fetch_timeout_s,
-                                     refresh_ahead_s=settings.refresh_ahead_s) \
+                                     refresh_ahead_s=settings.refresh_ahead_s, calls=calls) \
             if roots else None
         self.signer: ax509.Certificate | None = None
         self.chain: list[ax509.Certificate] = []
@@ -150,10 +153,12 @@ class LongTerm:
         """Whether any policy signs at B-LT or above (its chain is checked ahead)."""
         return any(p.at_least("B-LT") for p in self.policies())
 
-    async def before_signing(self, policy: SigningPolicy | None) -> ChainEvidence | None:
+    async def before_signing(self, policy: SigningPolicy | None,
+                             parent: str | None = None) -> ChainEvidence | None:
         """Refuse a signing certificate that is outside its validity or lacks a signing
         key usage (at every level), or, from B-LT up, that is revoked or whose
-        revocation data cannot be had. The chain's evidence, from B-LT up."""
+        revocation data cannot be had. The chain's evidence, from B-LT up. ``parent``:
+        the ``traceparent`` a fetch of revocation data goes under (here and below)."""
         if self.signer is None:
             return None
         try:
@@ -162,7 +167,7 @@ class LongTerm:
             if policy is None or not policy.at_least("B-LT") or self.revocation is None:
                 found = None
             else:
-                found = await self.revocation.evidence(self.signer, self.chain)
+                found = await self.revocation.evidence(self.signer, self.chain, parent=parent)
         except CasesignError as e:
             self.signer_problem, self.signer_detail = e.code, str(e)
             raise
@@ -175,7 +180,8 @@ class LongTerm:
         await self.before_signing(highest(self.policies()))
 
     async def complete(self, policy: SigningPolicy | None, document: bytes | Path,
-                       signature_token: bytes | None, signer: ChainEvidence | None) -> Appended:
+                       signature_token: bytes | None, signer: ChainEvidence | None,
+                       parent: str | None = None) -> Appended:
         """After a B-T signature: from B-LT up, the DSS (and for B-LTA the document
         timestamp) as an incremental update on ``document``: a file is extended in
         place, bytes are returned as the tail to append."""
@@ -183,18 +189,21 @@ class LongTerm:
             return Appended(b"", policy.signature_level if policy else "B-B")
         assert self.revocation is not None and signer is not None and signature_token is not None
         tsa_cert, tsa_others = tsa.token_signer(signature_token)
-        stamp_chain = await self.revocation.evidence(tsa_cert, tsa_others, timestamping=True)
+        stamp_chain = await self.revocation.evidence(tsa_cert, tsa_others, timestamping=True,
+                                                     parent=parent)
         lta = policy.at_least("B-LTA")
-        stamper = self._stamper(policy) if lta else None
+        stamper = self._stamper(policy, parent) if lta else None
         tail = await asyncio.to_thread(self._update, document, [signer, stamp_chain], stamper,
                                        3 * len(signature_token))
         if stamper is None or stamper.last is None:
             return Appended(tail, policy.signature_level)
-        more, chain = await self._cover_timestamp(document, tail, stamper.last, stamp_chain)
+        more, chain = await self._cover_timestamp(document, tail, stamper.last, stamp_chain,
+                                                  parent)
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return Appended(tail + more, policy.signature_level, expires_at)
 
-    async def extend(self, document: Path, policy: SigningPolicy) -> float:
+    async def extend(self, document: Path, policy: SigningPolicy,
+                     parent: str | None = None) -> float:
         """Renewal of a B-LTA document, in place: fresh data for the chain of its last
         document timestamp, and a new document timestamp over all of it."""
         from casesignd.signing.longterm_write import last_timestamp_token
@@ -206,16 +215,17 @@ class LongTerm:
             raise PermanentJobError("the artifact has no document timestamp (it is not B-LTA)",
                                     code="invalid_input")
         cert, others = tsa.token_signer(last_token)
-        chain = await self.revocation.evidence(cert, others, timestamping=True)
-        stamper = self._stamper(policy)
+        chain = await self.revocation.evidence(cert, others, timestamping=True, parent=parent)
+        stamper = self._stamper(policy, parent)
         await asyncio.to_thread(self._update, document, [chain], stamper, 3 * len(last_token))
         assert stamper.last is not None
-        _more, chain = await self._cover_timestamp(document, b"", stamper.last, chain)
+        _more, chain = await self._cover_timestamp(document, b"", stamper.last, chain, parent)
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return expires_at
 
     async def _cover_timestamp(self, document: bytes | Path, tail: bytes, token: bytes,
-                               covered: ChainEvidence) -> tuple[bytes, ChainEvidence]:
+                               covered: ChainEvidence, parent: str | None
+                               ) -> tuple[bytes, ChainEvidence]:
         """The document timestamp's chain, and one more DSS update when its TSA signed
         with a certificate other than the one whose chain the DSS holds (the order
         is: signature, DSS and timestamp, DSS for the timestamp's chain)."""
@@ -223,17 +233,16 @@ class LongTerm:
         cert, others = tsa.token_signer(token)
         if cert.sha256 == covered.cert.sha256:
             return b"", covered
-        chain = await self.revocation.evidence(cert, others, timestamping=True)
+        chain = await self.revocation.evidence(cert, others, timestamping=True, parent=parent)
         whole = document if isinstance(document, Path) else document + tail
         return await asyncio.to_thread(self._update, whole, [chain], None, 0), chain
 
-    @staticmethod
-    def _stamper(policy: SigningPolicy) -> Stamper:
+    def _stamper(self, policy: SigningPolicy, parent: str | None) -> Stamper:
         # pyHanko's writer is imported on first use (0.4 s): a daemon that never signs
         # above B-T, and every command line call, does without it.
         from casesignd.signing.longterm_write import Stamper
 
-        return Stamper(policy.tsa_url, policy.tsa_timeout_s)
+        return Stamper(policy.tsa_url, policy.tsa_timeout_s, self.calls, parent)
 
     def _update(self, document: bytes | Path, evidence: list[ChainEvidence],
                 stamper: Stamper | None, reserve_hex: int) -> bytes:

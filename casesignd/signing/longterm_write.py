@@ -19,25 +19,32 @@ from pyhanko.sign.signers.pdf_signer import PdfTimeStamper
 from pyhanko.sign.timestamps.api import TimeStamper
 from pyhanko.sign.validation.dss import DocumentSecurityStore
 
+from casesignd.core.calls import NO_CALLS, Calls
 from casesignd.core.errors import MalformedPdf
 from casesignd.signing import tsa
 from casesignd.signing.revocation import ChainEvidence
 
 
 class Stamper(TimeStamper):
-    """pyHanko's timestamp client over :mod:`casesignd.signing.tsa`; keeps the last token."""
+    """pyHanko's timestamp client over :mod:`casesignd.signing.tsa`; keeps the last token.
+    Its request is a span of ``calls`` under ``parent`` (a ``traceparent``): pyHanko
+    calls it on its own event loop, in a thread, where no span is current."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, calls: Calls = NO_CALLS,
+                 parent: str | None = None) -> None:
         super().__init__()
         self.url = url
         self.timeout_s = timeout_s
+        self.calls = calls
+        self.parent = parent
         self.last: bytes | None = None
 
     async def async_timestamp(self, message_digest: bytes, md_algorithm: str) -> cms.ContentInfo:
         if md_algorithm != "sha256":
             raise ValueError("document timestamps are SHA-256")
         # Blocking: this runs on the private event loop of a worker thread.
-        self.last = tsa.timestamp_imprint_blocking(self.url, message_digest, self.timeout_s)
+        self.last = tsa.timestamp_imprint_blocking(self.url, message_digest, self.timeout_s,
+                                                   self.calls, self.parent)
         return cms.ContentInfo.load(self.last)
 
 

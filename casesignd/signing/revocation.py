@@ -22,11 +22,14 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import SimpleNamespace
 
+import aiohttp
 from asn1crypto import crl, ocsp, x509
 
+from casesignd.core.calls import NO_CALLS, Call, Calls, server_of
 from casesignd.core.errors import (
     CertificateExpired,
     CertificateRevoked,
@@ -113,12 +116,70 @@ def check_signing_usage(cert: x509.Certificate) -> None:
                                  "(digitalSignature or nonRepudiation)")
 
 
+def fetch_kind(method: str, headers: Mapping[str, str]) -> str:
+    """What a request of the certificate validator fetches, by the media types the RFCs
+    name for it: ``ocsp`` (RFC 6960 Appendix A: a POST of application/ocsp-request),
+    ``crl`` (RFC 2585: application/pkix-crl), else ``certificate`` (AIA caIssuers)
+    (pure)."""
+    if method == "POST" and headers.get("Content-Type") == "application/ocsp-request":
+        return "ocsp"
+    if "application/pkix-crl" in headers.get("Accept", ""):
+        return "crl"
+    return "certificate"
+
+
+def traced_session(calls: Calls, parent: str | None) -> aiohttp.ClientSession:
+    """The HTTP session of one check's fetches (pyhanko-certvalidator's own would do,
+    but for this): each request is an ``ocsp.fetch``, ``crl.fetch`` or
+    ``certificate.fetch`` span of ``calls`` under ``parent``, from its start to its
+    answer's head, and carries its span's ``traceparent``. The CA bundle is the one
+    the validator's own session trusts (certifi)."""
+    import ssl
+
+    import certifi
+
+    traces = aiohttp.TraceConfig()
+
+    async def started(_s: object, ctx: SimpleNamespace,
+                      params: aiohttp.TraceRequestStartParams) -> None:
+        kind = fetch_kind(params.method, params.headers)
+        ctx.stack = contextlib.ExitStack()
+        call: Call = ctx.stack.enter_context(calls.call(f"{kind}.fetch", parent, {
+            "casesignd.call": kind, "http.request.method": params.method,
+            **server_of(str(params.url))}))
+        ctx.call = call
+        if call.traceparent:
+            params.headers["traceparent"] = call.traceparent
+
+    async def answered(_s: object, ctx: SimpleNamespace,
+                       params: aiohttp.TraceRequestEndParams) -> None:
+        ctx.call.note("http.response.status_code", params.response.status)
+        if params.response.content_length is not None:
+            ctx.call.note("http.response.body.size", params.response.content_length)
+        ctx.stack.close()
+
+    async def failed(_s: object, ctx: SimpleNamespace,
+                     params: aiohttp.TraceRequestExceptionParams) -> None:
+        e = params.exception
+        if isinstance(e, aiohttp.ClientResponseError):
+            ctx.call.note("http.response.status_code", e.status)
+        ctx.stack.__exit__(type(e), e, e.__traceback__)
+
+    traces.on_request_start.append(started)
+    traces.on_request_end.append(answered)
+    traces.on_request_exception.append(failed)
+    ssl_context = ssl.create_default_context(cafile=certifi.where())
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=ssl_context),
+                                 trace_configs=[traces])
+
+
 class Revocation:
     """Checked chains by end-entity certificate, with their revocation data."""
 
     def __init__(self, trust_roots: list[x509.Certificate], *, fetch_timeout_s: float,
-                 refresh_ahead_s: float) -> None:
+                 refresh_ahead_s: float, calls: Calls = NO_CALLS) -> None:
         self.trust_roots = trust_roots
+        self.calls = calls  # each OCSP, CRL and certificate fetch is a span of these
         self.fetch_timeout_s = fetch_timeout_s
         self.refresh_ahead_s = refresh_ahead_s
         self._cache: dict[bytes, ChainEvidence] = {}
@@ -130,9 +191,12 @@ class Revocation:
         return self._cache.get(cert.sha256)
 
     async def evidence(self, cert: x509.Certificate, others: Iterable[x509.Certificate] = (),
-                       *, timestamping: bool = False) -> ChainEvidence:
+                       *, timestamping: bool = False, parent: str | None = None
+                       ) -> ChainEvidence:
         """The checked path of ``cert`` (a signer's, or a TSA's with ``timestamping``)
-        with its revocation data: cached while good, else checked online now."""
+        with its revocation data: cached while good, else checked online now, its
+        fetches under ``parent`` (a ``traceparent``). A refresh in the background
+        starts a trace of its own: it outlives the caller."""
         now = dt.datetime.now(dt.UTC)
         check_validity(cert, now, "TSA's" if timestamping else "signing")
         if not timestamping:
@@ -147,7 +211,7 @@ class Revocation:
             found = self._cache.get(cert.sha256)
             if found is not None and found.good_at(dt.datetime.now(dt.UTC)):
                 return found
-            return await self._check(cert, list(others), timestamping)
+            return await self._check(cert, list(others), timestamping, parent)
 
     def _refresh_later(self, cert: x509.Certificate, others: list[x509.Certificate],
                        timestamping: bool) -> None:
@@ -158,7 +222,7 @@ class Revocation:
         async def refresh() -> None:
             try:
                 async with self._locks.setdefault(key, asyncio.Lock()):
-                    await self._check(cert, others, timestamping)
+                    await self._check(cert, others, timestamping, None)
             except (PermanentJobError, RevocationUnavailable) as e:
                 # The cached data stays in use while it is good; a revocation found
                 # now is in the cache (the next use is refused).
@@ -176,17 +240,19 @@ class Revocation:
             if now >= found.refresh_at:
                 with contextlib.suppress(PermanentJobError, RevocationUnavailable):
                     async with self._locks.setdefault(found.cert.sha256, asyncio.Lock()):
-                        await self._check(found.cert, list(found.certs), found.timestamping)
+                        await self._check(found.cert, list(found.certs), found.timestamping,
+                                          None)
 
     async def _check(self, cert: x509.Certificate, others: list[x509.Certificate],
-                     timestamping: bool) -> ChainEvidence:
+                     timestamping: bool, parent: str | None) -> ChainEvidence:
         # Imported on first use (0.3 s): a daemon below B-LT never needs it.
         from pyhanko_certvalidator import CertificateValidator, ValidationContext
         from pyhanko_certvalidator import errors as cv_errors
         from pyhanko_certvalidator.fetchers.aiohttp_fetchers import AIOHttpFetcherBackend
 
         what = "TSA's" if timestamping else "signing"
-        backend = AIOHttpFetcherBackend(per_request_timeout=self.fetch_timeout_s)
+        session = traced_session(self.calls, parent)
+        backend = AIOHttpFetcherBackend(session, per_request_timeout=self.fetch_timeout_s)
         vc = ValidationContext(trust_roots=self.trust_roots, other_certs=others,
                                allow_fetching=True, revocation_mode="require",
                                fetcher_backend=backend)
@@ -215,7 +281,7 @@ class Revocation:
             raise RevocationUnavailable(f"no revocation data for the {what} chain: "
                                         f"{type(e).__name__}: {e}") from e
         finally:
-            await backend.close()
+            await session.close()
         ocsps = tuple(vc.ocsps)
         crls = tuple(vc.crls)
         responders: list[x509.Certificate] = []

@@ -16,6 +16,7 @@ import secrets
 import aiohttp
 from asn1crypto import algos, cms, core, tsp, x509
 
+from casesignd.core.calls import NO_CALLS, Calls, server_of, trace_headers
 from casesignd.core.errors import TsaUnavailable
 
 QUERY_TYPE = "application/timestamp-query"
@@ -136,25 +137,37 @@ async def timestamp(
     return check_response(bytes(answer), imprint, nonce)
 
 
-def timestamp_blocking(url: str, data: bytes, timeout_s: float) -> bytes:
+def timestamp_blocking(url: str, data: bytes, timeout_s: float, calls: Calls = NO_CALLS,
+                       parent: str | None = None) -> bytes:
     """A synchronous :func:`timestamp` (urllib, no event loop), run in a thread."""
-    return timestamp_imprint_blocking(url, hashlib.sha256(data).digest(), timeout_s)
+    return timestamp_imprint_blocking(url, hashlib.sha256(data).digest(), timeout_s,
+                                      calls, parent)
 
 
-def timestamp_imprint_blocking(url: str, imprint: bytes, timeout_s: float) -> bytes:
+def timestamp_imprint_blocking(url: str, imprint: bytes, timeout_s: float,
+                               calls: Calls = NO_CALLS, parent: str | None = None) -> bytes:
     """A TimeStampToken over a SHA-256 ``imprint`` computed elsewhere (a document
-    timestamp's digest of its byte ranges, ETSI EN 319 142-1 §5.4)."""
+    timestamp's digest of its byte ranges, ETSI EN 319 142-1 §5.4). The request is a
+    ``tsa.timestamp`` span of ``calls`` under ``parent`` (a ``traceparent``: this runs
+    in a thread, where no span is current), and sends that span's ``traceparent``."""
     import urllib.error
     import urllib.request
 
     nonce = new_nonce()
-    req = urllib.request.Request(
-        url, data=build_request(imprint, nonce), headers={"Content-Type": QUERY_TYPE}
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - configured URL
-            answer = resp.read(MAX_REPLY_BYTES + 1)
-    except (urllib.error.URLError, OSError, TimeoutError) as e:
-        raise TsaUnavailable(f"TSA unreachable: {e}") from e
-    return check_response(answer, imprint, nonce)
-
+    body = build_request(imprint, nonce)
+    with calls.call("tsa.timestamp", parent, {
+            "casesignd.call": "tsa", "http.request.method": "POST",
+            "http.request.body.size": len(body), **server_of(url)}) as call:
+        req = urllib.request.Request(
+            url, data=body, headers={"Content-Type": QUERY_TYPE, **trace_headers(call)})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 - configured URL
+                call.note("http.response.status_code", resp.status)
+                answer = resp.read(MAX_REPLY_BYTES + 1)
+        except urllib.error.HTTPError as e:
+            call.note("http.response.status_code", e.code)
+            raise TsaUnavailable(f"TSA answered HTTP {e.code}") from e
+        except (urllib.error.URLError, OSError, TimeoutError) as e:
+            raise TsaUnavailable(f"TSA unreachable: {e}") from e
+        call.note("http.response.body.size", len(answer))
+        return check_response(answer, imprint, nonce)

@@ -12,7 +12,7 @@ import msgspec
 from casesignd.core import audit
 from casesignd.core.hashing import OBJECT_REF_PREFIX
 from casesignd.store.lifecycle import case_busy, case_not_found, erased_detail, on_hold
-from casesignd.store.records import Area, CaseRef, Erased, Job, Removed
+from casesignd.store.records import Area, CaseRef, Delivery, Erased, Job, Removed
 
 _MAY_RUN = ("queued", "running", "retry_wait", "failed")
 _TERMINAL = ("succeeded", "failed", "canceled")
@@ -32,6 +32,7 @@ class MemoryLifecycle:
     _artifacts: dict[str, dict[str, Any]]
     _data: dict[str, bytes]
     _event: Callable[..., None]
+    _deliveries: dict[str, Delivery]  # the outbox's (a job with one pending stays)
 
     # (tenant, case) -> placed_at; (tenant, case, sha256) -> [size, used_at]
     _holds: dict[tuple[str, str], float]
@@ -102,7 +103,9 @@ class MemoryLifecycle:
             jobs = sorted((j for j in self._jobs.values()
                            if j.state in _TERMINAL and (j.finished_at or 0.0) < cutoff
                            and _rejected(j) == (area == "rejected")
-                           and not self._on_hold(j.tenant, j.case_id)),
+                           and not self._on_hold(j.tenant, j.case_id)
+                           and not any(d.job_id == j.job_id and d.state == "pending"
+                                       for d in self._deliveries.values())),
                           key=lambda j: j.finished_at or 0.0)[:limit]
             out = []
             for job in jobs:

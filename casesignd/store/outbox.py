@@ -107,6 +107,12 @@ class OutboxVerbs:
             rows = await self._rows("list_deliveries", tenant=tenant, limit=limit)
         return [row_delivery(r) for r in rows]
 
+    async def expire_deliveries(self, cutoff: float, limit: int) -> int:
+        """Remove up to ``limit`` deliveries that ended (delivered, dead, skipped)
+        before ``cutoff``, oldest first; how many. A pending one is kept until it ends."""
+        return int(await self._write(lambda tx: tx.run("expire_deliveries", cutoff=cutoff,
+                                                       limit=limit)))
+
     async def delivery_stats(self) -> tuple[dict[str, int], float | None]:
         """Deliveries by state, and when the oldest pending one was written."""
         counts = {s: 0 for s in STATES}
@@ -177,6 +183,14 @@ class MemoryOutbox:
                 and (job_id is None or d.job_id == job_id)]
         mine.sort(key=lambda d: d.delivery_id, reverse=True)
         return mine if job_id is not None else mine[:limit]
+
+    async def expire_deliveries(self, cutoff: float, limit: int) -> int:
+        ended = sorted((d for d in self._deliveries.values()
+                        if d.state != "pending" and d.updated_at < cutoff),
+                       key=lambda d: d.updated_at)[:limit]
+        for d in ended:
+            del self._deliveries[d.delivery_id]
+        return len(ended)
 
     async def delivery_stats(self) -> tuple[dict[str, int], float | None]:
         counts = {s: 0 for s in STATES}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,14 @@ class Decision:
 
     state: str
     delay_s: float = 0.0
+
+
+def lease_s(endpoints: Iterable[Webhook]) -> float:
+    """How long a sender holds the deliveries it took: twice the longest attempt any
+    endpoint allows (``timeout_s``) and ten seconds for the store, so that a sender
+    killed mid-send leaves its deliveries to another within that, never sooner than
+    its attempts could end (pure)."""
+    return 2 * max((w.timeout_s for w in endpoints), default=10.0) + 10.0
 
 
 def decide(status: int | None, attempts: int, w: Webhook, rand: float | None = None) -> Decision:

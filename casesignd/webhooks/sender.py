@@ -16,6 +16,7 @@ resolver the connection uses, so the address checked is the address connected to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -29,13 +30,14 @@ from prometheus_client import Counter, Gauge
 
 from casesignd.config import Config
 from casesignd.core import audit
+from casesignd.core.calls import NO_CALL, Call, trace_headers
 from casesignd.core.logs import log_event
 from casesignd.core.webhook_events import Webhook
 from casesignd.engine import jobs
 from casesignd.observability.metrics import Metrics
 from casesignd.observability.tracing import Tracing
-from casesignd.store import Store
-from casesignd.store.outbox import Delivery
+from casesignd.store import Job, Store
+from casesignd.store.outbox import Delivery, webhook_of
 from casesignd.webhooks import endpoints as webhooks
 
 log = logging.getLogger("casesignd.webhooks.sender")
@@ -93,11 +95,17 @@ def allowed_addresses(cfg: Config) -> dict[str, list[str]]:
 class Sender:
     """Delivers the outbox's rows; :meth:`run` is the daemon's task."""
 
-    def __init__(self, s: SenderServices, *, lease_s: float = 120.0) -> None:
+    def __init__(self, s: SenderServices, *, lease_s: float | None = None) -> None:
         self.s = s
         self.owner = f"webhooks:{s.node}"
         self.lease_s = lease_s
         self.session: aiohttp.ClientSession | None = None
+        self.resolver: CheckingResolver | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.live = False  # between the daemon's start and its stop
+        # Set when a job that names an endpoint ends here: a turn at once, not at the
+        # next look (other daemons' jobs are found by looking, every POLL_S).
+        self.due = asyncio.Event()
         self.oldest_pending: float | None = None
         r = s.metrics.registry
         self.sent = Counter("casesignd_webhook_deliveries_total",
@@ -112,12 +120,44 @@ class Sender:
         self.oldest.set_function(lambda: 0.0 if self.oldest_pending is None
                                  else max(0.0, time.time() - self.oldest_pending))
 
+    def start(self) -> None:
+        """The daemon has started (its store is open): send once the config names an
+        endpoint."""
+        self.live = True
+        self.follow_config()
+
+    def follow_config(self) -> None:
+        """After the start and each reload: the addresses the config allows now, and the
+        sender's task running once any tenant names an endpoint, so that a reload
+        adding the first one starts it (one removing them all leaves it running: it
+        settles what is left as the config says)."""
+        if self.resolver is not None:
+            self.resolver.allowed = allowed_addresses(self.s.config)
+        if self.live and self.task is None and any(t.webhooks for t in self.s.config.tenants):
+            self.task = asyncio.get_running_loop().create_task(self.run(),
+                                                                 name="casesignd-webhooks")
+
+    def wake(self, job: Job) -> None:
+        """``job`` ended and its end is written: if it names an endpoint, its delivery is
+        due now (the recorder calls this)."""
+        if webhook_of(job.input) is not None:
+            self.due.set()
+
+    async def stop(self) -> None:
+        """Stop sending (the daemon stops); a delivery cut off is sent again later."""
+        self.live = False
+        if self.task is not None:
+            self.task.cancel()
+            await asyncio.wait([self.task], timeout=10)
+            self.task = None
+
     async def run(self) -> None:
-        connector = aiohttp.TCPConnector(resolver=CheckingResolver(allowed_addresses(self.s.config)),
-                                         limit=BATCH)
+        self.resolver = CheckingResolver(allowed_addresses(self.s.config))
+        connector = aiohttp.TCPConnector(resolver=self.resolver, limit=BATCH)
         self.session = aiohttp.ClientSession(connector=connector)
         try:
             while True:
+                self.due.clear()
                 try:
                     sent = await self.turn()
                     _counts, self.oldest_pending = await self.s.store.delivery_stats()
@@ -126,13 +166,17 @@ class Sender:
                               error=type(e).__name__)
                     sent = 0
                 if not sent:
-                    await asyncio.sleep(POLL_S)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.due.wait(), POLL_S)
         finally:
             await self.session.close()
 
     async def turn(self) -> int:
         """Send the due deliveries, at most BATCH; how many were taken."""
-        taken = await self.s.store.take_deliveries(self.owner, self.lease_s, BATCH)
+        # A lease outlasts the longest attempt the config allows now (a reload changes it).
+        lease_s = self.lease_s or webhooks.lease_s(
+            w for t in self.s.config.tenants for w in t.webhooks)
+        taken = await self.s.store.take_deliveries(self.owner, lease_s, BATCH)
         if taken:
             await asyncio.gather(*(self.send(d) for d in taken))
         return len(taken)
@@ -157,17 +201,15 @@ class Sender:
             await self._settle(d, "pending", error="secret_unreadable",
                                next_at=time.time() + w.max_delay_s)
             return
-        with self.s.tracing.client_span("webhook.deliver", {
+        # Under the job's trace: the request that admitted it, its attempts.
+        with self.s.tracing.call("webhook.deliver", job.traceparent, {
                 "casesignd.delivery_id": d.delivery_id, "casesignd.job_id": d.job_id,
                 "casesignd.webhook.event": d.event, "casesignd.attempt": d.attempts,
-                "http.request.body.size": len(body)},
-                # Under the job's trace: the request that admitted it, its attempts.
-                job.traceparent) as span:
-            status, error = await self._post(w, d, body, secrets, span)
-            if span is not None:
-                span.set_attribute("http.response.status_code", status or 0)
-                if error:
-                    span.set_attribute("error.type", error)
+                "http.request.body.size": len(body)}) as call:
+            status, error = await self._post(w, d, body, secrets, call)
+            call.note("http.response.status_code", status or 0)
+            if error:
+                call.note("error.type", error)
         if error == "address_refused":
             await self._settle(d, "dead", error=error)
             return
@@ -177,7 +219,7 @@ class Sender:
                            outcome=decision.state)
 
     async def _post(self, w: Webhook, d: Delivery, body: bytes,
-                    secrets: list[str], span: object = None) -> tuple[int | None, str | None]:
+                    secrets: list[str], call: Call = NO_CALL) -> tuple[int | None, str | None]:
         """(status, None), or (None, why) without an answer."""
         assert self.session is not None
         host = urlsplit(w.url).hostname or ""
@@ -193,7 +235,7 @@ class Sender:
                         # What happened; the body is the job as it is now.
                         "casesignd-event": d.event,
                         # The receiver continues the trace, when tracing is on.
-                        **({"traceparent": Tracing.traceparent(span)} if span else {})},
+                        **trace_headers(call)},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
                 await resp.read()

@@ -98,20 +98,23 @@ def _ts(text: str) -> float:
 Doc = tuple[str, int]  # a stored contract: its SHA-256 and size
 
 
-def body(doc: Doc, i: int, tag: str) -> dict[str, Any]:
+def body(doc: Doc, i: int, tag: str, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Job ``i``'s ``sign_case`` body: ``doc`` signed for a signer of its own, with
+    ``fields`` (``{"webhook": "bench"}``) on top."""
     sha, size = doc
-    return {"kind": "sign_case", "case_id": "E2E-1",
+    return {**(fields or {}), "kind": "sign_case", "case_id": "E2E-1",
             "items": [{"role": "contract", "name": "c.pdf", "media_type": "application/pdf",
                        "object_ref": f"sha256:{sha}", "sha256": sha, "size": size}],
             "signers": [{"id": f"signer-{tag}-{i}", "name": "Bench", "role": "buyer"}]}
 
 
 def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
-                   tag: str, *, listing: bool = False) -> list[dict]:
+                   tag: str, *, listing: bool = False,
+                   fields: dict[str, Any] | None = None) -> list[dict]:
     """The bench client: 32 submitters on kept-alive connections, each to one of
     ``urls`` in turn (daemons of one service), then every job polled until it ends
     (with ``listing``: the queue watched until it drains, then the jobs read by page).
-    Job ``i`` signs ``docs[i % len(docs)]``."""
+    Job ``i`` signs ``docs[i % len(docs)]``, its body with ``fields`` on top."""
     import aiohttp
 
     async def run() -> list[dict]:
@@ -126,7 +129,7 @@ def aiohttp_client(urls: list[str], token: str, docs: list[Doc], jobs: int,
                 while not queue.empty():
                     i = queue.get_nowait()
                     async with s.post(f"{url}/v1/jobs",
-                                      json=body(docs[i % len(docs)], i, tag)) as r:
+                                      json=body(docs[i % len(docs)], i, tag, fields)) as r:
                         ids.append((await r.json())["job_id"])
 
             await asyncio.gather(*(submitter(k) for k in range(32)))
@@ -356,11 +359,16 @@ def run(workdir: Path, doc: bytes, jobs: int, client: str, *, daemon_src: Path |
     return out
 
 
+def ended_at(job: dict[str, Any]) -> float:
+    """When a finished job ended (Unix seconds), by its own clocks."""
+    return _ts(job["created_at"]) + job["timings"]["total_ms"] / 1000
+
+
 def summarize(done: list[dict], cpu_s: float) -> dict[str, Any]:
     """The figures of finished jobs: rate by their own clocks (first admission to last
     finish), CPU per ready job, the median processing time."""
     start = min(_ts(j["created_at"]) for j in done)
-    end = max(_ts(j["created_at"]) + j["timings"]["total_ms"] / 1000 for j in done)
+    end = max(ended_at(j) for j in done)
     ready = sum(j["state"] == "ready" for j in done)
     processing = sorted(j["timings"]["processing_ms"] for j in done)
     return {"jobs": len(done), "ready": ready,

@@ -16,20 +16,40 @@ from typing import Any
 
 import pytest
 
-from tests.daemon import Daemon
+from tests.daemon import Daemon, to_toml
 from tests.helpers_browser import CHROMIUM, launch, seed
+from tests.helpers_webhooks import Receiver, endpoint, new_secret
 
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory) -> Iterator[tuple[Daemon, dict[str, Any]]]:
     work = tmp_path_factory.mktemp("console")
-    d = Daemon(work / "state").start()
+    secret = new_secret()
+    # Two receivers: one that takes its deliveries, one whose endpoint is gone (410).
+    taking, gone = Receiver(secret), Receiver(secret)
+    gone.answer = 410
+    d = Daemon(work / "state")
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    d.config["tenants"][0]["webhooks"] = [
+        endpoint("erp", taking.url, str(d.dir / "hook.secret")),
+        endpoint("crm", gone.url, str(d.dir / "hook.secret"))]
+    d.config_path.write_text(to_toml(d.config))
+    d.start()
     try:
-        yield d, seed(d, work)
+        jobs = seed(d, work)
+        jobs["receivers"] = {"erp": taking, "crm": gone}
+        for name in ("erp", "crm"):
+            r = d.submit({"kind": "test", "behavior": "succeed", "case_id": f"HOOK-{name}",
+                          "tag": name, "webhook": name})
+            assert r.status == 202, r.body
+            jobs[f"hooked-{name}"] = d.wait_job(r.json()["job_id"])
+        yield d, jobs
     finally:
         if d.proc is not None and d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait(timeout=10)
+        taking.close()
+        gone.close()
 
 
 # --- over HTTP -----------------------------------------------------------------------
@@ -167,6 +187,32 @@ def test_the_jobs_filter_by_state(console, browser_page):
     page.wait_for_function(shown, arg=[jobs["signed"]["job_id"]])
     page.click("#f-clear")
     page.wait_for_function("() => document.querySelectorAll('#jobs-table tbody tr[data-state]').length > 5")
+
+
+def test_webhook_deliveries_show_what_each_came_to_and_one_is_redelivered(console,
+                                                                          browser_page):
+    _, jobs = console
+    page, _ = browser_page
+    told, gone = jobs["hooked-erp"]["job_id"], jobs["hooked-crm"]["job_id"]
+    row = "#hooks-body tr[data-state='{state}']:has(button[aria-label='Open job {job}'])"
+    page.wait_for_selector(row.format(state="delivered", job=told))
+    dead = page.wait_for_selector(row.format(state="dead", job=gone))
+    cells = dead.eval_on_selector_all("td", "tds => tds.map(t => t.textContent)")
+    assert cells[1:5] == ["job.ready", "crm", "dead", "1"], cells
+    assert cells[5] == "–" and cells[6] == "HTTP 410"
+    # The endpoint is back: sent again on request, and delivered at its second attempt.
+    jobs["receivers"]["crm"].answer = 204
+    dead.query_selector("button[data-delivery]").click()
+    page.wait_for_function("() => document.querySelector('#hooks-status').textContent"
+                           ".includes('due again')")
+    again = page.wait_for_selector(row.format(state="delivered", job=gone))
+    assert again.eval_on_selector_all("td", "tds => tds.map(t => t.textContent)")[4] == "2"
+    assert len(jobs["receivers"]["crm"].verified) == 1
+    # Beside the job: its deliveries among its facts.
+    again.query_selector("button[aria-label^='Open job']").click()
+    page.wait_for_function(f"() => document.querySelector('#job-h').textContent.includes('{gone}')")
+    page.wait_for_function("() => document.querySelector('#job-facts').textContent"
+                           ".includes('job.ready to crm: delivered (2 attempts, HTTP 204)')")
 
 
 def test_markup_in_an_answer_is_shown_as_text_and_never_run(console, browser_page):

@@ -4,6 +4,7 @@ objects, a directory root and a flaky HTTP server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import os
@@ -356,6 +357,56 @@ async def test_http_retries_5xx_then_succeeds(tmp_path, http_source):
     assert http_source.hits["/files/a/doc.pdf"] == 3
     assert h.retries == [("web", "http_5xx"), ("web", "http_5xx")]
     assert h.sleeps == pytest.approx([0.1, 0.2])  # rand 0.5 of 0.2, 0.4
+
+
+class RecordedCalls:
+    """A :class:`casesignd.core.calls.Calls` that keeps each call's name, parent,
+    attributes and the traceparent it handed out."""
+
+    PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def current(self) -> str:
+        return self.PARENT
+
+    @contextlib.contextmanager
+    def call(self, name, parent, attributes):
+        n = len(self.calls)
+        rec = {"name": name, "parent": parent, "attributes": dict(attributes),
+               "traceparent": f"00-4bf92f3577b34da6a3ce929d0e0e4736-{n + 1:016x}-01"}
+        self.calls.append(rec)
+
+        class Noted:
+            traceparent = rec["traceparent"]
+
+            def note(self, key, value):
+                rec["attributes"][key] = value
+
+        yield Noted()
+
+
+async def test_each_http_try_is_a_call_span_carrying_its_traceparent(tmp_path, http_source):
+    data = b"%PDF-1.7 Avery Chen's contract"
+    http_source.script("/files/Avery Chen/contract.pdf", [Status(503), Body(data)])
+    h = http_harness(tmp_path, http_source)
+    h.fetcher.calls = calls = RecordedCalls()
+    try:
+        assert await h.fetch("web:Avery Chen/contract.pdf", sha(data), len(data)) == data
+    finally:
+        await h.fetcher.close()
+    assert [c["name"] for c in calls.calls] == ["source.fetch", "source.fetch"]
+    assert all(c["parent"] == RecordedCalls.PARENT for c in calls.calls)
+    first, second = (c["attributes"] for c in calls.calls)
+    assert first["http.response.status_code"] == 503 and first["casesignd.try"] == 1
+    assert second["http.response.status_code"] == 200 and second["casesignd.try"] == 2
+    assert second["casesignd.source"] == "web" and second["server.address"] == "127.0.0.1"
+    # The path names a person and a file: never in a span.
+    assert not [v for c in calls.calls for v in c["attributes"].values()
+                if "Avery" in str(v) or "contract" in str(v)]
+    sent = [{k.lower(): v for k, v in hd.items()}.get("traceparent") for hd in http_source.headers]
+    assert sent == [c["traceparent"] for c in calls.calls]
 
 
 async def test_http_honours_retry_after_on_429(tmp_path, http_source):

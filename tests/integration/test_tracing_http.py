@@ -10,9 +10,12 @@ import time
 import pytest
 
 from tests.daemon import to_toml
+from tests.helpers_ltv import LtvPki, ltv_pki
 from tests.helpers_ops import CASE_ID, case_manifest, contract_pdf, crash, find_personal, kiosk_sign
 from tests.helpers_otlp import OtlpReceiver, attributes
 from tests.helpers_webhooks import Receiver, endpoint, new_secret
+
+__all__ = ["ltv_pki"]  # fixture
 
 TID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SID = "00f067aa0ba902b7"
@@ -68,10 +71,18 @@ def test_a_webhook_call_carries_its_span_as_traceparent(daemon_factory, otlp, tm
         rx.close()
 
 
+# What a span may say of a URL: its host and port, never the whole, its path or query.
+URL_PARTS = {"url.full", "url.path", "url.query", "http.url", "http.target"}
+
+
 def _no_personal_values(d, otlp) -> None:
     values = [str(v) for s in otlp.spans for v in attributes(s).values()]
     assert find_personal(*values) == []
     assert not [v for v in values if d.token in v]
+    # No file name (the items' names) and no URL with a path.
+    assert not [v for v in values if ".pdf" in v or ".txt" in v or "/" in v.strip("/")
+                and "://" in v]
+    assert not {k for s in otlp.spans for k in attributes(s)} & URL_PARTS
     logs = d.logs()
     # Each phase's span was current in its own task, and left it as it found it.
     assert "Failed to detach context" not in logs
@@ -137,3 +148,40 @@ def test_a_job_continues_its_trace_after_a_kill_9(daemon_factory, otlp):
     [job] = otlp.wait(lambda s: s.name == "job test" and attributes(s)["casesignd.attempt"] == 2)
     assert job.trace_id.hex() == TID and job.parent_span_id == admission.span_id
     assert attributes(job)["casesignd.outcome"] == "succeeded"
+
+
+def test_a_b_lta_job_s_tsa_and_ocsp_calls_sit_under_its_phases(daemon_factory, otlp,
+                                                               ltv_pki: LtvPki, tmp_path):
+    d = daemon_factory({**ltv_pki.casesignd_config("signer", level="B-LTA"),
+                        "tracing": {"otlp_endpoint": otlp.url}})
+    received = ltv_pki.switchboard.traceparents
+    seen = len(received)
+    r = d.request("POST", "/v1/jobs", case_manifest(d, CASE_ID, contract_pdf(tmp_path)),
+                  headers={"traceparent": f"00-{TID}-{SID}-01", "Idempotency-Key": "lta-1"})
+    assert r.status == 202, r.body
+    assert d.wait_job(r.json()["job_id"], timeout_s=60)["state"] == "ready"
+    [admission] = otlp.wait(lambda s: s.name == "POST /v1/jobs")
+    [job] = otlp.wait(lambda s: s.name == "job sign_case")
+    assert job.trace_id.hex() == TID and job.parent_span_id == admission.span_id
+    otlp.wait(lambda s: s.parent_span_id == job.span_id and s.name == "phase publish")
+    phases = {s.span_id: s.name for s in otlp.spans if s.parent_span_id == job.span_id}
+    # The in-memory path's rungs, each a phase of its own.
+    assert {"phase validate", "phase sign", "phase timestamp", "phase ltv"} <= set(phases.values())
+    tsa = [s for s in otlp.spans if s.name == "tsa.timestamp" and s.trace_id.hex() == TID]
+    ocsp = [s for s in otlp.spans if s.name == "ocsp.fetch" and s.trace_id.hex() == TID]
+    # The signature's timestamp, then the document timestamp over the /DSS (pyHanko's,
+    # in a thread on its own event loop); the TSA's chain's OCSP responses, fetched
+    # for this first signature with that TSA.
+    assert sorted(phases[s.parent_span_id] for s in tsa) == ["phase ltv", "phase timestamp"]
+    assert ocsp and {phases[s.parent_span_id] for s in ocsp} == {"phase ltv"}
+    for span in tsa + ocsp:
+        attrs = attributes(span)
+        assert attrs["server.address"] == "127.0.0.1"
+        assert attrs["http.response.status_code"] == 200
+        assert attrs["casesignd.call"] in ("tsa", "ocsp")
+    # Each responder got the traceparent of the span of its request.
+    sent = {tp for _service, tp in received[seen:]}
+    for span in tsa + ocsp:
+        assert f"00-{TID}-{span.span_id.hex()}-01" in sent
+    assert {service for service, tp in received[seen:] if tp and TID in tp} == {"tsa", "ocsp"}
+    _no_personal_values(d, otlp)

@@ -6,12 +6,17 @@ caller can never make casesignd connect to."""
 
 from __future__ import annotations
 
+import json
+import signal
+import sqlite3
 import time
+from collections import Counter
 
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from tests.daemon import Daemon, to_toml
+from tests.daemon import Daemon, kill_all, shared_nodes, start_all, to_toml
+from tests.helpers_ops import CASE_ID, case_manifest, contract_pdf, crash, find_personal
 from tests.helpers_webhooks import Receiver, endpoint, new_secret
 
 
@@ -196,3 +201,120 @@ def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, rece
         assert other.attempts == []
     finally:
         other.close()
+
+
+def test_a_first_endpoint_added_by_sighup_starts_the_sender(daemon_factory, receiver, secret):
+    d = daemon_factory({"workers": {"concurrency": 2}})
+    # No endpoint yet: a job cannot name one, and nothing sends.
+    refused = d.submit({"kind": "test", "webhook": "erp"}, key="before")
+    assert refused.status == 422, refused.body
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    d.config["tenants"][0]["webhooks"] = [endpoint("erp", receiver.url, str(d.dir / "hook.secret"))]
+    d.config_path.write_text(to_toml(d.config))
+    d.signal(signal.SIGHUP)
+    end = time.monotonic() + 10
+    while (r := d.submit({"kind": "test", "webhook": "erp"}, key="after")).status != 202:
+        assert r.status == 422 and time.monotonic() < end, r.body
+        time.sleep(0.05)
+    got = receiver.wait(1)
+    assert [b["job_id"] for b in got.values()] == [r.json()["job_id"]]
+    assert [x["state"] for x in wait_settled(d, 1)] == ["delivered"]
+
+
+def test_deliveries_hold_nothing_of_the_case_and_ended_ones_go_with_jobs_s(
+        daemon_factory, receiver, secret, tmp_path):
+    d = daemon_factory({"workers": {"concurrency": 2},
+                        "retention": {"jobs_s": 2.0, "sweep_interval_s": 0.3}}, start=False)
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    d.config["tenants"][0]["webhooks"] = [
+        endpoint("erp", receiver.url, str(d.dir / "hook.secret"), max_attempts=1000)]
+    d.config_path.write_text(to_toml(d.config))
+    d.start()
+    told = d.submit({**case_manifest(d, CASE_ID, contract_pdf(tmp_path)), "webhook": "erp"},
+                    key="told").json()["job_id"]
+    receiver.wait(1)
+    receiver.down()
+    waiting = d.submit({**case_manifest(d, CASE_ID, contract_pdf(tmp_path, pages=3)),
+                        "webhook": "erp"}, key="waiting").json()["job_id"]
+    d.wait_job(waiting)
+    # What a delivery row holds: ids, the event, the endpoint's name, status and code.
+    # The body is the job resource, made when it is sent: an erasure has nothing here.
+    with sqlite3.connect(d.db) as conn:
+        rows = conn.execute("SELECT * FROM webhook_deliveries").fetchall()
+    assert len(rows) == 2 and find_personal(*(str(v) for row in rows for v in row)) == []
+    assert find_personal(json.dumps(deliveries(d))) == []
+    # The delivered one goes jobs_s after it ended; the pending one stays until it ends.
+    end = time.monotonic() + 30
+    while any(x["job_id"] == told for x in deliveries(d)):
+        assert time.monotonic() < end, deliveries(d)
+        time.sleep(0.2)
+    [left] = deliveries(d)
+    assert left["job_id"] == waiting and left["state"] == "pending"
+    # Its job stays while it waits (the body is made from it), and is told once back.
+    assert d.request("GET", f"/v1/jobs/{told}").status == 404
+    assert d.job(waiting)["state"] == "ready"
+    receiver.up()
+    got = receiver.wait(2)
+    assert {b["job_id"] for b in got.values()} == {told, waiting}
+    swept = [json.loads(line) for line in d.logs().splitlines() if '"retention.swept"' in line]
+    assert sum(x.get("deliveries", 0) for x in swept) >= 1, swept
+
+
+def _attempted_jobs(node: Daemon) -> list[str]:
+    return [json.loads(line)["job_id"] for line in node.logs().splitlines()
+            if '"webhook.attempt"' in line]
+
+
+def test_two_postgres_daemons_send_each_delivery_one_at_a_time_and_lose_none_to_a_kill(
+        postgres_dsn, tmp_path, receiver, secret):
+    nodes = shared_nodes(tmp_path / "state", ["n1", "n2"], {
+        "store": {"kind": "postgres", "dsn": postgres_dsn},
+        "workers": {"concurrency": 2, "cpu_processes": 1}})
+    first = nodes[0]
+    (first.dir / "hook.secret").write_text(secret + "\n")
+    # timeout_s 2: a killed sender's lease runs out 14 s later (2 x 2 s + 10 s).
+    first.config["tenants"][0]["webhooks"] = [
+        endpoint("erp", receiver.url, str(first.dir / "hook.secret"), timeout_s=2.0,
+                 max_attempts=100)]
+    first.config_path.write_text(to_toml(first.config))
+    try:
+        start_all(nodes)
+        # Each answer takes a while, so that both senders are at work at once.
+        receiver.delay_s = 0.3
+        jobs = [nodes[i % 2].submit({"kind": "test", "webhook": "erp", "tag": str(i)},
+                                    key=f"k{i}").json()["job_id"] for i in range(24)]
+        receiver.wait(24)
+        receipts = Counter(h["webhook-id"] for h in receiver.attempts)
+        assert len(receipts) == 24 and set(receipts.values()) == {1}, receipts
+        wait_settled(nodes[1], 24)
+        by_node = [_attempted_jobs(n) for n in nodes]
+        # Both sent, never the same delivery, and each exactly once.
+        assert all(by_node) and not set(by_node[0]) & set(by_node[1]), by_node
+        assert sorted(by_node[0] + by_node[1]) == sorted(jobs)
+
+        # n1 killed while answers are slow: what it had taken and not settled is sent
+        # again once its lease runs out, by n2 or by n1 restarted; nothing is lost, and
+        # only a delivery that had reached the receiver before the kill arrives twice.
+        receiver.delay_s = 1.5
+        more = [nodes[0].submit({"kind": "test", "webhook": "erp", "tag": f"m{i}"},
+                                key=f"m{i}").json()["job_id"] for i in range(8)]
+        end = time.monotonic() + 30
+        while len({h["webhook-id"] for h in receiver.attempts}) < 24 + 3:
+            assert time.monotonic() < end
+            time.sleep(0.05)
+        crash(nodes[0])
+        reached = {h["webhook-id"] for h in receiver.attempts}
+        nodes[0].start()
+        receiver.delay_s = 0.0
+        got = receiver.wait(32, timeout_s=120)
+        assert {b["job_id"] for b in got.values()} == set(jobs + more)
+        listed = {x["delivery_id"]: x for x in wait_settled(nodes[1], 32, timeout_s=120)}
+        assert {x["state"] for x in listed.values()} == {"delivered"}
+        receipts = Counter(h["webhook-id"] for h in receiver.attempts)
+        assert set(receipts) == set(listed)
+        twice = {i for i, n in receipts.items() if n > 1}
+        assert twice <= reached, (twice, reached)
+        # Every receipt is an attempt the store counted: none sent by two at a time.
+        assert all(n <= listed[i]["attempts"] for i, n in receipts.items())
+    finally:
+        kill_all(nodes)

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from casesignd.core.calls import NO_CALLS
 from casesignd.core.errors import PermanentJobError
 from casesignd.ops import devpki
 from casesignd.signing import cms, worker
@@ -34,6 +35,7 @@ class Services:
     def __init__(self, signer: LocalSigner | None) -> None:
         self.signer = signer
         self.longterm = LongTerm(LongTermSettings(), lambda: [B_B])
+        self.calls = NO_CALLS
 
     def cms_template(self) -> cms.SignerInfoTemplate:
         assert self.signer is not None

@@ -753,6 +753,29 @@ async def test_deliveries_are_leased_one_sender_at_a_time_and_fenced(store_and_c
     assert fourth.attempts == 4
 
 
+async def test_retention_removes_ended_deliveries_and_keeps_pending_ones(store_and_clock):
+    store, clock = store_and_clock
+    for i in range(3):
+        await admit(store, key=f"k{i}", body={"x": i, "webhook": "erp"})
+        await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    delivered, dead, pending = await store.take_deliveries("n", 30, 10)
+    assert await store.settle_delivery(delivered, "delivered", status=204)
+    assert await store.settle_delivery(dead, "dead", status=410)
+    assert await store.settle_delivery(pending, "pending", next_at=clock.now + 3600, status=500)
+    ended_at = clock.now
+    assert await store.expire_deliveries(ended_at, 10) == 0  # not before the cutoff
+    clock.now += 100
+    assert await store.expire_deliveries(ended_at + 1, 1) == 1  # a batch at a time
+    assert await store.expire_deliveries(ended_at + 1, 10) == 1
+    [left] = await store.list_deliveries("t1", 10)
+    assert left.delivery_id == pending.delivery_id and left.state == "pending"
+    assert (await store.delivery_stats())[0]["pending"] == 1
+    # The job a pending delivery reports stays too: the delivery's body is made from it.
+    removed = await store.expire("jobs", clock.now + 1, 10)
+    assert sorted(r.key for r in removed) == sorted([delivered.job_id, dead.job_id])
+    assert await store.get_job("t1", pending.job_id) is not None
+
+
 async def test_two_senders_never_take_one_delivery_together(store_and_clock):
     store, clock = store_and_clock
     # On PostgreSQL the second sender is another daemon's store on the same database.

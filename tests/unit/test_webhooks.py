@@ -113,3 +113,23 @@ def test_config_names_a_bad_endpoint(entry, key):
         config.loads(f'[[tenants]]\nname = "t"\ntoken_sha256 = "{"a" * 64}"\n'
                      f"[[tenants.webhooks]]\n{lines}\n")
     assert e.value.key == f"tenants[0].webhooks[0].{key}"
+
+
+@pytest.mark.parametrize(("timeouts", "lease"), [((), 30.0), ((2.0,), 14.0), ((2.0, 10.0), 30.0)])
+def test_a_sender_s_lease_outlasts_the_longest_attempt(timeouts, lease):
+    hooks = [Webhook(name=f"w{i}", url="https://erp.example/hook", secret_file="s",
+                     timeout_s=t) for i, t in enumerate(timeouts)]
+    assert webhooks.lease_s(hooks) == lease
+
+
+def test_a_job_that_names_an_endpoint_wakes_the_sender_when_it_ends():
+    from types import SimpleNamespace
+
+    from casesignd.observability.metrics import Metrics
+    from casesignd.webhooks.sender import Sender
+
+    sender = Sender(SimpleNamespace(metrics=Metrics(node="n"), node="n"))  # type: ignore[arg-type]
+    sender.wake(SimpleNamespace(input='{"tag": "x"}'))  # type: ignore[arg-type]
+    assert not sender.due.is_set()
+    sender.wake(SimpleNamespace(input='{"tag": "x", "webhook": "erp"}'))  # type: ignore[arg-type]
+    assert sender.due.is_set()

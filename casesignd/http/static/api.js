@@ -67,3 +67,7 @@ export const getJob = (id) => call('GET', `/v1/jobs/${encodeURIComponent(id)}`);
 export const getEvents = (id) => call('GET', `/v1/jobs/${encodeURIComponent(id)}/events`);
 export const retryJob = (id) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/retry`);
 export const cancelJob = (id) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/cancel`);
+export const listDeliveries = (jobId) =>
+  call('GET', `/v1/webhooks/deliveries${query({ limit: 20, job_id: jobId })}`);
+export const redeliver = (id) =>
+  call('POST', `/v1/webhooks/deliveries/${encodeURIComponent(id)}/redeliver`);

@@ -1,8 +1,10 @@
-// The console: sign-in, the queue, the clocks, the jobs, one job, the audit chain.
+// The console: sign-in, the queue, the clocks, the jobs, one job, the audit chain,
+// the webhook deliveries.
 // Every value shown comes from the daemon's public API and is set as text.
 
 import * as api from './api.js';
 import * as charts from './charts.js';
+import * as hooks from './deliveries.js';
 import { age, byId, bytes, el, ms, replace, time } from './dom.js';
 
 const REFRESH_MS = 5000;
@@ -200,13 +202,13 @@ function download(result) {
             `Download (${result.media_type || 'file'}, ${bytes(result.size)})`);
 }
 
-function renderJob(job, events) {
+function renderJob(job, events, deliveries) {
   const { result, ...rest } = job; // a fresh download link each read: not a change
-  const key = JSON.stringify([rest, result && result.sha256, events.length]);
-  redraw(byId('job'), key, () => drawJob(job, events));
+  const key = JSON.stringify([rest, result && result.sha256, events.length, deliveries]);
+  redraw(byId('job'), key, () => drawJob(job, events, deliveries));
 }
 
-function drawJob(job, events) {
+function drawJob(job, events, deliveries) {
   byId('job-h').textContent = `Job ${job.job_id}`;
   const t = job.timings || {};
   const facts = [
@@ -240,6 +242,7 @@ function drawJob(job, events) {
                  fact('Link expires', time(job.result.expires_at)));
     }
   }
+  for (const d of deliveries) facts.push(fact('Webhook', hooks.summary(d)));
   replace(byId('job-facts'), facts);
   const actions = [];
   if (job.state === 'failed') actions.push(action('Retry', api.retryJob, job));
@@ -274,9 +277,10 @@ async function openJob(id, focus) {
   view.job = id;
   const section = byId('job');
   try {
-    const [job, events] = await Promise.all([api.getJob(id), api.getEvents(id)]);
+    const [job, events, sent] = await Promise.all([api.getJob(id), api.getEvents(id),
+                                                   api.listDeliveries(id)]);
     if (view.job !== id) return; // another job was opened meanwhile
-    renderJob(job, events.events);
+    renderJob(job, events.events, sent.deliveries);
     section.hidden = false;
     if (focus) {
       byId('job-status').textContent = '';
@@ -287,10 +291,38 @@ async function openJob(id, focus) {
   }
 }
 
+// --- the webhook deliveries --------------------------------------------------------
+
+async function refreshDeliveries() {
+  try {
+    const { deliveries } = await api.listDeliveries();
+    const body = byId('hooks-body');
+    redraw(body, JSON.stringify(deliveries), () => replace(body, deliveries.length
+      ? deliveries.map((d) => hooks.row(d, (id) => openJob(id, true), redeliver))
+      : el('tr', {}, el('td', { colspan: 8 }, 'No deliveries yet.'))));
+  } catch (e) {
+    byId('hooks-status').textContent = failure(e);
+  }
+}
+
+async function redeliver(d, button) {
+  button.disabled = true;
+  const status = byId('hooks-status');
+  try {
+    await api.redeliver(d.delivery_id);
+    status.textContent = `Redeliver: ${d.event} of job ${d.job_id} is due again.`;
+    await refreshDeliveries();
+  } catch (e) {
+    status.textContent = failure(e);
+    button.disabled = false;
+  }
+}
+
 // --- the session --------------------------------------------------------------------
 
 function tick() {
   refreshSummary();
+  refreshDeliveries();
   if (view.cursor === null) refreshJobs(false);
   if (view.job && !byId('job').hidden) openJob(view.job, false);
 }
@@ -323,7 +355,8 @@ function signOut(message) {
   api.signOut();
   clearInterval(view.timer);
   Object.assign(view, { filters: {}, cursor: null, newer: [], next: null, job: null, timer: null });
-  for (const id of ['queue-body', 'queue-news', 'audit-body', 'job-facts', 'job-actions']) {
+  for (const id of ['queue-body', 'queue-news', 'audit-body', 'job-facts', 'job-actions',
+                    'hooks-body', 'hooks-status']) {
     replace(byId(id));
   }
   shown.clear();

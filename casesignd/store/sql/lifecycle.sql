@@ -17,13 +17,16 @@ INSERT OR IGNORE INTO holds (tenant, case_id, placed_at) VALUES (:tenant, :case_
 DELETE FROM holds WHERE tenant = :tenant AND case_id = :case_id;
 
 -- name: expire_jobs
--- Terminal jobs that ended before the cutoff, of cases under no hold: "rejected"
--- (failed for their input) or the others.
+-- Terminal jobs that ended before the cutoff, of cases under no hold and with no
+-- webhook delivery still to send (its body is the job): "rejected" (failed for their
+-- input) or the others.
 DELETE FROM jobs WHERE job_id IN (
   SELECT j.job_id FROM jobs AS j
    WHERE j.state IN ('succeeded', 'failed', 'canceled') AND j.finished_at < :cutoff
      AND (j.state = 'failed' AND coalesce(j.error_category, '') = 'permanent_input') = :rejected
      AND NOT EXISTS (SELECT 1 FROM holds AS h WHERE h.tenant = j.tenant AND h.case_id = j.case_id)
+     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS w
+                      WHERE w.job_id = j.job_id AND w.state = 'pending')
    ORDER BY j.finished_at LIMIT :limit)
 RETURNING job_id, tenant, case_id, kind, state, attempt, input, input_digest, version, finished_at;
 

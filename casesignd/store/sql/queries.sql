@@ -307,3 +307,11 @@ RETURNING *;
 
 -- name: get_delivery
 SELECT * FROM webhook_deliveries WHERE delivery_id = :delivery_id AND tenant = :tenant;
+
+-- Deliveries that ended (delivered, dead or skipped) before the cutoff, oldest first:
+-- retention's (casesignd.engine.retention). A pending one stays until it ends.
+-- name: expire_deliveries
+DELETE FROM webhook_deliveries WHERE delivery_id IN (
+  SELECT delivery_id FROM webhook_deliveries
+   WHERE state <> 'pending' AND updated_at < :cutoff
+   ORDER BY updated_at LIMIT :limit);

@@ -18,13 +18,16 @@ ON CONFLICT DO NOTHING;
 DELETE FROM holds WHERE tenant = %(tenant)s AND case_id = %(case_id)s;
 
 -- name: expire_jobs
--- Terminal jobs that ended before the cutoff, of cases under no hold: "rejected"
--- (failed for their input) or the others.
+-- Terminal jobs that ended before the cutoff, of cases under no hold and with no
+-- webhook delivery still to send (its body is the job): "rejected" (failed for their
+-- input) or the others.
 DELETE FROM jobs WHERE job_id IN (
   SELECT j.job_id FROM jobs AS j
    WHERE j.state IN ('succeeded', 'failed', 'canceled') AND j.finished_at < %(cutoff)s
      AND (j.state = 'failed' AND coalesce(j.error_category, '') = 'permanent_input') = %(rejected)s
      AND NOT EXISTS (SELECT 1 FROM holds AS h WHERE h.tenant = j.tenant AND h.case_id = j.case_id)
+     AND NOT EXISTS (SELECT 1 FROM webhook_deliveries AS w
+                      WHERE w.job_id = j.job_id AND w.state = 'pending')
    ORDER BY j.finished_at LIMIT %(limit)s FOR UPDATE OF j SKIP LOCKED)
 RETURNING job_id, tenant, case_id, kind, state, attempt, input, input_digest, version, finished_at;
 
