@@ -410,9 +410,9 @@ class InvoiceKind:
         if invoice.get("sign"):
             signed = str(ctx.workdir / "invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"
-            policy = ctx.config.policy(None)
-            logo = b"" if policy is None else await stamp_logo(
-                self._branding() if self._branding else None, ctx.tenant, policy)
+            policy, branding = ctx.config.policy(None), self._branding() if self._branding else None
+            logo = b"" if policy is None or branding is None else await stamp_logo(
+                branding, ctx.tenant, policy)
             await sign_invoice(self._ladder, ctx, path, signed, reason, logo)
             path = signed
         artifact = await ctx.services.publish(ctx, path, "application/pdf")
