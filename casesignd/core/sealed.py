@@ -30,12 +30,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 KEY_BYTES = 32
 CHUNK_PLAIN_BYTES = 64 * 1024
@@ -109,6 +107,12 @@ class SealKey:
 
 
 def _subkey_aead(key: SealKey, file_id: bytes) -> AESGCM:
+    # Imported on first use: a command line that never touches a sealed file (--help)
+    # does not pay for cryptography.
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     subkey = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=file_id,
                   info=_HKDF_INFO).derive(key.raw())
     return AESGCM(subkey)
@@ -300,6 +304,8 @@ class SealedReader(PositionedReader):
         sealed = self._inner.read(want)
         if len(sealed) != want:
             raise _noted(SealBroken("sealed file is truncated"))
+        from cryptography.exceptions import InvalidTag
+
         try:
             plain = self._aead.decrypt(_nonce(index, last), sealed, self._header)
         except InvalidTag:

@@ -221,9 +221,11 @@ class Ladder:
         steps.record_phase("sign", time.perf_counter() - start + work.sign_s)
         return SignedBytes(work.checked, base, appended, work.sha256)
 
-    async def extend(self, steps: Steps, document: Path, policy: SigningPolicy) -> float:
-        """Renew a B-LTA ``document`` in place (the last rung again); when the chain of
-        its new document timestamp expires (epoch seconds)."""
+    async def extend(self, steps: Steps, document: Path | SealedSigned, policy: SigningPolicy
+                     ) -> tuple[float, bytes]:
+        """Renew a B-LTA ``document`` (the last rung again): when the chain of its new
+        document timestamp expires (epoch seconds), and what follows ``document`` now
+        (b"" for a file, extended in place)."""
         await steps.check_lease()
         async with steps.phase("ltv"):
             return await self.services.longterm.extend(document, policy)

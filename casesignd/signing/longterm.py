@@ -35,7 +35,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from casesignd.core.errors import CasesignError, ConfigError, PermanentJobError
-from casesignd.core.sealed import reading_sealed
+from casesignd.core.sealed import guarded, reading_sealed
 from casesignd.signing import tsa
 from casesignd.signing.levels import SigningPolicy, highest
 from casesignd.signing.revocation import (
@@ -196,25 +196,29 @@ class LongTerm:
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return Appended(tail + more, policy.signature_level, expires_at)
 
-    async def extend(self, document: Path, policy: SigningPolicy) -> float:
-        """Renewal of a B-LTA document, in place: fresh data for the chain of its last
-        document timestamp, and a new document timestamp over all of it."""
+    async def extend(self, document: Path | SealedSigned, policy: SigningPolicy
+                     ) -> tuple[float, bytes]:
+        """Renewal of a B-LTA document: fresh data for the chain of its last document
+        timestamp, and a new document timestamp over all of it; a file in place, a
+        sealed body with what follows it. When the new timestamp's chain expires
+        (epoch seconds), and what the renewal appended (b"" for a file)."""
         from casesignd.signing.longterm_write import last_timestamp_token
 
         if self.revocation is None:
             raise ConfigError("validation.trust_roots", "renewal needs trust roots")
-        last_token = await asyncio.to_thread(last_timestamp_token, str(document))
+        last_token = await asyncio.to_thread(guarded, last_timestamp_token, document)
         if last_token is None:
             raise PermanentJobError("the artifact has no document timestamp (it is not B-LTA)",
                                     code="invalid_input")
         cert, others = tsa.token_signer(last_token)
         chain = await self.revocation.evidence(cert, others, timestamping=True)
         stamper = self._stamper(policy)
-        await asyncio.to_thread(self._update, document, [chain], stamper, 3 * len(last_token))
+        tail = await asyncio.to_thread(self._update, document, [chain], stamper,
+                                       3 * len(last_token))
         assert stamper.last is not None
-        _more, chain = await self._cover_timestamp(document, b"", stamper.last, chain)
+        more, chain = await self._cover_timestamp(document, tail, stamper.last, chain)
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
-        return expires_at
+        return expires_at, tail + more
 
     async def _cover_timestamp(self, document: bytes | Path | SealedSigned, tail: bytes,
                                token: bytes,
