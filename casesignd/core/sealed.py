@@ -314,6 +314,23 @@ class SealedReader(PositionedReader):
         self._cached_index, self._cached = index, plain
         return plain
 
+    def pread(self, size: int, offset: int) -> bytes:
+        """``size`` plain bytes from ``offset`` (fewer at the end), the position left
+        where it is (for :class:`SealedView`)."""
+        out = bytearray()
+        end = min(self.plain_size, offset + size)
+        while offset < end:
+            index, within = divmod(offset, self._chunk)
+            plain = self._load(index)
+            take = min(len(plain) - within, end - offset)
+            out += plain[within:within + take]
+            offset += take
+        return bytes(out)
+
+    def view(self) -> SealedView:
+        """The whole file as a lazy :class:`SealedView`."""
+        return SealedView(self, 0, self.plain_size)
+
     def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
         if self.closed:
             raise ValueError("read from a closed sealed file")
@@ -343,6 +360,33 @@ class SealedReader(PositionedReader):
                 self._inner.close()
         finally:
             super().close()
+
+
+class SealedView:
+    """Bytes ``start:stop`` of a sealed file, read only when asked: what a memory map
+    of a plain file gives a parser (a large stream's data, never in memory whole).
+    ``len``, slicing (another view), ``bytes()`` and :meth:`chunks`."""
+
+    __slots__ = ("_reader", "_start", "_stop")
+
+    def __init__(self, reader: SealedReader, start: int, stop: int) -> None:
+        self._reader, self._start, self._stop = reader, start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, item: slice) -> SealedView:
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("a sealed view is sliced, a step of 1")
+        start, stop, _ = item.indices(len(self))
+        return SealedView(self._reader, self._start + start, self._start + stop)
+
+    def __bytes__(self) -> bytes:
+        return self._reader.pread(len(self), self._start)
+
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        for at in range(self._start, self._stop, size):
+            yield self._reader.pread(min(size, self._stop - at), at)
 
 
 def seal_writer(fileobj: BinaryIO, key: SealKey, *, close_inner: bool = False) -> SealedWriter:

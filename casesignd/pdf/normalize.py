@@ -28,7 +28,7 @@ from pypdf import PdfReader
 from pypdf import generic as g
 
 from casesignd.core.errors import AmbiguousPdf, EncryptedPdf, LimitExceeded, MalformedPdf
-from casesignd.core.sealed import SealedPath
+from casesignd.core.sealed import SealedPath, SealedView
 
 if TYPE_CHECKING:
     from casesignd.pdf.draw import Drawn
@@ -166,7 +166,14 @@ def page_digests(reader: PdfReader, max_nodes: int = 1_000_000,
         h = hashlib.sha256()
         if isinstance(obj, g.StreamObject):
             h.update(b"stream")
-            h.update(hashlib.sha256(obj._data).digest())
+            data = obj._data
+            if isinstance(data, SealedView):  # a large stream of a sealed file
+                inner = hashlib.sha256()
+                for chunk in data.chunks():
+                    inner.update(chunk)
+                h.update(inner.digest())
+            else:
+                h.update(hashlib.sha256(data).digest())
         if isinstance(obj, g.DictionaryObject):
             h.update(b"dict")
             skip = _BACKLINKS | _DRAWN_KEYS if drawn_here or id(obj) in masked else _BACKLINKS

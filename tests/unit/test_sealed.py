@@ -242,3 +242,15 @@ def test_a_swallowed_break_still_ends_the_block_as_io_error() -> None:
     with pytest.raises(TempBroken), reading_sealed():
         raise ValueError("a parser's own error") from SealBroken("chunk 0")
     assert broken_seal(RuntimeError("x")) is None
+
+
+def test_a_view_reads_only_what_is_asked_and_keeps_the_position() -> None:
+    key = SealKey.generate()
+    data = _plain(6 * C + 5, seed=11)
+    r = open_sealed(io.BytesIO(_seal(data, key)), key)
+    r.seek(123)
+    view = r.view()[C + 7:5 * C]
+    assert len(view) == 4 * C - 7 and r.chunks_decrypted == 1
+    assert bytes(view[10:20]) == data[C + 17:C + 27]
+    assert b"".join(view.chunks(1000)) == data[C + 7:5 * C]
+    assert r.tell() == 123 and r.read(5) == data[123:128]
