@@ -39,7 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchlib import e2e, loadavg, run_script  # noqa: E402  (scripts/, beside this file)
+from benchlib import e2e, loadavg, run_script, temp_files  # noqa: E402  (scripts/, beside this file)
 from benchlib.documents import make_pages  # noqa: E402
 
 PASSWORD = b"bench-password"
@@ -139,7 +139,21 @@ def _endesive(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
     return times
 
 
-ENGINES = {"casesignd": _casesignd, "pyhanko": _pyhanko, "endesive": _endesive}
+def _hash_before(src: Path) -> None:
+    if src.stat().st_size > 10 * MB:
+        _HASH_TIMES.append(src.stat().st_size / MB / hash_speed_mb_s(src, rounds=1))
+
+
+def _job(sealed: bool) -> Any:
+    def run(src: Path, out_dir: Path, p12: Path, n: int) -> list[float]:
+        job = temp_files.sealed_job if sealed else temp_files.plain_job
+        return job(src, out_dir, p12, n, _hash_before, time.perf_counter)
+    return run
+
+
+ENGINES = {"casesignd": _casesignd, "pyhanko": _pyhanko, "endesive": _endesive,
+           # A sign_case attempt's temp files, plain (as before sealing) and sealed.
+           "casesignd-job": _job(False), "casesignd-sealed": _job(True)}
 
 
 def worker(engine: str, src: str, out_dir: str, p12: str, n: int) -> None:
@@ -285,7 +299,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-large", action="store_true", help="skip the large document")
     ap.add_argument("--large-mb", type=int, default=200)
-    ap.add_argument("--engines", default="casesignd,pyhanko,endesive")
+    ap.add_argument("--engines", default="casesignd,casesignd-job,casesignd-sealed,pyhanko,endesive")
     ap.add_argument("--e2e-jobs", type=int, default=2000,
                     help="one-page sign_case jobs through a real daemon (0: skip)")
     ap.add_argument("--plain-jobs", type=int, default=2000,
@@ -323,8 +337,8 @@ def main() -> None:
 
         def iterations(engine: str, doc: str) -> int:
             if "MB" in doc:
-                return 5 if engine == "casesignd" else 1
-            base = 200 if engine == "casesignd" else 20
+                return 5 if engine.startswith("casesignd") else 1
+            base = 200 if engine.startswith("casesignd") else 20
             return max(5, base // (4 if args.quick else 1)) if doc == "1-page" else max(5, base // 4)
 
         results: dict[str, dict[str, dict[str, float]]] = {}
@@ -350,17 +364,24 @@ def main() -> None:
                 rows.append((engine, doc, entry))
 
         print(f"SHA-256 file hashing: {hash_mb_s:.0f} MB/s (one core, {big.stat().st_size / MB:.0f} MB file)")
-        print(f"{'engine':<10} {'document':<10} {'p50 ms':>10} {'docs/s':>8} {'MB/s':>8} {'peak RSS MB':>12}")
+        print(f"{'engine':<17} {'document':<10} {'p50 ms':>10} {'docs/s':>8} {'MB/s':>8} "
+              f"{'peak RSS MB':>12} {'vs hashing':>11}")
         for engine, doc, e in rows:
-            print(f"{engine:<10} {doc:<10} {e['p50_ms']:>10.2f} {e['docs_per_s']:>8.1f} "
-                  f"{e['mb_per_s']:>8.1f} {e['peak_rss_mb']:>12.1f}")
+            print(f"{engine:<17} {doc:<10} {e['p50_ms']:>10.2f} {e['docs_per_s']:>8.1f} "
+                  f"{e['mb_per_s']:>8.1f} {e['peak_rss_mb']:>12.1f} "
+                  f"{e.get('speed_vs_hashing', ''):>11}")
+        jobs = {k: results[k] for k in ("casesignd-job", "casesignd-sealed") if k in results}
+        if len(jobs) == 2:
+            print("a job's temp files sealed against plain (p50): " + ", ".join(
+                f"{d} ×{jobs['casesignd-sealed'][d]['p50_ms'] / jobs['casesignd-job'][d]['p50_ms']:.2f}"
+                for d in jobs["casesignd-job"] if d in jobs["casesignd-sealed"]))
         ours = results.get("casesignd", {})
         speedups = {
             other: {
                 doc: round(results[other][doc]["p50_ms"] / ours[doc]["p50_ms"], 1)
                 for doc in results[other] if doc in ours
             }
-            for other in results if other != "casesignd"
+            for other in results if not other.startswith("casesignd")
         }
         large = next((d for d in ours if "MB" in d), None)
         if large is not None and "speed_vs_hashing" in ours[large]:
@@ -376,6 +397,11 @@ def main() -> None:
             "large_at_half_hash_speed": large is not None
             and ours[large].get("speed_vs_hashing", 0) >= 0.5,
         }
+        sealed = results.get("casesignd-sealed", {})
+        if large is not None and large in sealed:
+            targets["sealed_large_peak_rss_under_100_mb"] = sealed[large]["peak_rss_mb"] < 100
+            targets["sealed_large_at_half_hash_speed"] = \
+                sealed[large].get("speed_vs_hashing", 0) >= 0.5
         rounds = max(1, args.rounds or (1 if args.quick else 3))
         ticks0, stolen0, load0 = *cpu_ticks(), loadavg.snapshot()
         e2e = end_to_end(args.e2e_jobs, work, baseline=args.baseline_rev or None,

@@ -18,6 +18,7 @@ from typing import Any
 from reportlab.platypus.doctemplate import LayoutError
 
 from casesignd.core.errors import PermanentJobError
+from casesignd.core.sealed import SealedPath
 from casesignd.invoices.layout import v3_render
 from casesignd.invoices.v4 import v4_render
 
@@ -80,7 +81,7 @@ def _render(order: dict[str, Any], template_version: str, out: Any,
         ) from None
 
 
-def render_to_file(order: dict[str, Any], template_version: str, out_path: str,
+def render_to_file(order: dict[str, Any], template_version: str, out_path: str | SealedPath,
                    issuer: dict[str, Any]) -> int:
     """Render the invoice to ``out_path`` with ``template_version``; return its pages.
 
@@ -88,8 +89,11 @@ def render_to_file(order: dict[str, Any], template_version: str, out_path: str,
     ``ctx.input``: ``{"order": {...}, "tax": {...}, "issuer": {...}, ...}``).
     ``issuer`` is ``{"name": str, "address": [str, ...]}`` and, for a branded
     template, the rest of the job's issuer snapshot with ``logo_path``, where the
-    logo's bytes are.
+    logo's bytes are. A sealed ``out_path`` (a job's temp area) is written sealed.
     """
+    if isinstance(out_path, SealedPath):
+        with out_path.create() as out:
+            return _render(order, template_version, out, issuer)
     return _render(order, template_version, out_path, issuer)
 
 

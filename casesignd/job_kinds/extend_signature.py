@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import re
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,11 @@ from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError, ValidationError
 from casesignd.core.fields import refuse_unknown
 from casesignd.core.outcomes import Finish
+from casesignd.core.sealed import SealedPath, copy_into
 from casesignd.engine.kinds import Admission, JobContext, admit_policy
 from casesignd.job_kinds.signing import JobSteps, signing_policy
 from casesignd.signing.ladder import Ladder, policy_in_force
+from casesignd.signing.sealed_output import SealedSigned
 
 KIND = "extend_signature"
 _ARTIFACT_ID = re.compile(r"art_[0-9a-f]{32}")
@@ -73,18 +74,23 @@ class ExtendSignatureKind:
             raise PermanentJobError(f"no artifact {artifact_id}", code="artifact_not_found")
         if record["media_type"] != "application/pdf":
             raise PermanentJobError("only a signed PDF can be renewed", code="invalid_input")
-        out = ctx.workdir / "extended.pdf"
+        assert ctx.area is not None
+        # Sealed in the attempt's area; the renewal's updates follow it in memory.
+        out = ctx.area.sealed("extended.pdf")
         async with ctx.phase("fetch"):
             await asyncio.to_thread(_copy, source, out)
-        expires_at = await self._ladder.extend(JobSteps(ctx), out, signing_policy(policy))
-        artifact = dataclasses.replace(await s.publish(ctx, out, "application/pdf"),
+        expires_at, tail = await self._ladder.extend(JobSteps(ctx), SealedSigned(out, b""),
+                                                     signing_policy(policy))
+        artifact = dataclasses.replace(await s.publish(ctx, out, "application/pdf", tail=tail),
                                        timestamp_expires_at=expires_at)
         return Finish(artifact=artifact, detail={"extended_from": artifact_id, "level": "B-LTA"},
                       renews=artifact_id)
 
 
-def _copy(source: bytes | Path, out: Path) -> None:
-    if isinstance(source, Path):
-        shutil.copyfile(source, out)
-    else:
-        out.write_bytes(source)
+def _copy(source: bytes | Path, out: SealedPath) -> None:
+    with out.create() as sealed:
+        if isinstance(source, Path):
+            with open(source, "rb") as f:
+                copy_into(f, sealed)
+        else:
+            sealed.write(source)

@@ -40,12 +40,12 @@ import unicodedata
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 from casesignd.config import Config, Policy
 from casesignd.core.errors import ConfigError, ValidationError
 from casesignd.core.fields import object_field, refuse_unknown, required
+from casesignd.core.sealed import SealedPath
 from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money
 from casesignd.invoices.branding import Branding, InvoiceSettings, logo_dir_of, settings_of
@@ -400,38 +400,43 @@ class InvoiceKind:
         """Render in the CPU pool, optionally sign, publish the PDF."""
         invoice = ctx.input
         version = ctx.version or invoice["template_version"]
-        path = str(ctx.workdir / "invoice.pdf")
+        assert ctx.area is not None
+        # Sealed in the attempt's area, like every file there.
+        path = ctx.area.sealed("invoice.pdf")
         started = time.perf_counter()
         issuer = render_issuer({**invoice, "template_version": version}, ctx.config)
         async with ctx.phase("render"):
             pages = await ctx.cpu(render_to_file, invoice, version, path, issuer)
         ctx.services.metrics.observe_invoice_render(
             version, len(invoice["order"]["items"]), time.perf_counter() - started)
+        tail = b""
         if invoice.get("sign"):
-            signed = str(ctx.workdir / "invoice-signed.pdf")
+            signed = ctx.area.sealed("invoice-signed.pdf")
             reason = f"Invoice {invoice['order']['order_id']}"
             policy, branding = ctx.config.policy(None), self._branding() if self._branding else None
             logo = b"" if policy is None or branding is None else await stamp_logo(
                 branding, ctx.tenant, policy)
-            await sign_invoice(self._ladder, ctx, path, signed, reason, logo)
+            tail = await sign_invoice(self._ladder, ctx, path, signed, reason, logo)
             path = signed
-        artifact = await ctx.services.publish(ctx, path, "application/pdf")
+        artifact = await ctx.services.publish(ctx, path, "application/pdf", tail=tail)
         return Finish(artifact=artifact, detail={"pages": pages, "template_version": version})
 
 
-async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: str, dst: str,
-                       reason: str, logo: bytes = b"") -> None:
+async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: SealedPath, dst: SealedPath,
+                       reason: str, logo: bytes = b"") -> bytes:
     """Sign a document the service made itself (an invoice): same signer, same PAdES
     profile, same TSA as the default policy, and its visible stamp when the policy
-    draws one (:func:`invoice_meta`)."""
+    draws one (:func:`invoice_meta`). The signed document is ``dst`` and then the bytes
+    returned (:meth:`casesignd.signing.ladder.Ladder.sign_file`)."""
     if ladder is None:
         raise RuntimeError("a signed invoice needs the daemon's signing ladder")
     policy = ctx.config.policy(None)
     visible = policy is not None and policy.appearance == "visible"
     meta = invoice_meta(policy, ctx.config.signing.signer_name, reason,
                         ladder.signer_subject() if visible else "", logo)
-    await ladder.sign_file(JobSteps(ctx), Path(src), Path(dst), meta=meta, attachments=[],
-                           policy=signing_policy(policy) if policy is not None else None)
+    signed = await ladder.sign_file(JobSteps(ctx), src, dst, meta=meta, attachments=[],
+                                    policy=signing_policy(policy) if policy is not None else None)
+    return signed.appended.tail
 
 
 def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: str = "",

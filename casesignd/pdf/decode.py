@@ -18,6 +18,7 @@ from pypdf.errors import LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 
 from casesignd.core.errors import LimitExceeded
+from casesignd.core.sealed import SealedView
 
 # Zlib output is produced at most this much at a time (zlib max_length).
 INFLATE_WINDOW_BYTES = 1 << 16
@@ -126,7 +127,10 @@ def _inflate(chunks: Iterator[bytes], budget: int,
                 break
 
 
-def _chunks(data: bytes) -> Iterator[bytes]:
+def _chunks(data: bytes | SealedView) -> Iterator[bytes]:
+    if isinstance(data, SealedView):  # a large stream of a sealed file, read in windows
+        yield from data.chunks(INFLATE_WINDOW_BYTES)
+        return
     view = memoryview(data)
     for i in range(0, len(view), INFLATE_WINDOW_BYTES):
         yield bytes(view[i:i + INFLATE_WINDOW_BYTES])

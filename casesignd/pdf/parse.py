@@ -44,6 +44,8 @@ from pypdf.generic import (
 )
 from pypdf.generic._base import encode_pdfdocencoding
 
+from casesignd.core.sealed import SealedReader, SealedView
+
 _pypdf_read_object = _data_structures.read_object
 
 # pypdf's whitespace between tokens (dictionaries and the stream keyword use this set;
@@ -294,10 +296,13 @@ def _stream_after(obj: DictionaryObject, end: int, buf: bytes, at_eof: bool, str
 LAZY_STREAM_BYTES = 4 * 1024 * 1024
 
 
-def _file_view(stream: Any) -> memoryview | None:
+def _file_view(stream: Any) -> memoryview | SealedView | None:
     """A read-only view of the whole file behind ``stream`` (kept on it), or None for
     a stream that is no file."""
     view = getattr(stream, "_casesignd_view", None)
+    if view is None and isinstance(getattr(stream, "raw", None), SealedReader):
+        # A sealed file (a job's temp area): read where it is read, like a map.
+        return stream.raw.view()
     if view is None:
         try:
             fd = stream.fileno()

@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from casesignd.core.calls import NO_CALLS, Calls
 from casesignd.core.errors import CasesignError, ConfigError, PermanentJobError
+from casesignd.core.sealed import guarded, reading_sealed
 from casesignd.signing import tsa
 from casesignd.signing.levels import SigningPolicy, highest
 from casesignd.signing.revocation import (
@@ -44,6 +45,7 @@ from casesignd.signing.revocation import (
     check_signing_usage,
     check_validity,
 )
+from casesignd.signing.sealed_output import SealedSigned
 
 if TYPE_CHECKING:
     from casesignd.signing.longterm_write import Stamper
@@ -179,12 +181,12 @@ class LongTerm:
         """The readiness check: the signer's chain as the highest policy needs it."""
         await self.before_signing(highest(self.policies()))
 
-    async def complete(self, policy: SigningPolicy | None, document: bytes | Path,
+    async def complete(self, policy: SigningPolicy | None, document: bytes | Path | SealedSigned,
                        signature_token: bytes | None, signer: ChainEvidence | None,
                        parent: str | None = None) -> Appended:
         """After a B-T signature: from B-LT up, the DSS (and for B-LTA the document
         timestamp) as an incremental update on ``document``: a file is extended in
-        place, bytes are returned as the tail to append."""
+        place, bytes (and a sealed body with its tail) get the tail to append."""
         if policy is None or not policy.at_least("B-LT"):
             return Appended(b"", policy.signature_level if policy else "B-B")
         assert self.revocation is not None and signer is not None and signature_token is not None
@@ -202,29 +204,32 @@ class LongTerm:
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return Appended(tail + more, policy.signature_level, expires_at)
 
-    async def extend(self, document: Path, policy: SigningPolicy,
-                     parent: str | None = None) -> float:
-        """Renewal of a B-LTA document, in place: fresh data for the chain of its last
-        document timestamp, and a new document timestamp over all of it."""
+    async def extend(self, document: Path | SealedSigned, policy: SigningPolicy,
+                     parent: str | None = None) -> tuple[float, bytes]:
+        """Renewal of a B-LTA document: fresh data for the chain of its last document
+        timestamp, and a new document timestamp over all of it; a file in place, a
+        sealed body with what follows it. When the new timestamp's chain expires
+        (epoch seconds), and what the renewal appended (b"" for a file)."""
         from casesignd.signing.longterm_write import last_timestamp_token
 
         if self.revocation is None:
             raise ConfigError("validation.trust_roots", "renewal needs trust roots")
-        last_token = await asyncio.to_thread(last_timestamp_token, str(document))
+        last_token = await asyncio.to_thread(guarded, last_timestamp_token, document)
         if last_token is None:
             raise PermanentJobError("the artifact has no document timestamp (it is not B-LTA)",
                                     code="invalid_input")
         cert, others = tsa.token_signer(last_token)
         chain = await self.revocation.evidence(cert, others, timestamping=True, parent=parent)
         stamper = self._stamper(policy, parent)
-        await asyncio.to_thread(self._update, document, [chain], stamper, 3 * len(last_token))
+        tail = await asyncio.to_thread(self._update, document, [chain], stamper,
+                                       3 * len(last_token))
         assert stamper.last is not None
-        _more, chain = await self._cover_timestamp(document, b"", stamper.last, chain, parent)
+        more, chain = await self._cover_timestamp(document, tail, stamper.last, chain, parent)
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
-        return expires_at
+        return expires_at, tail + more
 
-    async def _cover_timestamp(self, document: bytes | Path, tail: bytes, token: bytes,
-                               covered: ChainEvidence, parent: str | None
+    async def _cover_timestamp(self, document: bytes | Path | SealedSigned, tail: bytes,
+                               token: bytes, covered: ChainEvidence, parent: str | None
                                ) -> tuple[bytes, ChainEvidence]:
         """The document timestamp's chain, and one more DSS update when its TSA signed
         with a certificate other than the one whose chain the DSS holds (the order
@@ -234,7 +239,8 @@ class LongTerm:
         if cert.sha256 == covered.cert.sha256:
             return b"", covered
         chain = await self.revocation.evidence(cert, others, timestamping=True, parent=parent)
-        whole = document if isinstance(document, Path) else document + tail
+        whole = document if isinstance(document, Path) else (
+            document.extended(tail) if isinstance(document, SealedSigned) else document + tail)
         return await asyncio.to_thread(self._update, whole, [chain], None, 0), chain
 
     def _stamper(self, policy: SigningPolicy, parent: str | None) -> Stamper:
@@ -244,7 +250,7 @@ class LongTerm:
 
         return Stamper(policy.tsa_url, policy.tsa_timeout_s, self.calls, parent)
 
-    def _update(self, document: bytes | Path, evidence: list[ChainEvidence],
+    def _update(self, document: bytes | Path | SealedSigned, evidence: list[ChainEvidence],
                 stamper: Stamper | None, reserve_hex: int) -> bytes:
         from casesignd.signing.longterm_write import dss_update
 
@@ -254,6 +260,11 @@ class LongTerm:
             with open(document, "r+b") as f:
                 dss_update(f, evidence, stamper, reserve_hex, field)
             return b""
+        if isinstance(document, SealedSigned):
+            # Read through the sealed body, written past it (pyHanko's in-place update).
+            with reading_sealed(), document.view() as view:
+                dss_update(view, evidence, stamper, reserve_hex, field)  # type: ignore[arg-type]
+                return view.appended()[len(document.tail):]
         buf = io.BytesIO(document)
         dss_update(buf, evidence, stamper, reserve_hex, field)
         return buf.getvalue()[len(document):]

@@ -10,6 +10,7 @@ timestamp request is :mod:`casesignd.signing.tsa`'s.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from asn1crypto import cms
 from pyhanko.pdf_utils.incremental_writer import IncrementalPdfFileWriter
@@ -23,6 +24,7 @@ from casesignd.core.calls import NO_CALLS, Calls
 from casesignd.core.errors import MalformedPdf
 from casesignd.signing import tsa
 from casesignd.signing.revocation import ChainEvidence
+from casesignd.signing.sealed_output import SealedSigned
 
 
 class Stamper(TimeStamper):
@@ -68,11 +70,11 @@ def dss_update(stream: io.BufferedIOBase | io.BytesIO, evidence: list[ChainEvide
         raise MalformedPdf(f"the signed document cannot take its validation data: {e}") from e
 
 
-def last_timestamp_token(path: str) -> bytes | None:
+def last_timestamp_token(path: str | Path | SealedSigned) -> bytes | None:
     """The TimeStampToken (DER ContentInfo) of the document's last document timestamp,
     or None when it has none (it is not B-LTA)."""
     try:
-        with open(path, "rb") as f:
+        with (path.view() if isinstance(path, SealedSigned) else open(path, "rb")) as f:
             stamps = [s for s in PdfFileReader(f, strict=False).embedded_signatures
                       if s.sig_object_type == "/DocTimeStamp"]
             if not stamps:

@@ -6,6 +6,7 @@ import copy
 from contextlib import asynccontextmanager
 from datetime import date
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 
 from casesignd import config as config_mod
 from casesignd.core.errors import ConfigError, ValidationError
+from casesignd.core.sealed import SealedPath, SealKey, is_sealed
 from casesignd.engine.kinds import Artifact, Finish
 from casesignd.invoices.branding import LABELS
 from casesignd.job_kinds.render_invoice import InvoiceKind, admit, check_config, normalize
@@ -256,6 +258,9 @@ def test_admit_raises_only_validation_error_and_normalizes_idempotently(b: Any) 
     assert {k: v for k, v in a.normalized.items() if k not in ("tax", "issuer", "units")} == n
 
 
+KEY = SealKey.generate()
+
+
 # --- run, against a fake context -----------------------------------------------------
 
 
@@ -264,23 +269,27 @@ class FakeServices:
         self.calls: list[tuple[str, Any]] = []
         self.metrics = Metrics(strict=True)
 
-    async def publish(self, ctx: Any, path: str, media_type: str) -> Artifact:
-        data = Path(path).read_bytes()
-        self.calls.append(("publish", (path, media_type)))
+    async def publish(self, ctx: Any, path: SealedPath, media_type: str,
+                      tail: bytes = b"") -> Artifact:
+        with path.open() as f:  # the area's files are sealed
+            data = f.read() + tail
+        self.calls.append(("publish", (path.name, media_type, data)))
         return Artifact(artifact_id="a1", sha256="0" * 64, size=len(data), media_type=media_type)
 
 
 class FakeLadder:
     """The signing ladder's face to the invoice kind: it records the call on the
-    services' list and copies the file."""
+    services' list and copies the (sealed) file."""
 
     def __init__(self, calls: list[tuple[str, Any]]) -> None:
         self.calls = calls
 
-    async def sign_file(self, steps: Any, src: Path, dst: Path, *, meta: Any, attachments: Any,
-                        policy: Any) -> None:
-        self.calls.append(("sign", (str(src), str(dst), meta.reason)))
-        dst.write_bytes(src.read_bytes())
+    async def sign_file(self, steps: Any, src: SealedPath, dst: SealedPath, *, meta: Any,
+                        attachments: Any, policy: Any) -> Any:
+        self.calls.append(("sign", (src.name, dst.name, meta.reason)))
+        with src.open() as f, dst.create() as w:
+            w.write(f.read())
+        return SimpleNamespace(appended=SimpleNamespace(tail=b""))
 
 
 class FakeCtx:
@@ -288,7 +297,7 @@ class FakeCtx:
         self.input = normalized
         self.version = normalized["template_version"]
         self.config = CFG
-        self.workdir = workdir
+        self.area = SimpleNamespace(sealed=lambda name: SealedPath(workdir / name, KEY))
         self.services = FakeServices()
         self.phases: list[str] = []
 
@@ -312,8 +321,10 @@ async def test_run_renders_signs_and_publishes(tmp_path: Path, sign: bool) -> No
     assert ctx.phases == ["render"]
     kinds = [c[0] for c in ctx.services.calls]
     assert kinds == (["sign", "publish"] if sign else ["publish"])
-    published = ctx.services.calls[-1][1][0]
-    assert Path(published).read_bytes().startswith(b"%PDF-")
+    published, _media_type, data = ctx.services.calls[-1][1]
+    assert data.startswith(b"%PDF-")
+    # On disk in the area, ciphertext only.
+    assert all(is_sealed(p.read_bytes()) for p in tmp_path.iterdir())
     if sign:
         assert ctx.services.calls[0][1][2] == "Invoice EDU-1042"
         assert published.endswith("invoice-signed.pdf")

@@ -10,6 +10,7 @@ import stat
 import pytest
 
 from casesignd.core.errors import DigestMismatch, LimitExceeded, SizeMismatch, TempQuota
+from casesignd.core.sealed import is_sealed
 from casesignd.files.temp import TempManager, charge_after, check_name
 
 
@@ -153,8 +154,11 @@ async def test_download_checks_digest_and_counts_bytes(manager):
     digest = hashlib.sha256(data).hexdigest()
     async with manager.attempt("j", 1, 0) as area:
         p = await area.download("doc.pdf", chunks_of(data), digest.upper(), len(data), 10**6)
-        assert p.read_bytes() == data
-        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+        with p.open() as f:
+            assert f.read() == data
+        # On disk, ciphertext under the area's key only (usage counts the plain bytes).
+        assert p.key == area.key and is_sealed(p.path.read_bytes()) and data[:64] not in p.path.read_bytes()
+        assert stat.S_IMODE(p.path.stat().st_mode) == 0o600
         assert manager.usage().used_bytes == len(data)
         assert manager.usage().free_bytes == 1_000_000 - len(data)
     assert manager.usage().used_bytes == 0

@@ -1,0 +1,549 @@
+"""Sealed files: bytes written as authenticated AES-256-GCM chunks under a key held in
+memory, and read back through a seekable file object that decrypts only the chunks read.
+
+The format (version 1)::
+
+    header   b"CSSEAL1\\0" | file id (16 random bytes) | plain chunk size (u32, big-endian)
+    chunks   AES-256-GCM(subkey, nonce_i, plain_i, aad=header) = ciphertext_i | tag (16 bytes)
+
+The subkey is HKDF-SHA256 of the key with the file id as salt, so a chunk copied in
+from another file under the same key fails authentication. The nonce of chunk ``i`` is
+``i`` (11 bytes, big-endian) followed by a flag byte that is 1 only on the last chunk,
+so reordered chunks and a tail cut at a chunk boundary fail too. Every chunk holds
+exactly ``chunk size`` plain bytes except the last, which holds 1 to ``chunk size``
+(0 only when the whole file is empty): the plain size follows from the file's size.
+Any such failure is ``SealBroken``, never wrong bytes.
+
+The key (``SealKey``) never shows in ``repr``/``str``; it pickles (binary) so that it
+can reach a worker process over its pipe, and ``raw()`` hands its bytes to a wrapping
+key. Nothing here writes it anywhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+KEY_BYTES = 32
+CHUNK_PLAIN_BYTES = 64 * 1024
+MAGIC = b"CSSEAL1\0"
+FILE_ID_BYTES = 16
+TAG_BYTES = 16
+_CHUNK_SIZE = struct.Struct(">I")
+HEADER_BYTES = len(MAGIC) + FILE_ID_BYTES + _CHUNK_SIZE.size
+# A header may not ask a reader to hold more than this per chunk (a forged header
+# must not make a reader allocate gigabytes).
+MAX_CHUNK_PLAIN_BYTES = 16 * 1024 * 1024
+_HKDF_INFO = b"casesignd sealed file v1"
+T = TypeVar("T")
+
+
+class SealBroken(OSError):
+    """A sealed file failed authentication: a chunk was altered, reordered, swapped in
+    from another file, the tail is cut, the header is not ours, or the key is wrong.
+    Callers map it to the retryable ``io_error`` job code (or a store-check problem)."""
+
+
+# The breaks this thread's readers met, so that a library that swallows a failed read
+# (a lenient parser trying another way) cannot turn it into a verdict on the document.
+_SEEN = threading.local()
+
+
+def _noted(broken: SealBroken) -> SealBroken:
+    _SEEN.last = broken
+    _SEEN.count = getattr(_SEEN, "count", 0) + 1
+    return broken
+
+
+class SealKey:
+    """A 32-byte key for sealed files. ``repr``/``str`` never show the bytes."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: bytes) -> None:
+        if not isinstance(raw, bytes | bytearray) or len(raw) != KEY_BYTES:
+            raise ValueError(f"a seal key is {KEY_BYTES} bytes")
+        self._raw = bytes(raw)
+
+    @classmethod
+    def generate(cls) -> SealKey:
+        """A fresh random key (``os.urandom``)."""
+        return cls(os.urandom(KEY_BYTES))
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> SealKey:
+        """The key whose bytes are ``raw`` (32 bytes)."""
+        return cls(raw)
+
+    def raw(self) -> bytes:
+        """The key's bytes: only for wrapping it under another key, or for handing it
+        to a worker process over its pipe."""
+        return self._raw
+
+    def __repr__(self) -> str:
+        return "SealKey(<hidden>)"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SealKey) and other._raw == self._raw
+
+    def __hash__(self) -> int:
+        return hash((SealKey, self._raw))
+
+    def __reduce__(self) -> tuple[object, tuple[bytes]]:
+        return (SealKey.from_bytes, (self._raw,))
+
+
+def _subkey_aead(key: SealKey, file_id: bytes) -> AESGCM:
+    # Imported on first use: a command line that never touches a sealed file (--help)
+    # does not pay for cryptography.
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    subkey = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=file_id,
+                  info=_HKDF_INFO).derive(key.raw())
+    return AESGCM(subkey)
+
+
+def _nonce(index: int, last: bool) -> bytes:
+    return index.to_bytes(11, "big") + (b"\x01" if last else b"\x00")
+
+
+def is_sealed(head: bytes) -> bool:
+    """Whether ``head`` (a file's first bytes, at least 8) starts a sealed file."""
+    return head[:len(MAGIC)] == MAGIC
+
+
+class SealedWriter(io.RawIOBase):
+    """Writes plain bytes to ``fileobj`` as sealed chunks, holding at most one chunk.
+
+    ``close()`` writes the last chunk; until then the file is incomplete and a reader
+    refuses it. Leaving a ``with`` block by an exception does not write the last chunk
+    (``abort()``), so a half-written file never reads as whole."""
+
+    def __init__(self, fileobj: BinaryIO, key: SealKey, *,
+                 chunk_plain_bytes: int = CHUNK_PLAIN_BYTES, close_inner: bool = False) -> None:
+        super().__init__()
+        if not 0 < chunk_plain_bytes <= MAX_CHUNK_PLAIN_BYTES:
+            raise ValueError("chunk_plain_bytes out of range")
+        self._inner = fileobj
+        self._close_inner = close_inner
+        self._chunk = chunk_plain_bytes
+        file_id = os.urandom(FILE_ID_BYTES)
+        self._header = MAGIC + file_id + _CHUNK_SIZE.pack(chunk_plain_bytes)
+        self._aead = _subkey_aead(key, file_id)
+        self._buf = bytearray()
+        self._index = 0
+        self._written = 0
+        self.plain_size: int | None = None
+        fileobj.write(self._header)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, b: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("write to a closed sealed file")
+        view = memoryview(b).cast("B")
+        n = len(view)
+        pos = 0
+        while pos < n:
+            if len(self._buf) == self._chunk:
+                # More bytes follow, so the full chunk in hand is not the last one.
+                self._emit(last=False)
+            take = min(self._chunk - len(self._buf), n - pos)
+            self._buf += view[pos:pos + take]
+            pos += take
+        self._written += n
+        return n
+
+    def _emit(self, last: bool) -> None:
+        sealed = self._aead.encrypt(_nonce(self._index, last), bytes(self._buf), self._header)
+        self._inner.write(sealed)
+        self._index += 1
+        self._buf.clear()
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        if not self.closed:
+            self._inner.flush()
+
+    def close(self) -> None:
+        """Write the last chunk and flush (closing ``fileobj`` too if the writer owns
+        it)."""
+        if self.closed:
+            return
+        try:
+            self._emit(last=True)
+            self._inner.flush()
+            self.plain_size = self._written
+        finally:
+            self._release()
+
+    def abort(self) -> None:
+        """Stop without writing the last chunk: the file stays unreadable."""
+        if not self.closed:
+            self._release()
+
+    def _release(self) -> None:
+        self._buf = bytearray()
+        try:
+            super().close()  # flushes ``fileobj`` through :meth:`flush`
+        finally:
+            if self._close_inner:
+                self._inner.close()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:
+        # Garbage collection of an unclosed writer is an abandoned write: never seal it
+        # as complete (io.IOBase.__del__ would call close()).
+        with contextlib.suppress(Exception):
+            self.abort()
+
+
+def seek_target(current: int, size: int, offset: int, whence: int) -> int:
+    """Where ``seek(offset, whence)`` goes in a file of ``size`` bytes read at
+    ``current`` (pure); a negative target is an OSError, as for a file."""
+    base = {os.SEEK_SET: 0, os.SEEK_CUR: current, os.SEEK_END: size}.get(whence)
+    if base is None:
+        raise ValueError(f"invalid whence {whence}")
+    if base + offset < 0:
+        raise OSError(22, "negative seek position")
+    return base + offset
+
+
+class PositionedReader(io.RawIOBase):
+    """A readable, seekable raw file whose position is its own (``_pos``) over
+    ``_size()`` bytes: what the sealed reader and views over it share."""
+
+    _pos = 0
+
+    def _size(self) -> int:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = seek_target(self._pos, self._size(), offset, whence)
+        return self._pos
+
+
+class SealedReader(PositionedReader):
+    """The plain bytes of a sealed file, seekable over plain offsets.
+
+    Opening reads the header and authenticates the last chunk (so ``plain_size`` is
+    trusted); each read decrypts only the chunks it touches, keeping the last one so
+    small sequential reads do not decrypt it again. Wrap it in ``io.BufferedReader``
+    for libraries that read a few bytes at a time."""
+
+    def __init__(self, fileobj: BinaryIO, key: SealKey, *, close_inner: bool = False) -> None:
+        super().__init__()
+        self._inner = fileobj
+        self._close_inner = close_inner
+        fileobj.seek(0)
+        header = fileobj.read(HEADER_BYTES)
+        if len(header) != HEADER_BYTES or not is_sealed(header):
+            raise SealBroken("not a sealed file (bad or short header)")
+        (chunk,) = _CHUNK_SIZE.unpack(header[-_CHUNK_SIZE.size:])
+        if not 0 < chunk <= MAX_CHUNK_PLAIN_BYTES:
+            raise SealBroken("sealed file header names an impossible chunk size")
+        self._header = header
+        self._chunk = chunk
+        self._aead = _subkey_aead(key, header[len(MAGIC):len(MAGIC) + FILE_ID_BYTES])
+        body = fileobj.seek(0, os.SEEK_END) - HEADER_BYTES
+        stride = chunk + TAG_BYTES
+        self._chunks = max(1, -(-body // stride))
+        last_len = body - (self._chunks - 1) * stride
+        if last_len < TAG_BYTES or (last_len == TAG_BYTES and self._chunks > 1):
+            raise SealBroken("sealed file is truncated")
+        self.plain_size = (self._chunks - 1) * chunk + last_len - TAG_BYTES
+        self._pos = 0
+        self._cached_index = -1
+        self._cached = b""
+        self.chunks_decrypted = 0
+        self._load(self._chunks - 1)
+
+    def _size(self) -> int:
+        return self.plain_size
+
+    def _load(self, index: int) -> bytes:
+        if index == self._cached_index:
+            return self._cached
+        stride = self._chunk + TAG_BYTES
+        last = index == self._chunks - 1
+        want = (self.plain_size - index * self._chunk if last else self._chunk) + TAG_BYTES
+        self._inner.seek(HEADER_BYTES + index * stride)
+        sealed = self._inner.read(want)
+        if len(sealed) != want:
+            raise _noted(SealBroken("sealed file is truncated"))
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            plain = self._aead.decrypt(_nonce(index, last), sealed, self._header)
+        except InvalidTag:
+            raise _noted(SealBroken(f"sealed file chunk {index} failed authentication")) from None
+        self.chunks_decrypted += 1
+        self._cached_index, self._cached = index, plain
+        return plain
+
+    def pread(self, size: int, offset: int) -> bytes:
+        """``size`` plain bytes from ``offset`` (fewer at the end), the position left
+        where it is (for :class:`SealedView`)."""
+        out = bytearray()
+        end = min(self.plain_size, offset + size)
+        while offset < end:
+            index, within = divmod(offset, self._chunk)
+            plain = self._load(index)
+            take = min(len(plain) - within, end - offset)
+            out += plain[within:within + take]
+            offset += take
+        return bytes(out)
+
+    def view(self) -> SealedView:
+        """The whole file as a lazy :class:`SealedView`."""
+        return SealedView(self, 0, self.plain_size)
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("read from a closed sealed file")
+        out = memoryview(b).cast("B")
+        filled = 0
+        while filled < len(out) and self._pos < self.plain_size:
+            index, within = divmod(self._pos, self._chunk)
+            plain = self._load(index)
+            take = min(len(plain) - within, len(out) - filled)
+            out[filled:filled + take] = plain[within:within + take]
+            filled += take
+            self._pos += take
+        return filled
+
+    def readall(self) -> bytes:
+        rest = max(0, self.plain_size - self._pos)
+        buf = bytearray(rest)
+        n = self.readinto(buf)
+        return bytes(buf[:n])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._cached = b""
+        try:
+            if self._close_inner:
+                self._inner.close()
+        finally:
+            super().close()
+
+
+class SealedView:
+    """Bytes ``start:stop`` of a sealed file, read only when asked: what a memory map
+    of a plain file gives a parser (a large stream's data, never in memory whole).
+    ``len``, slicing (another view), ``bytes()`` and :meth:`chunks`."""
+
+    __slots__ = ("_reader", "_start", "_stop")
+
+    def __init__(self, reader: SealedReader, start: int, stop: int) -> None:
+        self._reader, self._start, self._stop = reader, start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, item: slice) -> SealedView:
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("a sealed view is sliced, a step of 1")
+        start, stop, _ = item.indices(len(self))
+        return SealedView(self._reader, self._start + start, self._start + stop)
+
+    def __bytes__(self) -> bytes:
+        return self._reader.pread(len(self), self._start)
+
+    def chunks(self, size: int = 1 << 20) -> Iterator[bytes]:
+        for at in range(self._start, self._stop, size):
+            yield self._reader.pread(min(size, self._stop - at), at)
+
+
+def seal_writer(fileobj: BinaryIO, key: SealKey, *, close_inner: bool = False) -> SealedWriter:
+    """A writer that seals what is written to it into ``fileobj`` (positioned at the
+    file's start). ``close_inner``: closing the writer closes ``fileobj``."""
+    return SealedWriter(fileobj, key, close_inner=close_inner)
+
+
+def open_sealed(fileobj: BinaryIO, key: SealKey, *, close_inner: bool = False) -> SealedReader:
+    """A seekable reader of the plain bytes sealed in ``fileobj``. Raises ``SealBroken``
+    if the header is not ours or the last chunk does not authenticate."""
+    return SealedReader(fileobj, key, close_inner=close_inner)
+
+
+def seal_bytes(data: bytes, key: SealKey) -> bytes:
+    """``data`` sealed (the file format, in memory), for small inline values."""
+    out = io.BytesIO()
+    with seal_writer(out, key) as w:
+        w.write(data)
+    return out.getvalue()
+
+
+def unseal_bytes(blob: bytes, key: SealKey) -> bytes:
+    """The plain bytes of ``blob`` (from ``seal_bytes``); ``SealBroken`` if it does not
+    authenticate under ``key``."""
+    with open_sealed(io.BytesIO(blob), key) as r:
+        return r.readall()
+
+
+# --- sealed files by path ------------------------------------------------------------
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_BUFFER_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SealedPath:
+    """A sealed file by its path and key: what crosses from the event loop to a worker
+    process (it pickles, the key with it, over the process's pipe) and to each
+    reader. It has no ``__fspath__`` on purpose: a library that opens it as a plain
+    path fails loudly rather than reading ciphertext."""
+
+    path: Path
+    key: SealKey
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def with_name(self, name: str) -> SealedPath:
+        """Another sealed file in the same directory, under the same key."""
+        return SealedPath(self.path.with_name(name), self.key)
+
+    def open(self, buffer_bytes: int = READ_BUFFER_BYTES) -> io.BufferedReader:
+        """The plain bytes, buffered and seekable (the file closes with the reader).
+        Raises ``SealBroken`` when the file is not whole under this key."""
+        f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - owned by the reader
+        try:
+            raw = open_sealed(f, self.key, close_inner=True)  # type: ignore[arg-type]
+        except BaseException:
+            f.close()
+            raise
+        return io.BufferedReader(raw, buffer_size=buffer_bytes)
+
+    def create(self) -> SealedWriter:
+        """A new file (exclusive, 0600, no symlink followed) to seal into; ``close()``
+        completes it."""
+        fd = os.open(self.path, _CREATE_FLAGS, 0o600)
+        return seal_writer(os.fdopen(fd, "wb"), self.key, close_inner=True)
+
+    def plain_size(self) -> int:
+        with self.open() as f:
+            return f.seek(0, os.SEEK_END)
+
+    def unlink(self, missing_ok: bool = True) -> None:
+        self.path.unlink(missing_ok=missing_ok)
+
+    def __str__(self) -> str:
+        return f"sealed:{self.path.name}"
+
+
+def copy_into(src: BinaryIO, dst: BinaryIO | SealedWriter, buffer_bytes: int = 1 << 20) -> int:
+    """Copy ``src`` to ``dst`` in chunks; the bytes copied."""
+    buf = bytearray(buffer_bytes)
+    total = 0
+    while n := src.readinto(buf):  # type: ignore[attr-defined]
+        dst.write(memoryview(buf)[:n])
+        total += n
+    return total
+
+
+@contextlib.contextmanager
+def plain_memfd(src: SealedPath | bytes, name: str = "document") -> Iterator[int]:
+    """The plain bytes of ``src`` in a memory-only file (``memfd_create``, close-on-exec),
+    for a tool that insists on a path: yields its fd (``/proc/self/fd/N`` in this
+    process; a child gets it with ``pass_fds``). The plain bytes exist only while the
+    block runs, in memory that no file system shows, and are gone when it ends."""
+    fd = os.memfd_create(f"casesignd-{name}", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "wb") as out:
+            if isinstance(src, bytes | bytearray | memoryview):
+                out.write(src)
+            else:
+                with src.open() as f:
+                    copy_into(f, out)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def broken_seal(error: BaseException | None) -> SealBroken | None:
+    """The ``SealBroken`` behind ``error`` (itself, or in its chain of causes and
+    contexts: a library that turned a failed read into its own error), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SealBroken):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def reading_sealed() -> Iterator[None]:
+    """Around a library's reading of sealed files in this thread: any chunk that
+    failed in the block, reported or swallowed by the library, ends the block as
+    ``TempBroken`` (the retryable ``io_error``), and so does a ``SealBroken`` in the
+    chain of what it raised. What the library decided is not trusted then."""
+    from casesignd.core.errors import TempBroken
+
+    before = getattr(_SEEN, "count", 0)
+    try:
+        yield
+    except BaseException as e:
+        broken = broken_seal(e) or (_SEEN.last if getattr(_SEEN, "count", 0) != before else None)
+        if broken is not None and not isinstance(e, TempBroken):
+            raise TempBroken(f"a temporary file did not read back whole: {broken}") from None
+        raise
+    if getattr(_SEEN, "count", 0) != before:
+        raise TempBroken(f"a temporary file did not read back whole: {_SEEN.last}")
+
+
+def guarded(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` under :func:`reading_sealed`: for a thread or a worker process
+    that hands sealed files to a library."""
+    with reading_sealed():
+        return fn(*args)
+
+
+def open_plain(src: Path | SealedPath) -> io.BufferedReader:
+    """The plain bytes of ``src``, a sealed file or a plain one, open for reading."""
+    if isinstance(src, SealedPath):
+        return src.open()
+    return open(src, "rb")  # noqa: SIM115 - the caller's to close
+
+
+def plain_size(src: Path | SealedPath) -> int:
+    """The size of the plain bytes of ``src``."""
+    return src.plain_size() if isinstance(src, SealedPath) else os.stat(src).st_size
