@@ -371,10 +371,9 @@ def _structure(f: IO[bytes], reader: PdfReader | None = None) -> Structure:
 
 def held_update(s: Structure, w: _Writer, attachments: list[Attachment], meta: SignatureMeta,
                 contents_bytes: int) -> tuple[int, int, bytearray]:
-    """Append the signing update through ``w`` (whose offset is the original's end) but
-    for its tail (the signature's objects on, with the /Contents placeholder), hashed
-    and returned for the caller to write or hold; and the /Contents offset and the
-    new total size."""
+    """Append the signing update through ``w`` (at the original's end) but for its tail
+    (the signature's objects on, with the /Contents placeholder), hashed and returned
+    for the caller to write or hold; and the /Contents offset and the new total size."""
     if not s.ends_with_eol:
         w.write(b"\n")
     try:
