@@ -432,7 +432,7 @@ class Fetcher:
 
     async def _get(self, source: Source, url: str, shown: str, timeout: aiohttp.ClientTimeout,
                    call: Call, into: tuple[Area, str, str, int | None, int]
-                   ) -> Path | tuple[str, float | None]:
+                   ) -> SealedPath | tuple[str, float | None]:
         """One GET of ``url``: the file downloaded into the area (``into``: the area,
         the name, the digest and size wanted, the limit), or why to try again (a
         reason of :data:`RETRY_REASONS` and the server's Retry-After, capped)."""
@@ -499,7 +499,7 @@ class Fetcher:
                         **server_of(source.base_url)}) as call:
                     got = await self._get(source, url, shown, timeout, call,
                                           (area, name, want, expect_size, limit))
-                if isinstance(got, Path):
+                if not isinstance(got, tuple):
                     return got
                 last_reason, hint = got
             except CasesignError:
