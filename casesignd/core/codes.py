@@ -157,6 +157,9 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("transient_failure", 503, RETRIES, True, "something outside the job failed for now"),
     ("source_unavailable", 503, RETRIES, True, "a source could not be read for now"),
     ("temp_quota", 503, RETRIES, True, "the temp volume is full for now; the job waits"),
+    ("io_error", 503, RETRIES, True,
+     "a sealed file or value did not read back whole (altered, cut, or its key is gone): "
+     "never signed or served"),
     ("scanner_unavailable", 503, RETRIES, True, "the malware scanner cannot be reached"),
     ("renderer_unavailable", 503, RETRIES, True,
      "a page renderer that checks rewritten documents (pdftoppm, mutool) is not installed"),

@@ -21,6 +21,7 @@ from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.envelope import SealedFile
 from casesignd.files.scanner import Scanner
 from casesignd.files.sources import Fetcher
 from casesignd.observability.metrics import Metrics
@@ -83,7 +84,7 @@ class JobServices(Protocol):
 
     async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
                       sig_key: str | None = None) -> Artifact: ...
-    async def artifact_source(self, artifact_id: str) -> bytes | Path | None: ...
+    async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None: ...
 
 
 class JobContext(Protocol):

@@ -36,11 +36,15 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import msgspec
 
 from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.keyring import WrappedKey, object_owner
+from casesignd.core.sealed import SealKey
+from casesignd.files.envelope import Envelope, SealingWriter, reseal
 from casesignd.files.temp import HashingWriter, stream_into
 
 CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -144,6 +148,9 @@ class ObjectStore:
         # a removal looks there for links an attempt left (a crash), so that what goes
         # is in no file (storage.temp_dir; set by the daemon).
         self.job_roots: list[Path] = []
+        # Storage encryption: uploads sealed as they stream in, under the digest's
+        # data key (set by the daemon; the default seals nothing).
+        self.envelope = Envelope()
 
     def sweep(self) -> int:
         """Create the layout and remove the uploads a crashed run of this node left in
@@ -208,7 +215,11 @@ class ObjectStore:
         if not self._tmp.is_dir():
             await asyncio.to_thread(self.sweep)
         tmp = self._tmp / f"{self.node}.{secrets.token_hex(16)}.part"
-        writer = HashingWriter(os.open(tmp, _CREATE_FLAGS, 0o600))
+        fd = os.open(tmp, _CREATE_FLAGS, 0o600)
+        # A fresh data key, kept in the store only once the body proved to be the
+        # object (no key rows for uploads that fail their digest).
+        sealed = self.envelope.new_key(object_owner(sha256)) if self.envelope.sealing else None
+        writer = HashingWriter(fd) if sealed is None else SealingWriter(fd, sealed[0])
         try:
             try:
                 digest, size = await stream_into(writer, body, check=check)
@@ -223,6 +234,8 @@ class ObjectStore:
                 await writer.fsync()
             finally:
                 writer.close()
+            if sealed is not None:
+                await self._keep_key(tmp, *sealed)
             if self.record is not None:
                 await self.record(tenant, case_id, sha256, size)
         except BaseException:
@@ -236,6 +249,27 @@ class ObjectStore:
         )
         created = await asyncio.shield(commit)
         return PutResult(created=created, size=size)
+
+    async def _keep_key(self, tmp: Path, key: SealKey, wrapped: WrappedKey) -> None:
+        """Keep the upload's data key as its digest's, or, when another upload of the
+        digest kept one first, seal the file again under that one (rare: two uploads
+        of one digest at once), so that whichever file is linked reads under the key
+        that stands."""
+        stood = await self.envelope.standing(key, wrapped)
+        if stood is not key:
+            await asyncio.to_thread(reseal, tmp, key, stood)
+
+    async def open(self, tenant: str, case_id: str, sha256: str) -> BinaryIO | None:
+        """The object's plain bytes as a seekable file (sealed or not), or None when
+        this tenant's case has no such object; ``io_error`` when it does not read back.
+        The caller reads and closes it off the event loop."""
+        path = self.path(tenant, case_id, sha256)
+        if path is None:
+            return None
+        try:
+            return await self.envelope.open(path, object_owner(sha256))
+        except FileNotFoundError:
+            return None
 
     def remove(self, tenant: str, case_id: str, sha256: str) -> int:
         """Remove the object from its case, and its blob once no case links it;

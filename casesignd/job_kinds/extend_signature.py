@@ -22,6 +22,7 @@ from casesignd.core.errors import PermanentJobError, ValidationError
 from casesignd.core.fields import refuse_unknown
 from casesignd.core.outcomes import Finish
 from casesignd.engine.kinds import Admission, JobContext, admit_policy
+from casesignd.files.envelope import SealedFile
 from casesignd.job_kinds.signing import JobSteps, signing_policy
 from casesignd.signing.ladder import Ladder, policy_in_force
 
@@ -83,8 +84,11 @@ class ExtendSignatureKind:
                       renews=artifact_id)
 
 
-def _copy(source: bytes | Path, out: Path) -> None:
-    if isinstance(source, Path):
+def _copy(source: bytes | Path | SealedFile, out: Path) -> None:
+    if isinstance(source, SealedFile):
+        with source.open() as f, open(out, "wb") as dst:
+            shutil.copyfileobj(f, dst, 1 << 20)
+    elif isinstance(source, Path):
         shutil.copyfile(source, out)
     else:
         out.write_bytes(source)
