@@ -46,14 +46,7 @@ from casesignd.core.hashing import file_sha256
 from casesignd.core.keyring import artifact_owner
 from casesignd.core.outcomes import Artifact
 from casesignd.core.sealed import SealKey, is_sealed, seal_writer
-from casesignd.files.envelope import (
-    Envelope,
-    SealedFile,
-    broken,
-    iter_plain,
-    open_plain,
-    read_head,
-)
+from casesignd.files.envelope import Envelope, SealedFile, broken, plain_sha256, read_head
 from casesignd.files.objects import fsync_dir, sweep_in_flight
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
@@ -309,13 +302,8 @@ class ArtifactStore:
             owner = artifact_owner(artifact_id)
             if key is None:
                 raise broken(owner, "it is sealed and no data key is known")
-            h = hashlib.sha256()
-            size = 0
-            with open_plain(path, key, owner) as f:
-                for chunk in iter_plain(f, owner):
-                    h.update(chunk)
-                    size += len(chunk)
-            return Artifact(artifact_id=artifact_id, sha256=h.hexdigest(), size=size,
+            digest, size = plain_sha256(path, key, owner)
+            return Artifact(artifact_id=artifact_id, sha256=digest, size=size,
                             media_type=media_type)
         digest, size = file_sha256(path)
         return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)

@@ -198,6 +198,20 @@ def iter_plain(f: BinaryIO, owner: str = "", chunk_bytes: int = READ_CHUNK_BYTES
         yield chunk
 
 
+def plain_sha256(path: Path, key: SealKey | None, owner: str = "") -> tuple[str, int]:
+    """(SHA-256 hex, size) of ``path``'s plain bytes (sealed under ``key``, or plain
+    when None); ``io_error`` when they do not authenticate. Blocking."""
+    import hashlib
+
+    h = hashlib.sha256()
+    size = 0
+    with open_plain(path, key, owner) as f:
+        for chunk in iter_plain(f, owner):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
 def plain_size(path: Path) -> int:
     """The plain size of a stored file from its size and header, without decrypting
     (a sealed file's last chunk is authenticated when it is read). Blocking."""

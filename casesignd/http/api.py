@@ -368,7 +368,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         "X-Artifact-SHA256": record["sha256"],
         "Cache-Control": "private, no-store",
     }
-    return artifact_response(source, headers, filename=artifact_id)
+    return await artifact_response(source, headers, filename=artifact_id)
 
 
 # --- validation -------------------------------------------------------------------------

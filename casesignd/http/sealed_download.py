@@ -50,37 +50,35 @@ def _read(f: BinaryIO, owner: str, n: int) -> bytes:
 
 
 class SealedFileResponse(web.StreamResponse):
-    """A :class:`SealedFile`'s plain bytes (see the module docstring)."""
+    """A :class:`SealedFile`'s plain bytes (see the module docstring): made by
+    :func:`sealed_response`, in the handler."""
 
-    def __init__(self, source: SealedFile, headers: dict[str, str]) -> None:
+    def __init__(self, f: BinaryIO | None, data: bytes | None, size: int, owner: str,
+                 headers: dict[str, str]) -> None:
         super().__init__(status=200, headers=headers)
-        self._source = source
+        self._file, self._data, self._size, self._owner = f, data, size, owner
 
     async def prepare(self, request: web.BaseRequest):  # type: ignore[no-untyped-def]
-        owner = self._source.owner
-        f = await asyncio.to_thread(self._source.open)
         try:
-            size = await asyncio.to_thread(f.seek, 0, 2)
-            rng = byte_range(request, size)
-            start, stop = rng if rng is not None else (0, size)
+            rng = byte_range(request, self._size)
+            start, stop = rng if rng is not None else (0, self._size)
             if rng is not None:
                 self.set_status(206)
-                self.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{size}"
+                self.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{self._size}"
             self.headers["Accept-Ranges"] = "bytes"
             self.content_length = stop - start
-            await asyncio.to_thread(f.seek, start)
-            first = b""
-            if stop - start <= WHOLE_FIRST_BYTES:
-                first = await asyncio.to_thread(_read, f, owner, stop - start)
             writer = await super().prepare(request)
             if request.method == "HEAD":
                 return writer
-            if first:
-                await self.write(first)
+            if self._data is not None:
+                await self.write(self._data[start:stop])
             else:
+                assert self._file is not None
+                await asyncio.to_thread(self._file.seek, start)
                 left = stop - start
                 while left > 0:
-                    chunk = await asyncio.to_thread(_read, f, owner, min(_SEND_BYTES, left))
+                    chunk = await asyncio.to_thread(_read, self._file, self._owner,
+                                                    min(_SEND_BYTES, left))
                     if not chunk:
                         break
                     await self.write(chunk)
@@ -88,4 +86,23 @@ class SealedFileResponse(web.StreamResponse):
             await self.write_eof()
             return writer
         finally:
-            f.close()
+            if self._file is not None:
+                self._file.close()
+
+
+async def sealed_response(source: SealedFile, headers: dict[str, str]) -> SealedFileResponse:
+    """The answer for ``source``, opened (and, up to :data:`WHOLE_FIRST_BYTES`, read and
+    authenticated whole) here in the handler, so that what does not read back is the
+    ``io_error`` answer rather than a cut connection."""
+    f = await asyncio.to_thread(source.open)
+    try:
+        size = await asyncio.to_thread(f.seek, 0, 2)
+        if size > WHOLE_FIRST_BYTES:
+            return SealedFileResponse(f, None, size, source.owner, headers)
+        await asyncio.to_thread(f.seek, 0)
+        data = await asyncio.to_thread(_read, f, source.owner, size)
+    except BaseException:
+        f.close()
+        raise
+    f.close()
+    return SealedFileResponse(None, data, size, source.owner, headers)

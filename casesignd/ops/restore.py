@@ -389,7 +389,7 @@ def _check(report: RestoreReport, built: Path) -> None:
     cfg = config.load(built / "config.toml")
     snap = open_snapshot(cfg)
     try:
-        checked = check_store(snap, cfg.path(cfg.storage.state_dir))
+        checked = check_store(snap, cfg.path(cfg.storage.state_dir), cfg.storage_keyring())
     finally:
         snap.close()
     report.ok = checked.ok

@@ -6,8 +6,14 @@ state_dir holds the plain bytes, even after kill -9 mid-way."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import secrets
+import sqlite3
+import time
 from pathlib import Path
+
+import pytest
 
 from casesignd.core.sealed import MAGIC
 from tests.daemon import Daemon, encrypted_stores, merge, to_toml
@@ -95,3 +101,142 @@ def test_objects_and_artifacts_are_sealed_and_read_back(daemon_factory, tmp_path
     assert holding(store_files(d), needles) == []
     blobs = files_under(d.dir / "objects" / "blobs") + files_under(d.dir / "artifacts")
     assert blobs and all(p.read_bytes().startswith(MAGIC) for p in blobs)
+
+
+def _sign_two(d: Daemon, tmp_path: Path, case: str) -> tuple[dict, dict, bytes]:
+    """A packet (its result a file) and a lone contract (its result kept in the store)."""
+    contract = marked_contract(tmp_path)
+    big = d.submit(case_manifest(d, case, contract, [("note.txt", "text/plain",
+                                                      (MARKER * 4000).encode())]))
+    small = d.submit(case_manifest(d, case + "-S", contract))
+    return (d.wait_job(big.json()["job_id"]), d.wait_job(small.json()["job_id"]), contract)
+
+
+def _download(d: Daemon, job: dict) -> bytes:
+    r = d.request("GET", f"/v1/artifacts/{job['result']['artifact_id']}")
+    assert r.status == 200, r.body
+    assert hashlib.sha256(r.body).hexdigest() == job["result"]["sha256"]
+    return r.body
+
+
+def _key_ids(d: Daemon) -> dict[str, int]:
+    with sqlite3.connect(d.db) as conn:
+        rows = conn.execute("SELECT key_id, count(*) FROM data_keys GROUP BY key_id UNION ALL "
+                            "SELECT key_id, count(*) FROM artifact_data WHERE key_id IS NOT NULL "
+                            "GROUP BY key_id").fetchall()
+    out: dict[str, int] = {}
+    for k, n in rows:
+        out[k] = out.get(k, 0) + n
+    return out
+
+
+def test_rotation_rekeys_without_rewriting_and_the_old_key_can_go(daemon_factory, tmp_path):
+    d = sealed_daemon(daemon_factory)
+    big, small, _ = _sign_two(d, tmp_path, "ROT-1")
+    assert big["state"] == small["state"] == "ready"
+    blobs = {p: p.read_bytes() for p in files_under(d.dir / "objects" / "blobs", d.dir / "artifacts")}
+    assert d.stop() == 0
+    assert set(_key_ids(d)) == {"test-1"}
+    # A new current key, the old one kept for reading until the rekey.
+    (d.dir / "storage-2.key").write_text(secrets.token_hex(32) + "\n")
+    d.config["storage"].update({"key_file": "storage-2.key", "key_id": "test-2",
+                                "old_keys": [{"id": "test-1", "file": "storage.key"}]})
+    d.config_path.write_text(to_toml(d.config))
+    done = d.cli("store", "rekey", "--config", str(d.config_path))
+    assert done.returncode == 0, done.stderr
+    assert "nothing is left under an old key" in done.stdout, done.stdout
+    assert set(_key_ids(d)) == {"test-2"}
+    again = d.cli("store", "rekey", "--config", str(d.config_path))
+    assert "rewrapped under test-2: 0" in again.stdout, again.stdout
+    # The data was never rewritten: only the wraps changed.
+    assert {p: p.read_bytes() for p in blobs} == blobs
+    d.config["storage"].pop("old_keys")
+    d.config_path.write_text(to_toml(d.config))
+    d.start()
+    _download(d, big)
+    _download(d, small)
+    newer, _, _ = _sign_two(d, tmp_path, "ROT-2")
+    assert newer["state"] == "ready"
+    _download(d, newer)
+    assert set(_key_ids(d)) == {"test-2"}
+    assert d.stop() == 0
+    checked = d.cli("store", "check", "--config", str(d.config_path))
+    assert checked.returncode == 0, checked.stdout
+
+
+def test_a_key_the_store_needs_missing_from_the_config_is_refused_at_start(daemon_factory, tmp_path):
+    d = sealed_daemon(daemon_factory)
+    job, _, _ = _sign_two(d, tmp_path, "MISS-1")
+    assert job["state"] == "ready"
+    assert d.stop() == 0
+    (d.dir / "storage-2.key").write_text(secrets.token_hex(32) + "\n")
+    d.config["storage"].update({"key_file": "storage-2.key", "key_id": "test-2"})
+    d.config_path.write_text(to_toml(d.config))
+    with pytest.raises(RuntimeError, match="test-1"):
+        d.start()
+    checked = d.cli("store", "check", "--config", str(d.config_path))
+    assert checked.returncode == 1 and "storage_key_missing" in checked.stdout
+
+
+def test_erasure_destroys_the_data_keys_in_the_store_files(daemon_factory, tmp_path):
+    d = sealed_daemon(daemon_factory)
+    big, small, _ = _sign_two(d, tmp_path, "ERASE-1")
+    assert big["state"] == small["state"] == "ready"
+    with sqlite3.connect(d.db) as conn:
+        wraps = [bytes(w) for (w,) in conn.execute(
+            "SELECT wrapped FROM data_keys UNION ALL "
+            "SELECT wrapped_key FROM artifact_data WHERE key_id IS NOT NULL")]
+    assert len(wraps) >= 4  # the contract's, the evidence's, two artifacts'
+    for case in ("ERASE-1", "ERASE-1-S"):
+        r = d.request("DELETE", f"/v1/cases/{case}")
+        assert r.status == 200, r.body
+    # The daemon still runs: its WAL was truncated after the erasure.
+    paths = [d.db, Path(f"{d.db}-wal"), *store_files(d)]
+    assert holding(paths, wraps) == []
+    assert d.stop() == 0
+    assert holding([d.db, Path(f"{d.db}-wal"), *store_files(d)], wraps) == []
+
+
+def test_tampering_is_a_store_check_problem_and_never_served(daemon_factory, tmp_path):
+    d = sealed_daemon(daemon_factory)
+    big, small, contract = _sign_two(d, tmp_path, "TAMPER-1")
+    assert d.stop() == 0
+    art = files_under(d.dir / "artifacts")[0]
+    data = bytearray(art.read_bytes())
+    data[len(data) // 2] ^= 0x01  # one flipped bit mid-file
+    art.write_bytes(bytes(data))
+    with sqlite3.connect(d.db) as conn:  # an inline artifact's tail cut
+        conn.execute("UPDATE artifact_data SET data = substr(data, 1, length(data) - 40)")
+    checked = d.cli("store", "check", "--config", str(d.config_path), "--json")
+    assert checked.returncode == 1
+    kinds = [p["kind"] for p in json.loads(checked.stdout)["problems"]]
+    assert kinds.count("sealed_unreadable") == 2, checked.stdout
+    # A chunk of the contract's blob swapped for one of another sealed file.
+    sha = hashlib.sha256(contract).hexdigest()
+    blob = d.dir / "objects" / "blobs" / sha[:2] / sha
+    other = next(p for p in files_under(d.dir / "objects" / "blobs") if p.name != sha)
+    raw, alien = bytearray(blob.read_bytes()), other.read_bytes()
+    raw[28:28 + 64] = alien[28:28 + 64]
+    blob.write_bytes(bytes(raw))
+    d.start()
+    for job in (big, small):
+        r = d.request("GET", f"/v1/artifacts/{job['result']['artifact_id']}")
+        assert r.status == 503 and r.json()["error"]["code"] == "io_error", r.body
+    # The job that reads it is never signed: its attempts end in the retryable io_error.
+    head = d.request("HEAD", f"/v1/cases/TAMPER-1-S/objects/{sha}")
+    assert head.status == 200 and int(head.headers["Content-Length"]) == len(contract)
+    item = {"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
+            "object_ref": f"sha256:{sha}", "sha256": sha, "size": len(contract)}
+    signers = [{"id": "other-1", "name": "Other Ltd", "role": "buyer"}]
+    r = d.submit({"kind": "sign_case", "case_id": "TAMPER-1-S", "items": [item],
+                  "signers": signers})
+    assert r.status == 202, r.body
+    job_id = r.json()["job_id"]
+    deadline = time.monotonic() + 30
+    codes: list[str] = []
+    while time.monotonic() < deadline and "io_error" not in codes:
+        codes = [e["detail"].get("code", "") for e in d.events(job_id)
+                 if e["type"] in ("retry_scheduled", "failed")]
+        time.sleep(0.2)
+    assert "io_error" in codes, d.events(job_id)
+    assert not any(e["type"] == "signed" for e in d.events(job_id))
