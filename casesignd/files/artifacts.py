@@ -14,6 +14,10 @@ Layout under ``root`` (directories 0700, files 0600)::
     <id[4:6]>/.<node>.<random>.tmp   a publication in flight (several daemons may
                                      share ``root``; a node sweeps only its own)
 
+With storage encryption (``ArtifactStore.envelope``) an artifact's file holds its bytes
+sealed under the artifact's data key (:meth:`ArtifactStore.key_for`), and readers take
+it through :meth:`ArtifactStore.source`.
+
 Links (``GET /v1/artifacts/{id}?expires=&sig=``) carry an HMAC-SHA256 over the
 artifact ID, the owning tenant and the expiry, keyed by a key derived from the
 link secret. They are checked without a bearer token, so the caller passes the

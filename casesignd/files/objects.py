@@ -8,6 +8,10 @@ Layout under ``root`` (directories 0700, files 0600)::
                                           belongs to that tenant and case
     tmp/<node>.<random>.part              uploads in flight (same file system)
 
+With storage encryption (``ObjectStore.envelope``: casesignd.files.envelope) a blob
+holds its bytes sealed under its digest's data key, sealed as the upload streams in;
+the digest is always of the plain bytes.
+
 Tenant names and case IDs never become path components themselves (a case ID may
 be ``..``); ``H`` is a SHA-256 over an unambiguous encoding of them. A blob shared
 by two cases costs its bytes once; which cases hold it is visible only through the

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import secrets
+import socket
 import sqlite3
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 
 from casesignd.core.sealed import MAGIC
 from tests.daemon import Daemon, encrypted_stores, merge, to_toml
-from tests.helpers_ops import case_manifest, kiosk_sign
+from tests.helpers_ops import case_manifest, crash, kiosk_sign
 from tests.helpers_pki import reportlab_pdf
 
 MARKER = "SEALSTORE-MARKER-" + "7f3a9c"
@@ -240,3 +241,53 @@ def test_tampering_is_a_store_check_problem_and_never_served(daemon_factory, tmp
         time.sleep(0.2)
     assert "io_error" in codes, d.events(job_id)
     assert not any(e["type"] == "signed" for e in d.events(job_id))
+
+
+def _stalled_upload(d: Daemon, case_id: str, data: bytes, sent: int) -> socket.socket:
+    """A PUT of ``data`` that sends its first ``sent`` bytes and holds the rest."""
+    sha = hashlib.sha256(data).hexdigest()
+    s = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+    s.sendall((f"PUT /v1/cases/{case_id}/objects/{sha} HTTP/1.1\r\nHost: x\r\n"
+               f"Authorization: Bearer {d.token}\r\nContent-Type: application/octet-stream\r\n"
+               f"Content-Length: {len(data)}\r\n\r\n").encode() + data[:sent])
+    return s
+
+
+def _wait_for(pred, timeout_s: float = 20.0, every_s: float = 0.005) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(every_s)
+    return False
+
+
+def test_no_plain_byte_in_state_dir_or_store_after_kill_9_mid_upload_or_publish(
+        daemon_factory, tmp_path):
+    d = sealed_daemon(daemon_factory)
+    contract = marked_contract(tmp_path, pages=5)
+    evidence = (f"{MARKER} evidence line, the plain text of a case file\n" * 300_000).encode()
+    needles = [MARKER.encode(), *windows(contract), *windows(evidence[:1 << 20])]
+    # Mid-upload: half of the evidence streamed into objects/tmp, then kill -9.
+    s = _stalled_upload(d, "MARK-1", evidence, len(evidence) // 2)
+    parts = d.dir / "objects" / "tmp"
+    assert _wait_for(lambda: any(p.stat().st_size > 1 << 20 for p in parts.glob("*.part")))
+    crash(d)
+    s.close()
+    assert holding(store_files(d), needles) == []
+    # Mid-publish: a packet whose signed result is large, kill -9 while it is written.
+    d.start()
+    manifest = case_manifest(d, "MARK-2", contract, [("evidence.txt", "text/plain", evidence)])
+    job_id = d.submit(manifest).json()["job_id"]
+    art = d.dir / "artifacts"
+    _wait_for(lambda: art.is_dir() and any(p.name.endswith(".tmp") for p in art.glob("*/.*")),
+              timeout_s=60, every_s=0.002)
+    crash(d)
+    assert holding(store_files(d), needles) == []
+    # After the restart the job completes, and still nothing plain is at rest.
+    d.start()
+    job = d.wait_job(job_id)
+    assert job["state"] == "ready", job
+    signed = _download(d, job)
+    assert d.stop() == 0
+    assert holding(store_files(d), [*needles, *windows(signed[:1 << 20])]) == []
