@@ -16,6 +16,8 @@ Blocking calls: :func:`open_plain`, :func:`plain_size` and :func:`reseal` touch 
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import io
 import os
 from collections.abc import Iterator
@@ -148,22 +150,10 @@ class Envelope:
 
     async def sealed(self, path: Path, owner: str) -> Path | SealedFile:
         """``path`` as a reader takes it: itself when plain, with its key when sealed."""
-        import asyncio
-
         head = await asyncio.to_thread(read_head, path)
         if not is_sealed(head):
             return path
         return SealedFile(path, await self.key_for_reading(owner), owner)
-
-    async def open(self, path: Path, owner: str) -> BinaryIO:
-        """``path``'s plain bytes as a seekable file (sealed or not); FileNotFoundError
-        when it is gone, ``io_error`` when it does not authenticate. Opens in a thread
-        only what it must; the caller reads it off the event loop and closes it."""
-        import asyncio
-
-        head = await asyncio.to_thread(read_head, path)
-        key = await self.key_for_reading(owner) if is_sealed(head) else None
-        return await asyncio.to_thread(open_plain, path, key, owner)
 
 
 def read_head(path: Path) -> bytes:
@@ -201,8 +191,6 @@ def iter_plain(f: BinaryIO, owner: str = "", chunk_bytes: int = READ_CHUNK_BYTES
 def plain_sha256(path: Path, key: SealKey | None, owner: str = "") -> tuple[str, int]:
     """(SHA-256 hex, size) of ``path``'s plain bytes (sealed under ``key``, or plain
     when None); ``io_error`` when they do not authenticate. Blocking."""
-    import hashlib
-
     h = hashlib.sha256()
     size = 0
     with open_plain(path, key, owner) as f:
@@ -285,8 +273,6 @@ class SealingWriter(HashingWriter):
         os.fsync(self.fd)
 
     async def fsync(self) -> None:
-        import asyncio
-
         self._pending = asyncio.ensure_future(asyncio.to_thread(self._seal_and_sync))
         await asyncio.shield(self._pending)
 

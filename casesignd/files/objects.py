@@ -40,7 +40,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import msgspec
 
@@ -262,18 +261,6 @@ class ObjectStore:
         stood = await self.envelope.standing(key, wrapped)
         if stood is not key:
             await asyncio.to_thread(reseal, tmp, key, stood)
-
-    async def open(self, tenant: str, case_id: str, sha256: str) -> BinaryIO | None:
-        """The object's plain bytes as a seekable file (sealed or not), or None when
-        this tenant's case has no such object; ``io_error`` when it does not read back.
-        The caller reads and closes it off the event loop."""
-        path = self.path(tenant, case_id, sha256)
-        if path is None:
-            return None
-        try:
-            return await self.envelope.open(path, object_owner(sha256))
-        except FileNotFoundError:
-            return None
 
     def remove(self, tenant: str, case_id: str, sha256: str) -> int:
         """Remove the object from its case, and its blob once no case links it;

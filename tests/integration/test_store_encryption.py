@@ -291,3 +291,33 @@ def test_no_plain_byte_in_state_dir_or_store_after_kill_9_mid_upload_or_publish(
     signed = _download(d, job)
     assert d.stop() == 0
     assert holding(store_files(d), [*needles, *windows(signed[:1 << 20])]) == []
+
+
+def test_sealed_stores_on_postgres_rekey_and_erase(daemon_factory, postgres_dsn, tmp_path):
+    import psycopg
+
+    d = sealed_daemon(daemon_factory, {"store": {"kind": "postgres", "dsn": postgres_dsn}})
+    big, small, _ = _sign_two(d, tmp_path, "PGENC-1")
+    assert big["state"] == small["state"] == "ready"
+    _download(d, big)
+    _download(d, small)
+    with psycopg.connect(postgres_dsn) as conn:
+        inline = conn.execute("SELECT key_id, substr(data, 1, 8) FROM artifact_data").fetchall()
+        keys = conn.execute("SELECT count(*) FROM data_keys").fetchone()
+    assert inline == [("test-1", MAGIC)] and keys is not None and keys[0] == 3
+    # Rotation beside the running daemon, on PostgreSQL.
+    (d.dir / "storage-2.key").write_text(secrets.token_hex(32) + "\n")
+    d.config["storage"].update({"key_file": "storage-2.key", "key_id": "test-2",
+                                "old_keys": [{"id": "test-1", "file": "storage.key"}]})
+    d.config_path.write_text(to_toml(d.config))
+    done = d.cli("store", "rekey", "--config", str(d.config_path))
+    assert done.returncode == 0 and "rewrapped under test-2: 4" in done.stdout, done.stdout
+    for case in ("PGENC-1", "PGENC-1-S"):
+        assert d.request("DELETE", f"/v1/cases/{case}").status == 200
+    with psycopg.connect(postgres_dsn) as conn:
+        left = conn.execute("SELECT (SELECT count(*) FROM data_keys), "
+                            "(SELECT count(*) FROM artifact_data)").fetchone()
+    assert left == (0, 0)
+    assert d.stop() == 0
+    checked = d.cli("store", "check", "--config", str(d.config_path))
+    assert checked.returncode == 0, checked.stdout
