@@ -108,6 +108,11 @@ class LocalTsa:
         self.ident = ident
         self.mode = "ok"
         self.requests = 0
+        # Cleared, a request waits (``waiting`` set) until it is set again: a job held
+        # at its timestamp, after the key and before publishing.
+        self.answer = threading.Event()
+        self.answer.set()
+        self.waiting = threading.Event()
         self._serials = itertools.count(1)
         tsa = self
 
@@ -120,6 +125,9 @@ class LocalTsa:
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
                 tsa.requests += 1
+                if not tsa.answer.is_set():
+                    tsa.waiting.set()
+                    tsa.answer.wait(120)
                 if tsa.mode == "503":
                     self._answer(503, b"busy", "text/plain")
                 elif tsa.mode == "garbage":

@@ -19,6 +19,7 @@ from typing import Any
 from casesignd.cli.client import config_path_from, refusal_text
 from casesignd.cli.common import CONFIG_HELP, EXIT_FAILED, EXIT_OK, Command, UsageError, dump, out
 from casesignd.core.errors import CasesignError
+from casesignd.core.sealed import plain_size
 
 SIGN = "sign"
 REWRITE = "sign_rewritten"
@@ -52,8 +53,8 @@ def verdict(path: Path, limits: Any) -> dict[str, Any]:
                 "reasons": list(checked.reasons),
                 "signed_sha256": checked.source_sha256,
                 "received_bytes": path.stat().st_size,
-                "signed_bytes": source.stat().st_size if isinstance(source, Path)
-                else len(source),
+                "signed_bytes": len(source) if isinstance(source, bytes)
+                else plain_size(source),
             }
         return result
 

@@ -241,6 +241,14 @@ class TempQuota(TransientJobError):
     counts_as_attempt = False
 
 
+class TempBroken(TransientJobError):
+    """A sealed temporary file failed authentication (altered, cut or swapped on the
+    temp volume): the attempt stops before anything it read is signed or served, and
+    the job retries from its source."""
+
+    code = "io_error"
+
+
 class ScannerUnavailable(TransientJobError):
     code = "scanner_unavailable"
 

@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 
 from casesignd.core.errors import MediaTypeMismatch, MediaTypeNotAllowed
+from casesignd.core.sealed import SealedPath, open_plain
 
 OCTET_STREAM = "application/octet-stream"
 PDF = "application/pdf"
@@ -114,9 +115,9 @@ def sniff_bytes(head: bytes) -> str:
     return OCTET_STREAM
 
 
-def _ooxml_kind(path: Path) -> str:
+def _ooxml_kind(path: Path | SealedPath) -> str:
     try:
-        with zipfile.ZipFile(path) as z:
+        with open_plain(path) as f, zipfile.ZipFile(f) as z:
             names = set(z.namelist())
     except (zipfile.BadZipFile, OSError, ValueError):
         return ZIP
@@ -128,10 +129,10 @@ def _ooxml_kind(path: Path) -> str:
     return ZIP
 
 
-def _is_utf8_text(path: Path) -> bool:
+def _is_utf8_text(path: Path | SealedPath) -> bool:
     # Whole file, in chunks: a NUL or an invalid sequence anywhere makes it binary.
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
-    with open(path, "rb") as f:
+    with open_plain(path) as f:
         while chunk := f.read(_TEXT_CHUNK_BYTES):
             if b"\x00" in chunk:
                 return False
@@ -146,7 +147,7 @@ def _is_utf8_text(path: Path) -> bool:
     return True
 
 
-def sniff_media_type(path: Path) -> str:
+def sniff_media_type(path: Path | SealedPath) -> str:
     """The media type of the file at ``path`` judged by its content.
 
     PDF, JPEG, PNG, GIF, TIFF, WebP, HEIF/HEIC/AVIF, ZIP, DOCX/XLSX/PPTX, plain
@@ -154,7 +155,7 @@ def sniff_media_type(path: Path) -> str:
     :data:`EXECUTABLE_TYPES`); anything else, and an empty file, is
     ``application/octet-stream``. Memory use is bounded whatever the file's size.
     """
-    with open(path, "rb") as f:
+    with open_plain(path) as f:
         head = f.read(HEAD_BYTES)
     if not head:
         return OCTET_STREAM
@@ -180,7 +181,7 @@ def media_type_matches(declared: str, sniffed: str) -> bool:
     return declared in COMPATIBLE.get(sniffed, frozenset())
 
 
-def check_evidence(declared: str, path: Path, allowed: list[str], field: str) -> str:
+def check_evidence(declared: str, path: Path | SealedPath, allowed: list[str], field: str) -> str:
     """Check an evidence file against its declared type and the policy; return the sniffed type.
 
     Raises :class:`~casesignd.core.errors.MediaTypeNotAllowed` (``media_type_not_allowed``)

@@ -25,8 +25,12 @@ import contextlib
 import io
 import os
 import struct
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
@@ -44,12 +48,24 @@ HEADER_BYTES = len(MAGIC) + FILE_ID_BYTES + _CHUNK_SIZE.size
 # must not make a reader allocate gigabytes).
 MAX_CHUNK_PLAIN_BYTES = 16 * 1024 * 1024
 _HKDF_INFO = b"casesignd sealed file v1"
+T = TypeVar("T")
 
 
 class SealBroken(OSError):
     """A sealed file failed authentication: a chunk was altered, reordered, swapped in
     from another file, the tail is cut, the header is not ours, or the key is wrong.
     Callers map it to the retryable ``io_error`` job code (or a store-check problem)."""
+
+
+# The breaks this thread's readers met, so that a library that swallows a failed read
+# (a lenient parser trying another way) cannot turn it into a verdict on the document.
+_SEEN = threading.local()
+
+
+def _noted(broken: SealBroken) -> SealBroken:
+    _SEEN.last = broken
+    _SEEN.count = getattr(_SEEN, "count", 0) + 1
+    return broken
 
 
 class SealKey:
@@ -183,10 +199,10 @@ class SealedWriter(io.RawIOBase):
     def _release(self) -> None:
         self._buf = bytearray()
         try:
+            super().close()  # flushes ``fileobj`` through :meth:`flush`
+        finally:
             if self._close_inner:
                 self._inner.close()
-        finally:
-            super().close()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
@@ -202,7 +218,41 @@ class SealedWriter(io.RawIOBase):
             self.abort()
 
 
-class SealedReader(io.RawIOBase):
+def seek_target(current: int, size: int, offset: int, whence: int) -> int:
+    """Where ``seek(offset, whence)`` goes in a file of ``size`` bytes read at
+    ``current`` (pure); a negative target is an OSError, as for a file."""
+    base = {os.SEEK_SET: 0, os.SEEK_CUR: current, os.SEEK_END: size}.get(whence)
+    if base is None:
+        raise ValueError(f"invalid whence {whence}")
+    if base + offset < 0:
+        raise OSError(22, "negative seek position")
+    return base + offset
+
+
+class PositionedReader(io.RawIOBase):
+    """A readable, seekable raw file whose position is its own (``_pos``) over
+    ``_size()`` bytes: what the sealed reader and views over it share."""
+
+    _pos = 0
+
+    def _size(self) -> int:
+        raise NotImplementedError
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        self._pos = seek_target(self._pos, self._size(), offset, whence)
+        return self._pos
+
+
+class SealedReader(PositionedReader):
     """The plain bytes of a sealed file, seekable over plain offsets.
 
     Opening reads the header and authenticates the last chunk (so ``plain_size`` is
@@ -237,28 +287,8 @@ class SealedReader(io.RawIOBase):
         self.chunks_decrypted = 0
         self._load(self._chunks - 1)
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        if whence == os.SEEK_SET:
-            pos = offset
-        elif whence == os.SEEK_CUR:
-            pos = self._pos + offset
-        elif whence == os.SEEK_END:
-            pos = self.plain_size + offset
-        else:
-            raise ValueError(f"invalid whence {whence}")
-        if pos < 0:
-            raise OSError(22, "negative seek position")
-        self._pos = pos
-        return pos
+    def _size(self) -> int:
+        return self.plain_size
 
     def _load(self, index: int) -> bytes:
         if index == self._cached_index:
@@ -269,11 +299,11 @@ class SealedReader(io.RawIOBase):
         self._inner.seek(HEADER_BYTES + index * stride)
         sealed = self._inner.read(want)
         if len(sealed) != want:
-            raise SealBroken("sealed file is truncated")
+            raise _noted(SealBroken("sealed file is truncated"))
         try:
             plain = self._aead.decrypt(_nonce(index, last), sealed, self._header)
         except InvalidTag:
-            raise SealBroken(f"sealed file chunk {index} failed authentication") from None
+            raise _noted(SealBroken(f"sealed file chunk {index} failed authentication")) from None
         self.chunks_decrypted += 1
         self._cached_index, self._cached = index, plain
         return plain
@@ -334,3 +364,136 @@ def unseal_bytes(blob: bytes, key: SealKey) -> bytes:
     authenticate under ``key``."""
     with open_sealed(io.BytesIO(blob), key) as r:
         return r.readall()
+
+
+# --- sealed files by path ------------------------------------------------------------
+
+_CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_BUFFER_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True)
+class SealedPath:
+    """A sealed file by its path and key: what crosses from the event loop to a worker
+    process (it pickles, the key with it, over the process's pipe) and to each
+    reader. It has no ``__fspath__`` on purpose: a library that opens it as a plain
+    path fails loudly rather than reading ciphertext."""
+
+    path: Path
+    key: SealKey
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def with_name(self, name: str) -> SealedPath:
+        """Another sealed file in the same directory, under the same key."""
+        return SealedPath(self.path.with_name(name), self.key)
+
+    def open(self, buffer_bytes: int = READ_BUFFER_BYTES) -> io.BufferedReader:
+        """The plain bytes, buffered and seekable (the file closes with the reader).
+        Raises ``SealBroken`` when the file is not whole under this key."""
+        f = open(self.path, "rb", buffering=0)  # noqa: SIM115 - owned by the reader
+        try:
+            raw = open_sealed(f, self.key, close_inner=True)  # type: ignore[arg-type]
+        except BaseException:
+            f.close()
+            raise
+        return io.BufferedReader(raw, buffer_size=buffer_bytes)
+
+    def create(self) -> SealedWriter:
+        """A new file (exclusive, 0600, no symlink followed) to seal into; ``close()``
+        completes it."""
+        fd = os.open(self.path, _CREATE_FLAGS, 0o600)
+        return seal_writer(os.fdopen(fd, "wb"), self.key, close_inner=True)
+
+    def plain_size(self) -> int:
+        with self.open() as f:
+            return f.seek(0, os.SEEK_END)
+
+    def unlink(self, missing_ok: bool = True) -> None:
+        self.path.unlink(missing_ok=missing_ok)
+
+    def __str__(self) -> str:
+        return f"sealed:{self.path.name}"
+
+
+def copy_into(src: BinaryIO, dst: BinaryIO | SealedWriter, buffer_bytes: int = 1 << 20) -> int:
+    """Copy ``src`` to ``dst`` in chunks; the bytes copied."""
+    buf = bytearray(buffer_bytes)
+    total = 0
+    while n := src.readinto(buf):  # type: ignore[attr-defined]
+        dst.write(memoryview(buf)[:n])
+        total += n
+    return total
+
+
+@contextlib.contextmanager
+def plain_memfd(src: SealedPath | bytes, name: str = "document") -> Iterator[int]:
+    """The plain bytes of ``src`` in a memory-only file (``memfd_create``, close-on-exec),
+    for a tool that insists on a path: yields its fd (``/proc/self/fd/N`` in this
+    process; a child gets it with ``pass_fds``). The plain bytes exist only while the
+    block runs, in memory that no file system shows, and are gone when it ends."""
+    fd = os.memfd_create(f"casesignd-{name}", os.MFD_CLOEXEC)
+    try:
+        with os.fdopen(os.dup(fd), "wb") as out:
+            if isinstance(src, bytes | bytearray | memoryview):
+                out.write(src)
+            else:
+                with src.open() as f:
+                    copy_into(f, out)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def broken_seal(error: BaseException | None) -> SealBroken | None:
+    """The ``SealBroken`` behind ``error`` (itself, or in its chain of causes and
+    contexts: a library that turned a failed read into its own error), or None."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, SealBroken):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextlib.contextmanager
+def reading_sealed() -> Iterator[None]:
+    """Around a library's reading of sealed files in this thread: any chunk that
+    failed in the block, reported or swallowed by the library, ends the block as
+    ``TempBroken`` (the retryable ``io_error``), and so does a ``SealBroken`` in the
+    chain of what it raised. What the library decided is not trusted then."""
+    from casesignd.core.errors import TempBroken
+
+    before = getattr(_SEEN, "count", 0)
+    try:
+        yield
+    except BaseException as e:
+        broken = broken_seal(e) or (_SEEN.last if getattr(_SEEN, "count", 0) != before else None)
+        if broken is not None and not isinstance(e, TempBroken):
+            raise TempBroken(f"a temporary file did not read back whole: {broken}") from None
+        raise
+    if getattr(_SEEN, "count", 0) != before:
+        raise TempBroken(f"a temporary file did not read back whole: {_SEEN.last}")
+
+
+def guarded(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` under :func:`reading_sealed`: for a thread or a worker process
+    that hands sealed files to a library."""
+    with reading_sealed():
+        return fn(*args)
+
+
+def open_plain(src: Path | SealedPath) -> io.BufferedReader:
+    """The plain bytes of ``src``, a sealed file or a plain one, open for reading."""
+    if isinstance(src, SealedPath):
+        return src.open()
+    return open(src, "rb")  # noqa: SIM115 - the caller's to close
+
+
+def plain_size(src: Path | SealedPath) -> int:
+    """The size of the plain bytes of ``src``."""
+    return src.plain_size() if isinstance(src, SealedPath) else os.stat(src).st_size

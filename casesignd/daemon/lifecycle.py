@@ -16,7 +16,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
@@ -27,6 +27,7 @@ from aiohttp import web
 from casesignd.config import Config
 from casesignd.core.errors import ConfigError
 from casesignd.core.logs import log_event
+from casesignd.core.sealed import SealedPath, guarded
 from casesignd.engine.kinds import Artifact, JobContext, JobKind
 from casesignd.engine.lanes import Lane
 from casesignd.engine.pool import Pool
@@ -272,16 +273,23 @@ class Services:
 
     # --- what jobs call ----------------------------------------------------------------
 
-    async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
-                      sig_key: str | None = None) -> Artifact:
+    async def publish(self, ctx: JobContext, path: Path | str | SealedPath, media_type: str,
+                      sig_key: str | None = None, tail: bytes = b"") -> Artifact:
         """Publish a result durably under a deterministic id: a signature's key, else the
-        job's id. A later attempt finds the earlier file and keeps it (the first wins)."""
+        job's id. A later attempt finds the earlier file and keeps it (the first wins).
+        A sealed result (a temp area's) is its plain bytes, then ``tail``, streamed."""
         assert self.artifacts is not None
         key = f"sig:{sig_key}" if sig_key else f"job:{ctx.job_id}"
         artifact_id = self.artifacts.artifact_id(ctx.tenant, key)
         await ctx.check_lease()
         async with ctx.phase("publish"):
             seal_key = await self.artifacts.key_for(artifact_id)
+            if isinstance(path, SealedPath):
+                artifact, _ours = await asyncio.to_thread(
+                    guarded, self.artifacts.publish_bytes, _plain_parts(path, tail),
+                    artifact_id, media_type, seal_key)
+                return artifact
+            assert not tail, "a plain result is whole"
             return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id,
                                            media_type, seal_key)
 
@@ -493,3 +501,13 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await asyncio.to_thread(s.close_cpu)
         await s.store.close()
         await asyncio.to_thread(s.tracing.stop)
+
+
+def _plain_parts(sealed: SealedPath, tail: bytes, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+    """The plain bytes of ``sealed`` a chunk at a time, then ``tail`` (read in the
+    publishing thread)."""
+    with sealed.open() as f:
+        while chunk := f.read(chunk_bytes):
+            yield chunk
+    if tail:
+        yield tail

@@ -19,6 +19,7 @@ from casesignd.core import audit
 from casesignd.core.errors import ValidationError
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish
+from casesignd.core.sealed import SealedPath
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
 from casesignd.files.envelope import SealedFile
@@ -82,8 +83,8 @@ class JobServices(Protocol):
     fetcher: Fetcher
     artifacts: ArtifactStore | None  # set once the store is open
 
-    async def publish(self, ctx: JobContext, path: Path | str, media_type: str,
-                      sig_key: str | None = None) -> Artifact: ...
+    async def publish(self, ctx: JobContext, path: Path | str | SealedPath, media_type: str,
+                      sig_key: str | None = None, tail: bytes = b"") -> Artifact: ...
     async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None: ...
 
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from casesignd.config import Config
-from casesignd.core.errors import CasesignError
+from casesignd.core.errors import CasesignError, TempBroken
 from casesignd.core.logs import log_event
 from casesignd.core.outcomes import Fail, Finish, Outcome, RetryLater
+from casesignd.core.sealed import broken_seal
 from casesignd.engine import jobs
 from casesignd.observability.metrics import Metrics
 from casesignd.observability.tracing import Tracing
@@ -62,6 +63,12 @@ class Recorder:
     def failure(self, kind: str, failures: int, error: BaseException) -> RetryLater | Fail:
         """What an attempt that raised ``error`` ends in; ``failures`` counts this one."""
         retry = self.config.retry
+        broken = broken_seal(error)
+        if broken is not None:
+            # A temp file that did not read back whole, however a library reported it
+            # (a parser's "damaged PDF" over a chunk that failed): retried from the
+            # source, never refused for the document's sake.
+            error = TempBroken(f"a temporary file did not read back whole: {broken}")
         decision = jobs.plan_retry(failures, error, max_attempts=self.max_attempts(kind),
                                    base_s=retry.base_delay_s, cap_s=retry.max_delay_s)
         self.metrics.allow("code", decision.code)

@@ -28,7 +28,13 @@ from typing import Any, Protocol
 
 import aiofiles
 
-from casesignd.core.errors import MalwareDetected, ScanLimitExceeded, ScannerUnavailable
+from casesignd.core.errors import (
+    MalwareDetected,
+    ScanLimitExceeded,
+    ScannerUnavailable,
+    TempBroken,
+)
+from casesignd.core.sealed import SealBroken, SealedPath
 
 DEFAULT_CHUNK_BYTES = 1 << 20
 # clamd replies are one short line; anything longer is not clamd.
@@ -38,7 +44,7 @@ MAX_REPLY_BYTES = 4096
 class Scanner(Protocol):
     """Scans one file; raises on malware or when it cannot tell."""
 
-    async def scan(self, path: Path | bytes, name_hint: str) -> None:
+    async def scan(self, path: Path | SealedPath | bytes, name_hint: str) -> None:
         """Return when ``path`` (or these bytes) is clean; ``name_hint`` is for messages
         and logs only."""
         ...
@@ -51,7 +57,7 @@ class Scanner(Protocol):
 class NoopScanner:
     """Scanning switched off: every file is taken as clean."""
 
-    async def scan(self, path: Path | bytes, name_hint: str) -> None:
+    async def scan(self, path: Path | SealedPath | bytes, name_hint: str) -> None:
         return None
 
     async def ping(self) -> bool:
@@ -133,12 +139,15 @@ class ClamdScanner:
                 reply += data
         return reply
 
-    async def scan(self, path: Path | bytes, name_hint: str) -> None:
+    async def scan(self, path: Path | SealedPath | bytes, name_hint: str) -> None:
         """Stream ``path`` (or these bytes) to clamd; raise MalwareDetected, ScanLimitExceeded or
         ScannerUnavailable (see the module docstring)."""
         sock = await self._connect()
         try:
             reply = await self._instream(sock, path)
+        except SealBroken as e:
+            # The file, not the scanner: the job's retryable io_error.
+            raise TempBroken(f"{name_hint}: a temporary file did not read back whole: {e}") from None
         except (OSError, TimeoutError) as e:
             raise ScannerUnavailable(
                 "the malware scanner did not answer in time" if isinstance(e, TimeoutError)
@@ -154,13 +163,21 @@ class ClamdScanner:
                 detail={"signature": verdict.signature, "name": name_hint},
             )
 
-    async def _instream(self, sock: socket.socket, path: Path | bytes) -> bytes:
+    async def _instream(self, sock: socket.socket, path: Path | SealedPath | bytes) -> bytes:
         try:
             await self._send(sock, b"zINSTREAM\0")
             if isinstance(path, bytes):
                 view = memoryview(path)
                 for at in range(0, len(view), self.chunk_bytes):
                     await self._send(sock, instream_frames(view[at:at + self.chunk_bytes]))
+            elif isinstance(path, SealedPath):
+                # clamd's INSTREAM takes the plain bytes over its socket: no path needed.
+                f = await asyncio.to_thread(path.open)
+                try:
+                    while chunk := await asyncio.to_thread(f.read, self.chunk_bytes):
+                        await self._send(sock, instream_frames(chunk))
+                finally:
+                    f.close()
             else:
                 async with aiofiles.open(path, "rb") as f:
                     while chunk := await f.read(self.chunk_bytes):

@@ -55,6 +55,7 @@ from casesignd.core.errors import (
 )
 from casesignd.core.hashing import OBJECT_REF_PREFIX, object_ref, object_ref_digest, sha256_hex
 from casesignd.core.keyring import object_owner
+from casesignd.core.sealed import SealedPath
 from casesignd.files.envelope import SealedFile, iter_plain
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import Area, close_after
@@ -282,7 +283,7 @@ class _FdReader:
 
 async def _download_fd(
     fd: int, area: Area, name: str, want: str, expect_size: int | None, limit: int
-) -> Path:
+) -> Path | SealedPath:
     reader = _FdReader(fd)
     try:
         return await area.download(name, reader.chunks(), want, expect_size, limit)
@@ -345,13 +346,12 @@ class Fetcher:
         expect_size: int | None,
         *,
         max_bytes: int | None = None,
-    ) -> Path:
-        """The path to read the bytes of ``ref`` from: put into ``area`` as ``name``,
-        or, for a tenant object, where it is stored.
+    ) -> Path | SealedPath:
+        """Where to read the bytes of ``ref`` from: a sealed file ``name`` in ``area``
+        (:class:`casesignd.core.sealed.SealedPath`), or, for a tenant object, the stored
+        file itself, never copied.
 
-        The file is for reading only: a tenant object on the same file system is a
-        hard link to the stored object, and on another one (a temp area on a tmpfs)
-        the stored file itself, never copied. ``max_bytes`` overrides the fetcher's
+        The file is for reading only. ``max_bytes`` overrides the fetcher's
         limit for this item. Raises the errors listed in the module docstring.
         """
         limit = self.max_bytes if max_bytes is None else max_bytes
@@ -397,7 +397,7 @@ class Fetcher:
         return await asyncio.to_thread(read)
 
     def stored_path(self, ref: SourceRef, tenant: str, case_id: str | None, want: str,
-                    expect_size: int) -> Path:
+                    expect_size: int) -> Path | SealedPath:
         """Where a stored object (``sha256:`` reference) is, to read in place by a
         reader that checks it itself (a batch job's contract, read by the worker
         process that signs it: :func:`casesignd.signing.worker.sign_stored`, which answers
@@ -423,7 +423,7 @@ class Fetcher:
         want: str,
         expect_size: int | None,
         limit: int,
-    ) -> Path:
+    ) -> Path | SealedPath:
         if ref.sha256 != want:
             raise DigestMismatch("object_ref and sha256 name different objects")
         src = None if case_id is None else self.objects.path(tenant, case_id, ref.sha256)
@@ -439,20 +439,12 @@ class Fetcher:
             raise SizeMismatch(f"the object is {size} bytes, the item declares {expect_size}")
         if size > limit:
             raise LimitExceeded(f"the object passes the limit of {limit} bytes")
-        dst = area.path_for(name)
-        try:
-            # The store verified the digest when the object was uploaded, and a stored
-            # object is never written again. On the same file system a hard link costs
-            # nothing and keeps the file for the attempt.
-            await asyncio.to_thread(os.link, src, dst)
-            return dst
-        except OSError as e:
-            if e.errno not in (errno.EXDEV, errno.EPERM, errno.EMLINK):
-                raise
-        # Elsewhere it is read where it is: a copy would cost a whole read, write and
-        # hash of it, and its size again in the temp area (a tmpfs holds it in memory).
-        # Neither retention nor erasure removes an object while a job that uses it may
-        # run.
+        # The store verified the digest when the object was uploaded, and a stored
+        # object is never written again: it is read where it is. A copy would cost a
+        # whole read, write and hash of it, and its size again in the temp area; a hard
+        # link would put the stored file's bytes under the temp root, whose files are
+        # all sealed. Neither retention nor erasure removes an object while a job that
+        # uses it may run.
         return src
 
     async def _fetch_dir(
@@ -464,7 +456,7 @@ class Fetcher:
         want: str,
         expect_size: int | None,
         limit: int,
-    ) -> Path:
+    ) -> Path | SealedPath:
         fd = await asyncio.to_thread(_open_in_root, Path(source.root), parts)
         return await _download_fd(fd, area, name, want, expect_size, limit)
 
@@ -482,7 +474,7 @@ class Fetcher:
         want: str,
         expect_size: int | None,
         limit: int,
-    ) -> Path:
+    ) -> Path | SealedPath:
         url = self.url_for(source, parts)
         shown = "/".join(parts)
         timeout = aiohttp.ClientTimeout(

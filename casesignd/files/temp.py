@@ -6,6 +6,13 @@ declared before it creates anything, and removes the directory and releases the
 reservation however the attempt ends: success, exception or cancellation. A crashed
 run leaves directories behind; :meth:`TempManager.sweep` removes them at start-up.
 
+Every file in an area is sealed (:mod:`casesignd.core.sealed`): AES-256-GCM chunks
+under a key the area holds in memory only (``Area.key``, made for the attempt, gone
+with it; a worker process receives it with its arguments over its pipe). What a
+crash leaves behind is ciphertext under a key that died with the process, swept at
+the next start. Readers get the plain bytes through ``SealedPath.open()``; the few
+tools that insist on a path get a memory-only file (``plain_memfd``), never one here.
+
 File names inside an area are chosen by the server (``contract.pdf``, ``item-3``),
 never taken from user data, and must match :data:`NAME_PATTERN`.
 
@@ -31,9 +38,10 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from casesignd.core.errors import DigestMismatch, LimitExceeded, SizeMismatch, TempQuota
+from casesignd.core.sealed import SealedPath, SealedWriter, SealKey, seal_writer
 
 # Server-chosen file names only: no leading dot (no ".", "..", or hidden files),
 # no slash, short enough for any file system.
@@ -93,8 +101,13 @@ class HashingWriter:
     so a reused fd number can never receive stray bytes.
     """
 
-    def __init__(self, fd: int) -> None:
+    def __init__(self, fd: int, key: SealKey | None = None) -> None:
         self.fd = fd
+        # With a key, what is written is sealed (the file's plain bytes are hashed);
+        # the last chunk is written by :meth:`seal` once the stream ended whole.
+        self._sealer: SealedWriter | None = None
+        if key is not None:
+            self._sealer = seal_writer(cast(BinaryIO, _FdSink(fd)), key)
         self.size = 0
         self._hasher = hashlib.sha256()
         self._pending: asyncio.Future[None] | None = None  # the write or fsync in flight
@@ -104,7 +117,10 @@ class HashingWriter:
     def _work(self, data: bytes | bytearray) -> None:
         # Runs in a worker thread: both calls release the GIL for large buffers.
         self._hasher.update(data)
-        _write_all(self.fd, data)
+        if self._sealer is not None:
+            self._sealer.write(data)
+        else:
+            _write_all(self.fd, data)
         # A large upload writes its data out in steps: every other fsync on the file
         # system (a kiosk request's commits) waits for the dirty data queued before it.
         self._unsynced += len(data)
@@ -122,6 +138,12 @@ class HashingWriter:
         self._pending = asyncio.ensure_future(asyncio.to_thread(os.fsync, self.fd))
         await asyncio.shield(self._pending)
 
+    async def seal(self) -> None:
+        """Complete a sealed file (its last chunk), in a thread."""
+        if self._sealer is not None:
+            self._pending = asyncio.ensure_future(asyncio.to_thread(self._sealer.close))
+            await asyncio.shield(self._pending)
+
     def hexdigest(self) -> str:
         return self._hasher.hexdigest()
 
@@ -131,6 +153,23 @@ class HashingWriter:
             return
         self._closed = True
         close_after(self._pending, self.fd)
+
+
+class _FdSink:
+    """A file descriptor as the sealed writer's output (the writer never closes it)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        _write_all(self.fd, data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def close_after(pending: asyncio.Future | None, fd: int) -> None:
@@ -195,10 +234,19 @@ class Area:
         self.reserved_bytes = reserved
         self.used_bytes = 0
         self._manager = manager
+        # The attempt's key: in memory only, never written, logged or put on a command
+        # line (its repr hides it).
+        self.key = SealKey.generate()
 
     def path_for(self, name: str) -> Path:
-        """The path of ``name`` inside the area (for tools that write by path)."""
+        """The path of ``name`` inside the area. What is there is ciphertext: read and
+        write it through :meth:`sealed`."""
         return self.path / check_name(name)
+
+    def sealed(self, name: str) -> SealedPath:
+        """``name`` inside the area as a sealed file under the area's key: what readers
+        open, and what a worker process is handed."""
+        return SealedPath(self.path_for(name), self.key)
 
     def create(self, name: str) -> BinaryIO:
         """Create ``name`` exclusively (0600, no symlink following); return it open for writing.
@@ -220,8 +268,9 @@ class Area:
         expect_sha256: str | None,
         expect_size: int | None,
         max_bytes: int,
-    ) -> Path:
-        """Stream ``chunks`` into a new file ``name``, checking size and digest.
+    ) -> SealedPath:
+        """Stream ``chunks`` into a new sealed file ``name``, checking size and digest
+        (of the plain bytes).
 
         Stops as soon as the stream passes ``expect_size`` (SizeMismatch, code
         ``size_mismatch``) or ``max_bytes`` (LimitExceeded); a short stream is a
@@ -249,12 +298,13 @@ class Area:
             self.add_written(n)
             written += n
 
-        writer = HashingWriter(os.open(path, _CREATE_FLAGS, 0o600))
+        writer = HashingWriter(os.open(path, _CREATE_FLAGS, 0o600), self.key)
         try:
             try:
                 digest, size = await stream_into(
                     writer, chunks, check=check, before_write=before_write
                 )
+                await writer.seal()
             finally:
                 writer.close()
             if expect_size is not None and size != expect_size:
@@ -269,7 +319,7 @@ class Area:
                 os.unlink(path)
             self._manager._shrink(self, written)
             raise
-        return path
+        return SealedPath(path, self.key)
 
 
 class TempManager:

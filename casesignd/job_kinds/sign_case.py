@@ -29,6 +29,7 @@ from casesignd.core.errors import ActiveContent, ValidationError
 from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
 from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
+from casesignd.core.sealed import SealedPath, guarded
 from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy
 from casesignd.files.sources import parse_ref
@@ -327,6 +328,7 @@ class SignCaseKind:
         if ctx.area is None:
             return await self._sign_in_memory(ctx, ladder, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)
+        # What the attempt writes and reads in its area is sealed under the area's key.
         await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
         contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
@@ -334,14 +336,15 @@ class SignCaseKind:
             pades.Attachment(paths[i], it["name"], it["media_type"],
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
-        out = ctx.workdir / "signed.pdf"
+        out = ctx.area.sealed("signed.pdf")
         # A stored contract is read as it is stored: the digest its signature's hash
         # gives on the way is checked before the key is used.
         signed = await ladder.sign_file(JobSteps(ctx), paths[contract_i], out, meta=meta,
                                         attachments=attachments, policy=signing_policy(policy),
                                         expect_sha256=normalized["items"][contract_i]["sha256"])
         artifact = dataclasses.replace(
-            await s.publish(ctx, out, "application/pdf", sig_key=sig_key),
+            await s.publish(ctx, out, "application/pdf", sig_key=sig_key,
+                            tail=signed.appended.tail),
             timestamp_expires_at=signed.appended.timestamp_expires_at)
         # The signature, its signed event and the finish are one transaction.
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
@@ -377,7 +380,8 @@ class SignCaseKind:
                                           signed_detail(normalized, signed.checked,
                                                         signed.appended.level), inline))
 
-    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area) -> list[Path]:
+    async def _fetch(self, ctx: JobContext, normalized: dict[str, Any], area: Area
+                     ) -> list[Path | SealedPath]:
         s = ctx.services
         out = []
         async with ctx.phase("fetch"):
@@ -389,20 +393,21 @@ class SignCaseKind:
         return out
 
     async def _validate(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
-                        paths: list[Path]) -> None:
+                        paths: list[Path | SealedPath]) -> None:
         limits = pdf_limits(policy)
         async with ctx.phase("validate"):
             for i, (it, path) in enumerate(zip(normalized["items"], paths, strict=True)):
                 if it["role"] == "evidence":
-                    await asyncio.to_thread(media.check_evidence, it["media_type"], path,
+                    await asyncio.to_thread(guarded, media.check_evidence, it["media_type"], path,
                                             policy.evidence_media_types, f"items[{i}].media_type")
                 if it["role"] == "evidence" and it["media_type"] == "application/pdf":
                     # Evidence is embedded (or bound by digest) as it was received: it
                     # is never rewritten, so it must be unambiguous as it is. The
                     # contract is checked by the signing pipeline.
-                    await ctx.cpu(pdfcheck.inspect_pdf, path, limits)
+                    await ctx.cpu(guarded, pdfcheck.inspect_pdf, path, limits)
 
-    async def _scan(self, ctx: JobContext, normalized: dict[str, Any], paths: list[Path]) -> None:
+    async def _scan(self, ctx: JobContext, normalized: dict[str, Any],
+                    paths: list[Path | SealedPath]) -> None:
         scanner = ctx.services.scanner
         if scanner is None:
             return

@@ -19,6 +19,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from casesignd.core.errors import MalformedPdf
 
@@ -166,9 +167,11 @@ class Source:
     offset (``os.pread``), never whole."""
 
     def __init__(self, data: bytes | None = None, fd: int | None = None,
-                 size: int | None = None) -> None:
+                 size: int | None = None, stream: BinaryIO | None = None) -> None:
         self.data = data
         self.fd = fd
+        # A seekable stream of its own (a sealed file's plain bytes), read by offset.
+        self.stream = stream
         self.size = len(data) if data is not None else int(size or 0)
 
     def read(self, start: int, end: int) -> bytes:
@@ -177,6 +180,9 @@ class Source:
             return b""
         if self.data is not None:
             return self.data[start:end]
+        if self.stream is not None:
+            self.stream.seek(start)
+            return self.stream.read(end - start)
         assert self.fd is not None
         return os.pread(self.fd, end - start, start)
 

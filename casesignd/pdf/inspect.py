@@ -41,11 +41,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from pypdf import PdfReader
 from pypdf.errors import LimitReachedError
@@ -59,6 +58,7 @@ from casesignd.core.errors import (
     LimitExceeded,
     MalformedPdf,
 )
+from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf import form as pdfform
 from casesignd.pdf import normalize
 from casesignd.pdf import parse as pdfparse
@@ -492,7 +492,7 @@ def _producer(reader: PdfReader) -> str | None:
         return None
 
 
-def inspect_pdf(src: Path | bytes, limits: PdfLimits) -> PdfReport:
+def inspect_pdf(src: Path | SealedPath | bytes, limits: PdfLimits) -> PdfReport:
     """Validate the PDF at ``src`` (a path, or the document itself) deeply and
     strictly: a document readers would repair or read differently is refused too
     (:meth:`PdfReport.refusal`). Returns what was learned or raises."""
@@ -503,7 +503,7 @@ def inspect_pdf(src: Path | bytes, limits: PdfLimits) -> PdfReport:
     return report
 
 
-def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, PdfReader]:
+def inspect_document(src: Path | SealedPath | bytes, limits: PdfLimits) -> tuple[PdfReport, PdfReader]:
     """Check ``src`` (a path, or the document itself) and return the report with its
     findings, and the reader that read it: every object it resolved stays parsed, for
     whatever reads the document next (the signer's preparation). The reader of a
@@ -511,18 +511,27 @@ def inspect_document(src: Path | bytes, limits: PdfLimits) -> tuple[PdfReport, P
     return _inspect(src, limits, Budget(limits), 0)
 
 
-def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
+def _inspect(src: Path | SealedPath | bytes, limits: PdfLimits, budget: Budget,
              depth_embedded: int) -> tuple[PdfReport, PdfReader]:
-    size = len(src) if isinstance(src, bytes) else os.stat(src).st_size
+    size = len(src) if isinstance(src, bytes) else plain_size(src)
     if size == 0:
         raise MalformedPdf("the file is empty", reason="not_a_pdf")
     if size > limits.max_bytes:
         raise LimitExceeded(f"the PDF is larger than {limits.max_bytes} bytes",
                             detail={"size": size, "max_bytes": limits.max_bytes},
                             reason="too_large")
-    f = io.BytesIO(src) if isinstance(src, bytes) else open(src, "rb")  # noqa: SIM115 - see above
+    f = io.BytesIO(src) if isinstance(src, bytes) else open_plain(src)
+    scans: BinaryIO | None = None
     try:
-        buf = Source(src) if isinstance(src, bytes) else Source(fd=f.fileno(), size=size)
+        if isinstance(src, bytes):
+            buf = Source(src)
+        elif isinstance(src, SealedPath):
+            # The scans read by offset through a reader of their own: pypdf's keeps its
+            # position.
+            scans = src.open()
+            buf = Source(stream=scans, size=size)
+        else:
+            buf = Source(fd=f.fileno(), size=size)
         frame = read_frame(buf)
         with translated(limits.max_bytes) as warnings:
             try:
@@ -578,6 +587,9 @@ def _inspect(src: Path | bytes, limits: PdfLimits, budget: Budget,
     except BaseException:
         f.close()
         raise
+    finally:
+        if scans is not None:
+            scans.close()
     return report, reader
 
 

@@ -18,6 +18,7 @@ poppler and pdf.js agree with on rebuilt files; the rewrite is then checked agai
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 from pathlib import Path
@@ -27,13 +28,14 @@ from pypdf import PdfReader
 from pypdf import generic as g
 
 from casesignd.core.errors import AmbiguousPdf, EncryptedPdf, LimitExceeded, MalformedPdf
+from casesignd.core.sealed import SealedPath
 
 if TYPE_CHECKING:
     from casesignd.pdf.draw import Drawn
 
 
-def rewrite(src: Path | bytes, dst: Path | None = None, *, draw_forms: bool = True
-            ) -> tuple[Path | bytes, tuple[str, ...], Drawn]:
+def rewrite(src: Path | SealedPath | bytes, dst: Path | SealedPath | None = None, *,
+            draw_forms: bool = True) -> tuple[Path | SealedPath | bytes, tuple[str, ...], Drawn]:
     """Rewrite ``src`` (a path or the document) into ``dst`` (or into bytes when ``dst``
     is None); return the rewrite, qpdf's repair warnings, and what of its form was
     drawn. With ``draw_forms`` the form's appearances that viewers would draw
@@ -47,9 +49,21 @@ def rewrite(src: Path | bytes, dst: Path | None = None, *, draw_forms: bool = Tr
     """
     import pikepdf  # the normalisation path only: most documents never need it
 
+    # A sealed file is read by qpdf through its decrypting stream (pikepdf reads a
+    # seekable stream as it would the file), and a sealed rewrite is written through
+    # one: qpdf never sees a path of plain bytes.
+    with contextlib.ExitStack() as held:
+        source: io.BytesIO | io.BufferedReader | Path = (
+            io.BytesIO(src) if isinstance(src, bytes)
+            else held.enter_context(src.open()) if isinstance(src, SealedPath) else src)
+        return _rewrite(pikepdf, source, src, dst, draw_forms)
+
+
+def _rewrite(pikepdf: Any, source: Any, src: Path | SealedPath | bytes,
+             dst: Path | SealedPath | None, draw_forms: bool
+             ) -> tuple[Path | SealedPath | bytes, tuple[str, ...], Drawn]:
     from casesignd.pdf import draw as pdfdraw
 
-    source = io.BytesIO(src) if isinstance(src, bytes) else src
     try:
         pdf = pikepdf.open(source, suppress_warnings=True, attempt_recovery=True,
                            inherit_page_attributes=False)
@@ -82,12 +96,13 @@ def rewrite(src: Path | bytes, dst: Path | None = None, *, draw_forms: bool = Tr
                 raise AmbiguousPdf("the PDF's form leaves its appearances to viewers and "
                                    "cannot be drawn", reason="viewer_drawn_form",
                                    detail={"library": f"{type(e).__name__}: {e}"[:500]}) from None
-        out: io.BytesIO | Path = io.BytesIO() if dst is None else dst
+        out: io.BytesIO | Path | SealedPath = io.BytesIO() if dst is None else dst
         try:
-            pdf.save(out, fix_metadata_version=False, compress_streams=False,
-                     stream_decode_level=pikepdf.StreamDecodeLevel.none,
-                     object_stream_mode=pikepdf.ObjectStreamMode.disable,
-                     deterministic_id=True, preserve_pdfa=False)
+            if isinstance(out, SealedPath):
+                with out.create() as sealing:
+                    _save(pikepdf, pdf, sealing)
+            else:
+                _save(pikepdf, pdf, out)
         except (pikepdf.PdfError, RuntimeError, ValueError) as e:
             if dst is not None:
                 dst.unlink(missing_ok=True)
@@ -95,6 +110,13 @@ def rewrite(src: Path | bytes, dst: Path | None = None, *, draw_forms: bool = Tr
                                detail={"library": f"{type(e).__name__}: {e}"[:500]}) from None
         warnings = tuple(str(w)[:200] for w in pdf.get_warnings()[:20])
     return (out.getvalue() if isinstance(out, io.BytesIO) else out), warnings, drawn
+
+
+def _save(pikepdf: Any, pdf: Any, out: Any) -> None:
+    pdf.save(out, fix_metadata_version=False, compress_streams=False,
+             stream_decode_level=pikepdf.StreamDecodeLevel.none,
+             object_stream_mode=pikepdf.ObjectStreamMode.disable,
+             deterministic_id=True, preserve_pdfa=False)
 
 
 # --- do two readings show the same pages? -------------------------------------------

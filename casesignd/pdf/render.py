@@ -37,6 +37,16 @@ and a limit on the size of any file it writes (one page), and draws no more page
 than the rewrite has, plus one to see a page the received document has more,
 :data:`RENDER_BATCH_PAGES` at a time (:func:`batches`): the drawings on disk stay
 few, and the first difference ends the drawing.
+
+pdftoppm and mutool are the tools that insist on a path: they are separate programs
+that open the document by name. A document held in memory or sealed on the temp
+volume (:mod:`casesignd.core.sealed`) is handed to them as a memory-only file
+(``memfd_create``, close-on-exec in this process and inherited by the renderer alone
+through ``pass_fds``) named ``/proc/self/fd/N``. Its plain bytes exist there for one
+:func:`compare`, from before the first renderer starts until the last one returns,
+in memory no file system shows; the descriptor is closed as the call ends. The
+drawings (grey pixels of pages, never the document's bytes) go to the private
+directory.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from casesignd.core.errors import RendererUnavailable
+from casesignd.core.sealed import SealedPath, plain_memfd
 
 if TYPE_CHECKING:  # Pillow is imported where pages are compared, not by the daemon's API
     from PIL import Image
@@ -345,7 +356,7 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: 
     argv, preexec = _limited(_argv(engine, pdf, outdir, first_page, last_page, dpi))
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, pass_fds=_inherited(pdf),
                               timeout=limit_s if limit_s is not None
                               else timeout_s(last_page - first_page + 1),
                               preexec_fn=preexec, env={**os.environ, "LC_ALL": "C"},
@@ -364,7 +375,7 @@ def render(engine: str, pdf: Path, outdir: Path, *, last_page: int, first_page: 
     return pages, ""
 
 
-def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdir: Path | None,
+def compare(original: Path | SealedPath | bytes, rewrite: Path | SealedPath | bytes, *, pages: int, workdir: Path | None,
             tolerance: Tolerance = DEFAULT_TOLERANCE, engines: Sequence[str] = ENGINES,
             dpi: int = RENDER_DPI, stop_at_difference: bool = False,
             masks: Mapping[int, Sequence[Box]] | None = None) -> dict[str, EngineResult]:
@@ -378,11 +389,12 @@ def compare(original: Path | bytes, rewrite: Path | bytes, *, pages: int, workdi
     installed."""
     require_renderers()
     results = {}
-    with tempfile.TemporaryDirectory(prefix=".render-", dir=workdir) as private:
+    with tempfile.TemporaryDirectory(prefix=".render-", dir=workdir) as private, \
+            contextlib.ExitStack() as held:
         root = Path(private)
         os.chmod(root, 0o700)
-        original_pdf = _as_file(original, root / "received.pdf")
-        rewrite_pdf = _as_file(rewrite, root / "rewrite.pdf")
+        original_pdf = _as_file(original, held, "received")
+        rewrite_pdf = _as_file(rewrite, held, "rewrite")
         for engine in engines:
             started = time.perf_counter()
             page, failed = _compare_engine(engine, original_pdf, rewrite_pdf, pages, root,
@@ -448,11 +460,22 @@ def _aligned(drawings: list[Path], first: int, last: int) -> list[Path | None]:
     return out
 
 
-def _as_file(doc: Path | bytes, path: Path) -> Path:
+def _as_file(doc: Path | SealedPath | bytes, held: contextlib.ExitStack, name: str) -> Path:
+    """A path the renderers can open: a plain file's own, else a memory-only file
+    (``memfd``) holding the plain bytes while ``held`` lasts, named by the
+    ``/proc/self/fd/N`` that the renderer process (which inherits the descriptor,
+    :func:`render`) opens."""
     if isinstance(doc, Path):
         return doc
-    path.write_bytes(doc)
-    return path
+    fd = held.enter_context(plain_memfd(doc, name))
+    return Path(f"/proc/self/fd/{fd}")
+
+
+def _inherited(pdf: Path) -> tuple[int, ...]:
+    """The descriptor a renderer must inherit to open ``pdf`` (a memfd's path)."""
+    if pdf.parent == Path("/proc/self/fd"):
+        return (int(pdf.name),)
+    return ()
 
 
 __all__ = ["DEFAULT_TOLERANCE", "ENGINES", "MAX_CHANGED_FRACTION", "PIXEL_DELTA", "RENDER_DPI",

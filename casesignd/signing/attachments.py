@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from pypdf import generic as g
 
 from casesignd.core.errors import SizeMismatch
+from casesignd.core.sealed import SealedPath, open_plain
 from casesignd.pdf.structure import Structure, name_tree_items
 from casesignd.pdf.syntax import (
     indirect,
@@ -48,9 +49,10 @@ CHUNK_BYTES = 1024 * 1024
 
 @dataclass(frozen=True)
 class Attachment:
-    """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path``."""
+    """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path`` (plain, or sealed
+    in a temp area)."""
 
-    path: Path
+    path: Path | SealedPath
     name: str
     media_type: str
     description: str = ""
@@ -101,12 +103,12 @@ class ObjectWriter(Protocol):
     def begin(self, num: int, gen: int = 0) -> None: ...
 
 
-def hash_file(path: Path) -> tuple[int, bytes, bytes]:
+def hash_file(path: Path | SealedPath) -> tuple[int, bytes, bytes]:
     """The size, MD5 and SHA-256 of the file at ``path``, read in chunks."""
     md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
     size = 0
     buf = bytearray(CHUNK_BYTES)
-    with open(path, "rb") as f:
+    with open_plain(path) as f:
         while n := f.readinto(buf):
             view = memoryview(buf)[:n]
             md5.update(view)
@@ -138,7 +140,7 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     w.write(serialize(head) + b"\nstream\n")
     copied = 0
     buf = bytearray(CHUNK_BYTES)
-    with open(att.path, "rb") as f:
+    with open_plain(att.path) as f:
         while n := f.readinto(buf):
             w.write(memoryview(buf)[:n])
             copied += n

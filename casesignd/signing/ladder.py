@@ -37,13 +37,15 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from casesignd.core.errors import PermanentJobError
+from casesignd.core.sealed import SealedPath
 from casesignd.pdf.limits import PdfLimits
-from casesignd.signing import cms, pades, pipeline, tsa, worker
+from casesignd.signing import cms, pades, pipeline, sealed_output, tsa, worker
 from casesignd.signing.keys import KeySigner, configured
 from casesignd.signing.levels import SigningPolicy
 from casesignd.signing.longterm import Appended, LongTerm
 from casesignd.signing.placement import subject_of
 from casesignd.signing.revocation import ChainEvidence
+from casesignd.signing.sealed_output import SealedSigned
 
 T = TypeVar("T")
 
@@ -147,12 +149,15 @@ class Ladder:
         :meth:`signer` does."""
         return subject_of(getattr(self.signer(), "cert", None))
 
-    async def sign_file(self, steps: Steps, src: Path, dst: Path, *,
+    async def sign_file(self, steps: Steps, src: Path | SealedPath, dst: Path | SealedPath, *,
                         meta: pades.SignatureMeta, attachments: list[pades.Attachment],
                         policy: SigningPolicy | None, expect_sha256: str | None = None
                         ) -> SignedPdf:
         """Sign ``src`` into ``dst`` at ``policy``'s level (B-B without a policy).
-        ``expect_sha256``: the digest ``src`` must have, checked before the key is used."""
+        ``expect_sha256``: the digest ``src`` must have, checked before the key is used.
+        A sealed ``dst`` (a temp area's) holds the body: the signed document is that
+        body and then ``appended.tail`` (:class:`casesignd.signing.sealed_output.SealedSigned`);
+        a plain ``dst`` is the whole document, ``appended.tail`` empty."""
         signer = self.signer()
         limits = policy.limits if policy is not None else PdfLimits()
         timestamped = policy is not None and bool(policy.tsa_url)
@@ -165,22 +170,24 @@ class Ladder:
                 self.services.contents_bytes(timestamped), not timestamped, expect_sha256)
             template = self.services.cms_template()
             signature = await self._signature(steps, signer, work.signature, work.signed_attrs)
+            update = work.update
             if not timestamped and work.signature is None:
                 # The process could not finish what it did not sign.
                 der = cms.assemble(template, work.signed_attrs, signature, None)
-                await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+                update = await asyncio.to_thread(sealed_output.finish, work.prepared, der)
         if policy is None or not timestamped:
-            return SignedPdf(work.checked, Appended(b"", "B-B"))
+            return SignedPdf(work.checked, Appended(update, "B-B"))
         async with steps.phase("timestamp"):
             token = await _timestamp(policy, signature)
         async with steps.phase("sign"):
             der = cms.assemble(template, work.signed_attrs, signature, token)
-            await asyncio.to_thread(pades.finalize, work.prepared, der, sync=False)
+            update = await asyncio.to_thread(sealed_output.finish, work.prepared, der)
         if not policy.at_least("B-LT"):
-            return SignedPdf(work.checked, Appended(b"", policy.signature_level))
+            return SignedPdf(work.checked, Appended(update, policy.signature_level))
         async with steps.phase("ltv"):
-            appended = await self.services.longterm.complete(policy, dst, token, chain)
-        return SignedPdf(work.checked, appended)
+            document = SealedSigned(dst, update) if isinstance(dst, SealedPath) else dst
+            appended = await self.services.longterm.complete(policy, document, token, chain)
+        return SignedPdf(work.checked, dataclasses.replace(appended, tail=update + appended.tail))
 
     async def sign_bytes(self, steps: Steps, document: bytes | Stored, *,
                          meta: pades.SignatureMeta, policy: SigningPolicy,

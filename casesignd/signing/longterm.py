@@ -35,6 +35,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from casesignd.core.errors import CasesignError, ConfigError, PermanentJobError
+from casesignd.core.sealed import reading_sealed
 from casesignd.signing import tsa
 from casesignd.signing.levels import SigningPolicy, highest
 from casesignd.signing.revocation import (
@@ -43,6 +44,7 @@ from casesignd.signing.revocation import (
     check_signing_usage,
     check_validity,
 )
+from casesignd.signing.sealed_output import SealedSigned
 
 if TYPE_CHECKING:
     from casesignd.signing.longterm_write import Stamper
@@ -174,11 +176,11 @@ class LongTerm:
         """The readiness check: the signer's chain as the highest policy needs it."""
         await self.before_signing(highest(self.policies()))
 
-    async def complete(self, policy: SigningPolicy | None, document: bytes | Path,
+    async def complete(self, policy: SigningPolicy | None, document: bytes | Path | SealedSigned,
                        signature_token: bytes | None, signer: ChainEvidence | None) -> Appended:
         """After a B-T signature: from B-LT up, the DSS (and for B-LTA the document
         timestamp) as an incremental update on ``document``: a file is extended in
-        place, bytes are returned as the tail to append."""
+        place, bytes (and a sealed body with its tail) get the tail to append."""
         if policy is None or not policy.at_least("B-LT"):
             return Appended(b"", policy.signature_level if policy else "B-B")
         assert self.revocation is not None and signer is not None and signature_token is not None
@@ -214,7 +216,8 @@ class LongTerm:
         expires_at = self._stamp_expiry[policy.tsa_url] = chain_expires_at(chain)
         return expires_at
 
-    async def _cover_timestamp(self, document: bytes | Path, tail: bytes, token: bytes,
+    async def _cover_timestamp(self, document: bytes | Path | SealedSigned, tail: bytes,
+                               token: bytes,
                                covered: ChainEvidence) -> tuple[bytes, ChainEvidence]:
         """The document timestamp's chain, and one more DSS update when its TSA signed
         with a certificate other than the one whose chain the DSS holds (the order
@@ -224,7 +227,8 @@ class LongTerm:
         if cert.sha256 == covered.cert.sha256:
             return b"", covered
         chain = await self.revocation.evidence(cert, others, timestamping=True)
-        whole = document if isinstance(document, Path) else document + tail
+        whole = document if isinstance(document, Path) else (
+            document.extended(tail) if isinstance(document, SealedSigned) else document + tail)
         return await asyncio.to_thread(self._update, whole, [chain], None, 0), chain
 
     @staticmethod
@@ -235,7 +239,7 @@ class LongTerm:
 
         return Stamper(policy.tsa_url, policy.tsa_timeout_s)
 
-    def _update(self, document: bytes | Path, evidence: list[ChainEvidence],
+    def _update(self, document: bytes | Path | SealedSigned, evidence: list[ChainEvidence],
                 stamper: Stamper | None, reserve_hex: int) -> bytes:
         from casesignd.signing.longterm_write import dss_update
 
@@ -245,6 +249,11 @@ class LongTerm:
             with open(document, "r+b") as f:
                 dss_update(f, evidence, stamper, reserve_hex, field)
             return b""
+        if isinstance(document, SealedSigned):
+            # Read through the sealed body, written past it (pyHanko's in-place update).
+            with reading_sealed(), document.view() as view:
+                dss_update(view, evidence, stamper, reserve_hex, field)  # type: ignore[arg-type]
+                return view.appended()[len(document.tail):]
         buf = io.BytesIO(document)
         dss_update(buf, evidence, stamper, reserve_hex, field)
         return buf.getvalue()[len(document):]

@@ -203,7 +203,8 @@ class _Writer:
         self.write(b"%d %d obj\n" % (num, gen))
 
 
-def _copy_hashing(src: io.BufferedIOBase, out: IO[bytes], hasher: Any) -> int:
+def _copy_hashing(src: io.BufferedIOBase, out: IO[bytes], hasher: Any,
+                  size: int | None = None) -> int:
     """Copy ``src`` to ``out`` in chunks, hashing each chunk while the next is read.
 
     hashlib releases the GIL on large buffers, so hashing on a helper thread
@@ -211,7 +212,8 @@ def _copy_hashing(src: io.BufferedIOBase, out: IO[bytes], hasher: Any) -> int:
     Two buffers alternate; a buffer is reused only after its hash finished.
     """
     copied = 0
-    if os.fstat(src.fileno()).st_size <= 4 * CHUNK_BYTES:  # a thread costs more than it saves
+    size = os.fstat(src.fileno()).st_size if size is None else size
+    if size <= 4 * CHUNK_BYTES:  # a thread costs more than it saves
         buf = bytearray(CHUNK_BYTES)
         while n := src.readinto(buf):
             view = memoryview(buf)[:n]
@@ -303,8 +305,9 @@ def _prepare(
         with open(dst, "wb") as out:
             copied = _copy_hashing(f, out, hasher)
             source_sha256 = hasher.copy().hexdigest()
-            start, total = _append_update(s, _Writer(out, copied, hasher), attachments, meta,
-                                          contents_bytes)
+            start, total, tail = held_update(s, _Writer(out, copied, hasher), attachments,
+                                             meta, contents_bytes)
+            out.write(tail)
     return Prepared(dst, hasher.digest(), start, contents_bytes, total,
                     evidence_binding(s.signed, len(attachments)), source_sha256)
 
@@ -349,7 +352,8 @@ def prepare_bytes(data: bytes, *, meta: SignatureMeta, contents_bytes: int = 163
     s = structure if structure is not None else read_bytes(data, reader)
     hasher.update(data)
     out = io.BytesIO()
-    start, _total = _append_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)
+    start, _total, tail = held_update(s, _Writer(out, len(data), hasher), [], meta, contents_bytes)
+    out.write(tail)
     update = out.getbuffer()
     at = start + 1 - len(data)  # the first hex digit, within the update
     return PreparedUpdate(bytes(update[:at]), bytes(update[at + 2 * contents_bytes:]),
@@ -363,10 +367,12 @@ def _structure(f: IO[bytes], reader: PdfReader | None = None) -> Structure:
         raise MalformedPdf(f"cannot read the PDF structure: {type(e).__name__}: {e}") from e
 
 
-def _append_update(s: Structure, w: _Writer, attachments: list[Attachment],
-                   meta: SignatureMeta, contents_bytes: int) -> tuple[int, int]:
-    """Append the signing update through ``w`` (whose offset is the original's end);
-    return the /Contents offset and the new total size."""
+def held_update(s: Structure, w: _Writer, attachments: list[Attachment], meta: SignatureMeta,
+                contents_bytes: int) -> tuple[int, int, bytearray]:
+    """Append the signing update through ``w`` (whose offset is the original's end) but
+    for its tail (the signature's objects on, with the /Contents placeholder), hashed
+    and returned for the caller to write or hold; and the /Contents offset and the
+    new total size."""
     if not s.ends_with_eol:
         w.write(b"\n")
     try:
@@ -384,8 +390,7 @@ def _append_update(s: Structure, w: _Writer, attachments: list[Attachment],
     rel_start, rel_end = start - tail_base, end - tail_base
     w.hasher.update(memoryview(tail)[:rel_start])
     w.hasher.update(memoryview(tail)[rel_end:])
-    w.out.write(tail)
-    return start, total
+    return start, total, tail
 
 
 def _write_update(

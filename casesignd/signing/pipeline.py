@@ -40,6 +40,7 @@ trail: the digest received, the digest of what was signed, and why it was rewrit
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -55,11 +56,13 @@ from casesignd.core.errors import (
     SigningError,
 )
 from casesignd.core.hashing import file_sha256, sha256_hex
+from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf import normalize, render
 from casesignd.pdf.frame import DAMAGE, Finding, Source, object_definitions
 from casesignd.pdf.inspect import PdfLimits, PdfReport, inspect_document
-from casesignd.signing import cms, pades
+from casesignd.signing import cms, pades, sealed_output
 from casesignd.signing.keys import KeySigner, ProcessKey
+from casesignd.signing.sealed_output import SealedPrepared
 
 SIGN_AS_IS = "as_is"
 REWRITE = "rewrite"
@@ -108,12 +111,16 @@ def decide(report: PdfReport, normalize_mode: str) -> str:
     return SIGN_AS_IS
 
 
-def _sha256(src: Path | bytes) -> str:
+def _sha256(src: Path | SealedPath | bytes) -> str:
+    if isinstance(src, SealedPath):
+        with src.open() as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()  # type: ignore[arg-type]
     return sha256_hex(src) if isinstance(src, bytes) else file_sha256(src)[0]
 
 
-def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, *,
-          digest_source: bool = True) -> tuple[Checked, Path | bytes, PdfReader]:
+def check(src: Path | SealedPath | bytes, limits: PdfLimits,
+          rewrite_to: Path | SealedPath | None = None, *, digest_source: bool = True
+          ) -> tuple[Checked, Path | SealedPath | bytes, PdfReader]:
     """Steps 1–3: the document to sign (``src`` or its rewrite, written to
     ``rewrite_to`` for a path, kept in memory for bytes), what was decided, and the
     reader that read it. Raises the refusal.
@@ -124,7 +131,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     document is ``src``. Digests are never taken from a caller's word: a kept
     verdict is keyed by the one computed here."""
     received = _sha256(src) if digest_source else None
-    src_for_rewrite: Path | bytes
+    src_for_rewrite: Path | SealedPath | bytes
     try:
         report, reader = inspect_document(src, limits)
     except MalformedPdf as unreadable:
@@ -147,6 +154,8 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
     reasons = tuple(dict.fromkeys(f.reason for f in report.findings))
     try:
         target = None if isinstance(src, bytes) else (rewrite_to or Path(f"{src}.normalized"))
+        assert not isinstance(src, SealedPath) or isinstance(target, SealedPath), \
+            "a sealed document's rewrite is sealed too"
         rewritten, _warnings, drawn = normalize.rewrite(src_for_rewrite, target)
         try:
             report2, reader2 = inspect_document(rewritten, limits)
@@ -160,7 +169,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
             # pypdf agrees, one engine that differs refuses it; where it does not,
             # both are asked whether any reader agrees with the rewrite.
             engines = render.compare(src, rewritten, pages=report2.pages,
-                                        workdir=target.parent if target is not None else None,
+                                        workdir=_directory(target),
                                         stop_at_difference=pypdf_page is None,
                                         # Fields viewers drew their own way are left
                                         # out where pypdf found the rest alike.
@@ -171,7 +180,7 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
                 _close(reader2)
                 raise _disagreement(report, refusal, engines, reasons)
         except BaseException:
-            if isinstance(rewritten, Path):
+            if not isinstance(rewritten, bytes):
                 rewritten.unlink(missing_ok=True)
             raise
     finally:
@@ -190,12 +199,19 @@ def check(src: Path | bytes, limits: PdfLimits, rewrite_to: Path | None = None, 
             rewritten, reader2)
 
 
+def _directory(target: Path | SealedPath | None) -> Path | None:
+    """Where the renderers' private directory goes: beside the rewrite."""
+    if target is None:
+        return None
+    return target.path.parent if isinstance(target, SealedPath) else target.parent
+
+
 # Documents larger than this are not read again with a restored frame.
 ASSIST_MAX_BYTES = 64 * 1024 * 1024
 _CATALOG = re.compile(rb"/Type[\x00\t\n\x0c\r ]*/Catalog(?![A-Za-z0-9])")
 
 
-def _read_assisted(src: Path | bytes, limits: PdfLimits, unreadable: MalformedPdf
+def _read_assisted(src: Path | SealedPath | bytes, limits: PdfLimits, unreadable: MalformedPdf
                    ) -> tuple[bytes, PdfReport, PdfReader]:
     """pypdf's reading of a document whose frame lost its end (no ``%%EOF``, or no
     trailer at all, as in a truncated file): the same bytes with an end appended —
@@ -204,8 +220,7 @@ def _read_assisted(src: Path | bytes, limits: PdfLimits, unreadable: MalformedPd
     same, and rebuilds on its own), and pypdf's report, which carries the damage.
     Raises ``unreadable`` when neither helps (or the document carries a signature,
     which a rewrite would break)."""
-    data = src if isinstance(src, bytes) else (
-        src.read_bytes() if src.stat().st_size <= ASSIST_MAX_BYTES else None)
+    data = src if isinstance(src, bytes) else _read_small(src)
     if data is None or b"/ByteRange" in data or not data.lstrip()[:1024].count(b"%PDF-"):
         raise unreadable
     tails = [b"\n%%EOF\n"]
@@ -223,6 +238,14 @@ def _read_assisted(src: Path | bytes, limits: PdfLimits, unreadable: MalformedPd
                                "restored (%%EOF, or a trailer naming its catalog)")
         return data + tail, dataclasses.replace(report, findings=(lost, *report.findings)), reader
     raise unreadable
+
+
+def _read_small(src: Path | SealedPath) -> bytes | None:
+    """The plain bytes of ``src`` up to :data:`ASSIST_MAX_BYTES`, else None."""
+    if plain_size(src) > ASSIST_MAX_BYTES:
+        return None
+    with open_plain(src) as f:
+        return f.read()
 
 
 def _object_end(data: bytes, at: int) -> int:
@@ -296,22 +319,29 @@ def check_file(src: Path, limits: PdfLimits, workdir: Path) -> Checked:
     return checked
 
 
-def prepare_file(src: Path, dst: Path, *, limits: PdfLimits,
+def prepare_file(src: Path | SealedPath, dst: Path | SealedPath, *, limits: PdfLimits,
                  attachments: list[pades.Attachment], meta: pades.SignatureMeta,
-                 contents_bytes: int) -> tuple[Checked, pades.Prepared]:
+                 contents_bytes: int) -> tuple[Checked, pades.Prepared | SealedPrepared]:
     """Steps 1–4 for a file, in one call (a worker process): ``dst`` receives the
     document to sign with its signing update; nothing else is left behind. The
     document's digest is taken from the copy the update's hash reads, so the digest
     recorded is of the very bytes the signature covers."""
     checked, source, reader = check(src, limits, dst.with_name(dst.name + ".normalized"),
                                     digest_source=False)
+    prepared: pades.Prepared | SealedPrepared
     try:
-        assert isinstance(source, Path)
-        prepared = pades.prepare(source, dst, attachments=attachments, meta=meta,
-                                 contents_bytes=contents_bytes, reader=reader)
+        assert not isinstance(source, bytes)
+        if isinstance(dst, SealedPath):
+            # Sealed in a temp area: the body sealed, the signature's end held.
+            prepared = sealed_output.prepare(source, dst, attachments=attachments, meta=meta,
+                                             contents_bytes=contents_bytes, reader=reader)
+        else:
+            assert isinstance(source, Path)
+            prepared = pades.prepare(source, dst, attachments=attachments, meta=meta,
+                                     contents_bytes=contents_bytes, reader=reader)
     finally:
         _close(reader)
-        if isinstance(source, Path) and source != src:
+        if not isinstance(source, bytes) and source != src:
             source.unlink(missing_ok=True)
     copied = prepared.source_sha256
     assert copied, "a prepared file carries the digest of what it copied"
@@ -436,6 +466,7 @@ def sign_file(
         signature = sign_with(signer, signed_attrs)
         token = timestamp(signature) if timestamp is not None else None
         der = cms.assemble(template, signed_attrs, signature, token)
+        assert isinstance(prepared, pades.Prepared)  # a plain destination
         pades.finalize(prepared, der)
     except BaseException:
         dst.unlink(missing_ok=True)

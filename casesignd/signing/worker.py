@@ -24,10 +24,12 @@ from typing import Any
 
 from casesignd.core.errors import DigestMismatch, PermanentJobError, SizeMismatch
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.sealed import SealedPath, reading_sealed
 from casesignd.pdf.inspect import PdfLimits
-from casesignd.signing import cms, pades
+from casesignd.signing import cms, pades, sealed_output
 from casesignd.signing.keys import FileSlots, ProcessKey
 from casesignd.signing.pipeline import Checked, prepare_document, prepare_file, sign_with
+from casesignd.signing.sealed_output import SealedPrepared
 
 # In each such process: the signer template, and the key when it can sign there (a
 # key in memory; a token's key signs on the event loop's side).
@@ -132,13 +134,16 @@ class SignedFile:
     the key is not in the process; then the caller signs and finalizes)."""
 
     checked: Checked
-    prepared: pades.Prepared
+    prepared: pades.Prepared | SealedPrepared
     signed_attrs: bytes
     signature: bytes | None
     sign_s: float
+    # Finished here into a sealed destination: the signed end, which follows the
+    # sealed body (b"" for a plain file, finished in place).
+    update: bytes = b""
 
 
-def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
+def sign_prepared_file(src: Path | SealedPath, dst: Path | SealedPath, limits: PdfLimits,
                        attachments: list[pades.Attachment], meta: pades.SignatureMeta,
                        contents_bytes: int, finish: bool, expect_sha256: str | None = None
                        ) -> SignedFile:
@@ -146,7 +151,18 @@ def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
     the signed document (with ``finish``; else the prepared one, to be finalized by
     the caller once it has a timestamp or the key's signature). ``expect_sha256``:
     the digest ``src`` must have (a stored object read where it is stored), checked
-    from the copy's hash before the key is used."""
+    from the copy's hash before the key is used. Sealed files (an attempt's temp
+    area, its key come with them over this process's pipe) are read and written
+    sealed; one that does not read back whole ends the call as ``TempBroken``."""
+    with reading_sealed():
+        return _sign_prepared_file(src, dst, limits, attachments, meta, contents_bytes, finish,
+                                   expect_sha256)
+
+
+def _sign_prepared_file(src: Path | SealedPath, dst: Path | SealedPath, limits: PdfLimits,
+                        attachments: list[pades.Attachment], meta: pades.SignatureMeta,
+                        contents_bytes: int, finish: bool, expect_sha256: str | None
+                        ) -> SignedFile:
     checked, prepared = prepare_file(src, dst, limits=limits, attachments=attachments,
                                      meta=meta, contents_bytes=contents_bytes)
     if expect_sha256 is not None and checked.received_sha256 != expect_sha256:
@@ -156,8 +172,9 @@ def sign_prepared_file(src: Path, dst: Path, limits: PdfLimits,
     if _PROCESS["key"] is None:
         return SignedFile(checked, prepared, signed_attrs, None, 0.0)
     signature, sign_s = _process_sign(signed_attrs)
+    update = b""
     if finish:
         # Not fsynced: publishing makes a durable copy of it.
-        pades.finalize(prepared, cms.assemble(_PROCESS["template"], signed_attrs, signature,
-                                              None), sync=False)
-    return SignedFile(checked, prepared, signed_attrs, signature, sign_s)
+        update = sealed_output.finish(prepared, cms.assemble(_PROCESS["template"], signed_attrs,
+                                                             signature, None))
+    return SignedFile(checked, prepared, signed_attrs, signature, sign_s, update)

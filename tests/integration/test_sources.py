@@ -23,6 +23,7 @@ from casesignd.core.errors import (
     SourceUnavailable,
     ValidationError,
 )
+from casesignd.core.sealed import SealedPath, is_sealed
 from casesignd.files.objects import ObjectStore
 from casesignd.files.sources import (
     Fetcher,
@@ -195,8 +196,14 @@ class Harness:
             p = await self.fetcher.fetch(
                 parse_ref(ref), "tenant", "case-1", area, "item-0", data_sha, size, **kw
             )
-            # In the area, or a stored object read where it is stored.
-            assert p.parent == area.path or p == self.objects.path("tenant", "case-1", data_sha)
+            # Sealed in the area (never plain there), or a stored object read where it is
+            # stored.
+            if isinstance(p, SealedPath):
+                assert p.path.parent == area.path and p.key == area.key
+                assert is_sealed(p.path.read_bytes()[:8])
+                with p.open() as f:
+                    return f.read()
+            assert p == self.objects.path("tenant", "case-1", data_sha)
             return p.read_bytes()
 
 
@@ -221,7 +228,7 @@ async def harness(tmp_path, dir_root):
     await h.fetcher.close()
 
 
-async def test_tenant_object_is_linked_into_the_area(harness):
+async def test_a_tenant_object_is_read_where_it_is_stored(harness):
     data = os.urandom(100_000)
 
     async def body():
@@ -231,7 +238,7 @@ async def test_tenant_object_is_linked_into_the_area(harness):
     assert await harness.fetch(f"sha256:{sha(data)}", sha(data), len(data)) == data
 
 
-async def test_a_tenant_object_on_another_file_system_is_read_where_it_is_stored(
+async def test_a_tenant_object_is_neither_linked_nor_copied_into_the_area(
         harness, monkeypatch):
     data = os.urandom(100_000)
 
@@ -249,7 +256,8 @@ async def test_a_tenant_object_on_another_file_system_is_read_where_it_is_stored
                                         area, "item-0", sha(data), len(data))
         assert p == harness.objects.path("tenant", "case-1", sha(data))
         assert p.read_bytes() == data
-        assert list(Path(area.path).iterdir()) == []  # no copy of it in the temp area
+        # Neither a copy nor a link of it in the temp area, whose files are all sealed.
+        assert list(Path(area.path).iterdir()) == []
 
 
 @pytest.mark.parametrize(

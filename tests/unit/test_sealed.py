@@ -3,10 +3,12 @@ tampering ending in SealBroken rather than wrong bytes."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
 import random
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +18,13 @@ from casesignd.core.sealed import (
     KEY_BYTES,
     TAG_BYTES,
     SealBroken,
+    SealedPath,
     SealKey,
+    broken_seal,
     is_sealed,
     open_sealed,
+    plain_memfd,
+    reading_sealed,
     seal_bytes,
     seal_writer,
     unseal_bytes,
@@ -189,3 +195,50 @@ def test_the_reader_decrypts_only_the_chunks_touched() -> None:
     r.seek(0)
     assert r.read() == data
     assert r.chunks_decrypted == 4 + 10
+
+
+def test_a_sealed_path_writes_and_reads_its_own_file(tmp_path) -> None:
+    key = SealKey.generate()
+    sealed = SealedPath(tmp_path / "item-0", key)
+    data = _plain(3 * C + 11, seed=9)
+    with sealed.create() as w:
+        w.write(data)
+    assert (tmp_path / "item-0").stat().st_mode & 0o777 == 0o600
+    assert data[:64] not in (tmp_path / "item-0").read_bytes()
+    assert sealed.plain_size() == len(data)
+    with sealed.open() as f:
+        f.seek(C + 5)
+        assert f.read(10) == data[C + 5:C + 15]
+    assert pickle.loads(pickle.dumps(sealed)) == sealed
+    assert key.raw().hex() not in repr(sealed)
+    with pytest.raises(FileExistsError):
+        sealed.create()
+    with pytest.raises(SealBroken):
+        SealedPath(sealed.path, SealKey.generate()).open()
+
+
+def test_a_memfd_holds_the_plain_bytes_only_while_the_block_runs(tmp_path) -> None:
+    sealed = SealedPath(tmp_path / "doc", SealKey.generate())
+    with sealed.create() as w:
+        w.write(b"%PDF-1.7 plain")
+    with plain_memfd(sealed, "doc") as fd:
+        assert Path(f"/proc/self/fd/{fd}").read_bytes() == b"%PDF-1.7 plain"
+        assert os.get_inheritable(fd) is False
+    with pytest.raises(OSError):
+        os.fstat(fd)
+
+
+def test_a_swallowed_break_still_ends_the_block_as_io_error() -> None:
+    from casesignd.core.errors import TempBroken
+
+    key = SealKey.generate()
+    blob = bytearray(_seal(_plain(3 * C), key))
+    blob[HEADER_BYTES + 10] ^= 1
+    with pytest.raises(TempBroken) as caught, reading_sealed():
+        r = open_sealed(io.BytesIO(bytes(blob)), key)
+        with contextlib.suppress(OSError):  # a lenient library that carries on
+            r.read(10)
+    assert caught.value.code == "io_error" and caught.value.retryable
+    with pytest.raises(TempBroken), reading_sealed():
+        raise ValueError("a parser's own error") from SealBroken("chunk 0")
+    assert broken_seal(RuntimeError("x")) is None
