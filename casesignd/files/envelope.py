@@ -10,8 +10,8 @@ apart). A file that fails authentication, or whose key is gone, reads as the
 retryable ``io_error`` (:func:`broken`), never as wrong bytes.
 
 Blocking calls: :func:`open_plain`, :func:`plain_size` and :func:`reseal` touch files
-(run them in a thread); :class:`SealingWriter` writes from a thread as
-:class:`~casesignd.files.temp.HashingWriter` does.
+(run them in a thread). Uploads are sealed as they stream in by
+:class:`~casesignd.files.temp.HashingWriter` with the data key.
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ from casesignd.core.sealed import (
     open_sealed,
     seal_writer,
 )
-from casesignd.files.temp import SYNC_EVERY_BYTES, HashingWriter, _write_all
 
 READ_CHUNK_BYTES = 256 * 1024
 
@@ -231,48 +230,3 @@ def reseal(path: Path, src_key: SealKey, dst_key: SealKey) -> None:
     finally:
         if tmp.exists():
             os.unlink(tmp)
-
-
-class _FdFile:
-    """The file object a sealed writer writes to: whole writes to one fd, no buffer."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    def write(self, data: bytes) -> int:
-        _write_all(self.fd, data)
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-
-class SealingWriter(HashingWriter):
-    """A :class:`HashingWriter` whose file holds the bytes sealed under ``key``: the
-    digest is of the plain bytes, as the object's name says; :meth:`fsync` writes the
-    last chunk first."""
-
-    def __init__(self, fd: int, key: SealKey) -> None:
-        super().__init__(fd)
-        # Unbuffered, straight to the fd: nothing is left to flush once the fd is
-        # closed (HashingWriter closes it after the last write returns). The last chunk
-        # is written only by fsync(), after the digest was checked, so a file left
-        # unfinished never reads as whole.
-        self._sealer = seal_writer(_FdFile(fd), key)  # type: ignore[arg-type]
-
-    def _work(self, data: bytes | bytearray) -> None:
-        self._hasher.update(data)
-        self._sealer.write(data)
-        self._unsynced += len(data)
-        if self._unsynced >= SYNC_EVERY_BYTES:
-            self._unsynced = 0
-            os.fdatasync(self.fd)
-
-    def _seal_and_sync(self) -> None:
-        self._sealer.close()
-        os.fsync(self.fd)
-
-    async def fsync(self) -> None:
-        self._pending = asyncio.ensure_future(asyncio.to_thread(self._seal_and_sync))
-        await asyncio.shield(self._pending)
-

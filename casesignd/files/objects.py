@@ -47,7 +47,7 @@ from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.keyring import WrappedKey, object_owner
 from casesignd.core.sealed import SealKey
-from casesignd.files.envelope import Envelope, SealingWriter, reseal
+from casesignd.files.envelope import Envelope, reseal
 from casesignd.files.temp import HashingWriter, stream_into
 
 CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -222,7 +222,7 @@ class ObjectStore:
         # A fresh data key, kept in the store only once the body proved to be the
         # object (no key rows for uploads that fail their digest).
         sealed = self.envelope.new_key(object_owner(sha256)) if self.envelope.sealing else None
-        writer = HashingWriter(fd) if sealed is None else SealingWriter(fd, sealed[0])
+        writer = HashingWriter(fd, sealed[0] if sealed is not None else None)
         try:
             try:
                 digest, size = await stream_into(writer, body, check=check)
@@ -234,6 +234,7 @@ class ObjectStore:
                         field="sha256",
                         detail={"expected": sha256, "actual": digest},
                     )
+                await writer.seal()  # the last chunk, once the body proved whole
                 await writer.fsync()
             finally:
                 writer.close()

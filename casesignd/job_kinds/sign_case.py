@@ -363,7 +363,8 @@ class SignCaseKind:
                                      item["sha256"], item["size"])
         # Sealed at rest (storage encryption), the worker process cannot open it: its
         # plain bytes, checked here, go to the process instead.
-        plain = await s.fetcher.stored_bytes(path, item["sha256"], item["size"])
+        plain = await s.fetcher.stored_bytes(path, item["sha256"], item["size"]) \
+            if isinstance(path, Path) else None
         document: bytes | Stored = plain if plain is not None else \
             Stored(str(path), item["sha256"], item["size"])
         if s.scanner is not None:
