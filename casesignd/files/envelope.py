@@ -119,10 +119,7 @@ class Envelope:
         """The data key to seal ``owner``'s file with (None: files are not sealed)."""
         if not self.sealing:
             return None
-        assert self.keys is not None
-        found = await self.keys.data_key(owner)
-        if found is not None:
-            return self._unwrap(found)
+        # One write: the fresh key is kept unless the owner has one, which is answered.
         return await self.standing(*self.new_key(owner))
 
     async def key_for_reading(self, owner: str) -> SealKey:
