@@ -21,6 +21,7 @@ import msgspec
 from casesignd.core import webhook_events as webhooks
 from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
+from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_keyring
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
 
@@ -100,6 +101,14 @@ class Storage(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # what it has streamed so far. Past it: 503 upload_quota. At least
     # server.max_object_bytes, so that every object can be uploaded.
     upload_quota_bytes: int = 2048 * MiB
+    # Objects and artifacts sealed at rest, each under a data key of its own wrapped by
+    # the key in key_file (64 hex digits; a bare name is looked up in
+    # $CREDENTIALS_DIRECTORY first), named key_id; old_keys still read what they
+    # wrapped until `casesignd store rekey` (casesignd.core.keyring).
+    encrypt: bool = False
+    key_file: str = ""
+    key_id: str = ""
+    old_keys: list[OldKey] = msgspec.field(default_factory=list)
 
 
 class Workers(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -444,6 +453,12 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
         except OSError as e:
             raise ConfigError("store.password_file", f"cannot read {path}: {e.strerror}") from None
 
+    def storage_keyring(self) -> Keyring:
+        """The storage keys ``[storage]`` names, read from their files or credentials."""
+        st = self.storage
+        return load_keyring(st.encrypt, self.credential(st.key_file) if st.key_file else None,
+                            st.key_id, [(k.id, self.credential(k.file)) for k in st.old_keys])
+
     def policy(self, version: str | None) -> Policy | None:
         want = version or self.default_policy
         for p in self.policies:
@@ -480,6 +495,8 @@ _POLICY = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 def _check(cfg: Config) -> None:
     """Semantic checks msgspec's types cannot express; raise ConfigError naming the key."""
+    check_storage_keys(cfg.storage.encrypt, cfg.storage.key_file, cfg.storage.key_id,
+                       cfg.storage.old_keys)
     host, sep, port = cfg.server.listen.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError("server.listen", f"expected HOST:PORT, got {cfg.server.listen!r}")

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchlib import e2e, loadavg, run_script, temp_files  # noqa: E402  (scripts/, beside this file)
 from benchlib.documents import make_pages  # noqa: E402
+from benchlib.sealed import large_packet, sealed_settings  # noqa: E402
 
 PASSWORD = b"bench-password"
 MB = 1000 * 1000
@@ -221,6 +222,11 @@ def end_to_end(jobs: int, workdir: Path, *, baseline: str | None, plain_jobs: in
         ("casesignd", "kiosk", False, jobs, None, None),
         ("casesignd asyncio", "aiohttp", True, jobs, None,
          {"server": {"event_loop": "asyncio"}})]
+    # The same with objects and artifacts sealed at rest ([storage] encrypt): each
+    # beside its plain twin in the order below, so the pair sees one load.
+    sealed = sealed_settings(workdir)
+    runs += [("casesignd sealed", client, distinct, jobs, None, sealed)
+             for client, distinct in (("aiohttp", False), ("aiohttp", True), ("kiosk", False))]
     if plain_jobs:
         runs += [("casesignd", "plain", False, plain_jobs, None, None),
                  ("casesignd unpaced", "plain", False, plain_jobs, None,
@@ -299,6 +305,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="fewer iterations")
     ap.add_argument("--no-large", action="store_true", help="skip the large document")
     ap.add_argument("--large-mb", type=int, default=200)
+    ap.add_argument("--packet-mb", type=int, default=None,
+                    help="a packet with evidence this large through a daemon, stores sealed "
+                         "and not (upload, job, download; default --large-mb; 0: skip)")
     ap.add_argument("--engines", default="casesignd,casesignd-job,casesignd-sealed,pyhanko,endesive")
     ap.add_argument("--e2e-jobs", type=int, default=2000,
                     help="one-page sign_case jobs through a real daemon (0: skip)")
@@ -402,6 +411,27 @@ def main() -> None:
             targets["sealed_large_peak_rss_under_100_mb"] = sealed[large]["peak_rss_mb"] < 100
             targets["sealed_large_at_half_hash_speed"] = \
                 sealed[large].get("speed_vs_hashing", 0) >= 0.5
+        packet_mb = args.large_mb if args.packet_mb is None else args.packet_mb
+        packets = []
+        if packet_mb and not args.no_large:
+            evidence = work / "evidence.bin"
+            with open(evidence, "wb") as f:
+                for _ in range(packet_mb):  # text/plain evidence: random hex
+                    f.write(os.urandom(MB // 2).hex().encode())
+            contract = docs["1-page"].read_bytes()
+            for sealed in (False, True):
+                packets.append(large_packet(work / f"packet-{int(sealed)}", contract, evidence,
+                                            sealed_settings(work) if sealed else None))
+            print(f"a {packet_mb} MB packet through a daemon (evidence {packet_mb} MB, one "
+                  "contract): stores plain, then sealed")
+            print(f"{'stores':<8} {'upload s':>9} {'MB/s':>7} {'job s':>7} {'download s':>11} "
+                  f"{'MB/s':>7} {'main peak RSS MB':>17} {'main CPU s':>11}")
+            for p in packets:
+                print(f"{'sealed' if p['sealed'] else 'plain':<8} {p['upload_s']:>9.2f} "
+                      f"{p['upload_mb_s']:>7.1f} {p['job_s']:>7.2f} {p['download_s']:>11.2f} "
+                      f"{p['download_mb_s']:>7.1f} {p['main_peak_rss_mb']:>17.1f} "
+                      f"{p['main_cpu_s']:>11.2f}")
+            evidence.unlink()
         rounds = max(1, args.rounds or (1 if args.quick else 3))
         ticks0, stolen0, load0 = *cpu_ticks(), loadavg.snapshot()
         e2e = end_to_end(args.e2e_jobs, work, baseline=args.baseline_rev or None,
@@ -450,6 +480,16 @@ def main() -> None:
                 print(f"a batch job of one stored contract costs {e2e[0]['cpu_ms_per_job']:.2f} ms "
                       f"of CPU, a kiosk signature of it {kiosk['cpu_ms_per_job']:.2f} ms "
                       f"({reference['batch_vs_kiosk_cpu']:.2f}x)")
+            for r in e2e:  # sealed stores: CPU per job beside the same run with plain stores
+                twin = next((t for t in e2e if t["daemon"] == "casesignd"
+                             and (t["client"], t["documents"]) == (r["client"], r["documents"])),
+                            None) if r["daemon"] == "casesignd sealed" else None
+                if twin is not None:
+                    key = f"sealed_stores_cpu_ratio_{r['client']}_{r['documents']}"
+                    reference[key] = round(r["cpu_ms_per_job"] / twin["cpu_ms_per_job"], 3)
+                    print(f"stores sealed, {r['client']} ({r['documents']} contract): "
+                          f"{r['cpu_ms_per_job']:.2f} ms CPU/job against "
+                          f"{twin['cpu_ms_per_job']:.2f} plain ({reference[key]:.3f}x)")
             plain = next((r for r in e2e if r["client"] == "plain" and r["daemon"] == "casesignd"),
                          None)
             if plain is not None:
@@ -458,6 +498,7 @@ def main() -> None:
         print("targets: " + ", ".join(f"{k} {verdict[v]}" for k, v in targets.items()))
         print(json.dumps({"hash_mb_per_s": round(hash_mb_s, 1), "reference": reference,
                           "results": results, "speedup": speedups, "end_to_end": e2e,
+                          "packets": packets,
                           "targets": targets}))
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -97,6 +98,24 @@ class Response:
         return json.loads(self.body)
 
 
+# With this set to 1 every daemon the tests make seals its stores at rest
+# ([storage] encrypt, under a key generated for it): `CASESIGND_TEST_ENCRYPT_STORES=1
+# scripts/test tests/integration/test_x.py` runs a file's tests that way.
+ENCRYPT_STORES = os.environ.get("CASESIGND_TEST_ENCRYPT_STORES") == "1"
+
+
+def encrypted_stores(state: Path, force: bool = False, key_id: str = "test-1") -> dict[str, Any]:
+    """The ``[storage]`` settings that seal a daemon's stores under a fresh key, written
+    beside its config (``storage.key``), when ``force`` or the environment asks."""
+    if not (force or ENCRYPT_STORES):
+        return {}
+    key = state / "storage.key"
+    if not key.exists():
+        key.write_text(secrets.token_hex(32) + "\n")
+        key.chmod(0o600)
+    return {"storage": {"encrypt": True, "key_file": "storage.key", "key_id": key_id}}
+
+
 class Daemon:
     """One daemon's state directory and, while running, its process.
 
@@ -137,7 +156,7 @@ class Daemon:
                             "shutdown_grace_s": 5.0},
                 "retry": {"base_delay_s": 0.2, "max_delay_s": 2.0},
                 "server": {"listen": f"127.0.0.1:{self.port}"}}
-        self.config = merge(merge(base, fast), overrides or {})
+        self.config = merge(merge(merge(base, fast), encrypted_stores(state)), overrides or {})
         self.config_path.write_text(to_toml(self.config))
         envfile = dict(line.split("=", 1) for line in (state / "client.env").read_text().splitlines()
                        if "=" in line and not line.startswith("#"))

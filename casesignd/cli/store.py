@@ -1,5 +1,5 @@
 """The operator's commands on the store itself: ``audit verify`` and ``store migrate``,
-``store check`` and ``store copy``. They read the config's store directly, with no
+``store check``, ``store copy`` and ``store rekey``. They read the config's store directly, with no
 daemon, and import the store modules only when they run."""
 
 from __future__ import annotations
@@ -90,6 +90,21 @@ def cmd_store_copy(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_store_rekey(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from casesignd import config
+    from casesignd.ops.rekey import rekey_configured
+
+    cfg = config.load(config_path_from(args.config, os.environ))
+    if _missing_store(cfg):
+        return EXIT_FAILED
+    report = asyncio.run(rekey_configured(cfg, say=lambda line: err(f"store rekey: {line}")))
+    for line in report.lines():
+        out(line)
+    return EXIT_OK
+
+
 def cmd_store_check(args: argparse.Namespace) -> int:
     import sqlite3
 
@@ -105,7 +120,7 @@ def cmd_store_check(args: argparse.Namespace) -> int:
     try:
         snap = open_snapshot(cfg)
         try:
-            report = check_store(snap, cfg.path(cfg.storage.state_dir))
+            report = check_store(snap, cfg.path(cfg.storage.state_dir), cfg.storage_keyring())
         finally:
             snap.close()
     except (sqlite3.Error, psycopg.Error) as e:
@@ -144,6 +159,15 @@ def register(sub: Any, command: Command) -> None:
     c.add_argument("--json", action="store_true",
                    help='print the report as JSON: {"ok": ..., "counted": {...}, '
                    '"problems": [{"kind": ..., "message": ...}, ...], ...}')
+    c = command("rekey", cmd_store_rekey,
+                "rewrap every data key under the current storage key", store_sub,
+                epilog="Storage encryption: after storage.key_id names a new key (the old one "
+                "kept as [[storage.old_keys]]), rewraps the data keys of every object and "
+                "artifact still under an old key, in batches, without rewriting the data. "
+                "Idempotent and resumable; it may run beside the daemons. Once it says nothing "
+                "is left under an old key, that key may leave the configuration. Exit 0 done, "
+                "1 failed, 2 a bad config (a key it needs is not configured).")
+    c.add_argument("--config", metavar="PATH", help=CONFIG_HELP)
     c = command("copy", cmd_store_copy,
                 "copy a whole SQLite store, its files and its audit chain into an empty "
                 "PostgreSQL store", store_sub,

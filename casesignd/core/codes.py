@@ -158,7 +158,9 @@ _ROWS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("source_unavailable", 503, RETRIES, True, "a source could not be read for now"),
     ("temp_quota", 503, RETRIES, True, "the temp volume is full for now; the job waits"),
     ("io_error", 503, RETRIES, True,
-     "a temporary file of the attempt did not read back whole; the job retries from its source"),
+     "a sealed file did not read back whole: a temporary file of the attempt (the job "
+     "retries from its source), or a stored object or artifact altered, cut or without its "
+     "data key; never signed or served"),
     ("scanner_unavailable", 503, RETRIES, True, "the malware scanner cannot be reached"),
     ("renderer_unavailable", 503, RETRIES, True,
      "a page renderer that checks rewritten documents (pdftoppm, mutool) is not installed"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from casesignd.core import audit
+from casesignd.core.keyring import WrappedKey
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,9 @@ class Signature:
     artifact: Artifact
     signed: dict[str, Any] | None = None
     inline: bytes | None = None
+    # With storage encryption the store seals ``inline`` before it writes it, under a
+    # data key of its own kept wrapped beside it (casesignd.store.data_keys).
+    inline_key: WrappedKey | None = None
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from casesignd.engine.recorder import Recorder
 from casesignd.engine.reservations import KeyReservations
 from casesignd.engine.retention import keep_sweeping
 from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.envelope import Envelope, SealedFile, check_keys_held
 from casesignd.files.objects import ObjectStore
 from casesignd.files.scanner import Scanner, make_scanner
 from casesignd.files.sources import Fetcher
@@ -98,7 +99,12 @@ class Services:
         self.metrics = Metrics(node=self.node, strict=self.extras.strict_labels)
         self.state = StateCache()
         self.metrics.add_state_source(self.state.snapshot)
-        self.store: Store = make_store(cfg, self.node)
+        store = make_store(cfg, self.node)
+        # The storage keys, read once at start (casesignd.core.keyring): they seal the
+        # store's inline artifacts and the files under state_dir.
+        self.keyring = cfg.storage_keyring()
+        store.keyring = self.keyring
+        self.store: Store = store
         self.webhooks = Sender(self)
         self.tracing = Tracing(cfg.tracing.otlp_endpoint, node=self.node)
         # Outgoing calls (TSA, OCSP, CRL, sources) as spans; no-ops while tracing is off.
@@ -111,6 +117,8 @@ class Services:
         self.objects.job_roots = [temp_root]
         # Every upload has its row, which retention counts from (casesignd.engine.retention).
         self.objects.record = self.store.put_object
+        self.envelope = Envelope(self.keyring, self.store)
+        self.objects.envelope = self.envelope
         # Set by the lifecycle once the store is open (it needs the link secret).
         self.artifacts: ArtifactStore | None = None
         self.fetcher = Fetcher(cfg.sources, self.objects, max_bytes=cfg.server.max_object_bytes,
@@ -283,22 +291,25 @@ class Services:
         artifact_id = self.artifacts.artifact_id(ctx.tenant, key)
         await ctx.check_lease()
         async with ctx.phase("publish"):
+            seal_key = await self.artifacts.key_for(artifact_id)
             if isinstance(path, SealedPath):
                 artifact, _ours = await asyncio.to_thread(
                     guarded, self.artifacts.publish_bytes, _plain_parts(path, tail),
-                    artifact_id, media_type)
+                    artifact_id, media_type, seal_key)
                 return artifact
             assert not tail, "a plain result is whole"
-            return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id, media_type)
+            return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id,
+                                           media_type, seal_key)
 
-    async def artifact_source(self, artifact_id: str) -> bytes | Path | None:
-        """Where an artifact's bytes are: in the store (bytes), a file (its path), or
-        nowhere (None). The store is asked first: a result it holds is the recorded one."""
+    async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None:
+        """Where an artifact's bytes are: in the store (bytes), a file (its path, or
+        with its data key when sealed), or nowhere (None). The store is asked first: a
+        result it holds is the recorded one."""
         assert self.artifacts is not None
         data = await self.store.artifact_data(artifact_id)
         if data is not None:
             return data
-        return self.artifacts.open_path(artifact_id)
+        return await self.artifacts.source(artifact_id)
 
     def cms_template(self) -> SignerInfoTemplate:
         """The signer's CMS template, built once per key (certificates encoded once)."""
@@ -460,6 +471,8 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         s.load_tenants(cfg)
         secret = cfg.credential(cfg.links.secret_file).read_bytes()
         s.artifacts = ArtifactStore(cfg.path(cfg.storage.state_dir) / "artifacts", secret, s.node)
+        s.artifacts.envelope = s.envelope
+        await check_keys_held(s.store, s.keyring)
         await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
         s.signer = await asyncio.to_thread(_load_signer, cfg, s.extras.wrap_signer)

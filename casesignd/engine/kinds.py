@@ -22,6 +22,7 @@ from casesignd.core.outcomes import Artifact, Finish
 from casesignd.core.sealed import SealedPath
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
+from casesignd.files.envelope import SealedFile
 from casesignd.files.scanner import Scanner
 from casesignd.files.sources import Fetcher
 from casesignd.observability.metrics import Metrics
@@ -84,7 +85,7 @@ class JobServices(Protocol):
 
     async def publish(self, ctx: JobContext, path: Path | str | SealedPath, media_type: str,
                       sig_key: str | None = None, tail: bytes = b"") -> Artifact: ...
-    async def artifact_source(self, artifact_id: str) -> bytes | Path | None: ...
+    async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None: ...
 
 
 class JobContext(Protocol):

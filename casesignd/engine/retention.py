@@ -103,7 +103,8 @@ async def sweep(s: RetentionServices, now: float | None = None) -> dict[str, int
     cfg = s.config.retention
     cutoffs = cfg.cutoffs(time.time() if now is None else now)
     counts: dict[str, Any] = {}  # removed, by area (log fields)
-    inline = False  # bytes the store kept went: its files are scrubbed once, at the end
+    # Bytes or data keys the store kept went: its files are scrubbed once, at the end.
+    inline = False
     for area in AREAS:
         if area not in cutoffs:
             continue
@@ -114,7 +115,7 @@ async def sweep(s: RetentionServices, now: float | None = None) -> dict[str, int
             if removed:
                 await _gone(s, removed, "retention")
                 counts[area] = counts.get(area, 0) + len(removed)
-                inline = inline or any(r.inline for r in removed)
+                inline = inline or any(r.inline or r.keyed for r in removed)
             if len(removed) < cfg.sweep_batch:
                 break
     if "jobs" in cutoffs:

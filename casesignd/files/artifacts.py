@@ -14,6 +14,10 @@ Layout under ``root`` (directories 0700, files 0600)::
     <id[4:6]>/.<node>.<random>.tmp   a publication in flight (several daemons may
                                      share ``root``; a node sweeps only its own)
 
+With storage encryption (``ArtifactStore.envelope``) an artifact's file holds its bytes
+sealed under the artifact's data key (:meth:`ArtifactStore.key_for`), and readers take
+it through :meth:`ArtifactStore.source`.
+
 Links (``GET /v1/artifacts/{id}?expires=&sig=``) carry an HMAC-SHA256 over the
 artifact ID, the owning tenant and the expiry, keyed by a key derived from the
 link secret. They are checked without a bearer token, so the caller passes the
@@ -43,7 +47,10 @@ import msgspec
 
 from casesignd.core.errors import Forbidden
 from casesignd.core.hashing import file_sha256
+from casesignd.core.keyring import artifact_owner
 from casesignd.core.outcomes import Artifact
+from casesignd.core.sealed import SealKey, is_sealed, seal_writer
+from casesignd.files.envelope import Envelope, SealedFile, broken, plain_sha256, read_head
 from casesignd.files.objects import fsync_dir, sweep_in_flight
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
@@ -82,29 +89,33 @@ def artifact_path(root: Path, artifact_id: str) -> Path:
     return root / artifact_id[4:6] / artifact_id
 
 
-def write_new(parts: Iterable[bytes], dst: Path) -> tuple[str, int]:
+def write_new(parts: Iterable[bytes], dst: Path, key: SealKey | None = None) -> tuple[str, int]:
     """Write ``parts`` to a new file ``dst`` (0600), hashing them; fsynced. SHA-256 hex
-    and size (blocking)."""
+    and size of the plain bytes (blocking). With ``key`` the file holds them sealed
+    (storage encryption: casesignd.files.envelope)."""
     h = hashlib.sha256()
     size = 0
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     with os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
+        out: Any = fout if key is None else seal_writer(fout, key)
         for part in parts:
             h.update(part)
-            fout.write(part)
+            out.write(part)
             size += len(part)
             if size % _SYNC_EVERY_BYTES < len(part):
                 fout.flush()
                 os.fdatasync(fout.fileno())
+        if key is not None:
+            out.close()  # the last chunk: only now does the file read as whole
         fout.flush()
         os.fsync(fout.fileno())
     return h.hexdigest(), size
 
 
-def copy_new(src: Path, dst: Path) -> tuple[str, int]:
+def copy_new(src: Path, dst: Path, key: SealKey | None = None) -> tuple[str, int]:
     """:func:`write_new` with the bytes of the file ``src``, read in chunks."""
     with open(src, "rb") as fin:
-        return write_new(iter(lambda: fin.read(_COPY_CHUNK_BYTES), b""), dst)
+        return write_new(iter(lambda: fin.read(_COPY_CHUNK_BYTES), b""), dst, key)
 
 
 def link_new(tmp: Path, final: Path, write: Callable[[Path], tuple[str, int]],
@@ -177,6 +188,8 @@ class ArtifactStore:
         self._id_hmac = hmac.new(_subkey(link_secret, b"artifact-id"), digestmod=hashlib.sha256)
         self._link_key = _subkey(link_secret, b"artifact-link")
         self.dir_syncs = DirSyncs()
+        # Storage encryption: results sealed as they are published (set by the daemon).
+        self.envelope = Envelope()
 
     # --- names ------------------------------------------------------------------------
 
@@ -220,6 +233,22 @@ class ArtifactStore:
             return 0
         return size
 
+    async def source(self, artifact_id: str) -> Path | SealedFile | None:
+        """Where the artifact's file is, as a reader takes it (its path, or with its
+        data key when sealed), or None; ``io_error`` when its key is gone."""
+        path = self.open_path(artifact_id)
+        if path is None:
+            return None
+        try:
+            return await self.envelope.sealed(path, artifact_owner(artifact_id))
+        except FileNotFoundError:
+            return None
+
+    async def key_for(self, artifact_id: str) -> SealKey | None:
+        """The data key to publish ``artifact_id`` under (None: not sealed); pass it to
+        :meth:`publish` or :meth:`publish_bytes`."""
+        return await self.envelope.key_for(artifact_owner(artifact_id))
+
     def open_path(self, artifact_id: str) -> Path | None:
         """The artifact's file, or None if there is none (or the ID is malformed)."""
         try:
@@ -228,32 +257,40 @@ class ArtifactStore:
             return None
         return p if p.is_file() and not p.is_symlink() else None
 
-    def publish(self, src: Path, artifact_id: str, media_type: str) -> Artifact:
+    def publish(self, src: Path, artifact_id: str, media_type: str,
+                key: SealKey | None = None) -> Artifact:
         """Publish ``src`` as ``artifact_id``; if it already exists, return the existing one.
 
         Blocking (copy, hash, fsync): run via ``asyncio.to_thread``. ``src`` is copied,
-        not moved, so it may live on another file system (the temp tmpfs).
+        not moved, so it may live on another file system (the temp tmpfs). ``key``
+        (:meth:`key_for`): the data key the file is sealed under when the envelope
+        seals, and that opens one published before.
         """
-        return self._publish(artifact_id, media_type, lambda tmp: copy_new(src, tmp))[0]
+        seal = key if self.envelope.sealing else None
+        return self._publish(artifact_id, media_type, lambda tmp: copy_new(src, tmp, seal),
+                             key)[0]
 
     def publish_bytes(self, parts: Iterable[bytes], artifact_id: str,
-                      media_type: str) -> tuple[Artifact, bool]:
+                      media_type: str, key: SealKey | None = None) -> tuple[Artifact, bool]:
         """:meth:`publish` for a result held in memory: ``parts`` written in order.
         Also says whether these bytes are the ones published (False: an earlier
         publication under the same id is kept). Blocking (write, fsync)."""
-        return self._publish(artifact_id, media_type, lambda tmp: write_new(parts, tmp))
+        seal = key if self.envelope.sealing else None
+        return self._publish(artifact_id, media_type, lambda tmp: write_new(parts, tmp, seal),
+                             key)
 
     def _publish(self, artifact_id: str, media_type: str,
-                 write: Callable[[Path], tuple[str, int]]) -> tuple[Artifact, bool]:
+                 write: Callable[[Path], tuple[str, int]],
+                 key: SealKey | None = None) -> tuple[Artifact, bool]:
         final = self._final_path(artifact_id)
         if final.is_file():
-            return self._describe(final, artifact_id, media_type), False
+            return self._describe(final, artifact_id, media_type, key), False
         self._ensure_dirs(final.parent)
         # Grouped with the fsyncs of other publications into the same directory.
         written = link_new(self.temp_path(final, self.node), final, write, self.dir_syncs.sync)
         if written is None:
             # Someone published first: theirs is the recorded one.
-            return self._describe(final, artifact_id, media_type), False
+            return self._describe(final, artifact_id, media_type, key), False
         digest, size = written
         return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type), True
 
@@ -263,7 +300,15 @@ class ArtifactStore:
         when its node left it behind."""
         return final.parent / f".{node}.{secrets.token_hex(8)}.tmp"
 
-    def _describe(self, path: Path, artifact_id: str, media_type: str) -> Artifact:
+    def _describe(self, path: Path, artifact_id: str, media_type: str,
+                  key: SealKey | None) -> Artifact:
+        if is_sealed(read_head(path)):
+            owner = artifact_owner(artifact_id)
+            if key is None:
+                raise broken(owner, "it is sealed and no data key is known")
+            digest, size = plain_sha256(path, key, owner)
+            return Artifact(artifact_id=artifact_id, sha256=digest, size=size,
+                            media_type=media_type)
         digest, size = file_sha256(path)
         return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type)
 

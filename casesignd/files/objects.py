@@ -8,6 +8,10 @@ Layout under ``root`` (directories 0700, files 0600)::
                                           belongs to that tenant and case
     tmp/<node>.<random>.part              uploads in flight (same file system)
 
+With storage encryption (``ObjectStore.envelope``: casesignd.files.envelope) a blob
+holds its bytes sealed under its digest's data key, sealed as the upload streams in;
+the digest is always of the plain bytes.
+
 Tenant names and case IDs never become path components themselves (a case ID may
 be ``..``); ``H`` is a SHA-256 over an unambiguous encoding of them. A blob shared
 by two cases costs its bytes once; which cases hold it is visible only through the
@@ -41,6 +45,9 @@ import msgspec
 
 from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.keyring import WrappedKey, object_owner
+from casesignd.core.sealed import SealKey
+from casesignd.files.envelope import Envelope, reseal
 from casesignd.files.temp import HashingWriter, stream_into
 
 CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -144,6 +151,9 @@ class ObjectStore:
         # a removal looks there for links an attempt left (a crash), so that what goes
         # is in no file (storage.temp_dir; set by the daemon).
         self.job_roots: list[Path] = []
+        # Storage encryption: uploads sealed as they stream in, under the digest's
+        # data key (set by the daemon; the default seals nothing).
+        self.envelope = Envelope()
 
     def sweep(self) -> int:
         """Create the layout and remove the uploads a crashed run of this node left in
@@ -208,7 +218,11 @@ class ObjectStore:
         if not self._tmp.is_dir():
             await asyncio.to_thread(self.sweep)
         tmp = self._tmp / f"{self.node}.{secrets.token_hex(16)}.part"
-        writer = HashingWriter(os.open(tmp, _CREATE_FLAGS, 0o600))
+        fd = os.open(tmp, _CREATE_FLAGS, 0o600)
+        # A fresh data key, kept in the store only once the body proved to be the
+        # object (no key rows for uploads that fail their digest).
+        sealed = self.envelope.new_key(object_owner(sha256)) if self.envelope.sealing else None
+        writer = HashingWriter(fd, sealed[0] if sealed is not None else None)
         try:
             try:
                 digest, size = await stream_into(writer, body, check=check)
@@ -220,9 +234,12 @@ class ObjectStore:
                         field="sha256",
                         detail={"expected": sha256, "actual": digest},
                     )
+                await writer.seal()  # the last chunk, once the body proved whole
                 await writer.fsync()
             finally:
                 writer.close()
+            if sealed is not None:
+                await self._keep_key(tmp, *sealed)
             if self.record is not None:
                 await self.record(tenant, case_id, sha256, size)
         except BaseException:
@@ -236,6 +253,15 @@ class ObjectStore:
         )
         created = await asyncio.shield(commit)
         return PutResult(created=created, size=size)
+
+    async def _keep_key(self, tmp: Path, key: SealKey, wrapped: WrappedKey) -> None:
+        """Keep the upload's data key as its digest's, or, when another upload of the
+        digest kept one first, seal the file again under that one (rare: two uploads
+        of one digest at once), so that whichever file is linked reads under the key
+        that stands."""
+        stood = await self.envelope.standing(key, wrapped)
+        if stood is not key:
+            await asyncio.to_thread(reseal, tmp, key, stood)
 
     def remove(self, tenant: str, case_id: str, sha256: str) -> int:
         """Remove the object from its case, and its blob once no case links it;

@@ -6,6 +6,7 @@ Every error, 4xx or 5xx, has the contract's shape and never a stack trace:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import re
@@ -32,6 +33,7 @@ from casesignd.core.fields import query_integer
 from casesignd.core.hashing import object_ref
 from casesignd.core.logs import log_event
 from casesignd.engine import jobs
+from casesignd.files.envelope import plain_size
 from casesignd.files.objects import check_case_id, normalize_sha256
 from casesignd.http.answer_headers import answer_headers
 from casesignd.http.common import (
@@ -326,7 +328,8 @@ async def head_object(request: web.Request) -> web.Response:
     sha = normalize_sha256(request.match_info["sha256"])
     path = s.objects.path(tenant, case_id, sha)  # a stat or two: cheap on the loop
     try:
-        size = path.stat().st_size if path is not None else None
+        # A sealed object's plain size, from its size and header (no decryption).
+        size = await asyncio.to_thread(plain_size, path) if path is not None else None
     except FileNotFoundError:  # removed (retention, erasure) since the look
         size = None
     if size is None:
@@ -365,7 +368,7 @@ async def get_artifact(request: web.Request) -> web.StreamResponse:
         "X-Artifact-SHA256": record["sha256"],
         "Cache-Control": "private, no-store",
     }
-    return artifact_response(source, headers, filename=artifact_id)
+    return await artifact_response(source, headers, filename=artifact_id)
 
 
 # --- validation -------------------------------------------------------------------------

@@ -26,7 +26,9 @@ from casesignd.core.errors import (
     ValidationError,
 )
 from casesignd.core.hashing import sha256_hex
+from casesignd.files.envelope import SealedFile
 from casesignd.http import download_headers as httpsafe
+from casesignd.http.sealed_download import sealed_response
 from casesignd.http.services import SERVICES, HandlerServices
 
 _json = msgspec.json.Encoder()
@@ -157,7 +159,7 @@ async def read_json(request: web.Request, limit: int) -> dict[str, Any]:
     return data
 
 
-def artifact_response(source: bytes | Path, headers: dict[str, str],
+async def artifact_response(source: bytes | Path | SealedFile, headers: dict[str, str],
                       filename: str | None = None) -> web.StreamResponse:
     """An artifact's bytes as kept in the store, or its file.
 
@@ -171,4 +173,6 @@ def artifact_response(source: bytes | Path, headers: dict[str, str],
         httpsafe.download_filename(filename or "signed", media_type))
     if isinstance(source, bytes):
         return web.Response(body=source, headers=headers)
+    if isinstance(source, SealedFile):  # sealed at rest: decrypted as it streams out
+        return await sealed_response(source, headers)
     return web.FileResponse(source, headers=headers)

@@ -188,7 +188,7 @@ async def _answer(s: HandlerServices, job: Job, outcome: str, t0: float,
         "Cache-Control": "private, no-store",
     }
     s.metrics.observe_kiosk(outcome, time.time() - t0)
-    return artifact_response(source, headers)
+    return await artifact_response(source, headers)
 
 
 async def post_sign(request: web.Request) -> web.StreamResponse:

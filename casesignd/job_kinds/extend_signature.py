@@ -22,6 +22,7 @@ from casesignd.core.fields import refuse_unknown
 from casesignd.core.outcomes import Finish
 from casesignd.core.sealed import SealedPath, copy_into
 from casesignd.engine.kinds import Admission, JobContext, admit_policy
+from casesignd.files.envelope import SealedFile
 from casesignd.job_kinds.signing import JobSteps, signing_policy
 from casesignd.signing.ladder import Ladder, policy_in_force
 from casesignd.signing.sealed_output import SealedSigned
@@ -87,9 +88,12 @@ class ExtendSignatureKind:
                       renews=artifact_id)
 
 
-def _copy(source: bytes | Path, out: SealedPath) -> None:
+def _copy(source: bytes | Path | SealedFile, out: SealedPath) -> None:
     with out.create() as sealed:
-        if isinstance(source, Path):
+        if isinstance(source, SealedFile):
+            with source.open() as f:
+                copy_into(f, sealed)
+        elif isinstance(source, Path):
             with open(source, "rb") as f:
                 copy_into(f, sealed)
         else:

@@ -286,8 +286,9 @@ async def keep_signed(services: JobServices, config: Config, tenant: str, sig_ke
         signed = base + update
         return (Artifact(artifact_id, digest or await document_sha256(signed), size,
                          timestamp_expires_at=timestamp_expires_at), signed, True)
+    key = await services.artifacts.key_for(artifact_id)
     artifact, ours = await asyncio.to_thread(services.artifacts.publish_bytes, (base, update),
-                                             artifact_id, "application/pdf")
+                                             artifact_id, "application/pdf", key)
     return dataclasses.replace(artifact, timestamp_expires_at=timestamp_expires_at), None, ours
 
 
@@ -380,10 +381,16 @@ class SignCaseKind:
         item = normalized["items"][0]
         path = s.fetcher.stored_path(parse_ref(item["object_ref"], []), ctx.tenant, ctx.case_id,
                                      item["sha256"], item["size"])
+        # Sealed at rest (storage encryption), the worker process cannot open it: its
+        # plain bytes, checked here, go to the process instead.
+        plain = await s.fetcher.stored_bytes(path, item["sha256"], item["size"]) \
+            if isinstance(path, Path) else None
+        document: bytes | Stored = plain if plain is not None else \
+            Stored(str(path), item["sha256"], item["size"])
         if s.scanner is not None:
             async with ctx.phase("scan"):
-                await s.scanner.scan(path, item["name"])
-        signed = await ladder.sign_bytes(JobSteps(ctx), Stored(str(path), item["sha256"], item["size"]),
+                await s.scanner.scan(plain if plain is not None else path, item["name"])
+        signed = await ladder.sign_bytes(JobSteps(ctx), document,
                                          meta=meta, policy=signing_policy(policy))
         async with ctx.phase("publish"):
             artifact, inline, _ours = await keep_signed(

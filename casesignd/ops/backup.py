@@ -40,11 +40,15 @@ import msgspec
 from casesignd import __version__
 from casesignd.config import Config
 from casesignd.core import audit
-from casesignd.core.errors import CasesignError, Conflict, DigestMismatch, NotFound
+from casesignd.core.errors import CasesignError, ConfigError, Conflict, DigestMismatch, NotFound
 from casesignd.core.hashing import file_sha256, object_ref_digest
+from casesignd.core.keyring import artifact_owner, object_owner
+from casesignd.core.sealed import is_sealed
 from casesignd.files.artifacts import artifact_path, copy_new
+from casesignd.files.envelope import read_head
 from casesignd.files.objects import SHA256_PATTERN, fsync_dir, owner_dirs
 from casesignd.ops import backup_postgres as backup_pg
+from casesignd.ops.state_files import PlainDigests, keys_needed
 from casesignd.ops.store_check import removed_object
 from casesignd.store.snapshot import PostgresSnapshot, Snapshot, SqliteSnapshot
 
@@ -226,17 +230,21 @@ def _snapshot(cfg: Config, dest: Path, done: Written) -> tuple[Snapshot, dict[st
 # --- the files ----------------------------------------------------------------------------
 
 
-def _artifacts(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
-    """Every artifact file the snapshot names, checked against its record."""
+def _artifacts(snap: Snapshot, root: Path, dest: Path, done: Written,
+               plain: PlainDigests) -> None:
+    """Every artifact file the snapshot names, checked against its record (a sealed one
+    copied as it is, ciphertext, and read back through its data key to check it)."""
     for rec in snap.stream("artifact_records"):
         if rec["inline"]:
             continue  # its bytes are in the store's copy
         artifact_id = str(rec["artifact_id"])
         src = artifact_path(root, artifact_id)
+        rel = f"artifacts/{artifact_id[4:6]}/{artifact_id}"
         try:
-            got = _copy(src, dest, f"artifacts/{artifact_id[4:6]}/{artifact_id}", done)
+            got = _copy(src, dest, rel, done)
         except FileNotFoundError:
             raise _Gone(f"{src}, the file of artifact {artifact_id}") from None
+        got = _plain(plain, dest / rel, artifact_owner(artifact_id), got)
         want = (str(rec["sha256"]), int(rec["size"]))
         if got != want:
             raise DigestMismatch(f"{src} is {got[1]} bytes, SHA-256 {got[0]}; its record says "
@@ -245,7 +253,21 @@ def _artifacts(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
         done.count("artifact_files")
 
 
-def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
+def _plain(plain: PlainDigests, copied: Path, owner: str, got: tuple[str, int]) -> tuple[str, int]:
+    """The digest of what ``copied`` holds as its record names it: ``got`` for a plain
+    file, the plain bytes' for a sealed one (``backup_invalid`` when they do not read
+    back)."""
+    if not is_sealed(read_head(copied)):
+        return got
+    try:
+        return plain(copied, owner)
+    except CasesignError as e:
+        raise CasesignError(f"{e.message}: see `casesignd store check`",
+                            code="backup_invalid") from None
+
+
+def _objects(snap: Snapshot, root: Path, dest: Path, done: Written,
+             plain: PlainDigests) -> None:
     """Every blob and case link there is (a blob or link removed meanwhile is passed
     over), then what jobs that may still run name of them must be among them."""
     blobs: dict[str, str] = {}
@@ -256,6 +278,7 @@ def _objects(snap: Snapshot, root: Path, dest: Path, done: Written) -> None:
             got = _copy(src, dest, rel, done)
         except FileNotFoundError:
             return False
+        got = _plain(plain, dest / rel, object_owner(sha), got)
         if got[0] != sha:
             raise DigestMismatch(f"{src} has SHA-256 {got[0]}, not the one that names it: "
                                  "see `casesignd store check`")
@@ -365,8 +388,18 @@ def _once(cfg: Config, config_path: Path, dest: Path) -> dict[str, Any]:
     snap, about = _snapshot(cfg, dest, done)
     try:
         state_dir = cfg.path(cfg.storage.state_dir)
-        _artifacts(snap, state_dir / "artifacts", dest, done)
-        _objects(snap, state_dir / "objects", dest, done)
+        # Storage encryption: the backup holds ciphertext and the wrapped data keys,
+        # never a storage key; the manifest names the key ids a restore needs.
+        keyring = cfg.storage_keyring()
+        held, missing = keys_needed(snap, keyring)
+        if missing:
+            raise ConfigError("storage.old_keys", "the store holds data keys wrapped under "
+                              f"key id(s) {', '.join(missing)}, which the configuration does "
+                              "not name: a backup checks what it copies with them")
+        about["storage_keys"] = {"key_ids": held, "current": keyring.current}
+        plain = PlainDigests(snap, keyring)
+        _artifacts(snap, state_dir / "artifacts", dest, done, plain)
+        _objects(snap, state_dir / "objects", dest, done, plain)
         _logos(state_dir / "branding", dest, done)
     finally:
         snap.close()

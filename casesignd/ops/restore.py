@@ -282,6 +282,13 @@ def restored_config(text: str, manifest: dict[str, Any], state: Path,
         cfg.store.dsn = dsn
     for key, rel in manifest["config"]["files"].items():
         _set(cfg, key, rel.removeprefix(f"{CONFIG_DIR}/"))
+    # Storage keys are never in a backup: they are read where the operator keeps them
+    # (a credential by its bare name, else the path as the backed-up config meant it).
+    st = cfg.storage
+    if st.key_file:
+        st.key_file = _kept_where_it_was(cfg, st.key_file)
+    for old in st.old_keys:
+        old.file = _kept_where_it_was(cfg, old.file)
     cfg.base_dir = str(state)
     # Every file the daemon will read as its own is one the restore wrote into STATE:
     # a config entry the manifest does not place there would name a file elsewhere.
@@ -291,6 +298,34 @@ def restored_config(text: str, manifest: dict[str, Any], state: Path,
         raise BackupInvalid("the backed-up config names files outside the restored "
                             "directory; nothing was written", leaving)
     return cfg
+
+
+def _kept_where_it_was(cfg: config.Config, value: str) -> str:
+    if "/" not in value and os.environ.get("CREDENTIALS_DIRECTORY"):
+        return value
+    return str(cfg.path(value).absolute())
+
+
+def check_storage_keys(cfg: config.Config, manifest: dict[str, Any]) -> None:
+    """Refuse, before anything is written, a restore whose configuration cannot read
+    what the backup holds sealed: the key ids its data keys are wrapped under
+    (``storage_keys`` in the manifest) must all be configured and readable."""
+    needed = (manifest.get("storage_keys") or {}).get("key_ids") or {}
+    if not needed:
+        return
+    try:
+        have = cfg.storage_keyring().ids
+    except ConfigError as e:
+        raise ConfigError(e.key, f"the backup holds data sealed under key id(s) "
+                                 f"{', '.join(sorted(needed))}, and {e.message}; a backup "
+                                 "never holds a storage key: put each where the restored "
+                                 "configuration names it") from None
+    missing = sorted(set(needed) - have)
+    if missing:
+        raise ConfigError("storage.old_keys",
+                          f"the backup holds data sealed under key id(s) {', '.join(missing)}, "
+                          "which the restored configuration does not name: add them as "
+                          "storage.key_id or [[storage.old_keys]] before restoring")
 
 
 def _inside(value: str) -> bool:
@@ -316,6 +351,7 @@ def restore(src: Path, state: Path, *, dsn: str | None = None,
     pg = manifest["store"]["kind"] == "postgres"
     if dsn and not pg:
         raise ConfigError("--dsn", "applies only to the backup of a PostgreSQL store")
+    check_storage_keys(cfg, manifest)
     if pg:
         backup_pg.check_empty(cfg.store.dsn, cfg.store_password())
     state = state.absolute()
@@ -389,7 +425,7 @@ def _check(report: RestoreReport, built: Path) -> None:
     cfg = config.load(built / "config.toml")
     snap = open_snapshot(cfg)
     try:
-        checked = check_store(snap, cfg.path(cfg.storage.state_dir))
+        checked = check_store(snap, cfg.path(cfg.storage.state_dir), cfg.storage_keyring())
     finally:
         snap.close()
     report.ok = checked.ok

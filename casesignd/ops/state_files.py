@@ -17,6 +17,8 @@ from pathlib import Path
 
 from casesignd.core.errors import DigestMismatch
 from casesignd.core.hashing import file_sha256
+from casesignd.core.keyring import NO_KEYS, Keyring, KeyUnavailable, artifact_owner, object_owner
+from casesignd.core.sealed import SealBroken, SealKey, is_sealed
 from casesignd.files.artifacts import (
     ARTIFACT_ID_PATTERN,
     ArtifactStore,
@@ -24,8 +26,10 @@ from casesignd.files.artifacts import (
     copy_new,
     link_new,
 )
+from casesignd.files.envelope import broken, plain_sha256, read_head
 from casesignd.files.objects import SHA256_PATTERN, ensure_dir, fsync_dir
-from casesignd.store.snapshot import Row
+from casesignd.store.data_keys import unseal_inline
+from casesignd.store.snapshot import Row, Snapshot
 
 OBJECTS = "objects"
 ARTIFACTS = "artifacts"
@@ -93,6 +97,47 @@ def side_by_side(records: Iterable[Row], files: Iterable[tuple[str, Path]]
             rec, found = next(rec_it, None), next(file_it, None)
 
 
+class PlainDigests:
+    """Digests of the files under ``state_dir`` as their records name them: of the plain
+    bytes, through the data key the snapshot holds for a file sealed at rest (storage
+    encryption) and the configured keys that unwrap it. Blocking. A sealed file that
+    does not read back (altered, cut, its key gone or not configured) raises the
+    ``io_error`` TransientJobError, whose message says which."""
+
+    def __init__(self, snap: Snapshot | None = None, keyring: Keyring = NO_KEYS) -> None:
+        self.snap = snap
+        self.keyring = keyring
+        self.sealed = 0  # sealed files read
+
+    def __call__(self, path: Path, owner: str) -> tuple[str, int]:
+        if not is_sealed(read_head(path)):
+            return file_sha256(path)
+        row = self.snap.one("data_key", owner=owner) if self.snap is not None else None
+        if row is None:
+            raise broken(owner, "it is sealed and the store holds no data key for it")
+        try:
+            key = SealKey.from_bytes(self.keyring.unwrap(row["key_id"], bytes(row["wrapped"]),
+                                                         owner))
+        except KeyUnavailable as e:
+            raise broken(owner, e) from None
+        self.sealed += 1
+        return plain_sha256(path, key, owner)
+
+    def inline(self, artifact_id: str, row: Row) -> bytes:
+        """The plain bytes of an ``inline_data`` row (sealed or not)."""
+        try:
+            return unseal_inline(self.keyring, artifact_id, row)
+        except (KeyUnavailable, SealBroken) as e:
+            raise broken(artifact_owner(artifact_id), e) from None
+
+
+def keys_needed(snap: Snapshot, keyring: Keyring) -> tuple[dict[str, int], list[str]]:
+    """The key ids the snapshot's data keys are wrapped under (with their counts), and
+    those of them ``keyring`` lacks."""
+    held = {str(r["key_id"]): int(r["n"]) for r in snap.stream("data_key_ids")}
+    return held, sorted(set(held) - keyring.ids)
+
+
 def same_dir(a: Path, b: Path) -> bool:
     """Whether two configured directories are one (by path, or by inode once both exist)."""
     if a.resolve() == b.resolve():
@@ -128,30 +173,35 @@ def _matches(got: tuple[str, int], sha256: str, size: int | None) -> bool:
 
 
 def place_copy(src: Path, final: Path, tmp: Path, stop: Path, *, sha256: str | None,
-               size: int | None, what: str) -> bool:
+               size: int | None, what: str, owner: str = "",
+               digest: PlainDigests | None = None) -> bool:
     """Copy ``src`` to ``final`` atomically (through ``tmp``, on ``final``'s file
     system), checking its bytes against ``sha256``/``size`` (``what`` names where they
     come from) before it gets its name; None: it is copied as it is. True when it was
     placed, False when ``final`` was there with the same bytes (a copy run again);
     DigestMismatch otherwise."""
     want = sha256
+    plain = digest or PlainDigests()
     if final.exists():
-        got = file_sha256(final)
+        got = plain(final, owner)
         if want is None:
-            want = file_sha256(src)[0]
+            want = plain(src, owner)[0]
         if not _matches(got, want, size):
             raise _mismatch(final, got, want, size, f"{src}, the file to copy,")
         return False
 
     def write(path: Path) -> tuple[str, int]:
-        got = copy_new(src, path)
+        got = copy_new(src, path)  # as it is: a sealed file stays sealed
+        if is_sealed(read_head(path)):
+            got = plain(path, owner)
         if want is not None and not _matches(got, want, size):
             raise _mismatch(src, got, want, size, what)
         return got
 
     ensure_dir(final.parent, stop)
     if link_new(tmp, final, write) is None:  # placed meanwhile by someone else: compare
-        return place_copy(src, final, tmp, stop, sha256=sha256, size=size, what=what)
+        return place_copy(src, final, tmp, stop, sha256=sha256, size=size, what=what,
+                          owner=owner, digest=digest)
     return True
 
 
@@ -181,13 +231,15 @@ def _files(directory: Path, depth: int) -> Iterator[Path]:
             yield from _files(Path(entry.path), depth - 1)
 
 
-def copy_objects(src: Path, dst: Path, done: FilesCopied) -> None:
+def copy_objects(src: Path, dst: Path, done: FilesCopied,
+                 digest: PlainDigests | None = None) -> None:
     """Copy an object store (``blobs/`` and the case links to them under ``cases/``)
     from ``src`` to ``dst``, each blob checked against the digest that names it."""
     for blob in _files(src / "blobs", 1):
         if SHA256_PATTERN.match(blob.name):
             placed = place_copy(blob, dst / blob.relative_to(src), _object_tmp(dst), dst,
-                                sha256=blob.name.lower(), size=None, what="its name")
+                                sha256=blob.name.lower(), size=None, what="its name",
+                                owner=object_owner(blob.name), digest=digest)
             done.objects += placed
             done.objects_there += not placed
     for ref in _files(src / "cases", 2):
@@ -199,7 +251,8 @@ def copy_objects(src: Path, dst: Path, done: FilesCopied) -> None:
             # Not a link to the source's blob (copied without hard links, or its blob
             # gone): its own bytes are checked, and make the blob where there is none.
             done.objects += place_copy(ref, blob, _object_tmp(dst), dst, sha256=sha,
-                                       size=None, what="its name")
+                                       size=None, what="its name", owner=object_owner(sha),
+                                       digest=digest)
         target = dst / ref.relative_to(src)
         ensure_dir(target.parent, dst)
         try:
@@ -207,13 +260,14 @@ def copy_objects(src: Path, dst: Path, done: FilesCopied) -> None:
         except FileExistsError:
             if not _same_file(target, blob):  # there before: it must hold the same bytes
                 place_copy(blob, target, _object_tmp(dst), dst, sha256=sha, size=None,
-                           what="its name")
+                           what="its name", owner=object_owner(sha), digest=digest)
             continue
         fsync_dir(target.parent)
         done.case_links += 1
 
 
-def copy_artifacts(src: Path, dst: Path, records: Iterable[Row], done: FilesCopied) -> None:
+def copy_artifacts(src: Path, dst: Path, records: Iterable[Row], done: FilesCopied,
+                   digest: PlainDigests | None = None) -> None:
     """Copy the artifact files under ``src`` to ``dst``, each checked against the record
     that names it (``records``: ``artifact_records``, in id order); a file no record
     names is copied as it is."""
@@ -224,7 +278,8 @@ def copy_artifacts(src: Path, dst: Path, records: Iterable[Row], done: FilesCopi
         placed = place_copy(
             path, final, ArtifactStore.temp_path(final, NODE), dst,
             sha256=rec["sha256"] if rec else None, size=rec["size"] if rec else None,
-            what=f"the record of {artifact_id}")
+            what=f"the record of {artifact_id}", owner=artifact_owner(artifact_id),
+            digest=digest)
         done.artifacts += placed
         done.artifacts_there += not placed
         done.unrecorded += rec is None

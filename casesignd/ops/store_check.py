@@ -9,7 +9,11 @@ each other, for SQLite and PostgreSQL alike (:mod:`.snapshot`).
   file under ``artifacts/`` is named by the store; a succeeded job's result and a
   renewal name recorded artifacts;
 - the objects that jobs which may still run name (queued, running, waiting for a
-  retry, or failed and so retryable) are there, with their digests.
+  retry, or failed and so retryable) are there, with their digests;
+- with storage encryption, every sealed file and value reads back whole under its data
+  key (``sealed_unreadable`` otherwise: altered, cut, swapped, or its key gone), and
+  the configured keys include every key id the store's data keys are wrapped under
+  (``storage_key_missing``).
 
 What retention or an erasure removed is no problem: a succeeded job whose artifact
 went says so (``removed_at`` in its result), and an object a removal recorded in the
@@ -33,10 +37,20 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core import audit
-from casesignd.core.hashing import file_sha256, object_ref_digest, sha256_hex
+from casesignd.core.errors import CasesignError
+from casesignd.core.hashing import object_ref_digest, sha256_hex
+from casesignd.core.keyring import NO_KEYS, Keyring, artifact_owner, object_owner
 from casesignd.files.artifacts import artifact_path
 from casesignd.files.objects import ObjectStore
-from casesignd.ops.state_files import ARTIFACTS, OBJECTS, Strays, artifact_files, side_by_side
+from casesignd.ops.state_files import (
+    ARTIFACTS,
+    OBJECTS,
+    PlainDigests,
+    Strays,
+    artifact_files,
+    keys_needed,
+    side_by_side,
+)
 from casesignd.store.snapshot import Row, Snapshot
 
 # Problems a report lists at most; the rest are counted.
@@ -106,14 +120,28 @@ class CheckReport:
         return out
 
 
-def check_store(snap: Snapshot, state_dir: Path) -> CheckReport:
-    """Check the store ``snap`` reads against its files under ``state_dir``. Blocking."""
+def check_store(snap: Snapshot, state_dir: Path, keyring: Keyring = NO_KEYS) -> CheckReport:
+    """Check the store ``snap`` reads against its files under ``state_dir``, sealed
+    ones read with ``keyring`` (the configured storage keys). Blocking."""
     report = CheckReport(snap.name, str(state_dir))
+    digests = PlainDigests(snap, keyring)
+    held, missing = keys_needed(snap, keyring)
+    for key_id in missing:
+        report.add("storage_key_missing",
+                   f"{held[key_id]} data key(s) are wrapped under key id {key_id!r}, which "
+                   "the configuration does not name (storage.key_id, [[storage.old_keys]])",
+                   key_id=key_id)
     _check_chain(snap, report)
     _check_counts(snap, report)
-    _check_artifacts(snap, state_dir / ARTIFACTS, report)
-    _check_inputs(snap, state_dir, report)
+    _check_artifacts(snap, state_dir / ARTIFACTS, report, digests)
+    _check_inputs(snap, state_dir, report, digests)
+    if digests.sealed:
+        report.count("sealed_files", digests.sealed)
     return report
+
+
+def _unreadable(report: CheckReport, what: str, e: CasesignError, **about: str | int) -> None:
+    report.add("sealed_unreadable", f"{what}: {e.message}", **about)
 
 
 def _check_chain(snap: Snapshot, report: CheckReport) -> None:
@@ -157,7 +185,8 @@ def _check_counts(snap: Snapshot, report: CheckReport) -> None:
                        f"its jobs count {counted.get(name, 0)}", counter=name)
 
 
-def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport) -> None:
+def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport,
+                     digests: PlainDigests) -> None:
     strays = Strays()
     for artifact_id, rec, path in side_by_side(snap.stream("artifact_records"),
                                                artifact_files(root, strays)):
@@ -174,7 +203,11 @@ def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport) -> None:
         if rec["inline"]:
             report.count("inline_artifacts")
             row = snap.one("inline_data", artifact_id=artifact_id)
-            data = bytes(row["data"]) if row else b""
+            try:
+                data = digests.inline(artifact_id, row) if row else b""
+            except CasesignError as e:
+                _unreadable(report, f"{artifact_id} (in the store)", e, artifact_id=artifact_id)
+                continue
             got = (sha256_hex(data), len(data))
             if got != want:
                 report.add("artifact_data_changed", _differs(f"{artifact_id} (in the store)", got, want),
@@ -184,7 +217,11 @@ def _check_artifacts(snap: Snapshot, root: Path, report: CheckReport) -> None:
                        f"{artifact_id}: no file at {artifact_path(root, artifact_id)}",
                        artifact_id=artifact_id, path=str(artifact_path(root, artifact_id)))
         else:
-            got = file_sha256(path)
+            try:
+                got = digests(path, artifact_owner(artifact_id))
+            except CasesignError as e:
+                _unreadable(report, str(path), e, artifact_id=artifact_id, path=str(path))
+                continue
             if got != want:
                 report.add("artifact_file_changed", _differs(str(path), got, want),
                            artifact_id=artifact_id, path=str(path))
@@ -213,7 +250,8 @@ def removed_object(snap: Snapshot, tenant: str, case_id: str | None, sha256: str
         "object_removed", tenant=tenant, case_id=case_id, sha256=sha256) is not None
 
 
-def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
+def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport,
+                  digests: PlainDigests) -> None:
     objects = ObjectStore(state_dir / OBJECTS)
     for job in snap.stream("jobs_with_inputs"):
         job_id, tenant, case_id = str(job["job_id"]), str(job["tenant"]), job["case_id"]
@@ -239,7 +277,11 @@ def _check_inputs(snap: Snapshot, state_dir: Path, report: CheckReport) -> None:
                            f"{case_id} is not in {state_dir / OBJECTS}", job_id=job_id,
                            sha256=sha)
                 continue
-            got = file_sha256(path)
+            try:
+                got = digests(path, object_owner(sha))
+            except CasesignError as e:
+                _unreadable(report, f"{where}: {path}", e, job_id=job_id, sha256=sha)
+                continue
             want = (sha, int(item.get("size", got[1])))
             if got != want:
                 report.add("object_changed", f"{where}: " + _differs(str(path), got, want),

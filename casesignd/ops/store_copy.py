@@ -40,8 +40,10 @@ from casesignd.ops.state_files import (
     ARTIFACTS,
     OBJECTS,
     FilesCopied,
+    PlainDigests,
     copy_artifacts,
     copy_objects,
+    keys_needed,
     same_dir,
 )
 from casesignd.store.postgres_writer import migrate
@@ -52,7 +54,7 @@ from casesignd.store.sqlfiles import load_statements, migrations
 TABLES = {"jobs": "job_id", "events": "seq", "signatures": "tenant, sig_key",
           "artifacts": "artifact_id", "artifact_data": "artifact_id",
           "holds": "tenant, case_id", "objects": "tenant, case_id, sha256",
-          "webhook_deliveries": "delivery_id"}
+          "webhook_deliveries": "delivery_id", "data_keys": "owner"}
 # What each store keeps for itself and is not copied: SQLite's trigger counters;
 # PostgreSQL's jobs per state (counted from the copied jobs), the chain's head (set to
 # the last event) and its schema version (its migrations).
@@ -190,6 +192,17 @@ def _copy(snap: SqliteSnapshot, conn: psycopg.Connection[DictRow], src: Config, 
         raise Conflict(f"the target already holds {there.describe()}; the source holds "
                        f"{source.describe()}. store copy fills an empty database and never "
                        "joins two audit chains", code="store_not_empty")
+    # Storage encryption: the copy carries the wrapped data keys; the daemons on the
+    # target read them with the keys its configuration names, which must hold them all.
+    held, missing = keys_needed(snap, dst.storage_keyring())
+    if missing:
+        raise ConfigError("storage.old_keys",
+                          f"the store holds data keys wrapped under key id(s) "
+                          f"{', '.join(missing)}, which --to's configuration does not name "
+                          "(storage.key_id, [[storage.old_keys]]): the copy would not read")
+    if held:
+        report.notes.append("sealed data copied as it is; it needs the key id(s) "
+                            f"{', '.join(sorted(held))}")
     if _link_secrets_differ(src, dst):
         report.notes.append("the two configs' link secrets differ: download links given "
                             "out before the copy will not verify")
@@ -248,10 +261,13 @@ def _copy_files(snap: SqliteSnapshot, src: Config, dst: Config, say: Say) -> Fil
     dst_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     done = FilesCopied()
     say(f"copying objects into {dst_dir / OBJECTS}")
-    copy_objects(src_dir / OBJECTS, dst_dir / OBJECTS, done)
+    # Sealed files are copied as they are, and checked through the keys the target's
+    # configuration names (checked to hold every key id the store needs, before).
+    plain = PlainDigests(snap, dst.storage_keyring())
+    copy_objects(src_dir / OBJECTS, dst_dir / OBJECTS, done, plain)
     say(f"copying artifact files into {dst_dir / ARTIFACTS}")
     copy_artifacts(src_dir / ARTIFACTS, dst_dir / ARTIFACTS, snap.stream("artifact_records"),
-                   done)
+                   done, plain)
     return done
 
 

@@ -31,6 +31,7 @@ import msgspec
 
 from casesignd.core.errors import Conflict, NotFound
 from casesignd.core.hashing import OBJECT_REF_PREFIX
+from casesignd.core.keyring import artifact_owner
 from casesignd.store.records import Area, CaseRef, Erased, Job, Removed, row_job
 from casesignd.store.tx import Row, Tx
 
@@ -60,13 +61,17 @@ def _object_digests(job_input: str) -> list[str]:
 
 
 def _object_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
+    # Its data key (storage encryption) goes with the last case that holds the blob.
+    keyed = bool(tx.run("drop_object_key", sha256=row["sha256"]))
     tx.event(CaseRef(row["tenant"], row["case_id"]), "object_removed", actor,
              {"sha256": row["sha256"], "size": row["size"], "reason": reason})
-    return Removed("object", row["tenant"], row["case_id"], row["sha256"], row["size"])
+    return Removed("object", row["tenant"], row["case_id"], row["sha256"], row["size"],
+                   keyed=keyed)
 
 
 def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
     inline = bool(tx.run("drop_artifact_bytes", artifact_id=row["artifact_id"]))
+    keyed = bool(tx.run("drop_data_key", owner=artifact_owner(row["artifact_id"])))
     # The jobs that made it keep their rows, and say so: removed, not lost.
     tx.run("mark_result_removed", tenant=row["tenant"], job_id=row["job_id"],
            case_id=row["case_id"], artifact_id=row["artifact_id"], now=tx.now)
@@ -77,7 +82,7 @@ def _artifact_removed(tx: Tx, row: Row, actor: str, reason: str) -> Removed:
              actor, {"artifact_id": row["artifact_id"], "sha256": row["sha256"],
                      "reason": reason})
     return Removed("artifact", row["tenant"], row["case_id"], row["artifact_id"], row["size"],
-                   inline=inline)
+                   inline=inline, keyed=keyed)
 
 
 def erased_detail(removed: list[Removed], canceled: list[str],

@@ -21,7 +21,9 @@ import msgspec
 from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.keyring import WrappedKey
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
+from casesignd.store.data_keys import MemoryDataKeys
 from casesignd.store.memory_lifecycle import MemoryLifecycle
 from casesignd.store.outbox import Delivery, MemoryOutbox
 from casesignd.store.records import (
@@ -42,7 +44,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle, MemoryOutbox):
+class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -54,6 +56,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         self._signatures: dict[tuple[str, str], dict[str, Any]] = {}
         self._artifacts: dict[str, dict[str, Any]] = {}
         self._data: dict[str, bytes] = {}
+        self._keys: dict[str, WrappedKey] = {}
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}

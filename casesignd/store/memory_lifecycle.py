@@ -26,6 +26,9 @@ class MemoryLifecycle:
     """Holds, objects' lives and removals, in the dictionaries of a MemoryStore."""
 
     clock: Callable[[], float]
+    # MemoryDataKeys': an object's or artifact's data key dropped with it.
+    _drop_object_key: Callable[[str], bool]
+    _drop_artifact_key: Callable[[str], bool]
     _jobs: dict[str, Job]
     _idem: dict[tuple[str, str], str]
     _signatures: dict[tuple[str, str], dict[str, Any]]
@@ -74,7 +77,8 @@ class MemoryLifecycle:
         size, _ = objects.pop(key)
         self._event(CaseRef(key[0], key[1]), "object_removed", actor,
                     {"sha256": key[2], "size": size, "reason": reason})
-        return Removed("object", key[0], key[1], key[2], size)
+        return Removed("object", key[0], key[1], key[2], size,
+                       keyed=self._drop_object_key(key[2]))
 
     def _remove_artifact(self, artifact_id: str, actor: str, reason: str) -> Removed:
         a = self._artifacts.pop(artifact_id)
@@ -95,7 +99,7 @@ class MemoryLifecycle:
                     "artifact_removed", actor,
                     {"artifact_id": artifact_id, "sha256": a["sha256"], "reason": reason})
         return Removed("artifact", a["tenant"], a.get("case_id"), artifact_id, a["size"],
-                       inline=inline)
+                       inline=inline, keyed=self._drop_artifact_key(artifact_id))
 
     async def expire(self, area: Area, cutoff: float, limit: int) -> list[Removed]:
         objects = self._objects

@@ -181,13 +181,14 @@ class PostgresStore(SqlStore):
         return await self._writer.submit(op)
 
     async def scrub(self) -> None:
-        """After an erasure, or a sweep that removed bytes the store kept: the table of
-        those bytes (and its TOAST table) vacuumed at once, so that the removed rows are
+        """After an erasure, or a sweep that removed bytes or data keys the store kept:
+        the tables of those bytes and keys (and their TOAST tables) vacuumed at once, so that the removed rows are
         in no live or dead tuple. Pages keep the freed space until reused, and WAL
         segments and base backups keep what they recorded (docs/operating.md)."""
         def vacuum() -> None:
             with self._connect() as conn:
                 conn.execute("VACUUM (ANALYZE FALSE) artifact_data")
+                conn.execute("VACUUM (ANALYZE FALSE) data_keys")
 
         try:
             await asyncio.to_thread(vacuum)

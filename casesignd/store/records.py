@@ -13,7 +13,7 @@ import contextlib
 import random
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -21,6 +21,7 @@ import msgspec
 
 from casesignd.core import audit
 from casesignd.core.errors import CasesignError, Conflict
+from casesignd.core.keyring import WrappedKey
 from casesignd.core.outcomes import Finish, Outcome
 
 
@@ -219,6 +220,17 @@ class CaseRef:
 
 
 @dataclass(frozen=True)
+class Rewrap:
+    """A data key rewrapped (``key``) from under ``old_key_id``, for ``store rekey``;
+    ``inline``: the key of an artifact the store keeps itself (``artifact_data``)."""
+
+    owner: str
+    old_key_id: str
+    key: WrappedKey
+    inline: bool = False
+
+
+@dataclass(frozen=True)
 class Removed:
     """One thing a sweep or an erasure removed; ``key`` is a job or artifact id, or an
     object's SHA-256 (the files to remove go by it)."""
@@ -231,6 +243,8 @@ class Removed:
     # An artifact whose bytes the store kept itself (artifact_data): their removal
     # leaves pages to clear in the store's own files (Store.scrub).
     inline: bool = False
+    # Its data key (storage encryption) went too: the store's files are scrubbed of it.
+    keyed: bool = False
 
 
 @dataclass(frozen=True)
@@ -337,6 +351,13 @@ class Store(Protocol):
     async def erase_case(self, tenant: str, case_id: str, actor: str) -> Erased: ...
     async def scrub(self) -> None: ...
     async def disk_use(self) -> dict[str, int]: ...
+    # Storage encryption's wrapped data keys (casesignd.store.data_keys).
+    async def put_data_key(self, key: WrappedKey) -> WrappedKey: ...
+    async def data_key(self, owner: str) -> WrappedKey | None: ...
+    async def data_key_ids(self) -> dict[str, int]: ...
+    async def data_keys_to_rewrap(self, current: str, after: str, limit: int,
+                                  inline: bool = False) -> list[WrappedKey]: ...
+    async def rewrap_data_keys(self, changes: Sequence[Rewrap]) -> int: ...
     # The webhook outbox (casesignd.store.outbox).
     async def take_deliveries(self, owner: str, lease_s: float, limit: int) -> list[Delivery]: ...
     async def settle_delivery(self, d: Delivery, state: str, *, next_at: float = 0.0,

@@ -12,6 +12,7 @@ jobs a sweep takes, ``ping`` and ``stats``.
 from __future__ import annotations
 
 import abc
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,12 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from casesignd.core import audit
-from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.errors import Conflict, NotFound, QueueFull, TransientJobError
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.keyring import NO_KEYS, Keyring, KeyUnavailable
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
+from casesignd.core.sealed import SealBroken
+from casesignd.store.data_keys import DataKeyVerbs, seal_inline, unseal_inline
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
 from casesignd.store.records import (
@@ -241,7 +245,10 @@ def _sign_record(tx: Tx, job: Job, owner: str, outcome: Finish) -> tuple[Job, Fi
     if sig.inline is not None:
         # With the signature, whatever becomes of this attempt: a recorded
         # signature always has its bytes.
-        tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline)
+        key = sig.inline_key
+        tx.run("put_artifact_data", artifact_id=sig.artifact.artifact_id, data=sig.inline,
+               key_id=key.key_id if key is not None else None,
+               wrapped_key=key.wrapped if key is not None else None)
     record = record_signature(tx, msgspec.structs.replace(job, lease_owner=owner),
                               sig.sig_key, sig.artifact.record(), sig.signed)
     named = outcome.naming(record)
@@ -353,11 +360,14 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, DataKeyVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 
     _writer: GroupCommit[Any]
+    # The storage keys (casesignd.core.keyring): with ``encrypt`` the artifacts the
+    # store keeps itself are sealed as they are written; any key in it reads them back.
+    keyring: Keyring = NO_KEYS
 
     @abc.abstractmethod
     async def _write(self, op: Op) -> Any:
@@ -408,6 +418,7 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
         signature (if any) and its outcome, with the same rows and events as a queued
         job and the flight's own clocks. A job :meth:`persist_flight` wrote earlier is
         carried on instead. None when its lease was lost meanwhile."""
+        flight.outcome = self._sealed(flight.outcome)
         return await self._write(lambda tx: record_flight(tx, flight))
 
     async def persist_flight(self, flight: Flight) -> Job:
@@ -437,7 +448,15 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
         :class:`Finish` with a signature records the signature, its ``signed`` event
         and the result's bytes in the same transaction; when the signature key was
         recorded before, that record stands and the result names it."""
-        return await self._write(conclude_op(lease, outcome))
+        return await self._write(conclude_op(lease, self._sealed(outcome)))
+
+    def _sealed(self, outcome: Outcome) -> Outcome:
+        """``outcome`` with its inline bytes sealed (storage encryption), else itself."""
+        if (isinstance(outcome, Finish) and outcome.signature is not None
+                and outcome.signature.inline is not None and self.keyring.encrypt):
+            return dataclasses.replace(outcome,
+                                       signature=seal_inline(self.keyring, outcome.signature))
+        return outcome
 
     async def release(self, lease: Lease) -> Job | None:
         """running → queued at shutdown, so that a restart resumes the job at once."""
@@ -549,9 +568,16 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
         return out
 
     async def artifact_data(self, artifact_id: str) -> bytes | None:
-        """The bytes of an artifact kept in the store (None: it is a file, or unknown)."""
+        """The bytes of an artifact kept in the store (None: it is a file, or unknown);
+        sealed ones unsealed, or ``io_error`` when they do not read back whole."""
         rows = await self._one("get_artifact_data", artifact_id=artifact_id)
-        return bytes(rows[0]["data"]) if rows else None
+        if not rows:
+            return None
+        try:
+            return unseal_inline(self.keyring, artifact_id, rows[0])
+        except (KeyUnavailable, SealBroken) as e:
+            raise TransientJobError(f"artifact {artifact_id} cannot be read back: {e}",
+                                    code="io_error") from None
 
     async def get_artifact(self, artifact_id: str) -> dict[str, Any] | None:
         rows = await self._one("get_artifact", artifact_id=artifact_id)

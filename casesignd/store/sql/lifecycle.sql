@@ -120,3 +120,43 @@ UPDATE jobs SET result = json_set(result, '$.artifact.removed_at', :now)
    AND tenant = :tenant AND state = 'succeeded'
    AND json_extract(result, '$.artifact.artifact_id') = :artifact_id
    AND json_extract(result, '$.artifact.removed_at') IS NULL;
+
+-- Storage encryption's data keys (casesignd.store.data_keys).
+-- name: put_data_key
+INSERT OR IGNORE INTO data_keys (owner, key_id, wrapped, created_at)
+VALUES (:owner, :key_id, :wrapped, :now);
+
+-- name: get_data_key
+SELECT owner, key_id, wrapped FROM data_keys WHERE owner = :owner;
+
+-- name: data_keys_to_rewrap
+SELECT owner, key_id, wrapped FROM data_keys
+ WHERE owner > :after AND key_id <> :current ORDER BY owner LIMIT :limit;
+
+-- name: rewrap_data_key
+UPDATE data_keys SET key_id = :key_id, wrapped = :wrapped
+ WHERE owner = :owner AND key_id = :old_key_id;
+
+-- name: inline_keys_to_rewrap
+SELECT 'artifact:' || artifact_id AS owner, key_id, wrapped_key AS wrapped FROM artifact_data
+ WHERE artifact_id > :after AND key_id IS NOT NULL AND key_id <> :current
+ ORDER BY artifact_id LIMIT :limit;
+
+-- name: rewrap_inline_key
+UPDATE artifact_data SET key_id = :key_id, wrapped_key = :wrapped
+ WHERE artifact_id = :artifact_id AND key_id = :old_key_id;
+
+-- name: data_key_ids
+SELECT key_id, sum(n) AS n FROM (
+  SELECT key_id, count(*) AS n FROM data_keys GROUP BY key_id
+  UNION ALL
+  SELECT key_id, count(*) AS n FROM artifact_data WHERE key_id IS NOT NULL GROUP BY key_id) AS k
+ GROUP BY key_id ORDER BY key_id;
+
+-- name: drop_data_key
+DELETE FROM data_keys WHERE owner = :owner;
+
+-- An object's key goes with the last case that holds it (a blob is stored once).
+-- name: drop_object_key
+DELETE FROM data_keys WHERE owner = 'object:' || :sha256
+   AND NOT EXISTS (SELECT 1 FROM objects WHERE sha256 = :sha256);

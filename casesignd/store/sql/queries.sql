@@ -253,10 +253,11 @@ ORDER BY timestamp_expires_at LIMIT :limit;
 SELECT * FROM artifacts WHERE artifact_id = :artifact_id;
 
 -- name: put_artifact_data
-INSERT OR IGNORE INTO artifact_data (artifact_id, data) VALUES (:artifact_id, :data);
+INSERT OR IGNORE INTO artifact_data (artifact_id, data, key_id, wrapped_key)
+VALUES (:artifact_id, :data, :key_id, :wrapped_key);
 
 -- name: get_artifact_data
-SELECT data FROM artifact_data WHERE artifact_id = :artifact_id;
+SELECT data, key_id, wrapped_key FROM artifact_data WHERE artifact_id = :artifact_id;
 
 -- name: schema_version
 PRAGMA user_version;

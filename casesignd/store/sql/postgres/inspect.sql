@@ -38,7 +38,18 @@ SELECT 1 AS named WHERE EXISTS (SELECT 1 FROM artifacts WHERE artifact_id = %(ar
    OR EXISTS (SELECT 1 FROM signatures WHERE artifact_id = %(artifact_id)s);
 
 -- name: inline_data
-SELECT data FROM artifact_data WHERE artifact_id = %(artifact_id)s;
+SELECT data, key_id, wrapped_key FROM artifact_data WHERE artifact_id = %(artifact_id)s;
+
+-- Storage encryption: a sealed file's wrapped data key, and the key ids the store needs.
+-- name: data_key
+SELECT owner, key_id, wrapped FROM data_keys WHERE owner = %(owner)s;
+
+-- name: data_key_ids
+SELECT key_id, sum(n) AS n FROM (
+  SELECT key_id, count(*) AS n FROM data_keys GROUP BY key_id
+  UNION ALL
+  SELECT key_id, count(*) AS n FROM artifact_data WHERE key_id IS NOT NULL GROUP BY key_id) AS k
+ GROUP BY key_id ORDER BY key_id;
 
 -- name: get_artifact
 SELECT artifact_id FROM artifacts WHERE artifact_id = %(artifact_id)s;

@@ -130,3 +130,43 @@ UPDATE jobs SET result = jsonb_set(result::jsonb, '{artifact,removed_at}',
    AND tenant = %(tenant)s
    AND state = 'succeeded' AND result::jsonb #>> '{artifact,artifact_id}' = %(artifact_id)s
    AND result::jsonb #> '{artifact,removed_at}' IS NULL;
+
+-- Storage encryption's data keys (casesignd.store.data_keys).
+-- name: put_data_key
+INSERT INTO data_keys (owner, key_id, wrapped, created_at)
+VALUES (%(owner)s, %(key_id)s, %(wrapped)s, %(now)s) ON CONFLICT DO NOTHING;
+
+-- name: get_data_key
+SELECT owner, key_id, wrapped FROM data_keys WHERE owner = %(owner)s;
+
+-- name: data_keys_to_rewrap
+SELECT owner, key_id, wrapped FROM data_keys
+ WHERE owner > %(after)s AND key_id <> %(current)s ORDER BY owner LIMIT %(limit)s;
+
+-- name: rewrap_data_key
+UPDATE data_keys SET key_id = %(key_id)s, wrapped = %(wrapped)s
+ WHERE owner = %(owner)s AND key_id = %(old_key_id)s;
+
+-- name: inline_keys_to_rewrap
+SELECT 'artifact:' || artifact_id AS owner, key_id, wrapped_key AS wrapped FROM artifact_data
+ WHERE artifact_id > %(after)s AND key_id IS NOT NULL AND key_id <> %(current)s
+ ORDER BY artifact_id LIMIT %(limit)s;
+
+-- name: rewrap_inline_key
+UPDATE artifact_data SET key_id = %(key_id)s, wrapped_key = %(wrapped)s
+ WHERE artifact_id = %(artifact_id)s AND key_id = %(old_key_id)s;
+
+-- name: data_key_ids
+SELECT key_id, sum(n) AS n FROM (
+  SELECT key_id, count(*) AS n FROM data_keys GROUP BY key_id
+  UNION ALL
+  SELECT key_id, count(*) AS n FROM artifact_data WHERE key_id IS NOT NULL GROUP BY key_id) AS k
+ GROUP BY key_id ORDER BY key_id;
+
+-- name: drop_data_key
+DELETE FROM data_keys WHERE owner = %(owner)s;
+
+-- An object's key goes with the last case that holds it (a blob is stored once).
+-- name: drop_object_key
+DELETE FROM data_keys WHERE owner = 'object:' || %(sha256)s
+   AND NOT EXISTS (SELECT 1 FROM objects WHERE sha256 = %(sha256)s);

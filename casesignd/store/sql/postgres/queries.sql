@@ -439,11 +439,12 @@ SELECT artifact_id, tenant, timestamp_expires_at FROM artifacts
 SELECT * FROM artifacts WHERE artifact_id = %(artifact_id)s;
 
 -- name: put_artifact_data
-INSERT INTO artifact_data (artifact_id, data) VALUES (%(artifact_id)s, %(data)s)
+INSERT INTO artifact_data (artifact_id, data, key_id, wrapped_key)
+VALUES (%(artifact_id)s, %(data)s, %(key_id)s, %(wrapped_key)s)
 ON CONFLICT DO NOTHING;
 
 -- name: get_artifact_data
-SELECT data FROM artifact_data WHERE artifact_id = %(artifact_id)s;
+SELECT data, key_id, wrapped_key FROM artifact_data WHERE artifact_id = %(artifact_id)s;
 
 -- name: writable
 SELECT pg_is_in_recovery() AS in_recovery;

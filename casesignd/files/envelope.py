@@ -1,0 +1,229 @@
+"""Stored files sealed at rest (``[storage] encrypt``): each object and artifact file
+under a data key of its own, kept wrapped in the store (casesignd.core.keyring).
+
+:class:`Envelope` finds or makes an owner's data key through the store's verbs (an
+object's owner is ``object:<sha256>``, an artifact's ``artifact:<id>``: one key per
+owner, the first one written standing, so every copy of one digest is sealed under
+it), and opens a stored file for reading whether it is sealed or, written before
+encryption was turned on, plain (:func:`casesignd.core.sealed.is_sealed` tells them
+apart). A file that fails authentication, or whose key is gone, reads as the
+retryable ``io_error`` (:func:`broken`), never as wrong bytes.
+
+Blocking calls: :func:`open_plain`, :func:`plain_size` and :func:`reseal` touch files
+(run them in a thread). Uploads are sealed as they stream in by
+:class:`~casesignd.files.temp.HashingWriter` with the data key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from casesignd.core.errors import ConfigError, TransientJobError
+from casesignd.core.keyring import NO_KEYS, Keyring, KeyUnavailable, WrappedKey
+from casesignd.core.sealed import (
+    CHUNK_PLAIN_BYTES,
+    HEADER_BYTES,
+    MAGIC,
+    TAG_BYTES,
+    SealBroken,
+    SealKey,
+    is_sealed,
+    open_sealed,
+    seal_writer,
+)
+
+READ_CHUNK_BYTES = 256 * 1024
+
+
+class DataKeys(Protocol):
+    """What the envelope uses of the store (casesignd.store.data_keys)."""
+
+    async def put_data_key(self, key: WrappedKey) -> WrappedKey: ...
+    async def data_key(self, owner: str) -> WrappedKey | None: ...
+
+
+async def check_keys_held(store: KeyIds, keyring: Keyring) -> dict[str, int]:
+    """The data keys the store holds, by the id of the key that wraps them; ConfigError
+    when the configuration lacks one of those keys (a start with it would serve
+    ``io_error`` for everything it wrapped)."""
+    held = await store.data_key_ids()
+    missing = sorted(set(held) - keyring.ids)
+    if missing:
+        n = sum(held[k] for k in missing)
+        raise ConfigError(
+            "storage.key_file",
+            f"the store holds {n} data key(s) wrapped under key id(s) {', '.join(missing)}, "
+            "which the configuration does not name: configure them as storage.key_id or "
+            "[[storage.old_keys]] (and run `casesignd store rekey` before removing an old one)")
+    return held
+
+
+class KeyIds(Protocol):
+    async def data_key_ids(self) -> dict[str, int]: ...
+
+
+def broken(what: str, why: BaseException | str) -> TransientJobError:
+    """The error of a sealed file that does not read back whole: ``io_error``."""
+    return TransientJobError(f"{what} cannot be read back: {why}", code="io_error")
+
+
+@dataclass(frozen=True)
+class SealedFile:
+    """A stored file sealed at rest, with the data key that opens it: what a reader
+    gets where it would otherwise get the file's path."""
+
+    path: Path
+    key: SealKey
+    owner: str
+
+    def open(self) -> BinaryIO:
+        """The plain bytes, seekable (blocking; ``io_error`` when they do not
+        authenticate)."""
+        return open_plain(self.path, self.key, self.owner)
+
+
+class Envelope:
+    """Data keys for stored files: made and wrapped when written, unwrapped when read."""
+
+    def __init__(self, keyring: Keyring = NO_KEYS, keys: DataKeys | None = None) -> None:
+        self.keyring = keyring
+        self.keys = keys
+
+    @property
+    def sealing(self) -> bool:
+        """Whether new files are sealed."""
+        return self.keyring.encrypt and self.keys is not None
+
+    def new_key(self, owner: str) -> tuple[SealKey, WrappedKey]:
+        """A fresh data key for ``owner`` and its wrap under the current storage key."""
+        key = SealKey.generate()
+        return key, self.keyring.wrap(key.raw(), owner)
+
+    async def standing(self, key: SealKey, wrapped: WrappedKey) -> SealKey:
+        """Keep ``wrapped`` as its owner's data key unless one stands already; the data
+        key that stands (``key`` itself, or the earlier one)."""
+        assert self.keys is not None
+        stood = await self.keys.put_data_key(wrapped)
+        if stood.key_id == wrapped.key_id and stood.wrapped == wrapped.wrapped:
+            return key
+        return self._unwrap(stood)
+
+    async def key_for_writing(self, owner: str) -> SealKey | None:
+        """The data key to seal ``owner``'s file with (None: files are not sealed)."""
+        if not self.sealing:
+            return None
+        # One write: the fresh key is kept unless the owner has one, which is answered.
+        return await self.standing(*self.new_key(owner))
+
+    async def key_for_reading(self, owner: str) -> SealKey:
+        """The data key of ``owner``'s sealed file, or ``io_error``."""
+        found = await self.keys.data_key(owner) if self.keys is not None else None
+        if found is None:
+            raise broken(owner, "its data key is not in the store")
+        return self._unwrap(found)
+
+    def _unwrap(self, wrapped: WrappedKey) -> SealKey:
+        try:
+            return SealKey.from_bytes(self.keyring.open(wrapped))
+        except KeyUnavailable as e:
+            raise broken(wrapped.owner, e) from None
+
+    async def key_for(self, owner: str) -> SealKey | None:
+        """For a writer that may find a file there already: the key to seal with (as
+        :meth:`key_for_writing`), or, when files are not sealed now, the key of one
+        sealed before (None: there is none)."""
+        if self.sealing:
+            return await self.key_for_writing(owner)
+        found = await self.keys.data_key(owner) if self.keys is not None else None
+        return self._unwrap(found) if found is not None else None
+
+    async def sealed(self, path: Path, owner: str) -> Path | SealedFile:
+        """``path`` as a reader takes it: itself when plain, with its key when sealed."""
+        head = await asyncio.to_thread(read_head, path)
+        if not is_sealed(head):
+            return path
+        return SealedFile(path, await self.key_for_reading(owner), owner)
+
+
+def read_head(path: Path) -> bytes:
+    """The first bytes of ``path``: enough for :func:`is_sealed` and the header."""
+    with open(path, "rb") as f:
+        return f.read(HEADER_BYTES)
+
+
+def open_plain(path: Path, key: SealKey | None, owner: str = "") -> BinaryIO:
+    """``path`` opened for its plain bytes: through ``key`` when given (``io_error``
+    when it does not authenticate), as it is otherwise. Blocking."""
+    f = open(path, "rb", buffering=0)  # noqa: SIM115 - handed to the caller
+    if key is None:
+        return io.BufferedReader(f, READ_CHUNK_BYTES)
+    try:
+        reader = open_sealed(f, key, close_inner=True)
+    except SealBroken as e:
+        f.close()
+        raise broken(owner or str(path.name), e) from None
+    return io.BufferedReader(reader, CHUNK_PLAIN_BYTES)
+
+
+def iter_plain(f: BinaryIO, owner: str = "", chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[bytes]:
+    """The plain bytes of ``f`` in chunks, a broken chunk raising ``io_error``. Blocking."""
+    while True:
+        try:
+            chunk = f.read(chunk_bytes)
+        except SealBroken as e:
+            raise broken(owner or "a stored file", e) from None
+        if not chunk:
+            return
+        yield chunk
+
+
+def plain_sha256(path: Path, key: SealKey | None, owner: str = "") -> tuple[str, int]:
+    """(SHA-256 hex, size) of ``path``'s plain bytes (sealed under ``key``, or plain
+    when None); ``io_error`` when they do not authenticate. Blocking."""
+    h = hashlib.sha256()
+    size = 0
+    with open_plain(path, key, owner) as f:
+        for chunk in iter_plain(f, owner):
+            h.update(chunk)
+            size += len(chunk)
+    return h.hexdigest(), size
+
+
+def plain_size(path: Path) -> int:
+    """The plain size of a stored file from its size and header, without decrypting
+    (a sealed file's last chunk is authenticated when it is read). Blocking."""
+    size = os.stat(path).st_size
+    with open(path, "rb") as f:
+        head = f.read(HEADER_BYTES)
+    if len(head) < HEADER_BYTES or not is_sealed(head):
+        return size
+    chunk = int.from_bytes(head[len(MAGIC) + 16:HEADER_BYTES], "big") or CHUNK_PLAIN_BYTES
+    body = size - HEADER_BYTES
+    chunks = max(1, -(-body // (chunk + TAG_BYTES)))
+    return max(0, body - chunks * TAG_BYTES)
+
+
+def reseal(path: Path, src_key: SealKey, dst_key: SealKey) -> None:
+    """Rewrite the sealed file ``path`` under ``dst_key`` in place of ``src_key``
+    (through a new file renamed over it; fsynced). Blocking."""
+    tmp = path.with_name(path.name + ".reseal")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        with open_plain(path, src_key) as src, \
+                os.fdopen(os.open(tmp, flags, 0o600), "wb") as out:
+            with seal_writer(out, dst_key) as w:
+                for chunk in iter_plain(src):
+                    w.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            os.unlink(tmp)
