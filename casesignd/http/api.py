@@ -49,7 +49,7 @@ from casesignd.http.services import SERVICES, HandlerServices
 from casesignd.http.uploads import Upload, UploadGate
 from casesignd.observability.metrics import aiohttp_middleware
 from casesignd.pdf import render as pdfrender
-from casesignd.store import Job, random_hex
+from casesignd.store import Charge, Job, random_hex
 from casesignd.verify import validate as verify
 
 log = logging.getLogger("casesignd.http.api")
@@ -150,7 +150,8 @@ async def post_job(request: web.Request) -> web.Response:
                             created_at=request["t0"], correlation_id=request["correlation_id"],
                             traceparent=s.tracing.of_request(request))
     job, created = await s.reservations.admit(
-        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth)
+        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth,
+        limits=s.config.limits_of(tenant))
     if created:
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
@@ -300,10 +301,16 @@ async def put_object(request: web.Request) -> web.Response:
     except CasesignError as e:
         s.metrics.upload_refused(e.detail["reason"])
         raise
+    result = None
     try:
-        result = await s.objects.put(
-            tenant, request.match_info["case_id"], request.match_info["sha256"],
-            _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+        quota = await _charge_quota(s, tenant, request)
+        try:
+            result = await s.objects.put(
+                tenant, request.match_info["case_id"], request.match_info["sha256"],
+                _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+        finally:
+            if quota is not None and (result is None or not result.created):
+                await s.store.refund(quota)  # nothing new stored: nothing counted
     except (TooLarge, RequestTimeout, UploadQuota) as e:
         s.metrics.upload_refused(e.detail.get("reason", "max_object_bytes"))
         raise
@@ -313,6 +320,23 @@ async def put_object(request: web.Request) -> web.Response:
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
                           "object_ref": object_ref(sha), "size": result.size},
                          201 if result.created else 200)
+
+
+async def _charge_quota(s: HandlerServices, tenant: str, request: web.Request) -> Charge | None:
+    """The object's bytes taken of the tenant's upload quota ([tenants.limits]
+    upload_bytes) before its body is read: 429 ``quota_exceeded`` past it. Such a
+    tenant's uploads say their length (411 without it), so the quota holds exactly."""
+    limits = s.config.limits_of(tenant)
+    if not limits.upload_bytes:
+        return None
+    size = request.content_length
+    if size is None:
+        raise CasesignError("this tenant's uploads need a Content-Length (its upload quota)",
+                            code="length_required")
+    if size > limits.upload_bytes:
+        raise TooLarge(f"the object is larger than this tenant's upload quota "
+                       f"({limits.upload_bytes} bytes per {limits.upload_window_s} s)")
+    return await s.store.charge_upload(tenant, size, limits)
 
 
 async def head_object(request: web.Request) -> web.Response:

@@ -22,7 +22,9 @@ from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
+from casesignd.core.tenant_limits import TenantLimits
 from casesignd.store.memory_lifecycle import MemoryLifecycle
+from casesignd.store.memory_tenants import MemoryTenants
 from casesignd.store.outbox import Delivery, MemoryOutbox
 from casesignd.store.records import (
     Activity,
@@ -42,7 +44,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle, MemoryOutbox):
+class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryTenants):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -57,6 +59,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}
+        self._usage: dict[tuple[str, str], list[float]] = {}
 
     async def open(self) -> None:
         pass
@@ -115,7 +118,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
 
     # --- admission ----------------------------------------------------------------------
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]:
         found = self._idem.get((new.tenant, new.idem_key))
         if found is not None:
             job = self._jobs[found]
@@ -126,6 +130,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
             return job, False
         if sum(j.state in _WAITING for j in self._jobs.values()) >= max_queue_depth:
             raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
+        if limits is not None:
+            self._check_admission(new.tenant, limits)
         now = self.clock()
         return self._insert(new, actor, new_id("job", new.created_at), now), True
 
@@ -162,8 +168,10 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         return claimed[0].job if claimed else None
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]:
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]:
         now = self.clock()
+        room = self._running_room(running_limits)
         due = sorted((j for j in self._jobs.values()
                       if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds),
                      key=lambda j: (j.next_attempt_at, j.job_id))
@@ -171,8 +179,11 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         for job in due:
             if len(out) >= limit:
                 break
-            if job.declared_bytes > budget_bytes:
+            if job.declared_bytes > budget_bytes or (room is not None
+                                                     and job.tenant in room.skip()):
                 continue
+            if room is not None:
+                room.took(job.tenant)
             budget_bytes -= job.declared_bytes
             job = self._claim(job, owner, now, lease_s)
             self._event(job, "claimed", f"worker:{owner}",

@@ -35,6 +35,7 @@ from casesignd.store.records import (
     in_progress,
     row_job,
 )
+from casesignd.store.tenants import TenantVerbs
 from casesignd.store.tx import Op, Row, Step, Tx
 
 if TYPE_CHECKING:
@@ -353,7 +354,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, TenantVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 
@@ -420,7 +421,8 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, abc.ABC):
 
     @abc.abstractmethod
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]: ...
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]: ...
 
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None:
         """Take the lease of the oldest due queued job that fits the byte budget."""

@@ -28,6 +28,7 @@ UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
  WHERE job_id = (SELECT job_id FROM jobs
                   WHERE state = 'queued' AND next_attempt_at <= :now
                     AND declared_bytes <= :budget AND kind IN (SELECT value FROM json_each(:kinds))
+                    AND tenant NOT IN (SELECT value FROM json_each(:skip))
                   ORDER BY next_attempt_at, job_id LIMIT 1)
 RETURNING *;
 

@@ -125,6 +125,7 @@ WITH RECURSIVE candidates AS MATERIALIZED (
   SELECT job_id, declared_bytes, next_attempt_at FROM jobs
    WHERE state = 'queued' AND next_attempt_at <= %(now)s::float8
      AND declared_bytes <= %(budget)s::bigint AND kind = ANY(%(kinds)s::text[])
+     AND tenant <> ALL(%(skip)s::text[])
    ORDER BY next_attempt_at, job_id
    LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
