@@ -22,6 +22,7 @@ from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
+from casesignd.store.claims import MemoryPauses
 from casesignd.store.memory_lifecycle import MemoryLifecycle
 from casesignd.store.outbox import Delivery, MemoryOutbox
 from casesignd.store.records import (
@@ -33,6 +34,7 @@ from casesignd.store.records import (
     KeyLocks,
     Lease,
     NewJob,
+    Pause,
     Subject,
     in_progress,
     new_id,
@@ -42,7 +44,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle, MemoryOutbox):
+class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryPauses):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -57,6 +59,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}
+        self._pauses: dict[tuple[str | None, str | None], Pause] = {}
 
     async def open(self) -> None:
         pass
@@ -165,7 +168,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox):
                           limit: int) -> list[Claimed]:
         now = self.clock()
         due = sorted((j for j in self._jobs.values()
-                      if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds),
+                      if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds
+                      and not self._paused(j.kind, j.tenant)),
                      key=lambda j: (j.next_attempt_at, j.job_id))
         out: list[Claimed] = []
         for job in due:

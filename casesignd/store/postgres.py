@@ -74,7 +74,8 @@ class PostgresStore(SqlStore):
         # None: the database's clock (every daemon's leases on one clock); tests give one.
         self.clock = clock
         self.q = (load_statements("sql/postgres/queries.sql")
-                  | load_statements("sql/postgres/lifecycle.sql"))
+                  | load_statements("sql/postgres/lifecycle.sql")
+                  | load_statements("sql/postgres/claims.sql"))
         # What the dsn leaves out: a password from its file, a name in pg_stat_activity,
         # a bound on connecting.
         given = psycopg.conninfo.conninfo_to_dict(dsn)

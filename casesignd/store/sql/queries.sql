@@ -28,6 +28,8 @@ UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
  WHERE job_id = (SELECT job_id FROM jobs
                   WHERE state = 'queued' AND next_attempt_at <= :now
                     AND declared_bytes <= :budget AND kind IN (SELECT value FROM json_each(:kinds))
+                    AND NOT EXISTS (SELECT 1 FROM pauses AS p
+                                     WHERE p.tenant IN ('', jobs.tenant) AND p.kind IN ('', jobs.kind))
                   ORDER BY next_attempt_at, job_id LIMIT 1)
 RETURNING *;
 
