@@ -23,6 +23,7 @@ from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
 from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import MemoryPauses
 from casesignd.store.memory_lifecycle import MemoryLifecycle
 from casesignd.store.memory_tenants import MemoryTenants
 from casesignd.store.outbox import Delivery, MemoryOutbox
@@ -35,6 +36,7 @@ from casesignd.store.records import (
     KeyLocks,
     Lease,
     NewJob,
+    Pause,
     Subject,
     in_progress,
     new_id,
@@ -44,7 +46,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryTenants):
+class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryPauses, MemoryTenants):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -60,6 +62,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryTenants):
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}
         self._usage: dict[tuple[str, str], list[float]] = {}
+        self._pauses: dict[tuple[str | None, str | None], Pause] = {}
 
     async def open(self) -> None:
         pass
@@ -173,7 +176,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryTenants):
         now = self.clock()
         room = self._running_room(running_limits)
         due = sorted((j for j in self._jobs.values()
-                      if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds),
+                      if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds
+                      and not self._paused(j.kind, j.tenant)),
                      key=lambda j: (j.next_attempt_at, j.job_id))
         out: list[Claimed] = []
         for job in due:

@@ -77,6 +77,7 @@ class PostgresStore(SqlStore):
         self.clock = clock
         self.q = (load_statements("sql/postgres/queries.sql")
                   | load_statements("sql/postgres/lifecycle.sql")
+                  | load_statements("sql/postgres/claims.sql")
                   | load_statements("sql/postgres/tenants.sql"))
         # What the dsn leaves out: a password from its file, a name in pg_stat_activity,
         # a bound on connecting.

@@ -64,6 +64,10 @@ class Job(msgspec.Struct, kw_only=True):
     # The W3C traceparent of the request that admitted it: its attempts' spans continue
     # that trace (casesignd.observability.tracing). Never part of the job resource.
     traceparent: str | None = None
+    # 0..9, 0 first: the order of a tenant's own jobs (casesignd.store.claims).
+    priority: int = 0
+    # No claim before this time (when the job asked for one): shown while queued.
+    not_before: float | None = None
 
     @property
     def lease(self) -> Lease:
@@ -166,6 +170,21 @@ class NewJob:
     correlation_id: str
     sig_key: str | None = None  # the signature it makes (sign_case), read with its claim
     traceparent: str | None = None  # the admitting request's span, when tracing is on
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Claims paused by an operator: of ``kind`` (None: every kind), of ``tenant``
+    (None: every tenant), since when and by whom. Admission goes on."""
+
+    kind: str | None
+    tenant: str | None
+    since: float
+    actor: str
+
+    def covers(self, kind: str, tenant: str) -> bool:
+        """Whether this pause holds the claims of a job of ``kind`` and ``tenant``."""
+        return self.kind in (None, kind) and self.tenant in (None, tenant)
 
 
 @dataclass(frozen=True)
@@ -343,6 +362,12 @@ class Store(Protocol):
     async def persist_flight(self, flight: Flight) -> Job: ...
     async def stats(self) -> dict[str, Any]: ...
     async def ping(self) -> None: ...
+    # Claims paused by an operator (casesignd.store.claims): of a kind, of a tenant or
+    # of both (None: every one), on every daemon of the store, across restarts; each
+    # change an audited event. True when it changed something.
+    async def pause_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
+    async def resume_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
+    async def list_pauses(self) -> list[Pause]: ...
     # The data lifecycle (casesignd.store.lifecycle): objects' lives, retention's
     # removals, legal holds, erasure.
     async def put_object(self, tenant: str, case_id: str, sha256: str, size: int) -> None: ...

@@ -103,6 +103,7 @@ class Writer(GroupCommit[_Batch]):
         self.busy_timeout_ms = busy_timeout_ms
         self.clock = clock
         self.statements = (load_statements() | load_statements("sql/lifecycle.sql")
+                           | load_statements("sql/claims.sql")
                            | load_statements("sql/tenants.sql"))
         self.chain: list[Any] = [0, audit.GENESIS]
         self.thread = threading.Thread(target=self._run, name="casesignd-store-writer", daemon=True)

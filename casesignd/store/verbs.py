@@ -22,6 +22,7 @@ from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
+from casesignd.store.claims import PauseVerbs
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
 from casesignd.store.records import (
@@ -354,7 +355,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, OutboxVerbs, TenantVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, PauseVerbs, TenantVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 

@@ -29,6 +29,8 @@ UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
                   WHERE state = 'queued' AND next_attempt_at <= :now
                     AND declared_bytes <= :budget AND kind IN (SELECT value FROM json_each(:kinds))
                     AND tenant NOT IN (SELECT value FROM json_each(:skip))
+                    AND NOT EXISTS (SELECT 1 FROM pauses AS p
+                                     WHERE p.tenant IN ('', jobs.tenant) AND p.kind IN ('', jobs.kind))
                   ORDER BY next_attempt_at, job_id LIMIT 1)
 RETURNING *;
 

@@ -126,6 +126,8 @@ WITH RECURSIVE candidates AS MATERIALIZED (
    WHERE state = 'queued' AND next_attempt_at <= %(now)s::float8
      AND declared_bytes <= %(budget)s::bigint AND kind = ANY(%(kinds)s::text[])
      AND tenant <> ALL(%(skip)s::text[])
+     AND NOT EXISTS (SELECT 1 FROM pauses AS p
+                      WHERE p.tenant IN ('', jobs.tenant) AND p.kind IN ('', jobs.kind))
    ORDER BY next_attempt_at, job_id
    LIMIT %(limit)s
    FOR UPDATE SKIP LOCKED
