@@ -167,6 +167,7 @@ class Services:
 
     def load_tenants(self, cfg: Config) -> None:
         self.tenants = {t.token_sha256: t.name for t in cfg.tenants}
+        self.metrics.tenant_queue_ages.configure(t.name for t in cfg.tenants)
 
     # --- CPU pool ----------------------------------------------------------------------
 
@@ -316,6 +317,7 @@ class Services:
     async def refresh_state(self) -> None:
         """Refresh the cached values the gauges read at scrape time."""
         stats = await self.store.stats()
+        self.metrics.tenant_queue_ages.update(await self.store.oldest_queued_by_tenant())
         usage = self.temp.usage()
         oldest = stats["oldest_queued_age_s"]
         pool = self.pool
