@@ -176,8 +176,7 @@ def test_the_admin_verbs_on_the_command_line(ops):
     assert "paused: tenant default" in r.stdout
     r = cli("retry", "--failed", "--tenant", "default", "--code", "test_permanent")
     assert r.returncode == 0, r.stderr
-    assert sorted(r.stdout.split()) == sorted(["retried", *ids, "2"]) or \
-        all(jid in r.stdout for jid in ids), r.stdout
+    assert all(f"retried {jid}" in r.stdout for jid in ids), r.stdout
     assert all(ops.job(jid)["state"] == "queued" for jid in ids)
     r = cli("resume", "--tenant", "default")
     assert r.returncode == 0, r.stderr
