@@ -5,8 +5,8 @@ the whole service across tenants, for the operator's token alone.
   oldest wait of each, every tenant's limits, and the pauses in force;
 - ``GET /v1/admin/nodes``: the daemons on the store, the leases each holds and when it
   last renewed them (its heartbeat);
-- ``GET /v1/admin/dead-letter``: failed jobs of every tenant, narrowed by tenant, kind
-  and error code;
+- ``GET /v1/admin/dead-letter``: failed jobs of every tenant (``state=queued``: the
+  queued ones), narrowed by tenant, kind and error code;
 - ``POST /v1/admin/jobs/retry`` and ``/cancel``: many jobs at once, chosen by id or by
   filter, each through the tenant's own verb (``replay``, ``cancel``), which audits it
   with the actor ``operator``;
@@ -42,6 +42,9 @@ _JOB_ID = re.compile(r"job_[0-9a-f]{28}")
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _WAITING = ("queued", "retry_wait")
+# What the dead letter's listing may show besides the failed jobs: the queued ones, to
+# cancel.
+_LISTED = ("failed", "queued")
 
 
 def _tenant(s: HandlerServices, value: Any, field: str) -> str | None:
@@ -153,9 +156,13 @@ async def dead_letter(request: web.Request) -> web.Response:
     if cursor is not None and not _JOB_ID.fullmatch(cursor):
         raise ValidationError("cursor is not one this service gave out", code="invalid_cursor",
                               field="cursor")
+    state = q.get("state") or "failed"
+    if state not in _LISTED:
+        raise ValidationError("state must be failed (the dead letter) or queued",
+                              code="invalid_state", field="state")
     found, nxt = await s.store.dead_letter(
         tenant=_tenant(s, q.get("tenant"), "tenant"), kind=_kind(s, q.get("kind")),
-        code=_word(q.get("code"), _CODE, "code"), limit=limit, cursor=cursor)
+        code=_word(q.get("code"), _CODE, "code"), limit=limit, cursor=cursor, state=state)
     now = time.time()
     return json_response({"jobs": [admin_job(s, j, now) for j in found], "next_cursor": nxt})
 
@@ -163,10 +170,10 @@ async def dead_letter(request: web.Request) -> web.Response:
 # --- bulk changes -------------------------------------------------------------------
 
 
-async def _chosen(s: HandlerServices, body: dict[str, Any], states: list[str]
+async def _chosen(s: HandlerServices, body: dict[str, Any], state: str
                   ) -> tuple[list[tuple[str, str]], bool]:
     """(tenant, job id) of the jobs a bulk request names: ``job_ids``, or every job of
-    ``states`` that the filter (``tenant``, ``kind``, ``code``) matches, up to BULK_MAX;
+    ``state`` that the filter (``tenant``, ``kind``, ``code``) matches, up to BULK_MAX;
     and whether the filter matched more."""
     unknown = set(body) - {"job_ids", "tenant", "kind", "code"}
     if unknown:
@@ -192,22 +199,18 @@ async def _chosen(s: HandlerServices, body: dict[str, Any], states: list[str]
                               code="missing_field", field="tenant")
     kind = _kind(s, body.get("kind"))
     code = _word(body.get("code"), _CODE, "code")
-    if "failed" in states:
-        found, nxt = await s.store.dead_letter(tenant=tenant, kind=kind, code=code,
-                                               limit=BULK_MAX, cursor=None)
-    else:
-        if code is not None:
-            raise ValidationError("only failed jobs have a code", code="invalid_field",
-                                  field="code")
-        found, nxt = await s.store.list_jobs(tenant, states, BULK_MAX, None, kind=kind)
+    if code is not None and state != "failed":
+        raise ValidationError("only failed jobs have a code", code="invalid_field", field="code")
+    found, nxt = await s.store.dead_letter(tenant=tenant, kind=kind, code=code,
+                                           limit=BULK_MAX, cursor=None, state=state)
     return [(j.tenant, j.job_id) for j in found], nxt is not None
 
 
-async def _bulk(request: web.Request, states: list[str], change: Any) -> web.Response:
+async def _bulk(request: web.Request, state: str, change: Any) -> web.Response:
     s = services_of(request)
     authenticate_operator(request)
     body = await read_json(request, s.config.server.max_json_bytes)
-    chosen, more = await _chosen(s, body, states)
+    chosen, more = await _chosen(s, body, state)
 
     async def one(tenant: str, job_id: str) -> dict[str, Any]:
         try:
@@ -240,12 +243,12 @@ async def _cancel(s: HandlerServices, tenant: str, job_id: str) -> None:
 
 async def retry_jobs(request: web.Request) -> web.Response:
     """Failed jobs queued again (a replay each, as ``POST /v1/jobs/{id}/retry``)."""
-    return await _bulk(request, ["failed"], _retry)
+    return await _bulk(request, "failed", _retry)
 
 
 async def cancel_jobs(request: web.Request) -> web.Response:
     """Queued jobs canceled (as ``POST /v1/jobs/{id}/cancel``)."""
-    return await _bulk(request, ["queued"], _cancel)
+    return await _bulk(request, "queued", _cancel)
 
 
 # --- pauses -------------------------------------------------------------------------

@@ -77,8 +77,11 @@ def admin_paths() -> dict[str, Any]:
             "lease's expiry."),
         "/v1/admin/dead-letter": _get(
             "adminDeadLetter", "Failed jobs of every tenant", "AdminJobPage",
-            "Newest first, narrowed by tenant, kind and error code; a page at a time.",
-            [_query("tenant", "A configured tenant.", {"type": "string"}),
+            "Newest first, narrowed by tenant, kind and error code; a page at a time. "
+            "state=queued lists the queued jobs instead (to cancel).",
+            [_query("state", "failed (the default) or queued.",
+                    {"type": "string", "enum": ["failed", "queued"]}),
+             _query("tenant", "A configured tenant.", {"type": "string"}),
              _query("kind", "A job kind.", word), _query("code", "An error code.", word),
              _query("limit", "Jobs per page, 1-200 (50).",
                     {"type": "integer", "minimum": 1, "maximum": 200}),

@@ -107,9 +107,10 @@ class MemoryTenants:
         return []
 
     async def dead_letter(self, *, tenant: str | None, kind: str | None, code: str | None,
-                          limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
+                          limit: int, cursor: str | None, state: str = "failed"
+                          ) -> tuple[list[Job], str | None]:
         found = sorted((j for j in self._jobs.values()
-                        if j.state == "failed" and j.job_id < (cursor or "job_~")
+                        if j.state == state and j.job_id < (cursor or "job_~")
                         and tenant in (None, j.tenant) and kind in (None, j.kind)
                         and code in (None, j.error_code)),
                        key=lambda j: j.job_id, reverse=True)

@@ -151,10 +151,12 @@ class TenantVerbs:
         return []
 
     async def dead_letter(self, *, tenant: str | None, kind: str | None, code: str | None,
-                          limit: int, cursor: str | None) -> tuple[list[Job], str | None]:
-        """Failed jobs of every tenant, newest first, narrowed by tenant, kind and
-        error code; the cursor is the last job id of the previous page."""
-        rows = await self._rows("dead_letter", tenant=tenant, kind=kind, code=code,
+                          limit: int, cursor: str | None, state: str = "failed"
+                          ) -> tuple[list[Job], str | None]:
+        """Failed jobs (or those of another engine ``state``) of every tenant, newest
+        first, narrowed by tenant, kind and error code; the cursor is the last job id
+        of the previous page."""
+        rows = await self._rows("dead_letter", state=state, tenant=tenant, kind=kind, code=code,
                                 cursor=cursor or "job_~", limit=limit + 1)
         jobs = [row_job(r) for r in rows[:limit]]
         return jobs, jobs[-1].job_id if len(rows) > limit else None

@@ -67,3 +67,15 @@ export const getJob = (id) => call('GET', `/v1/jobs/${encodeURIComponent(id)}`);
 export const getEvents = (id) => call('GET', `/v1/jobs/${encodeURIComponent(id)}/events`);
 export const retryJob = (id) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/retry`);
 export const cancelJob = (id) => call('POST', `/v1/jobs/${encodeURIComponent(id)}/cancel`);
+
+// The operator's reads and changes (/v1/admin): the operator's token alone reaches them.
+export const adminQueues = () => call('GET', '/v1/admin/queues');
+export const adminNodes = () => call('GET', '/v1/admin/nodes');
+export const adminJobs = (filters) =>
+  call('GET', `/v1/admin/dead-letter${query({ ...filters, limit: 50 })}`);
+export const adminRetry = (ids) => call('POST', '/v1/admin/jobs/retry', { job_ids: ids });
+export const adminCancel = (ids) => call('POST', '/v1/admin/jobs/cancel', { job_ids: ids });
+export const adminPause = (tenant, kind) =>
+  call('POST', '/v1/admin/pause', { tenant: tenant || null, kind: kind || null });
+export const adminResume = (tenant, kind) =>
+  call('POST', '/v1/admin/resume', { tenant: tenant || null, kind: kind || null });

@@ -44,10 +44,11 @@ SELECT tenant, min(queued_since) AS oldest FROM jobs WHERE state = 'queued' GROU
 SELECT lease_owner, count(*) AS n, min(lease_expires) AS soonest, max(lease_expires) AS latest
   FROM jobs WHERE state = 'running' GROUP BY lease_owner;
 
--- The dead letter across tenants, newest first, narrowed by tenant, kind and code.
+-- Jobs of one state (the dead letter: failed) across tenants, newest first, narrowed
+-- by tenant, kind and code.
 -- name: dead_letter
 SELECT * FROM jobs
- WHERE state = 'failed' AND job_id < :cursor
+ WHERE state = :state AND job_id < :cursor
    AND (:tenant IS NULL OR tenant = :tenant) AND (:kind IS NULL OR kind = :kind)
    AND (:code IS NULL OR error_code = :code)
  ORDER BY job_id DESC LIMIT :limit;

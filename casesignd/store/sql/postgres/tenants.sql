@@ -59,7 +59,7 @@ SELECT substr(application_name, 11) AS node, min(extract(epoch FROM backend_star
 
 -- name: dead_letter
 SELECT * FROM jobs
- WHERE state = 'failed' AND job_id < %(cursor)s
+ WHERE state = %(state)s AND job_id < %(cursor)s
    AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s::text)
    AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
    AND (%(code)s::text IS NULL OR error_code = %(code)s::text)
