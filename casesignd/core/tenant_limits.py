@@ -64,3 +64,20 @@ def retry_after_s(now: float, window_s: int) -> int:
 # A tenant's queue frees a place when one of its jobs is claimed, which no clock says;
 # a client told to come back in this many seconds polls at about the claims' own rate.
 QUEUE_FULL_RETRY_S = 1
+
+# The comments `casesignd init` writes above these settings (casesignd.ops.init).
+DESCRIPTIONS: dict[str, str] = {
+    "tenants.limits": "What this tenant may admit, queue, upload and run; 0: no limit. Past "
+    "one, 429 rate_limited, tenant_queue_full or quota_exceeded with a Retry-After; changed "
+    "by SIGHUP.",
+    "tenants.limits.admit_rate": "Jobs admitted per admit_window_s (a replay is none).",
+    "tenants.limits.admit_window_s": "The rate's window: fixed, from multiples of its length.",
+    "tenants.limits.max_queued": "Jobs queued or waiting for a retry at once.",
+    "tenants.limits.upload_bytes": "Bytes of new objects uploaded per upload_window_s; its "
+    "uploads then need a Content-Length.",
+    "tenants.limits.upload_window_s": "The upload quota's window (a day by default).",
+    "tenants.limits.max_running": "Jobs running at once, on every daemon together.",
+    "operator": "The operator, who reads and changes every tenant's queues under /v1/admin.",
+    "operator.token_sha256": "SHA-256 (hex) of the operator's bearer token; empty: no "
+    "operator. Never a tenant's.",
+}

@@ -42,6 +42,7 @@ from typing import Any
 import msgspec
 
 from casesignd import config as cfgmod
+from casesignd.core import tenant_limits
 from casesignd.core.errors import CasesignError, ConfigError, Conflict
 from casesignd.core.hashing import sha256_hex
 
@@ -235,6 +236,7 @@ DESCRIPTIONS: dict[str, str] = {
     "them), from their end.",
     "retention.sweep_interval_s": "How often the daemon removes what is due.",
     "retention.sweep_batch": "How many rows one removal transaction takes.",
+    **tenant_limits.DESCRIPTIONS,
 }
 
 # Values shown in commented-out examples for settings that have no default.
