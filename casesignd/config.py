@@ -298,6 +298,9 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     invoice: TenantInvoice | None = None
     # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.core.webhook_events).
     webhooks: list[Webhook] = msgspec.field(default_factory=list)
+    # Its turns at claims among the tenants with due jobs (casesignd.store.claims): a
+    # tenant of weight 2 is claimed from twice as often as one of weight 1.
+    weight: float = 1.0
 
 
 class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -559,6 +562,8 @@ def _check(cfg: Config) -> None:
         if t.name in names:
             raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
         names.add(t.name)
+        if not 0.01 <= t.weight <= 1000:
+            raise ConfigError(f"tenants[{i}].weight", "expected a number from 0.01 to 1000")
         problem = webhooks.check(t.webhooks, f"tenants[{i}]")
         if problem:
             raise ConfigError(*problem)

@@ -31,6 +31,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from casesignd.core.errors import StoreUnavailable
+from casesignd.store.claims import Turns
 from casesignd.store.postgres_keys import AdvisoryKeyLocks
 from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
 from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
@@ -68,6 +69,8 @@ class PostgresStore(SqlStore):
                  notify: bool = False, clock: Callable[[], float] | None = None,
                  readers: int = 4, connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
+        # Whose turn it is among the tenants, on this daemon (casesignd.store.claims).
+        self.turns = Turns()
         # A daemon's node name: held by a lock for its life (:meth:`open`); None for
         # tools (migrate, copy, check) that are no node.
         self.node = node
@@ -247,10 +250,11 @@ class PostgresStore(SqlStore):
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
                           limit: int) -> list[Claimed]:
-        """Take the leases of up to ``limit`` of the oldest due queued jobs that fit the
-        byte budget together, in one statement, each with the signature recorded for
-        its signature key. Engine-specific: one pipelined step that locks the jobs it
-        takes (FOR UPDATE SKIP LOCKED) and reads their signatures."""
+        """Take the leases of up to ``limit`` due queued jobs that fit the byte budget
+        together, the tenants taking turns (casesignd.store.claims), in one statement,
+        each with the signature recorded for its signature key. Engine-specific: one
+        pipelined step that finds the tenants, locks the jobs it takes (FOR UPDATE
+        SKIP LOCKED) and reads their signatures."""
 
         def then(tx: PgTx, rows: Sequence[Row]) -> list[Claimed]:
             out = []
@@ -259,6 +263,7 @@ class PostgresStore(SqlStore):
                 if row["sig_artifact_id"] is not None:
                     recorded = {"tenant": row["tenant"], "sig_key": row["sig_key"]} | {
                         k: row[f"sig_{k}"] for k in _SIG}
+                self.turns.took(row["tenant"])  # in the statement's order: the same tags
                 out.append(Claimed(claimed(tx, job_of(row), owner), recorded))
             return out
 
@@ -266,7 +271,7 @@ class PostgresStore(SqlStore):
             return []
         return await self._write(Step(lambda tx: ("claim_batch", {
             "owner": owner, "now": tx.now, "lease_s": lease_s, "budget": budget_bytes,
-            "kinds": kinds, "limit": limit}), then))
+            "kinds": kinds, "limit": limit, **self.turns.known()}), then))
 
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases, in one statement; returns the ones that are no longer held.
