@@ -39,13 +39,22 @@ def store_call(dsn: str, verb: str, *args: Any) -> Any:
     return asyncio.run(run())
 
 
-def probe(node: Daemon, tenant_token: str | bool = True) -> None:
-    """A job no pause holds, submitted to ``node`` and finished: that node claimed
-    after whatever came before it."""
-    r = node.request("POST", "/v1/jobs", {"kind": "test", "tag": uuid.uuid4().hex},
-                     auth=tenant_token)
-    assert r.status == 202, r.body  # a new job, not the replay of an earlier one
-    assert settled(node, r.json()["job_id"], tenant_token)["state"] == "ready"
+def probe(nodes: list[Daemon], token: str | bool = True) -> None:
+    """Jobs no pause holds, submitted and finished until each of ``nodes`` has claimed
+    one: every node claimed after whatever came before."""
+    claimers: set[str] = set()
+    for i in range(40):
+        node = nodes[i % len(nodes)]
+        r = node.request("POST", "/v1/jobs", {"kind": "test", "tag": uuid.uuid4().hex},
+                         auth=token)
+        assert r.status == 202, r.body  # a new job, not the replay of an earlier one
+        job_id = r.json()["job_id"]
+        assert settled(node, job_id, token)["state"] == "ready"
+        events = node.request("GET", f"/v1/jobs/{job_id}/events", auth=token).json()["events"]
+        claimers |= {e["actor"].split(":")[1] for e in events if e["type"] == "claimed"}
+        if claimers >= {n.node for n in nodes}:
+            return
+    raise AssertionError(f"only {claimers} claimed")
 
 
 def settled(node: Daemon, job_id: str, token: str | bool = True,
@@ -82,11 +91,10 @@ def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_onc
         held = a.request("POST", "/v1/jobs", {"kind": "test", "tag": "held"}, auth=OTHER)
         assert held.status == 202 and held.json()["paused"] is True
         held_id = held.json()["job_id"]
-        probe(a)
-        probe(b)
+        probe(nodes)
         a.kill9()
         a.start()
-        probe(a)
+        probe(nodes)
         assert show(b, held_id, OTHER)["state"] == "queued"
         assert show(b, held_id, OTHER)["paused"] is True
         assert store_call(dsn, "resume_claims", None, "other", "operator:ops") is True
@@ -97,14 +105,13 @@ def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_onc
         assert store_call(dsn, "pause_claims", "test", "default", "operator:ops") is True
         kind_held = a.submit({"kind": "test", "tag": "kind-held"}).json()
         assert kind_held["paused"] is True, kind_held
-        probe(b, OTHER)
+        probe(nodes, OTHER)
         b.kill9()
         b.start()
-        probe(b, OTHER)
-        probe(a, OTHER)
+        probe(nodes, OTHER)
         assert show(a, kind_held["job_id"])["state"] == "queued"
         assert store_call(dsn, "resume_claims", "test", "default", "operator:ops") is True
-        assert a.wait_job(kind_held["job_id"], timeout_s=10)["state"] == "ready"
+        assert settled(a, kind_held["job_id"], timeout_s=10)["state"] == "ready"
 
         assert audit.verify_postgres(dsn).ok
         with psycopg.connect(dsn) as conn:
