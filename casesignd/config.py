@@ -302,6 +302,10 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # What it may admit, queue, upload and run ([tenants.limits], casesignd.core.tenant_limits).
     limits: TenantLimits = msgspec.field(default_factory=TenantLimits)
 
+    # Its turns at claims among the tenants with due jobs (casesignd.store.claims): a
+    # tenant of weight 2 is claimed from twice as often as one of weight 1.
+    weight: float = 1.0
+
 
 class Operator(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the operator's bearer token, which reads across tenants under
@@ -576,6 +580,8 @@ def _check(cfg: Config) -> None:
         if t.name in names:
             raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
         names.add(t.name)
+        if not 0.01 <= t.weight <= 1000:
+            raise ConfigError(f"tenants[{i}].weight", "expected a number from 0.01 to 1000")
         problem = webhooks.check(t.webhooks, f"tenants[{i}]")
         if problem:
             raise ConfigError(*problem)

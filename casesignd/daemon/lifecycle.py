@@ -168,6 +168,7 @@ class Services:
     def load_tenants(self, cfg: Config) -> None:
         self.tenants = {t.token_sha256: t.name for t in cfg.tenants}
         self.metrics.tenant_queue_ages.configure(t.name for t in cfg.tenants)
+        self.store.weigh_tenants({t.name: t.weight for t in cfg.tenants})
 
     # --- CPU pool ----------------------------------------------------------------------
 

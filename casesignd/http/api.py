@@ -10,7 +10,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -49,7 +49,7 @@ from casesignd.http.services import SERVICES, HandlerServices
 from casesignd.http.uploads import Upload, UploadGate
 from casesignd.observability.metrics import aiohttp_middleware
 from casesignd.pdf import render as pdfrender
-from casesignd.store import Charge, Job, random_hex
+from casesignd.store import Charge, Job, Pause, random_hex
 from casesignd.verify import validate as verify
 
 log = logging.getLogger("casesignd.http.api")
@@ -113,9 +113,17 @@ def middlewares(services: HandlerServices) -> list[Any]:
     return [*traced, answer_headers, errors, aiohttp_middleware(services.metrics)]
 
 
-def job_resource(services: HandlerServices, job: Job, now: float | None = None) -> dict[str, Any]:
-    """The contract's job resource (:func:`casesignd.engine.jobs.resource`)."""
-    return jobs.resource(services, job, now)
+def job_resource(services: HandlerServices, job: Job, now: float | None = None,
+                 pauses: Sequence[Pause] = ()) -> dict[str, Any]:
+    """The contract's job resource (:func:`casesignd.engine.jobs.resource`); ``pauses``:
+    the store's (:func:`pauses_of`), which say whether a waiting job is paused."""
+    return jobs.resource(services, job, now,
+                         paused=any(p.covers(job.kind, job.tenant) for p in pauses))
+
+
+async def pauses_of(services: HandlerServices, *shown: Job) -> list[Pause]:
+    """The store's pauses when one of the jobs ``shown`` waits (none read otherwise)."""
+    return await services.store.list_pauses() if any(map(jobs.waiting, shown)) else []
 
 
 # --- jobs --------------------------------------------------------------------------------
@@ -136,6 +144,7 @@ async def post_job(request: web.Request) -> web.Response:
         raise ValidationError("unknown job kind; see the OpenAPI document",
                               code="unknown_kind", field="kind")
     webhook = _webhook(s, tenant, body)
+    schedule = jobs.schedule(body)
     admission = kind.admit(body, s.config, tenant)
     if webhook is not None:
         # Stored with the input, so the fingerprint covers it, and the store's writers
@@ -148,7 +157,7 @@ async def post_job(request: web.Request) -> web.Response:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
                             created_at=request["t0"], correlation_id=request["correlation_id"],
-                            traceparent=s.tracing.of_request(request))
+                            traceparent=s.tracing.of_request(request), schedule=schedule)
     job, created = await s.reservations.admit(
         new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth,
         limits=s.config.limits_of(tenant))
@@ -160,7 +169,8 @@ async def post_job(request: web.Request) -> web.Response:
             s.metrics.ack_paced(waited_s)
     else:
         s.metrics.idempotent_replay("/v1/jobs")
-    return json_response(job_resource(s, job), 202 if created else 200,
+    return json_response(job_resource(s, job, pauses=await pauses_of(s, job)),
+                         202 if created else 200,
                          {"Location": f"/v1/jobs/{job.job_id}"})
 
 
@@ -206,7 +216,7 @@ async def _tenant_job(request: web.Request) -> tuple[HandlerServices, str, Job]:
 
 async def get_job(request: web.Request) -> web.Response:
     s, _, job = await _tenant_job(request)
-    return json_response(job_resource(s, job))
+    return json_response(job_resource(s, job, pauses=await pauses_of(s, job)))
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -232,7 +242,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     found, nxt = await s.store.list_jobs(tenant, states, limit, cursor, kind=kind,
                                          case_id=case_id)
     now = time.time()
-    return json_response({"jobs": [job_resource(s, j, now) for j in found], "next_cursor": nxt})
+    pauses = await pauses_of(s, *found)
+    return json_response({"jobs": [job_resource(s, j, now, pauses) for j in found],
+                          "next_cursor": nxt})
 
 
 async def job_events(request: web.Request) -> web.Response:
@@ -245,7 +257,7 @@ async def retry_job(request: web.Request) -> web.Response:
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
                                     max_queue_depth=s.config.workers.max_queue_depth)
     s.pool.queued()
-    return json_response(job_resource(s, replayed), 202)
+    return json_response(job_resource(s, replayed, pauses=await pauses_of(s, replayed)), 202)
 
 
 async def cancel_job(request: web.Request) -> web.Response:

@@ -130,6 +130,8 @@ DESCRIPTIONS: dict[str, str] = {
     "tenants": "Callers and the SHA-256 (hex) of their bearer tokens; tokens are never stored.",
     "tenants.name": "Tenant name; every job, object and event belongs to one tenant.",
     "tenants.token_sha256": "SHA-256 (hex) of the tenant's bearer token.",
+    "tenants.weight": "Its turns at claims among tenants with due jobs: weight 2 is claimed from "
+                      "twice as often as weight 1.",
     "sources": "Where object_ref '<source>:<path>' items are read from.",
     "sources.name": "The <source> prefix of an object_ref.",
     "sources.kind": "'dir' (a directory root) or 'http' (a base URL read with retries).",

@@ -32,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from casesignd.core.errors import StoreUnavailable
 from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import Turns
 from casesignd.store.postgres_keys import AdvisoryKeyLocks
 from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
 from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
@@ -70,6 +71,8 @@ class PostgresStore(SqlStore):
                  notify: bool = False, clock: Callable[[], float] | None = None,
                  readers: int = 4, connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
+        # Whose turn it is among the tenants, on this daemon (casesignd.store.claims).
+        self.turns = Turns()
         # A daemon's node name: held by a lock for its life (:meth:`open`); None for
         # tools (migrate, copy, check) that are no node.
         self.node = node
@@ -268,13 +271,14 @@ class PostgresStore(SqlStore):
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
                           limit: int, *, running_limits: dict[str, int] | None = None
                           ) -> list[Claimed]:
-        """Take the leases of up to ``limit`` of the oldest due queued jobs that fit the
-        byte budget together, in one statement, each with the signature recorded for
-        its signature key. Engine-specific: one pipelined step that locks the jobs it
-        takes (FOR UPDATE SKIP LOCKED) and reads their signatures. With
-        ``running_limits``, claims take turns on one lock across the daemons, count
-        the jobs running per tenant, and pass over a tenant at its limit; a statement
-        then takes no more jobs than the least room any limited tenant has left."""
+        """Take the leases of up to ``limit`` due queued jobs that fit the byte budget
+        together, the tenants taking turns (casesignd.store.claims), in one statement,
+        each with the signature recorded for its signature key. Engine-specific: one
+        pipelined step that finds the tenants, locks the jobs it takes (FOR UPDATE
+        SKIP LOCKED) and reads their signatures. With ``running_limits``, claims take
+        turns on one lock across the daemons, count the jobs running per tenant, and
+        pass over a tenant at its limit (casesignd.store.tenants); a statement then
+        takes no more jobs than the least room any limited tenant has left."""
 
         def then(tx: PgTx, rows: Sequence[Row]) -> list[Claimed]:
             out = []
@@ -283,12 +287,13 @@ class PostgresStore(SqlStore):
                 if row["sig_artifact_id"] is not None:
                     recorded = {"tenant": row["tenant"], "sig_key": row["sig_key"]} | {
                         k: row[f"sig_{k}"] for k in _SIG}
+                self.turns.took(row["tenant"])  # in the statement's order: the same tags
                 out.append(Claimed(claimed(tx, job_of(row), owner), recorded))
             return out
 
         def params(tx: PgTx, budget: int, n: int, skip: list[str]) -> dict[str, Any]:
             return {"owner": owner, "now": tx.now, "lease_s": lease_s, "budget": budget,
-                    "kinds": kinds, "limit": n, "skip": skip}
+                    "kinds": kinds, "limit": n, "skip": skip, **self.turns.known()}
 
         if limit <= 0:
             return []

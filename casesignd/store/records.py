@@ -13,7 +13,7 @@ import contextlib
 import random
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -170,6 +170,8 @@ class NewJob:
     correlation_id: str
     sig_key: str | None = None  # the signature it makes (sign_case), read with its claim
     traceparent: str | None = None  # the admitting request's span, when tracing is on
+    priority: int = 0  # 0..9, 0 first, among its tenant's jobs (casesignd.store.claims)
+    not_before: float | None = None  # no claim before this time (the store's clock)
 
 
 @dataclass(frozen=True)
@@ -368,6 +370,8 @@ class Store(Protocol):
     async def pause_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
     async def resume_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
     async def list_pauses(self) -> list[Pause]: ...
+    # The tenants' weights in their turns at claims ([[tenants]] weight; any other: 1).
+    def weigh_tenants(self, weights: Mapping[str, float]) -> None: ...
     # The data lifecycle (casesignd.store.lifecycle): objects' lives, retention's
     # removals, legal holds, erasure.
     async def put_object(self, tenant: str, case_id: str, sha256: str, size: int) -> None: ...

@@ -23,6 +23,7 @@ import msgspec
 
 from casesignd.core.errors import StoreUnavailable
 from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import Turns, lanes_of, take_turns
 from casesignd.store.records import Claimed, Job, KeyLocks, Lease, NewJob, new_id, row_job
 from casesignd.store.sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
 from casesignd.store.tenants import RunningRoom, check_admission
@@ -46,6 +47,7 @@ class SqliteStore(SqlStore):
     ) -> None:
         self.path = Path(path)
         self.clock = clock
+        self.turns = Turns()  # whose turn it is among the tenants (casesignd.store.claims)
         self.exclusive = exclusive
         self._writer: Writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)
@@ -171,33 +173,38 @@ class SqliteStore(SqlStore):
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
                           limit: int, *, running_limits: dict[str, int] | None = None
                           ) -> list[Claimed]:
-        """Take the leases of up to ``limit`` of the oldest due queued jobs that fit the
-        byte budget together, in one transaction, each with the signature recorded for
-        its signature key; a tenant at its ``running_limits`` entry is passed over.
-        Engine-specific: one statement per job (PostgreSQL's one statement locks the
-        jobs it takes)."""
+        """Take the leases of up to ``limit`` due queued jobs that fit the byte budget
+        together, the tenants taking turns (casesignd.store.claims), in one transaction,
+        each with the signature recorded for its signature key; a tenant at its
+        ``running_limits`` entry, counted in this transaction, is passed over
+        (casesignd.store.tenants). Engine-specific: one statement per job, after a skip
+        scan of the tenants (PostgreSQL's one statement does both and locks the jobs it
+        takes)."""
         kinds_json = self._array(kinds)
 
         def op(tx: SqliteTx) -> list[Claimed]:
-            out: list[Claimed] = []
-            budget = budget_bytes
+            budget = [budget_bytes]
             room = RunningRoom.of(tx, running_limits) if running_limits else None
-            while len(out) < limit:
-                row = tx.one("claim_one", owner=owner, now=tx.now, lease_s=lease_s,
-                             budget=budget, kinds=kinds_json,
-                             skip=self._array(room.skip() if room is not None else []))
+
+            def claim_lane(tenant: str, priority: int) -> Claimed | None:
+                if room is not None and tenant in room.skip():
+                    return None  # at its running limit: it drops out of this claim
+                row = tx.one("claim_lane", owner=owner, now=tx.now, lease_s=lease_s,
+                             budget=budget[0], kinds=kinds_json, tenant=tenant,
+                             priority=priority)
                 if row is None:
-                    break
+                    return None
                 job = claimed(tx, row_job(row), owner)
                 if room is not None:
                     room.took(job.tenant)
-                budget -= job.declared_bytes
+                budget[0] -= job.declared_bytes
                 recorded = None
                 if job.sig_key is not None:
                     sig = tx.one("get_signature", tenant=job.tenant, sig_key=job.sig_key)
                     recorded = dict(sig) if sig is not None else None
-                out.append(Claimed(job, recorded))
-            return out
+                return Claimed(job, recorded)
+
+            return take_turns(self.turns, lanes_of(tx), limit, claim_lane)
 
         return await self._write(op)
 

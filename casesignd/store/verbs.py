@@ -22,7 +22,7 @@ from casesignd.core import audit
 from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
-from casesignd.store.claims import PauseVerbs
+from casesignd.store.claims import ClaimVerbs
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
 from casesignd.store.records import (
@@ -355,7 +355,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, OutboxVerbs, PauseVerbs, TenantVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, ClaimVerbs, TenantVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 
@@ -426,7 +426,8 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, PauseVerbs, TenantVerbs, abc.ABC):
                           ) -> list[Claimed]: ...
 
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None:
-        """Take the lease of the oldest due queued job that fits the byte budget."""
+        """Take the lease of the next due queued job that fits the byte budget: the
+        tenants take turns (casesignd.store.claims)."""
         claimed = await self.claim_batch(owner, lease_s, budget_bytes, kinds, 1)
         return claimed[0].job if claimed else None
 
