@@ -304,7 +304,7 @@ class PostgresStore(SqlStore):
 
         def within_room(tx: PgTx) -> list[Claimed]:
             tx.one("running_claims_lock")
-            room = RunningRoom.of(tx, limits)
+            room = RunningRoom.of(tx, limits, sorted(limits))
             out: list[Claimed] = []
             budget = budget_bytes
             while len(out) < limit:

@@ -184,7 +184,8 @@ class SqliteStore(SqlStore):
 
         def op(tx: SqliteTx) -> list[Claimed]:
             budget = [budget_bytes]
-            room = RunningRoom.of(tx, running_limits) if running_limits else None
+            room = (RunningRoom.of(tx, running_limits, self._array(sorted(running_limits)))
+                    if running_limits else None)
 
             def claim_lane(tenant: str, priority: int) -> Claimed | None:
                 if room is not None and tenant in room.skip():

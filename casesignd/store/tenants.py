@@ -79,8 +79,11 @@ class RunningRoom:
         self.left = {t: max(0, n - running.get(t, 0)) for t, n in limits.items() if n > 0}
 
     @classmethod
-    def of(cls, tx: Tx, limits: dict[str, int]) -> RunningRoom:
-        return cls(limits, {r["tenant"]: int(r["n"]) for r in tx.all("running_by_tenant")})
+    def of(cls, tx: Tx, limits: dict[str, int], tenants: Any) -> RunningRoom:
+        """The room left, counted in ``tx``; ``tenants``: the limited tenants' names as
+        the engine takes a list parameter."""
+        return cls(limits, {r["tenant"]: int(r["n"])
+                            for r in tx.all("running_by_tenant", tenants=tenants)})
 
     def skip(self) -> list[str]:
         """The tenants a claim must pass over: at their limit."""

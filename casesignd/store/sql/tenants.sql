@@ -24,9 +24,12 @@ UPDATE tenant_usage SET used = max(0, used - :amount)
 -- name: tenant_waiting
 SELECT count(*) AS n FROM jobs WHERE tenant = :tenant AND state IN ('queued', 'retry_wait');
 
--- Jobs running now per tenant: at most the workers of every daemon (jobs_running).
+-- Jobs running now per tenant of :tenants (those with a running limit): at most the
+-- workers of every daemon (jobs_running).
 -- name: running_by_tenant
-SELECT tenant, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY tenant;
+SELECT tenant, count(*) AS n FROM jobs
+ WHERE state = 'running' AND tenant IN (SELECT value FROM json_each(:tenants))
+ GROUP BY tenant;
 
 -- The operator's queues: jobs waiting, running and failed per tenant and kind, and
 -- the oldest wait of each.

@@ -35,7 +35,9 @@ SELECT pg_advisory_xact_lock(hashtextextended('casesignd:claims:running', 0));
 SELECT count(*) AS n FROM jobs WHERE tenant = %(tenant)s AND state IN ('queued', 'retry_wait');
 
 -- name: running_by_tenant
-SELECT tenant, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY tenant;
+SELECT tenant, count(*) AS n FROM jobs
+ WHERE state = 'running' AND tenant = ANY(%(tenants)s::text[])
+ GROUP BY tenant;
 
 -- name: admin_queues
 SELECT tenant, kind, state, count(*) AS n,
