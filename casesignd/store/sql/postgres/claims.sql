@@ -40,7 +40,7 @@ WITH RECURSIVE lanes (tenant, priority) AS (
          coalesce(t.stride, 1.0) AS stride, coalesce(t.rank, -1) AS rank
     FROM lanes AS l
     LEFT JOIN unnest(%(tenants)s::text[], %(starts)s::float8[], %(strides)s::float8[],
-                     %(ranks)s::int[]) AS t (tenant, start, stride, rank) ON t.tenant = l.tenant
+                     %(ranks)s::bigint[]) AS t (tenant, start, stride, rank) ON t.tenant = l.tenant
    WHERE NOT EXISTS (SELECT 1 FROM pauses AS p WHERE p.kind = '' AND p.tenant IN ('', l.tenant))
      AND l.tenant <> ALL(%(skip)s::text[])  -- at their running limits (casesignd.store.tenants)
 ), due AS MATERIALIZED (
