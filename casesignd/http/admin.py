@@ -293,6 +293,19 @@ ROUTES: tuple[tuple[str, str, Any], ...] = (
 )
 
 
+async def other(request: web.Request) -> web.Response:
+    """Any other method or path under ``/v1/admin``: 404 to whoever is not the operator,
+    so that not even a 405 tells them which paths exist; the operator is told 405 (with
+    ``Allow``) or 404 as on any other path."""
+    authenticate_operator(request)
+    allowed = {m for m, path, _ in ROUTES if path == request.path}
+    if allowed:
+        raise web.HTTPMethodNotAllowed(request.method, allowed)
+    raise web.HTTPNotFound()
+
+
 def add_routes(app: web.Application) -> None:
     for method, path, handler in ROUTES:
         app.router.add_route(method, path, handler)
+    # Last, so that it answers only what no route above takes.
+    app.router.add_route("*", "/v1/admin/{rest:.*}", other)

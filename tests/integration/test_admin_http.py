@@ -70,6 +70,13 @@ def test_no_token_but_the_operators_reaches_an_admin_path(ops):
             assert r.status == 404, (method, path, auth, r.status)
             assert r.json()["error"]["code"] == "not_found"
         assert admin(ops, method, path, body).status != 404, (method, path)
+        # Nor does a method the path does not take tell anyone but the operator that
+        # it exists.
+        other = "DELETE"
+        for auth in (True, False):
+            assert ops.request(other, path, None, auth=auth).status == 404, (other, path)
+        assert admin(ops, other, path, None).status == 405, (other, path)
+    assert admin(ops, "GET", "/v1/admin/nothing-here").status == 404
     # ... and the operator is no tenant: its token opens no tenant's path.
     assert admin(ops, "GET", "/v1/jobs").status == 401
 
