@@ -22,6 +22,7 @@ from casesignd.core import webhook_events as webhooks
 from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
 from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_keyring
+from casesignd.core.tenant_limits import TenantLimits
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
 
@@ -309,6 +310,18 @@ class Tenant(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     invoice: TenantInvoice | None = None
     # Endpoints its jobs may name by name ([[tenants.webhooks]], casesignd.core.webhook_events).
     webhooks: list[Webhook] = msgspec.field(default_factory=list)
+    # What it may admit, queue, upload and run ([tenants.limits], casesignd.core.tenant_limits).
+    limits: TenantLimits = msgspec.field(default_factory=TenantLimits)
+
+    # Its turns at claims among the tenants with due jobs (casesignd.store.claims): a
+    # tenant of weight 2 is claimed from twice as often as one of weight 1.
+    weight: float = 1.0
+
+
+class Operator(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    # SHA-256 (hex) of the operator's bearer token, which reads across tenants under
+    # /v1/admin; empty: no operator. Never a tenant's token.
+    token_sha256: str = ""
 
 
 class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -419,6 +432,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     policies: list[Policy] = msgspec.field(default_factory=lambda: [Policy(version="contract-v1")])
     links: Link = msgspec.field(default_factory=Link)
     tenants: list[Tenant] = msgspec.field(default_factory=list)
+    operator: Operator = msgspec.field(default_factory=Operator)
     sources: list[Source] = msgspec.field(default_factory=list)
     scanner: Scanner = msgspec.field(default_factory=Scanner)
     kiosk: Kiosk = msgspec.field(default_factory=Kiosk)
@@ -479,6 +493,13 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
             if t.name == tenant:
                 return next((w for w in t.webhooks if w.name == name), None)
         return None
+
+    def limits_of(self, tenant: str) -> TenantLimits:
+        """``tenant``'s [tenants.limits] (none set: no limit)."""
+        for t in self.tenants:
+            if t.name == tenant:
+                return t.limits
+        return TenantLimits()
 
     def source(self, name: str) -> Source | None:
         for s in self.sources:
@@ -578,9 +599,14 @@ def _check(cfg: Config) -> None:
         if t.name in names:
             raise ConfigError(f"tenants[{i}].name", f"duplicate tenant {t.name!r}")
         names.add(t.name)
+        if not 0.01 <= t.weight <= 1000:
+            raise ConfigError(f"tenants[{i}].weight", "expected a number from 0.01 to 1000")
         problem = webhooks.check(t.webhooks, f"tenants[{i}]")
         if problem:
             raise ConfigError(*problem)
+        for key, why in t.limits.problems():
+            raise ConfigError(f"tenants[{i}].limits.{key}", why)
+    _check_operator(cfg)
     for i, s in enumerate(cfg.sources):
         if s.kind not in ("dir", "http"):
             raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
@@ -608,6 +634,17 @@ def _check(cfg: Config) -> None:
     _check_store(cfg.store)
     if cfg.scanner.kind not in ("none", "clamd"):
         raise ConfigError("scanner.kind", f"expected 'none' or 'clamd', got {cfg.scanner.kind!r}")
+
+
+def _check_operator(cfg: Config) -> None:
+    digest = cfg.operator.token_sha256
+    if not digest:
+        return
+    if not _HEX64.match(digest):
+        raise ConfigError("operator.token_sha256", "expected 64 lowercase hex digits")
+    if any(t.token_sha256 == digest for t in cfg.tenants):
+        # One token would then be both: a tenant's requests would reach every tenant.
+        raise ConfigError("operator.token_sha256", "is a tenant's token; give the operator its own")
 
 
 def _check_store(store: Store) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import casesignd.cli.admin as cli_admin
 import casesignd.cli.backup as cli_backup
 import casesignd.cli.case as cli_case
 import casesignd.cli.case_sign as cli_casesign
@@ -342,6 +343,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_backup.register(sub, command)
     cli_check.register(sub, command)
     cli_case.register(sub, command, _client)
+    cli_admin.register(sub, command)
     cli_casesign.register_download(jobs_sub, command, _client)
 
     c = command("verify", cmd_verify, "validate a PDF's signatures",

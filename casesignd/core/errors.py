@@ -132,6 +132,24 @@ class QueueFull(Busy):
     code = "queue_full"
 
 
+class RateLimited(Busy):
+    """Past a tenant's jobs admitted per window (``[tenants.limits] admit_rate``)."""
+
+    code = "rate_limited"
+
+
+class TenantQueueFull(Busy):
+    """Past a tenant's jobs waiting at once (``[tenants.limits] max_queued``)."""
+
+    code = "tenant_queue_full"
+
+
+class QuotaExceeded(Busy):
+    """Past a tenant's bytes uploaded per window (``[tenants.limits] upload_bytes``)."""
+
+    code = "quota_exceeded"
+
+
 class TooManyUploads(Busy):
     """Past server.max_uploads (or one tenant's server.max_uploads_per_tenant) object
     uploads at once."""

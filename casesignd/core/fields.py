@@ -10,6 +10,8 @@ the fields it allows.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 import unicodedata
 from collections.abc import Collection, Mapping
 from typing import Any
@@ -55,6 +57,31 @@ def integer(value: Any, field: str, lo: int, hi: int, *, label: str | None = Non
         raise ValidationError(f"{label or field} must be an integer from {lo} to {hi}",
                               code=code, field=field)
     return value
+
+
+# RFC 3339's date-time (section 5.6): a full date, a full time and an offset, which may
+# not be left out (a time without one means a different instant on every server).
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})")
+
+
+def rfc3339_time(value: Any, field: str, *, code: str = "invalid_field") -> float:
+    """``value``, an RFC 3339 date-time with its offset (``2026-12-05T09:00:00Z``,
+    ``...+01:00``), as Unix seconds; else ``code``."""
+    when = None
+    if isinstance(value, str) and _RFC3339.fullmatch(value):
+        text = value.upper().replace("Z", "+00:00")
+        head, dot, rest = text.partition(".")
+        if dot:  # at most microseconds: Python reads no more
+            digits = rest[:-6]
+            text = f"{head}.{digits[:6].ljust(6, '0')}{rest[-6:]}"
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            when = None
+    if when is None:
+        raise ValidationError(f"{field} must be an RFC 3339 date-time with an offset "
+                              "(2026-12-05T09:00:00Z)", code=code, field=field)
+    return when.timestamp()
 
 
 def query_integer(raw: str | None, field: str, default: int, lo: int, hi: int, *,

@@ -182,6 +182,8 @@ class Services:
 
     def load_tenants(self, cfg: Config) -> None:
         self.tenants = {t.token_sha256: t.name for t in cfg.tenants}
+        self.metrics.tenant_queue_ages.configure(t.name for t in cfg.tenants)
+        self.store.weigh_tenants({t.name: t.weight for t in cfg.tenants})
 
     # --- CPU pool ----------------------------------------------------------------------
 
@@ -343,6 +345,7 @@ class Services:
     async def refresh_state(self) -> None:
         """Refresh the cached values the gauges read at scrape time."""
         stats = await self.store.stats()
+        self.metrics.tenant_queue_ages.update(await self.store.oldest_queued_by_tenant())
         usage = self.temp.usage()
         oldest = stats["oldest_queued_age_s"]
         pool = self.pool

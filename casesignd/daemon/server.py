@@ -27,7 +27,7 @@ from casesignd.core import logs
 from casesignd.core.errors import CasesignError, ConfigError
 from casesignd.core.logs import log_event
 from casesignd.daemon.lifecycle import SERVICES, Extras, Services, lifecycle
-from casesignd.http import api, cases, console, kiosk
+from casesignd.http import admin, api, cases, console, kiosk
 from casesignd.http import runner as wire
 from casesignd.http import services as handlers
 from casesignd.invoices import branding
@@ -58,6 +58,7 @@ def build_app(cfg: Config, node: str | None = None,
     api.add_routes(app)
     cases.add_routes(app)
     console.add_routes(app)
+    admin.add_routes(app)
     app.router.add_post("/v1/sign", kiosk.post_sign)
     return app
 
@@ -70,9 +71,9 @@ def _read_config(config_path: str, logo_dir: Path) -> tuple[Config, branding.Bra
 
 
 async def reload(services: Services, config_path: str) -> None:
-    """SIGHUP: re-read tenants, tokens, policies, webhook endpoints and invoice
-    settings (logos too); running and accepted jobs are untouched. A config with any
-    error is refused whole.
+    """SIGHUP: re-read tenants (their tokens and limits among them), the operator's
+    token, policies, webhook endpoints and invoice settings (logos too); running and
+    accepted jobs are untouched. A config with any error is refused whole.
     The files are read off the event loop; the settings change on it, at once."""
     try:
         fresh, settings = await asyncio.to_thread(
@@ -85,6 +86,7 @@ async def reload(services: Services, config_path: str) -> None:
     cfg.policies = fresh.policies
     cfg.default_policy = fresh.default_policy
     cfg.invoice = fresh.invoice
+    cfg.operator = fresh.operator
     services.branding = settings
     services.load_tenants(cfg)
     # A first endpoint starts the webhook sender; the addresses it may reach follow.

@@ -13,7 +13,9 @@ from typing import Any, Protocol
 
 from casesignd.core import audit
 from casesignd.core.errors import INTERNAL, RETRIES_EXHAUSTED, CasesignError, ValidationError
+from casesignd.core.fields import integer, rfc3339_time
 from casesignd.core.hashing import sha256_hex
+from casesignd.store.claims import PRIORITY_MAX, PRIORITY_MIN
 
 # Engine states → the five states a client sees (contract: "The job resource").
 CLIENT_STATE = {
@@ -69,6 +71,37 @@ def idempotency_key(header: str | None, kind: str, key_material: dict[str, Any])
     if header is not None:
         return "key:" + header
     return "derived:" + sha256_hex(audit.canonical({"kind": kind, "key": key_material}))
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """When and in what order a job asks to run: ``priority`` among its tenant's jobs
+    (0 first) and ``not_before`` (Unix seconds; None: at once)."""
+
+    priority: int = 0
+    not_before: float | None = None
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What the idempotency fingerprint adds for it: nothing for the defaults, so
+        that a request that leaves them out and one that sends them are the same."""
+        out: dict[str, Any] = {}
+        if self.priority:
+            out["priority"] = self.priority
+        if self.not_before is not None:
+            out["not_before"] = audit.rfc3339(self.not_before)
+        return out
+
+
+def schedule(body: dict[str, Any]) -> Schedule:
+    """The job's ``priority`` and ``not_before``, taken out of ``body`` (the kinds never
+    see them): ``invalid_field`` for an integer out of 0..9 or a time that is no RFC
+    3339 date-time with an offset."""
+    priority = body.pop("priority", None)
+    not_before = body.pop("not_before", None)
+    return Schedule(
+        priority=0 if priority is None else integer(priority, "priority", PRIORITY_MIN,
+                                                    PRIORITY_MAX),
+        not_before=None if not_before is None else rfc3339_time(not_before, "not_before"))
 
 
 @dataclass(frozen=True)
@@ -139,9 +172,16 @@ class Links(Protocol):
     def link(self, artifact_id: str, tenant: str) -> tuple[str, int]: ...
 
 
-def resource(services: Links, job: Any, now: float | None = None) -> dict[str, Any]:
+def waiting(job: Any) -> bool:
+    """Whether ``job`` waits for a claim (client state ``queued``)."""
+    return job.state in ("queued", "retry_wait")
+
+
+def resource(services: Links, job: Any, now: float | None = None,
+             paused: bool = False) -> dict[str, Any]:
     """The contract's job resource, as ``GET /v1/jobs/{id}`` answers it and a webhook
-    delivery carries it: a ready job's download link is made now (pure but for it)."""
+    delivery carries it: a ready job's download link is made now (pure but for it).
+    ``paused``: a pause holds the claims of its kind or tenant (shown while it waits)."""
     now = time.time() if now is None else now
     out: dict[str, Any] = {
         "job_id": job.job_id,
@@ -150,10 +190,14 @@ def resource(services: Links, job: Any, now: float | None = None) -> dict[str, A
         "state": client_state(job.state),
         "attempts": job.attempt,
         "version": job.version,
+        "priority": job.priority,
+        "paused": paused and waiting(job),
         "created_at": audit.rfc3339(job.created_at),
         "updated_at": audit.rfc3339(job.updated_at),
         "timings": timings(job, now),
     }
+    if job.not_before is not None and waiting(job):
+        out["not_before"] = audit.rfc3339(job.not_before)
     if job.state == "succeeded":
         result = job.result_dict() or {}
         artifact = result.get("artifact")

@@ -54,22 +54,30 @@ class Admission:
 
     def new_job(self, kind: str, tenant: str, *, idempotency_header: str | None,
                 created_at: float, correlation_id: str,
-                traceparent: str | None = None) -> NewJob:
+                traceparent: str | None = None,
+                schedule: jobs.Schedule | None = None) -> NewJob:
         """The job to store for this admission: its idempotency key (the client's, or
         derived from ``key_material``), its fingerprint and its canonical input;
-        ``traceparent``: the admitting request's span, which its attempts continue."""
+        ``traceparent``: the admitting request's span, which its attempts continue;
+        ``schedule``: its priority and not_before, which the fingerprint covers."""
         normalized = audit.canonical(self.normalized)
         material = self.key_material if self.key_material is not None else self.normalized
+        schedule = schedule or jobs.Schedule()
+        same = self.fingerprint_material if self.fingerprint_material is not None \
+            else self.normalized
+        if asked := schedule.fingerprint():
+            # Beside the input, not in it (an input may have fields of those names);
+            # a job without either keeps the fingerprint it always had.
+            same = {"input": same, "schedule": asked}
         return NewJob(
             tenant=tenant, kind=kind, case_id=self.case_id,
             idem_key=jobs.idempotency_key(idempotency_header, kind, material),
-            fingerprint=jobs.fingerprint(kind, self.fingerprint_material
-                                         if self.fingerprint_material is not None
-                                         else self.normalized),
+            fingerprint=jobs.fingerprint(kind, same),
             input=normalized.decode(), input_digest=sha256_hex(normalized),
             version=self.version, declared_bytes=self.declared_bytes,
             created_at=created_at, correlation_id=correlation_id, sig_key=self.sig_key,
-            traceparent=traceparent)
+            traceparent=traceparent, priority=schedule.priority,
+            not_before=schedule.not_before)
 
 
 class JobServices(Protocol):

@@ -221,6 +221,12 @@ class Pool:
         self._wake.set()
         self.store.announce()
 
+    def running_limits(self) -> dict[str, int]:
+        """Each tenant's jobs running at once, of those limited ([tenants.limits]
+        max_running): read at each claim, so a SIGHUP changes them at once."""
+        return {t.name: t.limits.max_running for t in self.cfg.tenants
+                if t.limits.max_running > 0}
+
     # --- the loops ---------------------------------------------------------------
 
     async def _dispatch(self) -> None:
@@ -236,7 +242,8 @@ class Pool:
                 budget = self.cfg.workers.max_inflight_bytes - self.inflight_bytes
                 try:
                     claimed = await self.store.claim_batch(
-                        self.owner, self.cfg.workers.lease_s, budget, kinds, want)
+                        self.owner, self.cfg.workers.lease_s, budget, kinds, want,
+                        running_limits=self.running_limits())
                 except CasesignError as e:
                     log_event(log, "pool.claim_failed", level=logging.WARNING, code=e.code)
                     await asyncio.sleep(poll_s)

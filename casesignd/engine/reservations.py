@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from casesignd.core.tenant_limits import TenantLimits
 from casesignd.store import Flight, Job, NewJob, Store, in_progress
 
 
@@ -31,15 +32,17 @@ class KeyReservations:
         self._across: set[tuple[str, str]] = set()
         self._admitting: dict[tuple[str, str], int] = {}  # admissions under way per key
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
-        """``Store.admit``, or Conflict ``in_progress`` while a kiosk request reserves
-        the key."""
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]:
+        """``Store.admit`` (within the tenant's ``limits``), or Conflict ``in_progress``
+        while a kiosk request reserves the key."""
         key = (new.tenant, new.idem_key)
         if key in self._reserved:
             raise in_progress()
         self._admitting[key] = self._admitting.get(key, 0) + 1
         try:
-            return await self.store.admit(new, actor=actor, max_queue_depth=max_queue_depth)
+            return await self.store.admit(new, actor=actor, max_queue_depth=max_queue_depth,
+                                         limits=limits)
         finally:
             if self._admitting[key] <= 1:
                 del self._admitting[key]

@@ -11,7 +11,7 @@ import dataclasses
 import logging
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from aiohttp import HttpVersion11, web
@@ -51,7 +51,7 @@ from casesignd.http.services import SERVICES, HandlerServices
 from casesignd.http.uploads import Upload, UploadGate
 from casesignd.observability.metrics import aiohttp_middleware
 from casesignd.pdf import render as pdfrender
-from casesignd.store import Job, random_hex
+from casesignd.store import Charge, Job, Pause, random_hex
 from casesignd.verify import validate as verify
 
 log = logging.getLogger("casesignd.http.api")
@@ -115,9 +115,17 @@ def middlewares(services: HandlerServices) -> list[Any]:
     return [*traced, answer_headers, errors, aiohttp_middleware(services.metrics)]
 
 
-def job_resource(services: HandlerServices, job: Job, now: float | None = None) -> dict[str, Any]:
-    """The contract's job resource (:func:`casesignd.engine.jobs.resource`)."""
-    return jobs.resource(services, job, now)
+def job_resource(services: HandlerServices, job: Job, now: float | None = None,
+                 pauses: Sequence[Pause] = ()) -> dict[str, Any]:
+    """The contract's job resource (:func:`casesignd.engine.jobs.resource`); ``pauses``:
+    the store's (:func:`pauses_of`), which say whether a waiting job is paused."""
+    return jobs.resource(services, job, now,
+                         paused=any(p.covers(job.kind, job.tenant) for p in pauses))
+
+
+async def pauses_of(services: HandlerServices, *shown: Job) -> list[Pause]:
+    """The store's pauses when one of the jobs ``shown`` waits (none read otherwise)."""
+    return await services.store.list_pauses() if any(map(jobs.waiting, shown)) else []
 
 
 # --- jobs --------------------------------------------------------------------------------
@@ -138,6 +146,7 @@ async def post_job(request: web.Request) -> web.Response:
         raise ValidationError("unknown job kind; see the OpenAPI document",
                               code="unknown_kind", field="kind")
     webhook = _webhook(s, tenant, body)
+    schedule = jobs.schedule(body)
     admission = kind.admit(body, s.config, tenant)
     if webhook is not None:
         # Stored with the input, so the fingerprint covers it, and the store's writers
@@ -150,9 +159,10 @@ async def post_job(request: web.Request) -> web.Response:
         raise TooLarge("the job's documents are larger than the worker pool's byte budget")
     new = admission.new_job(kind.name, tenant, idempotency_header=header,
                             created_at=request["t0"], correlation_id=request["correlation_id"],
-                            traceparent=s.tracing.of_request(request))
+                            traceparent=s.tracing.of_request(request), schedule=schedule)
     job, created = await s.reservations.admit(
-        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth)
+        new, actor=f"api:{tenant}", max_queue_depth=s.config.workers.max_queue_depth,
+        limits=s.config.limits_of(tenant))
     if created:
         s.pool.queued()
         s.metrics.job_admitted(kind.name, time.time() - request["t0"])
@@ -161,7 +171,8 @@ async def post_job(request: web.Request) -> web.Response:
             s.metrics.ack_paced(waited_s)
     else:
         s.metrics.idempotent_replay("/v1/jobs")
-    return json_response(job_resource(s, job), 202 if created else 200,
+    return json_response(job_resource(s, job, pauses=await pauses_of(s, job)),
+                         202 if created else 200,
                          {"Location": f"/v1/jobs/{job.job_id}"})
 
 
@@ -207,7 +218,7 @@ async def _tenant_job(request: web.Request) -> tuple[HandlerServices, str, Job]:
 
 async def get_job(request: web.Request) -> web.Response:
     s, _, job = await _tenant_job(request)
-    return json_response(job_resource(s, job))
+    return json_response(job_resource(s, job, pauses=await pauses_of(s, job)))
 
 
 async def list_jobs(request: web.Request) -> web.Response:
@@ -233,7 +244,9 @@ async def list_jobs(request: web.Request) -> web.Response:
     found, nxt = await s.store.list_jobs(tenant, states, limit, cursor, kind=kind,
                                          case_id=case_id)
     now = time.time()
-    return json_response({"jobs": [job_resource(s, j, now) for j in found], "next_cursor": nxt})
+    pauses = await pauses_of(s, *found)
+    return json_response({"jobs": [job_resource(s, j, now, pauses) for j in found],
+                          "next_cursor": nxt})
 
 
 async def job_events(request: web.Request) -> web.Response:
@@ -246,7 +259,7 @@ async def retry_job(request: web.Request) -> web.Response:
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
                                     max_queue_depth=s.config.workers.max_queue_depth)
     s.pool.queued()
-    return json_response(job_resource(s, replayed), 202)
+    return json_response(job_resource(s, replayed, pauses=await pauses_of(s, replayed)), 202)
 
 
 async def cancel_job(request: web.Request) -> web.Response:
@@ -302,10 +315,16 @@ async def put_object(request: web.Request) -> web.Response:
     except CasesignError as e:
         s.metrics.upload_refused(e.detail["reason"])
         raise
+    result = None
     try:
-        result = await s.objects.put(
-            tenant, request.match_info["case_id"], request.match_info["sha256"],
-            _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+        quota = await _charge_quota(s, tenant, request)
+        try:
+            result = await s.objects.put(
+                tenant, request.match_info["case_id"], request.match_info["sha256"],
+                _charged(timed_chunks(request, 1 << 20), upload), limit, request.content_length)
+        finally:
+            if quota is not None and (result is None or not result.created):
+                await s.store.refund(quota)  # nothing new stored: nothing counted
     except (TooLarge, RequestTimeout, UploadQuota) as e:
         s.metrics.upload_refused(e.detail.get("reason", "max_object_bytes"))
         raise
@@ -315,6 +334,23 @@ async def put_object(request: web.Request) -> web.Response:
     return json_response({"case_id": request.match_info["case_id"], "sha256": sha,
                           "object_ref": object_ref(sha), "size": result.size},
                          201 if result.created else 200)
+
+
+async def _charge_quota(s: HandlerServices, tenant: str, request: web.Request) -> Charge | None:
+    """The object's bytes taken of the tenant's upload quota ([tenants.limits]
+    upload_bytes) before its body is read: 429 ``quota_exceeded`` past it. Such a
+    tenant's uploads say their length (411 without it), so the quota holds exactly."""
+    limits = s.config.limits_of(tenant)
+    if not limits.upload_bytes:
+        return None
+    size = request.content_length
+    if size is None:
+        raise CasesignError("this tenant's uploads need a Content-Length (its upload quota)",
+                            code="length_required")
+    if size > limits.upload_bytes:
+        raise TooLarge(f"the object is larger than this tenant's upload quota "
+                       f"({limits.upload_bytes} bytes per {limits.upload_window_s} s)")
+    return await s.store.charge_upload(tenant, size, limits)
 
 
 async def head_object(request: web.Request) -> web.Response:

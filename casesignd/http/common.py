@@ -19,6 +19,7 @@ from aiohttp import web
 
 from casesignd.core.errors import (
     BadRequest,
+    NotFound,
     RequestTimeout,
     TooLarge,
     Unauthorized,
@@ -78,6 +79,19 @@ def authenticate(request: web.Request) -> str:
         raise Unauthorized("the bearer token is not valid", code="invalid_token",
                            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
     return found
+
+
+def authenticate_operator(request: web.Request) -> None:
+    """The operator behind the bearer token (``[operator] token_sha256``), compared in
+    constant time; anything else, a tenant's token or none, is told the path does not
+    exist (404): an admin path says nothing to whoever may not use it."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, token = header.partition(" ")
+    known = services_of(request).config.operator.token_sha256
+    digest = sha256_hex(token.strip().encode("utf-8", "surrogateescape"))
+    if not (known and scheme.lower() == "bearer" and token.strip()
+            and hmac.compare_digest(known, digest)):
+        raise NotFound("no such resource")
 
 
 def body_deadline(request: web.Request) -> float:

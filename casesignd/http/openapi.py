@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from casesignd import __version__
+from casesignd.http.openapi_admin import admin_paths, admin_schemas
 from casesignd.http.openapi_schemas import (
     CASE_ID_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
@@ -181,9 +182,13 @@ def _paths() -> dict[str, Any]:
                     "413": _error("too_large: over server.max_object_bytes."),
                     "422": _error("digest_mismatch: the body's SHA-256 is not the path's; "
                                   "invalid_case_id, invalid_sha256: a bad case_id or sha256."),
+                    "411": _error("length_required: the tenant has an upload quota, so its "
+                                  "uploads say their Content-Length."),
                     "429": _error("too_many_uploads: past server.max_uploads (or the tenant's "
-                                  "server.max_uploads_per_tenant) at once; answered before the "
-                                  "body is read. Come back after Retry-After.", retry_after=True),
+                                  "server.max_uploads_per_tenant) at once; quota_exceeded: past "
+                                  "the tenant's limits.upload_bytes in this window, Retry-After "
+                                  "its end. Answered before the body is read. Come back after "
+                                  "Retry-After.", retry_after=True),
                     "503": _error("upload_quota: the uploads in flight fill "
                                   "storage.upload_quota_bytes (answered before the body is read "
                                   "when Content-Length says so, else when the streamed bytes "
@@ -224,7 +229,13 @@ def _paths() -> dict[str, Any]:
                     "413": _error("too_large: over server.max_json_bytes."),
                     "415": _error("unsupported_media_type: the body is not application/json."),
                     "422": _error(f"Refused by validation: {_VALIDATION_CODES}."),
-                    "429": _error("queue_full: come back after Retry-After.", retry_after=True),
+                    "429": _error("queue_full: past workers.max_queue_depth; rate_limited: past "
+                                  "the tenant's limits.admit_rate in this window, Retry-After its "
+                                  "end (a client that waits that long finds a fresh window); "
+                                  "tenant_queue_full: past the tenant's limits.max_queued, "
+                                  "Retry-After 1 (a place frees when one of its jobs is claimed, "
+                                  "at no time known). A replay of an admitted job is answered "
+                                  "200 whatever the limits.", retry_after=True),
                     "503": _UNAVAILABLE,
                 },
             },
@@ -573,13 +584,16 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "paths": _paths(),
+        "paths": {**_paths(), **admin_paths()},
         "components": {
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer",
                            "description": "A tenant's token; the config keeps its SHA-256."},
+                "operator": {"type": "http", "scheme": "bearer",
+                             "description": "The operator's token ([operator] token_sha256), "
+                             "for /v1/admin alone; any other token gets 404 there."},
             },
-            "schemas": schemas(),
+            "schemas": {**schemas(), **admin_schemas()},
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
         },

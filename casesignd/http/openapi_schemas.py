@@ -138,6 +138,8 @@ def schemas() -> dict[str, Any]:
                 },
                 "signers": {"type": "array", "items": ref("Signer")},
                 "webhook": ref("WebhookName"),
+                "priority": ref("Priority"),
+                "not_before": ref("NotBefore"),
                 "signature": ref("SignaturePlacement"),
             },
             ["kind", "case_id", "items", "signers"], closed=True,
@@ -192,6 +194,8 @@ def schemas() -> dict[str, Any]:
                 "sign": {"type": "boolean", "default": False},
                 "order": ref("Order"),
                 "webhook": ref("WebhookName"),
+                "priority": ref("Priority"),
+                "not_before": ref("NotBefore"),
             },
             ["kind", "order"], closed=True,
         ),
@@ -205,9 +209,25 @@ def schemas() -> dict[str, Any]:
                                    "description": "A B-LTA policy (its TSA); left out: the "
                                    "default policy."},
                 "webhook": ref("WebhookName"),
+                "priority": ref("Priority"),
+                "not_before": ref("NotBefore"),
             },
             ["kind", "artifact_id"], closed=True,
         ),
+        "Priority": {
+            "type": "integer", "minimum": 0, "maximum": 9, "default": 0,
+            "description": "Its place among its tenant's own waiting jobs: 0 is claimed "
+            "first (as in Oban), 9 last; within one priority, the oldest due job first. It "
+            "never moves a job ahead of another tenant's turn (tenants take turns, "
+            "weighted by [[tenants]] weight). Out of range: 422 invalid_field.",
+        },
+        "NotBefore": {
+            "type": "string", "format": "date-time",
+            "description": "No claim before this time (RFC 3339 with an offset: "
+            "2026-12-05T09:00:00Z; without one, 422 invalid_field), by the store's clock. "
+            "The job is queued meanwhile and shows it. With priority, part of the "
+            "idempotency fingerprint.",
+        },
         "WebhookName": {
             "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$",
             "description": "One of the tenant's [[tenants.webhooks]] endpoints, by name, "
@@ -295,6 +315,11 @@ def schemas() -> dict[str, Any]:
                     "state": {"enum": STATES,
                               "description": "The only states a client sees."},
                     "attempts": {"type": "integer", "minimum": 0},
+                    "priority": ref("Priority"),
+                    "not_before": {"type": "string", "format": "date-time",
+                                   "description": "While it waits: no claim before then."},
+                    "paused": {"type": "boolean", "description": "It waits, and an "
+                               "operator paused the claims of its kind or tenant."},
                     "version": {"type": "string", "description": "The policy_version "
                                 "(sign_case) or template_version (render_invoice) it uses."},
                     "created_at": {"type": "string", "format": "date-time"},

@@ -37,6 +37,7 @@ from prometheus_client.registry import Collector
 from casesignd import __version__
 from casesignd.core import errors
 from casesignd.core.codes import CODES
+from casesignd.observability.tenant_gauges import TenantQueueAges
 
 log = logging.getLogger(__name__)
 
@@ -369,6 +370,8 @@ class Metrics:
             # The kiosk refusal alert divides by the count of every outcome.
             self.kiosk_seconds.labels(outcome=outcome)
         r.register(_StateCollector(self))
+        self.tenant_queue_ages = TenantQueueAges(clock)
+        r.register(self.tenant_queue_ages)
 
     # --- label guard ---------------------------------------------------------------
 

@@ -42,6 +42,7 @@ from typing import Any
 import msgspec
 
 from casesignd import config as cfgmod
+from casesignd.core import tenant_limits
 from casesignd.core.errors import CasesignError, ConfigError, Conflict
 from casesignd.core.hashing import sha256_hex
 
@@ -129,6 +130,8 @@ DESCRIPTIONS: dict[str, str] = {
     "tenants": "Callers and the SHA-256 (hex) of their bearer tokens; tokens are never stored.",
     "tenants.name": "Tenant name; every job, object and event belongs to one tenant.",
     "tenants.token_sha256": "SHA-256 (hex) of the tenant's bearer token.",
+    "tenants.weight": "Its turns at claims among tenants with due jobs: weight 2 is claimed from "
+                      "twice as often as weight 1.",
     "sources": "Where object_ref '<source>:<path>' items are read from.",
     "sources.name": "The <source> prefix of an object_ref.",
     "sources.kind": "'dir' (a directory root) or 'http' (a base URL read with retries).",
@@ -236,6 +239,7 @@ DESCRIPTIONS: dict[str, str] = {
     "them), from their end.",
     "retention.sweep_interval_s": "How often the daemon removes what is due.",
     "retention.sweep_batch": "How many rows one removal transaction takes.",
+    **tenant_limits.DESCRIPTIONS,
 }
 
 # Values shown in commented-out examples for settings that have no default.

@@ -54,6 +54,7 @@ from casesignd.store.sqlfiles import load_statements, migrations
 TABLES = {"jobs": "job_id", "events": "seq", "signatures": "tenant, sig_key",
           "artifacts": "artifact_id", "artifact_data": "artifact_id",
           "holds": "tenant, case_id", "objects": "tenant, case_id, sha256",
+          "pauses": "tenant, kind", "tenant_usage": "tenant, measure",
           "webhook_deliveries": "delivery_id", "data_keys": "owner"}
 # What each store keeps for itself and is not copied: SQLite's trigger counters;
 # PostgreSQL's jobs per state (counted from the copied jobs), the chain's head (set to

@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING
 
 from casesignd.store.records import (
     Activity,
+    Charge,
     Claimed,
     Flight,
     IdempotencyKeyReused,
     Job,
     Lease,
     NewJob,
+    Pause,
     Store,
     in_progress,
     new_id,
@@ -50,5 +52,5 @@ def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresSt
     return SqliteStore(cfg.path(cfg.store.path), busy_timeout_ms=cfg.store.busy_timeout_ms)
 
 
-__all__ = ["Activity", "Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "SqliteStore", "Store",
+__all__ = ["Activity", "Charge", "Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "Pause", "SqliteStore", "Store",
            "in_progress", "make_store", "new_id", "random_hex", "row_job"]

@@ -23,8 +23,11 @@ from casesignd.core.errors import Conflict, NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.keyring import WrappedKey
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
+from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import MemoryClaims, Turns, claimable, take_turns
 from casesignd.store.data_keys import MemoryDataKeys
 from casesignd.store.memory_lifecycle import MemoryLifecycle
+from casesignd.store.memory_tenants import MemoryTenants
 from casesignd.store.outbox import Delivery, MemoryOutbox
 from casesignd.store.records import (
     Activity,
@@ -35,6 +38,7 @@ from casesignd.store.records import (
     KeyLocks,
     Lease,
     NewJob,
+    Pause,
     Subject,
     in_progress,
     new_id,
@@ -44,7 +48,7 @@ _WAITING = ("queued", "retry_wait")
 _replace = msgspec.structs.replace
 
 
-class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
+class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, MemoryTenants):
     """Jobs, events, signatures and artifacts in dictionaries."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
@@ -60,6 +64,9 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}
+        self._usage: dict[tuple[str, str], list[float]] = {}
+        self._pauses: dict[tuple[str | None, str | None], Pause] = {}
+        self.turns = Turns()
 
     async def open(self) -> None:
         pass
@@ -118,7 +125,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
 
     # --- admission ----------------------------------------------------------------------
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]:
         found = self._idem.get((new.tenant, new.idem_key))
         if found is not None:
             job = self._jobs[found]
@@ -129,23 +137,27 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
             return job, False
         if sum(j.state in _WAITING for j in self._jobs.values()) >= max_queue_depth:
             raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
+        if limits is not None:
+            self._check_admission(new.tenant, limits)
         now = self.clock()
         return self._insert(new, actor, new_id("job", new.created_at), now), True
 
     def _insert(self, new: NewJob, actor: str, job_id: str, now: float) -> Job:
         if (new.tenant, new.idem_key) in self._idem:
             raise in_progress()
+        due = max(now, new.not_before or now)  # a scheduled job: queued from then on
         job = Job(job_id=job_id, tenant=new.tenant, kind=new.kind, case_id=new.case_id,
                   idem_key=new.idem_key, fingerprint=new.fingerprint, input=new.input,
                   input_digest=new.input_digest, version=new.version,
                   declared_bytes=new.declared_bytes, state="queued", attempt=0, series=1,
                   failures=0, lost_leases=0, lease_owner=None, lease_expires=None,
                   created_at=new.created_at, admitted_at=now,
-                  admission_ms=max(0.0, (now - new.created_at) * 1000.0), queued_since=now,
-                  claimed_at=None, first_claimed_at=None, finished_at=None, next_attempt_at=now,
+                  admission_ms=max(0.0, (now - new.created_at) * 1000.0), queued_since=due,
+                  claimed_at=None, first_claimed_at=None, finished_at=None, next_attempt_at=due,
                   queue_wait_ms=0.0, processing_ms=0.0, result=None, error_category=None,
                   error_code=None, correlation_id=new.correlation_id, updated_at=now,
-                  sig_key=new.sig_key, traceparent=new.traceparent)
+                  sig_key=new.sig_key, traceparent=new.traceparent, priority=new.priority,
+                  not_before=new.not_before)
         self._idem[(new.tenant, new.idem_key)] = job_id
         self._event(job, "admitted", actor, {"kind": job.kind, "declared_bytes": job.declared_bytes})
         return self._put(job)
@@ -165,24 +177,38 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys):
         return claimed[0].job if claimed else None
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]:
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]:
         now = self.clock()
-        due = sorted((j for j in self._jobs.values()
-                      if j.state == "queued" and j.next_attempt_at <= now and j.kind in kinds),
-                     key=lambda j: (j.next_attempt_at, j.job_id))
-        out: list[Claimed] = []
-        for job in due:
-            if len(out) >= limit:
-                break
-            if job.declared_bytes > budget_bytes:
-                continue
-            budget_bytes -= job.declared_bytes
+        queued = [j for j in self._jobs.values() if j.state == "queued"]
+        lanes: dict[str, list[int]] = {}
+        for j in sorted(queued, key=lambda j: (j.tenant, j.priority)):
+            if lanes.get(j.tenant, [None])[-1] != j.priority:
+                lanes.setdefault(j.tenant, []).append(j.priority)
+        lanes = {t: lanes[t] for t in claimable(self._pauses.values(), lanes)}
+        budget = [budget_bytes]
+        room = self._running_room(running_limits)
+
+        def claim_lane(tenant: str, priority: int) -> Claimed | None:
+            if room is not None and tenant in room.skip():
+                return None  # at its running limit: it drops out of this claim
+            due = [j for j in queued if j.tenant == tenant and j.priority == priority
+                   and self._jobs[j.job_id].state == "queued" and j.next_attempt_at <= now
+                   and j.kind in kinds
+                   and j.declared_bytes <= budget[0] and not self._paused(j.kind, j.tenant)]
+            if not due:
+                return None
+            job = min(due, key=lambda j: (j.next_attempt_at, j.job_id))
+            budget[0] -= job.declared_bytes
+            if room is not None:
+                room.took(job.tenant)
             job = self._claim(job, owner, now, lease_s)
             self._event(job, "claimed", f"worker:{owner}",
                         {"series": job.series, "queue_wait_ms": round(job.queue_wait_ms, 3)})
             sig = self._signatures.get((job.tenant, job.sig_key)) if job.sig_key else None
-            out.append(Claimed(job, dict(sig) if sig is not None else None))
-        return out
+            return Claimed(job, dict(sig) if sig is not None else None)
+
+        return take_turns(self.turns, lanes, limit, claim_lane)
 
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None:
         job = self._jobs.get(job_id)

@@ -31,6 +31,8 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from casesignd.core.errors import StoreUnavailable
+from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import Turns
 from casesignd.store.postgres_keys import AdvisoryKeyLocks
 from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
 from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
@@ -45,6 +47,7 @@ from casesignd.store.records import (
     row_job,
 )
 from casesignd.store.sqlfiles import load_statements
+from casesignd.store.tenants import RunningRoom, check_admission, limited
 from casesignd.store.tx import Op, Row, Step
 from casesignd.store.verbs import (
     Expired,
@@ -68,13 +71,17 @@ class PostgresStore(SqlStore):
                  notify: bool = False, clock: Callable[[], float] | None = None,
                  readers: int = 4, connect_timeout_s: float = 10.0) -> None:
         self.dsn = dsn
+        # Whose turn it is among the tenants, on this daemon (casesignd.store.claims).
+        self.turns = Turns()
         # A daemon's node name: held by a lock for its life (:meth:`open`); None for
         # tools (migrate, copy, check) that are no node.
         self.node = node
         # None: the database's clock (every daemon's leases on one clock); tests give one.
         self.clock = clock
         self.q = (load_statements("sql/postgres/queries.sql")
-                  | load_statements("sql/postgres/lifecycle.sql"))
+                  | load_statements("sql/postgres/lifecycle.sql")
+                  | load_statements("sql/postgres/claims.sql")
+                  | load_statements("sql/postgres/tenants.sql"))
         # What the dsn leaves out: a password from its file, a name in pg_stat_activity,
         # a bound on connecting.
         given = psycopg.conninfo.conninfo_to_dict(dsn)
@@ -216,15 +223,19 @@ class PostgresStore(SqlStore):
 
     # --- what is PostgreSQL's own --------------------------------------------------
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]:
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
         a different request, QueueFull past the queue depth, Conflict ``in_progress``
-        while a kiosk request on any daemon has locked the key. Two daemons admitting one
-        key at once meet at the key's UNIQUE constraint: one inserts, the other waits
-        for that commit and finds the row. Engine-specific: it inserts first, in one
-        pipelined step (SQLite looks the key up first, under its one writer)."""
+        while a kiosk request on any daemon has locked the key, and past the tenant's
+        ``limits`` TenantQueueFull or RateLimited. Two daemons admitting one key at
+        once meet at the key's UNIQUE constraint: one inserts, the other waits for that
+        commit and finds the row. Engine-specific: it inserts first, in one pipelined
+        step (SQLite looks the key up first, under its one writer); a tenant with
+        admission limits takes its turn on the tenant's lock, looks the key up, and is
+        counted (casesignd.store.tenants) before that step."""
 
         def first(tx: PgTx) -> tuple[str, dict[str, Any]]:
             return "admit_job", {**new.__dict__, "job_id": new_id("job", new.created_at),
@@ -243,14 +254,32 @@ class PostgresStore(SqlStore):
                 raise queue_full()
             return same_request(row, new)
 
-        return await self._write(Step(first, then, admits=True))
+        step = Step(first, then, admits=True)
+        if not limited(limits):
+            return await self._write(step)
+        assert limits is not None
+
+        def counted(tx: PgTx) -> tuple[Job, bool]:
+            tx.one("admission_lock", tenant=new.tenant)
+            row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
+            if row is not None:
+                return same_request(row, new)
+            check_admission(tx, new.tenant, limits)
+            return step(tx)  # a refusal in it undoes the charge with the rest
+
+        return await self._write(counted)
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]:
-        """Take the leases of up to ``limit`` of the oldest due queued jobs that fit the
-        byte budget together, in one statement, each with the signature recorded for
-        its signature key. Engine-specific: one pipelined step that locks the jobs it
-        takes (FOR UPDATE SKIP LOCKED) and reads their signatures."""
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]:
+        """Take the leases of up to ``limit`` due queued jobs that fit the byte budget
+        together, the tenants taking turns (casesignd.store.claims), in one statement,
+        each with the signature recorded for its signature key. Engine-specific: one
+        pipelined step that finds the tenants, locks the jobs it takes (FOR UPDATE
+        SKIP LOCKED) and reads their signatures. With ``running_limits``, claims take
+        turns on one lock across the daemons, count the jobs running per tenant, and
+        pass over a tenant at its limit (casesignd.store.tenants); a statement then
+        takes no more jobs than the least room any limited tenant has left."""
 
         def then(tx: PgTx, rows: Sequence[Row]) -> list[Claimed]:
             out = []
@@ -259,14 +288,38 @@ class PostgresStore(SqlStore):
                 if row["sig_artifact_id"] is not None:
                     recorded = {"tenant": row["tenant"], "sig_key": row["sig_key"]} | {
                         k: row[f"sig_{k}"] for k in _SIG}
+                self.turns.took(row["tenant"])  # in the statement's order: the same tags
                 out.append(Claimed(claimed(tx, job_of(row), owner), recorded))
             return out
 
+        def params(tx: PgTx, budget: int, n: int, skip: list[str]) -> dict[str, Any]:
+            return {"owner": owner, "now": tx.now, "lease_s": lease_s, "budget": budget,
+                    "kinds": kinds, "limit": n, "skip": skip, **self.turns.known()}
+
         if limit <= 0:
             return []
-        return await self._write(Step(lambda tx: ("claim_batch", {
-            "owner": owner, "now": tx.now, "lease_s": lease_s, "budget": budget_bytes,
-            "kinds": kinds, "limit": limit}), then))
+        if not running_limits:
+            return await self._write(Step(
+                lambda tx: ("claim_batch", params(tx, budget_bytes, limit, [])), then))
+        limits = running_limits
+
+        def within_room(tx: PgTx) -> list[Claimed]:
+            tx.one("running_claims_lock")
+            room = RunningRoom.of(tx, limits, sorted(limits))
+            out: list[Claimed] = []
+            budget = budget_bytes
+            while len(out) < limit:
+                n = room.most(limit - len(out))
+                taken = then(tx, tx.all("claim_batch", **params(tx, budget, n, room.skip())))
+                for c in taken:
+                    room.took(c.job.tenant)
+                    budget -= c.job.declared_bytes
+                out += taken
+                if len(taken) < n:
+                    break
+            return out
+
+        return await self._write(within_room)
 
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]:
         """Extend leases, in one statement; returns the ones that are no longer held.
@@ -315,6 +368,10 @@ class PostgresStore(SqlStore):
                                    detail={"reason": "read_only"})
         if self._session is not None:
             await self._session.check()
+
+    async def connected_nodes(self) -> list[dict[str, Any]]:
+        """The daemons connected to the database now, by their sessions' names."""
+        return [dict(r) for r in await self._rows("connected_nodes")]
 
     async def all_events(self) -> list[dict[str, Any]]:
         """Every event as stored (detail as canonical JSON), in chain order: what

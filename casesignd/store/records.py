@@ -13,7 +13,7 @@ import contextlib
 import random
 import secrets
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -23,6 +23,7 @@ from casesignd.core import audit
 from casesignd.core.errors import CasesignError, Conflict
 from casesignd.core.keyring import WrappedKey
 from casesignd.core.outcomes import Finish, Outcome
+from casesignd.core.tenant_limits import TenantLimits
 
 
 class Job(msgspec.Struct, kw_only=True):
@@ -64,6 +65,10 @@ class Job(msgspec.Struct, kw_only=True):
     # The W3C traceparent of the request that admitted it: its attempts' spans continue
     # that trace (casesignd.observability.tracing). Never part of the job resource.
     traceparent: str | None = None
+    # 0..9, 0 first: the order of a tenant's own jobs (casesignd.store.claims).
+    priority: int = 0
+    # No claim before this time (when the job asked for one): shown while queued.
+    not_before: float | None = None
 
     @property
     def lease(self) -> Lease:
@@ -166,6 +171,23 @@ class NewJob:
     correlation_id: str
     sig_key: str | None = None  # the signature it makes (sign_case), read with its claim
     traceparent: str | None = None  # the admitting request's span, when tracing is on
+    priority: int = 0  # 0..9, 0 first, among its tenant's jobs (casesignd.store.claims)
+    not_before: float | None = None  # no claim before this time (the store's clock)
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Claims paused by an operator: of ``kind`` (None: every kind), of ``tenant``
+    (None: every tenant), since when and by whom. Admission goes on."""
+
+    kind: str | None
+    tenant: str | None
+    since: float
+    actor: str
+
+    def covers(self, kind: str, tenant: str) -> bool:
+        """Whether this pause holds the claims of a job of ``kind`` and ``tenant``."""
+        return self.kind in (None, kind) and self.tenant in (None, tenant)
 
 
 @dataclass(frozen=True)
@@ -255,6 +277,17 @@ class Erased:
     canceled: list[Job]
 
 
+@dataclass(frozen=True)
+class Charge:
+    """What a charge took of a tenant's measure (casesignd.store.tenants), and in which
+    window: to give it back."""
+
+    tenant: str
+    measure: str
+    amount: int
+    window_start: float
+
+
 def in_progress() -> Conflict:
     return Conflict("the first request with this key is still running", code="in_progress",
                     headers={"Retry-After": "1"})
@@ -300,10 +333,14 @@ class Store(Protocol):
     # the callback for when another one does (on_announce).
     def announce(self) -> None: ...
     def on_announce(self, wake: Callable[[], None]) -> None: ...
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]: ...
+    # Past the tenant's ``limits`` (casesignd.store.tenants): TenantQueueFull, RateLimited.
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]: ...
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None: ...
+    # ``running_limits``: tenant -> jobs it may have running at once, on every daemon.
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]: ...
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]: ...
     async def claim_job(self, job_id: str, owner: str, lease_s: float) -> Job | None: ...
     async def renew(self, leases: list[Lease], lease_s: float) -> list[Lease]: ...
     async def conclude(self, lease: Lease, outcome: Outcome) -> Job | None: ...
@@ -341,6 +378,14 @@ class Store(Protocol):
     async def persist_flight(self, flight: Flight) -> Job: ...
     async def stats(self) -> dict[str, Any]: ...
     async def ping(self) -> None: ...
+    # Claims paused by an operator (casesignd.store.claims): of a kind, of a tenant or
+    # of both (None: every one), on every daemon of the store, across restarts; each
+    # change an audited event. True when it changed something.
+    async def pause_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
+    async def resume_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool: ...
+    async def list_pauses(self) -> list[Pause]: ...
+    # The tenants' weights in their turns at claims ([[tenants]] weight; any other: 1).
+    def weigh_tenants(self, weights: Mapping[str, float]) -> None: ...
     # The data lifecycle (casesignd.store.lifecycle): objects' lives, retention's
     # removals, legal holds, erasure.
     async def put_object(self, tenant: str, case_id: str, sha256: str, size: int) -> None: ...
@@ -367,6 +412,17 @@ class Store(Protocol):
     async def redeliver(self, tenant: str, delivery_id: str) -> Delivery | None: ...
     async def delivery_stats(self) -> tuple[dict[str, int], float | None]: ...
     async def expire_deliveries(self, cutoff: float, limit: int) -> int: ...
+    # Tenants' limits and the operator's reads across tenants (casesignd.store.tenants).
+    async def charge_upload(self, tenant: str, size: int, limits: TenantLimits) -> Charge | None: ...
+    async def refund(self, taken: Charge) -> None: ...
+    async def admin_queues(self) -> list[dict[str, Any]]: ...
+    async def oldest_queued_by_tenant(self) -> dict[str, float]: ...
+    async def lease_holders(self) -> list[dict[str, Any]]: ...
+    async def connected_nodes(self) -> list[dict[str, Any]]: ...
+    async def dead_letter(self, *, tenant: str | None, kind: str | None, code: str | None,
+                          limit: int, cursor: str | None, state: str = "failed"
+                          ) -> tuple[list[Job], str | None]: ...
+    async def find_job(self, job_id: str) -> Job | None: ...
 
 
 _id_lock = threading.Lock()

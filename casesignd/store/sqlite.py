@@ -22,8 +22,11 @@ import aiosqlite
 import msgspec
 
 from casesignd.core.errors import StoreUnavailable
+from casesignd.core.tenant_limits import TenantLimits
+from casesignd.store.claims import Turns, lanes_of, take_turns
 from casesignd.store.records import Claimed, Job, KeyLocks, Lease, NewJob, new_id, row_job
 from casesignd.store.sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
+from casesignd.store.tenants import RunningRoom, check_admission
 from casesignd.store.tx import Op
 from casesignd.store.verbs import Expired, SqlStore, claimed, insert_job, queue_full, same_request
 
@@ -44,6 +47,7 @@ class SqliteStore(SqlStore):
     ) -> None:
         self.path = Path(path)
         self.clock = clock
+        self.turns = Turns()  # whose turn it is among the tenants (casesignd.store.claims)
         self.exclusive = exclusive
         self._writer: Writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)
@@ -142,15 +146,18 @@ class SqliteStore(SqlStore):
 
     # --- what is SQLite's own -------------------------------------------------------
 
-    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
+                    limits: TenantLimits | None = None) -> tuple[Job, bool]:
         """Store a job durably, or return the job an identical request made before.
 
         Returns (job, created). Raises IdempotencyKeyReused when the key was used for
-        a different request, QueueFull past the queue depth."""
-        return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth))
+        a different request, QueueFull past the queue depth, and past the tenant's
+        ``limits`` TenantQueueFull or RateLimited (casesignd.store.tenants)."""
+        return await self._write(lambda tx: self._admit(tx, new, actor, max_queue_depth, limits))
 
     @staticmethod
-    def _admit(tx: SqliteTx, new: NewJob, actor: str, max_queue_depth: int) -> tuple[Job, bool]:
+    def _admit(tx: SqliteTx, new: NewJob, actor: str, max_queue_depth: int,
+               limits: TenantLimits | None) -> tuple[Job, bool]:
         """The admission itself. Engine-specific: under the one writer the key is looked
         up first (PostgreSQL inserts first, in one pipelined statement)."""
         row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
@@ -159,32 +166,46 @@ class SqliteStore(SqlStore):
         depth = tx.one("queue_depth")
         if depth is None or depth[0] >= max_queue_depth:  # a count: one row, always
             raise queue_full()
+        if limits is not None:
+            check_admission(tx, new.tenant, limits)
         return insert_job(tx, new, actor, new_id("job", new.created_at), tx.now), True
 
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]:
-        """Take the leases of up to ``limit`` of the oldest due queued jobs that fit the
-        byte budget together, in one transaction, each with the signature recorded for
-        its signature key. Engine-specific: one statement per job (PostgreSQL's one
-        statement locks the jobs it takes)."""
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]:
+        """Take the leases of up to ``limit`` due queued jobs that fit the byte budget
+        together, the tenants taking turns (casesignd.store.claims), in one transaction,
+        each with the signature recorded for its signature key; a tenant at its
+        ``running_limits`` entry, counted in this transaction, is passed over
+        (casesignd.store.tenants). Engine-specific: one statement per job, after a skip
+        scan of the tenants (PostgreSQL's one statement does both and locks the jobs it
+        takes)."""
         kinds_json = self._array(kinds)
 
         def op(tx: SqliteTx) -> list[Claimed]:
-            out: list[Claimed] = []
-            budget = budget_bytes
-            while len(out) < limit:
-                row = tx.one("claim_one", owner=owner, now=tx.now, lease_s=lease_s,
-                             budget=budget, kinds=kinds_json)
+            budget = [budget_bytes]
+            room = (RunningRoom.of(tx, running_limits, self._array(sorted(running_limits)))
+                    if running_limits else None)
+
+            def claim_lane(tenant: str, priority: int) -> Claimed | None:
+                if room is not None and tenant in room.skip():
+                    return None  # at its running limit: it drops out of this claim
+                row = tx.one("claim_lane", owner=owner, now=tx.now, lease_s=lease_s,
+                             budget=budget[0], kinds=kinds_json, tenant=tenant,
+                             priority=priority)
                 if row is None:
-                    break
+                    return None
                 job = claimed(tx, row_job(row), owner)
-                budget -= job.declared_bytes
+                if room is not None:
+                    room.took(job.tenant)
+                budget[0] -= job.declared_bytes
                 recorded = None
                 if job.sig_key is not None:
                     sig = tx.one("get_signature", tenant=job.tenant, sig_key=job.sig_key)
                     recorded = dict(sig) if sig is not None else None
-                out.append(Claimed(job, recorded))
-            return out
+                return Claimed(job, recorded)
+
+            return take_turns(self.turns, lanes_of(tx), limit, claim_lane)
 
         return await self._write(op)
 

@@ -102,7 +102,9 @@ class Writer(GroupCommit[_Batch]):
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
         self.clock = clock
-        self.statements = load_statements() | load_statements("sql/lifecycle.sql")
+        self.statements = (load_statements() | load_statements("sql/lifecycle.sql")
+                           | load_statements("sql/claims.sql")
+                           | load_statements("sql/tenants.sql"))
         self.chain: list[Any] = [0, audit.GENESIS]
         self.thread = threading.Thread(target=self._run, name="casesignd-store-writer", daemon=True)
         self.ready: asyncio.Future[None] | None = None

@@ -25,6 +25,7 @@ from casesignd.core.hashing import sha256_hex
 from casesignd.core.keyring import NO_KEYS, Keyring, KeyUnavailable
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
 from casesignd.core.sealed import SealBroken
+from casesignd.store.claims import ClaimVerbs
 from casesignd.store.data_keys import DataKeyVerbs, seal_inline, unseal_inline
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
@@ -39,6 +40,7 @@ from casesignd.store.records import (
     in_progress,
     row_job,
 )
+from casesignd.store.tenants import TenantVerbs
 from casesignd.store.tx import Op, Row, Step, Tx
 
 if TYPE_CHECKING:
@@ -360,7 +362,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -
 # --- the verbs --------------------------------------------------------------------------
 
 
-class SqlStore(LifecycleVerbs, OutboxVerbs, DataKeyVerbs, abc.ABC):
+class SqlStore(LifecycleVerbs, OutboxVerbs, DataKeyVerbs, ClaimVerbs, TenantVerbs, abc.ABC):
     """The verbs the SQL stores share, over an engine's writer (:meth:`_write`), its
     readers (:meth:`_rows`, :meth:`_one`) and what each engine's sweeps take."""
 
@@ -431,10 +433,12 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, DataKeyVerbs, abc.ABC):
 
     @abc.abstractmethod
     async def claim_batch(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str],
-                          limit: int) -> list[Claimed]: ...
+                          limit: int, *, running_limits: dict[str, int] | None = None
+                          ) -> list[Claimed]: ...
 
     async def claim(self, owner: str, lease_s: float, budget_bytes: int, kinds: list[str]) -> Job | None:
-        """Take the lease of the oldest due queued job that fits the byte budget."""
+        """Take the lease of the next due queued job that fits the byte budget: the
+        tenants take turns (casesignd.store.claims)."""
         claimed = await self.claim_batch(owner, lease_s, budget_bytes, kinds, 1)
         return claimed[0].job if claimed else None
 

@@ -405,7 +405,7 @@ async def test_a_claim_reads_the_queue_by_its_index_on_a_table_never_analyzed(po
         def plan(tx):
             rows = tx.conn.execute("EXPLAIN " + tx.q["claim_batch"], {
                 "owner": "w", "now": tx.now, "lease_s": 30.0, "budget": 1 << 40,
-                "kinds": ["test"], "limit": 4}).fetchall()
+                "kinds": ["test"], "limit": 4, "skip": []}).fetchall()
             return "\n".join(r["QUERY PLAN"] for r in rows)
 
         text = await store._write(plan)

@@ -102,3 +102,44 @@ def test_timings_accumulate_the_three_clocks():
     t = jobs.timings(job, now=100.5)
     assert t == {"admission_ms": 1.5, "queue_wait_ms": 10.0, "processing_ms": 505.0,
                  "total_ms": 1500.0}
+
+
+@pytest.mark.parametrize("body,priority,not_before", [
+    ({}, 0, None),
+    ({"priority": 9}, 9, None),
+    ({"priority": 0, "not_before": "2026-12-05T09:00:00Z"}, 0, 1796461200.0),
+    ({"not_before": "2026-12-05T10:00:00.25+01:00"}, 0, 1796461200.25),
+])
+def test_a_schedule_is_taken_out_of_the_body(body, priority, not_before):
+    got = jobs.schedule(body)
+    assert (got.priority, got.not_before) == (priority, not_before)
+    assert "priority" not in body and "not_before" not in body  # the kind never sees them
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"priority": 10}, "priority"), ({"priority": -1}, "priority"),
+    ({"priority": "1"}, "priority"), ({"priority": True}, "priority"),
+    ({"not_before": "2026-12-05T09:00:00"}, "not_before"),  # no offset
+    ({"not_before": "2026-12-05"}, "not_before"), ({"not_before": 1796461200}, "not_before"),
+    ({"not_before": "2026-02-30T09:00:00Z"}, "not_before"),
+])
+def test_a_bad_schedule_is_invalid_field(body, field):
+    with pytest.raises(ValidationError) as e:
+        jobs.schedule(body)
+    assert (e.value.code, e.value.field) == ("invalid_field", field)
+
+
+def test_a_schedule_is_part_of_the_fingerprint_and_its_defaults_are_not():
+    from casesignd.engine.kinds import Admission
+
+    admission = Admission(normalized={"x": 1}, version="v1")
+
+    def fingerprint(schedule=None):
+        return admission.new_job("test", "t1", idempotency_header="k", created_at=0.0,
+                                 correlation_id="c", schedule=schedule).fingerprint
+
+    plain = fingerprint()
+    assert fingerprint(jobs.Schedule()) == plain == jobs.fingerprint("test", {"x": 1})
+    assert len({plain, fingerprint(jobs.Schedule(priority=1)),
+                fingerprint(jobs.Schedule(not_before=1796461200.0)),
+                fingerprint(jobs.Schedule(not_before=1796461201.0))}) == 4

@@ -130,10 +130,14 @@ def test_security_exemptions(doc: dict[str, Any]) -> None:
     art = doc["paths"]["/v1/artifacts/{artifact_id}"]["get"]
     assert {} in art["security"] and {"bearer": []} in art["security"]
     assert {p.get("name") for p in art["parameters"]} >= {"expires", "sig"}
+    # The operator's paths take the operator's token alone.
+    admin = [op for path, item in doc["paths"].items() if path.startswith("/v1/admin/")
+             for op in item.values()]
+    assert admin and all(op["security"] == [{"operator": []}] for op in admin)
     # Everything else inherits the bearer requirement.
     for path, item in doc["paths"].items():
         for method, op in item.items():
-            if method == "parameters" or path in public:
+            if method == "parameters" or path in public or path.startswith("/v1/admin/"):
                 continue
             if not path.startswith("/v1/artifacts/"):
                 assert "security" not in op, f"{method} {path}"

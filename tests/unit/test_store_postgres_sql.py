@@ -7,7 +7,8 @@ import re
 from casesignd.store.postgres_writer import STATE_CHANGES
 from casesignd.store.sqlfiles import load_statements, migrations
 
-STATEMENTS = load_statements("sql/postgres/queries.sql") | load_statements("sql/postgres/lifecycle.sql")
+STATEMENTS = (load_statements("sql/postgres/queries.sql") | load_statements("sql/postgres/lifecycle.sql")
+              | load_statements("sql/postgres/claims.sql"))
 
 
 def test_every_statement_that_sets_a_jobs_state_is_counted():

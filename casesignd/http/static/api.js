@@ -71,3 +71,15 @@ export const listDeliveries = (jobId) =>
   call('GET', `/v1/webhooks/deliveries${query({ limit: 20, job_id: jobId })}`);
 export const redeliver = (id) =>
   call('POST', `/v1/webhooks/deliveries/${encodeURIComponent(id)}/redeliver`);
+
+// The operator's reads and changes (/v1/admin): the operator's token alone reaches them.
+export const adminQueues = () => call('GET', '/v1/admin/queues');
+export const adminNodes = () => call('GET', '/v1/admin/nodes');
+export const adminJobs = (filters) =>
+  call('GET', `/v1/admin/dead-letter${query({ ...filters, limit: 50 })}`);
+export const adminRetry = (ids) => call('POST', '/v1/admin/jobs/retry', { job_ids: ids });
+export const adminCancel = (ids) => call('POST', '/v1/admin/jobs/cancel', { job_ids: ids });
+export const adminPause = (tenant, kind) =>
+  call('POST', '/v1/admin/pause', { tenant: tenant || null, kind: kind || null });
+export const adminResume = (tenant, kind) =>
+  call('POST', '/v1/admin/resume', { tenant: tenant || null, kind: kind || null });

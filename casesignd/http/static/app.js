@@ -1,10 +1,12 @@
 // The console: sign-in, the queue, the clocks, the jobs, one job, the audit chain,
-// the webhook deliveries.
+// the webhook deliveries; with the operator's token, the operator's part instead
+// (operator.js).
 // Every value shown comes from the daemon's public API and is set as text.
 
 import * as api from './api.js';
 import * as charts from './charts.js';
 import * as hooks from './deliveries.js';
+import * as operator from './operator.js';
 import { age, byId, bytes, el, ms, replace, time } from './dom.js';
 
 const REFRESH_MS = 5000;
@@ -15,11 +17,13 @@ const view = {
   next: null,
   job: null, // the job id shown
   timer: null,
+  operator: false, // signed in with the operator's token
 };
 
 function show(signedIn) {
   byId('signin').hidden = signedIn;
-  byId('console').hidden = !signedIn;
+  byId('console').hidden = !signedIn || view.operator;
+  byId('operator').hidden = !signedIn || !view.operator;
   byId('session').hidden = !signedIn;
 }
 
@@ -321,6 +325,10 @@ async function redeliver(d, button) {
 // --- the session --------------------------------------------------------------------
 
 function tick() {
+  if (view.operator) {
+    operator.refresh();
+    return;
+  }
   refreshSummary();
   refreshDeliveries();
   if (view.cursor === null) refreshJobs(false);
@@ -336,7 +344,7 @@ async function signIn(event) {
   if (!token) return;
   api.signIn(token);
   try {
-    await api.getStats();
+    view.operator = await isOperator();
   } catch (e) {
     api.signOut();
     error.textContent = e instanceof api.ApiError && e.status === 401
@@ -351,6 +359,23 @@ async function signIn(event) {
   view.timer = setInterval(tick, REFRESH_MS);
 }
 
+// A tenant's token reads its stats; the operator's is no tenant's (401 there) and
+// reads /v1/admin, which answers any other token 404.
+async function isOperator() {
+  try {
+    await api.getStats();
+    return false;
+  } catch (e) {
+    if (!(e instanceof api.ApiError) || e.status !== 401) throw e;
+    try {
+      await api.adminQueues();
+      return true;
+    } catch {
+      throw e;
+    }
+  }
+}
+
 function signOut(message) {
   api.signOut();
   clearInterval(view.timer);
@@ -363,6 +388,8 @@ function signOut(message) {
   replace(byId('jobs-table').tBodies[0]);
   replace(byId('events-table').tBodies[0]);
   byId('job').hidden = true;
+  operator.clear();
+  view.operator = false;
   show(false);
   byId('signin-error').textContent = typeof message === 'string' ? message : '';
   byId('token').focus();
@@ -393,6 +420,7 @@ function start() {
     const first = document.querySelector('#jobs-table button');
     if (first) first.focus();
   });
+  operator.start();
   show(false);
   byId('token').focus();
 }

@@ -7,28 +7,17 @@ SELECT * FROM jobs WHERE tenant = :tenant AND idem_key = :idem_key;
 -- name: queue_depth
 SELECT value FROM counters WHERE name = 'waiting';
 
+-- A scheduled job is queued from its not_before on: no claim reads it before then,
+-- and its queue wait counts from then.
 -- name: insert_job
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
                   queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
-                  traceparent)
+                  traceparent, priority, not_before)
 VALUES (:job_id, :tenant, :kind, :case_id, :idem_key, :fingerprint, :input, :input_digest,
         :version, :declared_bytes, 'queued', :created_at, :now, :admission_ms,
-        :now, :now, :correlation_id, :now, :sig_key, :traceparent)
-RETURNING *;
-
--- A claim is one statement: pick the oldest due job that fits the byte budget and
--- take its lease, bumping the attempt number that fences every later update.
--- name: claim_one
-UPDATE jobs SET state = 'running', attempt = attempt + 1, lease_owner = :owner,
-       lease_expires = :now + :lease_s, claimed_at = :now,
-       first_claimed_at = coalesce(first_claimed_at, :now),
-       queue_wait_ms = queue_wait_ms + max(0, (:now - coalesce(queued_since, :now)) * 1000.0),
-       queued_since = NULL, updated_at = :now
- WHERE job_id = (SELECT job_id FROM jobs
-                  WHERE state = 'queued' AND next_attempt_at <= :now
-                    AND declared_bytes <= :budget AND kind IN (SELECT value FROM json_each(:kinds))
-                  ORDER BY next_attempt_at, job_id LIMIT 1)
+        max(:now, coalesce(:not_before, :now)), max(:now, coalesce(:not_before, :now)),
+        :correlation_id, :now, :sig_key, :traceparent, :priority, :not_before)
 RETURNING *;
 
 -- A kiosk request that signed, written when done: the row that insert_job, claim_job

@@ -12,8 +12,8 @@ SET LOCAL idle_in_transaction_session_timeout = 0;
 
 -- EXCLUSIVE: writers wait, readers (a daemon's GET) read on.
 -- name: lock_tables
-LOCK TABLE jobs, events, signatures, artifacts, artifact_data, holds, objects, job_counts, audit_head,
-  data_keys
+LOCK TABLE jobs, events, signatures, artifacts, artifact_data, holds, objects, pauses,
+  tenant_usage, job_counts, audit_head, data_keys
   IN EXCLUSIVE MODE;
 
 -- The chain's head: the last event copied, so the next event chains on.

@@ -88,12 +88,14 @@ SELECT * FROM jobs WHERE tenant = %(tenant)s AND idem_key = %(idem_key)s;
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
                   queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
-                  traceparent)
+                  traceparent, priority, not_before)
 SELECT %(job_id)s, %(tenant)s, %(kind)s, %(case_id)s::text, %(idem_key)s, %(fingerprint)s,
        %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s::bigint, 'queued',
-       %(created_at)s::float8, %(now)s::float8, %(admission_ms)s::float8, %(now)s::float8,
-       %(now)s::float8, %(correlation_id)s, %(now)s::float8, %(sig_key)s::text,
-       %(traceparent)s::text
+       %(created_at)s::float8, %(now)s::float8, %(admission_ms)s::float8,
+       greatest(%(now)s::float8, %(not_before)s::float8),
+       greatest(%(now)s::float8, %(not_before)s::float8), %(correlation_id)s,
+       %(now)s::float8, %(sig_key)s::text, %(traceparent)s::text, %(priority)s::int,
+       %(not_before)s::float8
  WHERE (SELECT sum(n) FROM job_counts WHERE state IN ('queued', 'retry_wait'))
        + %(waiting_pending)s < %(max_queue_depth)s
    AND coalesce(pg_try_advisory_xact_lock_shared(hashtext('casesignd:idem:' || %(tenant)s::text),
@@ -106,55 +108,15 @@ RETURNING *;
 INSERT INTO jobs (job_id, tenant, kind, case_id, idem_key, fingerprint, input, input_digest,
                   version, declared_bytes, state, created_at, admitted_at, admission_ms,
                   queued_since, next_attempt_at, correlation_id, updated_at, sig_key,
-                  traceparent)
+                  traceparent, priority, not_before)
 VALUES (%(job_id)s, %(tenant)s, %(kind)s, %(case_id)s, %(idem_key)s, %(fingerprint)s,
         %(input)s, %(input_digest)s, %(version)s, %(declared_bytes)s, 'queued',
-        %(created_at)s, %(now)s, %(admission_ms)s, %(now)s, %(now)s, %(correlation_id)s,
-        %(now)s, %(sig_key)s, %(traceparent)s)
+        %(created_at)s, %(now)s, %(admission_ms)s,
+        greatest(%(now)s::float8, %(not_before)s::float8),
+        greatest(%(now)s::float8, %(not_before)s::float8), %(correlation_id)s,
+        %(now)s, %(sig_key)s, %(traceparent)s, %(priority)s::int, %(not_before)s::float8)
 ON CONFLICT DO NOTHING
 RETURNING *;
-
--- A claim is one statement: lock the %(limit)s oldest due queued jobs that each fit
--- the byte budget and that no other transaction holds (SKIP LOCKED: two daemons
--- claiming at once take different jobs and never wait for each other; no more rows
--- are locked than may be taken, each lock is written to the row), take, oldest first,
--- those that fit the budget together, bump the attempt number that fences every
--- later update, and read the signature recorded for each one's signature key.
--- name: claim_batch
-WITH RECURSIVE candidates AS MATERIALIZED (
-  SELECT job_id, declared_bytes, next_attempt_at FROM jobs
-   WHERE state = 'queued' AND next_attempt_at <= %(now)s::float8
-     AND declared_bytes <= %(budget)s::bigint AND kind = ANY(%(kinds)s::text[])
-   ORDER BY next_attempt_at, job_id
-   LIMIT %(limit)s
-   FOR UPDATE SKIP LOCKED
-), ordered AS MATERIALIZED (
-  SELECT job_id, declared_bytes, row_number() OVER (ORDER BY next_attempt_at, job_id) AS rn
-    FROM candidates
-), picked (rn, budget, n, job_id, taken) AS (
-  SELECT 0::bigint, %(budget)s::bigint, 0, NULL::text COLLATE "C", false
-  UNION ALL
-  SELECT o.rn, p.budget - CASE WHEN o.declared_bytes <= p.budget THEN o.declared_bytes ELSE 0 END,
-         p.n + CASE WHEN o.declared_bytes <= p.budget THEN 1 ELSE 0 END,
-         o.job_id, o.declared_bytes <= p.budget
-    FROM picked AS p JOIN ordered AS o ON o.rn = p.rn + 1
-   WHERE p.n < %(limit)s
-), claimed AS (
-  UPDATE jobs SET state = 'running', attempt = jobs.attempt + 1, lease_owner = %(owner)s,
-         lease_expires = %(now)s::float8 + %(lease_s)s::float8, claimed_at = %(now)s::float8,
-         first_claimed_at = coalesce(jobs.first_claimed_at, %(now)s::float8),
-         queue_wait_ms = jobs.queue_wait_ms
-           + greatest(0, (%(now)s::float8 - coalesce(jobs.queued_since, %(now)s::float8)) * 1000.0),
-         queued_since = NULL, updated_at = %(now)s::float8
-    FROM picked
-   WHERE picked.taken AND jobs.job_id = picked.job_id
-  RETURNING jobs.*, picked.rn AS claim_rn
-)
-SELECT c.*, s.artifact_id AS sig_artifact_id, s.sha256 AS sig_sha256, s.size AS sig_size,
-       s.job_id AS sig_job_id, s.created_at AS sig_created_at
-  FROM claimed AS c
-  LEFT JOIN signatures AS s ON s.tenant = c.tenant AND s.sig_key = c.sig_key
- ORDER BY c.claim_rn;
 
 -- A kiosk request that signed, written when done: the row that insert_job, claim_job
 -- and finish leave, in one statement (the flight's clocks; %(now)s is the finish).
