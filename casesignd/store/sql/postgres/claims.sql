@@ -14,8 +14,12 @@ SELECT tenant, kind, since, actor FROM pauses ORDER BY since, tenant, kind;
 --  lanes: the (tenant, priority) pairs with queued jobs, one index step each through
 --    jobs_fair (a skip scan), less the tenants a pause holds whole;
 --  due: each lane's first %(limit)s due jobs that fit the byte budget, of a kind
---    this daemon runs and not paused ("due" is a range of the index: a job
---    scheduled for later is never read), unlocked;
+--    this daemon runs and not paused for its tenant (turns.kinds: an array, not a
+--    join per row), unlocked. The lane and "due" are one range
+--    of jobs_fair, written as a row comparison that only that index serves: the
+--    planner, guessing at a lane it cannot see, would otherwise read the tenant's
+--    whole queue by another index and sort it. A job scheduled for later is never
+--    read;
 --  tagged: each tenant's jobs in its own order (priority, due time, age), the n-th
 --    one tagged with its turn's start, start + (n - 1) * stride (%(tenants)s,
 --    %(starts)s, %(strides)s, %(ranks)s: this daemon's turns; any other tenant
@@ -37,7 +41,10 @@ WITH RECURSIVE lanes (tenant, priority) AS (
      ORDER BY j.tenant, j.priority LIMIT 1) AS nxt
 ), turns AS MATERIALIZED (
   SELECT l.tenant, l.priority, coalesce(t.start, %(virtual)s::float8) AS start,
-         coalesce(t.stride, 1.0) AS stride, coalesce(t.rank, -1) AS rank
+         coalesce(t.stride, 1.0) AS stride, coalesce(t.rank, -1) AS rank,
+         array(SELECT k FROM unnest(%(kinds)s::text[]) AS k
+                WHERE NOT EXISTS (SELECT 1 FROM pauses AS p
+                                   WHERE p.tenant IN ('', l.tenant) AND p.kind = k)) AS kinds
     FROM lanes AS l
     LEFT JOIN unnest(%(tenants)s::text[], %(starts)s::float8[], %(strides)s::float8[],
                      %(ranks)s::bigint[]) AS t (tenant, start, stride, rank) ON t.tenant = l.tenant
@@ -47,12 +54,13 @@ WITH RECURSIVE lanes (tenant, priority) AS (
          tu.stride, tu.rank
     FROM turns AS tu CROSS JOIN LATERAL (
       SELECT j.job_id, j.tenant, j.priority, j.next_attempt_at, j.declared_bytes FROM jobs AS j
-       WHERE j.tenant = tu.tenant AND j.priority = tu.priority AND j.state = 'queued'
-         AND j.next_attempt_at <= %(now)s::float8 AND j.declared_bytes <= %(budget)s::bigint
-         AND j.kind = ANY(%(kinds)s::text[])
-         AND NOT EXISTS (SELECT 1 FROM pauses AS p
-                          WHERE p.tenant IN ('', j.tenant) AND p.kind IN ('', j.kind))
-       ORDER BY j.next_attempt_at, j.job_id
+       WHERE j.state = 'queued'
+         AND (j.tenant, j.priority, j.next_attempt_at)
+             BETWEEN (tu.tenant, tu.priority, '-Infinity'::float8)
+                 AND (tu.tenant, tu.priority, %(now)s::float8)
+         AND j.declared_bytes <= %(budget)s::bigint
+         AND j.kind = ANY(tu.kinds)
+       ORDER BY j.tenant, j.priority, j.next_attempt_at, j.job_id
        LIMIT %(limit)s) AS d
 ), tagged AS MATERIALIZED (
   SELECT job_id, declared_bytes, rank,
