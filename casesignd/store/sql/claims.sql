@@ -16,9 +16,17 @@ SELECT tenant, kind, since, actor FROM pauses ORDER BY since, tenant, kind;
 SELECT tenant, priority FROM jobs INDEXED BY jobs_fair WHERE state = 'queued'
  ORDER BY tenant, priority LIMIT 1;
 
+-- The next priority of the same tenant, else the next tenant's first: two seeks
+-- (a row-value comparison would seek on the tenant alone and step through its rows).
 -- name: next_lane
-SELECT tenant, priority FROM jobs INDEXED BY jobs_fair
- WHERE state = 'queued' AND (tenant, priority) > (:tenant, :priority)
+SELECT tenant, priority FROM (
+  SELECT * FROM (SELECT tenant, priority FROM jobs INDEXED BY jobs_fair
+                  WHERE state = 'queued' AND tenant = :tenant AND priority > :priority
+                  ORDER BY priority LIMIT 1)
+  UNION ALL
+  SELECT * FROM (SELECT tenant, priority FROM jobs INDEXED BY jobs_fair
+                  WHERE state = 'queued' AND tenant > :tenant
+                  ORDER BY tenant, priority LIMIT 1))
  ORDER BY tenant, priority LIMIT 1;
 
 -- A claim of a tenant's first due job of one priority that fits the byte budget, of

@@ -14,16 +14,20 @@ SELECT tenant, kind, since, actor FROM pauses ORDER BY since, tenant, kind;
 --  lanes: the (tenant, priority) pairs with queued jobs, one index step each through
 --    jobs_fair (a skip scan), less the tenants a pause holds whole;
 --  due: each lane's first %(limit)s due jobs that fit the byte budget, of a kind
---    this daemon runs and not paused ("due" is a range of the index: a job
---    scheduled for later is never read), unlocked;
+--    this daemon runs and not paused for its tenant, unlocked: one range of
+--    jobs_fair ("due" is a bound of it: a job scheduled for later is never read).
+--    The kinds a lane may claim are an array computed once per lane, not a join per
+--    row, which would make the planner expect no row to pass and read the tenant's
+--    whole queue by another index and sort it;
 --  tagged: each tenant's jobs in its own order (priority, due time, age), the n-th
 --    one tagged with its turn's start, start + (n - 1) * stride (%(tenants)s,
 --    %(starts)s, %(strides)s, %(ranks)s: this daemon's turns; any other tenant
 --    starts at %(virtual)s with weight 1);
---  locked: the first 2 * %(limit)s by tag (a tie: rank, the tenant served least
---    recently) that no other transaction holds (SKIP LOCKED: daemons claiming at once
---    take different jobs and never wait for each other; a row another daemon took
---    meanwhile is read anew and dropped);
+--  candidates, locked: the first 2 * %(limit)s by tag (a tie: rank, the tenant
+--    served least recently), and of them, by their keys (an index lookup each, which
+--    a generic plan keeps), those that no other transaction holds (SKIP LOCKED:
+--    daemons claiming at once take different jobs and never wait for each other; a
+--    row another daemon took meanwhile is read anew and dropped);
 --  picked: in tag order, those that fit the budget together, %(limit)s at most.
 -- The picked jobs' attempt numbers are bumped (they fence every later update) and
 -- the signature recorded for each one's signature key is read.
@@ -37,7 +41,10 @@ WITH RECURSIVE lanes (tenant, priority) AS (
      ORDER BY j.tenant, j.priority LIMIT 1) AS nxt
 ), turns AS MATERIALIZED (
   SELECT l.tenant, l.priority, coalesce(t.start, %(virtual)s::float8) AS start,
-         coalesce(t.stride, 1.0) AS stride, coalesce(t.rank, -1) AS rank
+         coalesce(t.stride, 1.0) AS stride, coalesce(t.rank, -1) AS rank,
+         array(SELECT k FROM unnest(%(kinds)s::text[]) AS k
+                WHERE NOT EXISTS (SELECT 1 FROM pauses AS p
+                                   WHERE p.tenant IN ('', l.tenant) AND p.kind = k)) AS kinds
     FROM lanes AS l
     LEFT JOIN unnest(%(tenants)s::text[], %(starts)s::float8[], %(strides)s::float8[],
                      %(ranks)s::bigint[]) AS t (tenant, start, stride, rank) ON t.tenant = l.tenant
@@ -50,9 +57,7 @@ WITH RECURSIVE lanes (tenant, priority) AS (
       SELECT j.job_id, j.tenant, j.priority, j.next_attempt_at, j.declared_bytes FROM jobs AS j
        WHERE j.tenant = tu.tenant AND j.priority = tu.priority AND j.state = 'queued'
          AND j.next_attempt_at <= %(now)s::float8 AND j.declared_bytes <= %(budget)s::bigint
-         AND j.kind = ANY(%(kinds)s::text[])
-         AND NOT EXISTS (SELECT 1 FROM pauses AS p
-                          WHERE p.tenant IN ('', j.tenant) AND p.kind IN ('', j.kind))
+         AND j.kind = ANY(tu.kinds)
        ORDER BY j.next_attempt_at, j.job_id
        LIMIT %(limit)s) AS d
 ), tagged AS MATERIALIZED (
@@ -64,13 +69,12 @@ WITH RECURSIVE lanes (tenant, priority) AS (
   SELECT job_id, declared_bytes, tag, rank FROM tagged ORDER BY tag, rank, job_id
    LIMIT 2 * %(limit)s
 ), locked AS MATERIALIZED (
-  SELECT j.job_id, c.declared_bytes, c.tag, c.rank
-    FROM candidates AS c JOIN jobs AS j ON j.job_id = c.job_id
-   WHERE j.state = 'queued'
-     FOR UPDATE OF j SKIP LOCKED
+  SELECT j.job_id FROM jobs AS j
+   WHERE j.job_id = ANY(array(SELECT job_id FROM candidates)) AND j.state = 'queued'
+     FOR UPDATE SKIP LOCKED
 ), ordered AS MATERIALIZED (
-  SELECT job_id, declared_bytes, row_number() OVER (ORDER BY tag, rank, job_id) AS rn
-    FROM locked
+  SELECT c.job_id, c.declared_bytes, row_number() OVER (ORDER BY c.tag, c.rank, c.job_id) AS rn
+    FROM candidates AS c JOIN locked AS l ON l.job_id = c.job_id
 ), picked (rn, budget, n, job_id, taken) AS (
   SELECT 0::bigint, %(budget)s::bigint, 0, NULL::text COLLATE "C", false
   UNION ALL
