@@ -3,6 +3,7 @@ a plain, bounded ASCII name, whatever a tenant put in its case id."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from pathlib import Path
 
@@ -84,11 +85,12 @@ def test_every_artifact_response_is_nosniff_and_an_attachment(tmp_path, source):
         path = tmp_path / "a.pdf"
         path.write_bytes(b"%PDF-1.7 signed")
         source = Path(path)
-    resp = artifact_response(source, {"Content-Type": "application/pdf"}, filename="CASE:1-signed")
+    resp = asyncio.run(artifact_response(source, {"Content-Type": "application/pdf"},
+                                         filename="CASE:1-signed"))
     assert resp.headers["X-Content-Type-Options"] == "nosniff"
     assert resp.headers["Content-Disposition"] == (
         "attachment; filename=\"CASE_1-signed.pdf\"; filename*=UTF-8''CASE_1-signed.pdf")
-    unnamed = artifact_response(source, {"Content-Type": "application/pdf"})
+    unnamed = asyncio.run(artifact_response(source, {"Content-Type": "application/pdf"}))
     assert unnamed.headers["Content-Disposition"].startswith('attachment; filename="signed.pdf"')
 
 

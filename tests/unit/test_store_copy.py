@@ -79,8 +79,7 @@ async def test_a_copy_holds_every_row_the_chain_and_the_files(source, target, tm
     assert not report.already and report.files is not None
     assert report.rows == {"jobs": 5, "events": report.head_seq, "signatures": 2,
                            "artifacts": 2, "artifact_data": 1, "holds": 0, "objects": 0, "pauses": 0,
-                           "tenant_usage": 0,
-                           "webhook_deliveries": 0}
+                           "tenant_usage": 0, "webhook_deliveries": 0, "data_keys": 0}
     for table in TABLES:
         assert pg_rows(target, f"SELECT * FROM {table} ORDER BY {TABLES[table]}") == \
             sqlite_rows(src, table), table
