@@ -146,7 +146,7 @@ class SealedWriter(io.RawIOBase):
         self._header = MAGIC + file_id + _CHUNK_SIZE.pack(chunk_plain_bytes)
         self._aead = _subkey_aead(key, file_id)
         self._buf = bytearray()
-        self._out = bytearray(chunk_plain_bytes + TAG_BYTES)
+        self._out = bytearray()  # made with the first whole chunk
         self._index = 0
         self._written = 0
         self.plain_size: int | None = None
@@ -183,13 +183,14 @@ class SealedWriter(io.RawIOBase):
 
     def _seal(self, plain: bytes | bytearray | memoryview, last: bool) -> None:
         # Into one reused buffer: a chunk's ciphertext is written out before the next.
-        out = self._out
-        if len(out) != len(plain) + TAG_BYTES:
-            out = bytearray(len(plain) + TAG_BYTES)
-            if len(plain) == self._chunk:
-                self._out = out
-        self._aead.encrypt_into(_nonce(self._index, last), plain, self._header, out)
-        self._inner.write(out)
+        if len(plain) != self._chunk:  # the last chunk, short: no buffer kept for it
+            self._inner.write(self._aead.encrypt(_nonce(self._index, last), bytes(plain),
+                                                 self._header))
+        else:
+            if not self._out:
+                self._out = bytearray(self._chunk + TAG_BYTES)
+            self._aead.encrypt_into(_nonce(self._index, last), plain, self._header, self._out)
+            self._inner.write(self._out)
         self._index += 1
 
     def tell(self) -> int:
@@ -490,7 +491,8 @@ class SealedPath:
         except BaseException:
             f.close()
             raise
-        return io.BufferedReader(raw, buffer_size=buffer_bytes)
+        # No larger than the file: a small one does not pay for a large buffer.
+        return io.BufferedReader(raw, buffer_size=max(8192, min(buffer_bytes, raw.plain_size)))
 
     def create(self) -> SealedWriter:
         """A new file (exclusive, 0600, no symlink followed) to seal into; ``close()``
