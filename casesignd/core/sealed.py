@@ -146,6 +146,7 @@ class SealedWriter(io.RawIOBase):
         self._header = MAGIC + file_id + _CHUNK_SIZE.pack(chunk_plain_bytes)
         self._aead = _subkey_aead(key, file_id)
         self._buf = bytearray()
+        self._out = bytearray()  # made with the first whole chunk
         self._index = 0
         self._written = 0
         self.plain_size: int | None = None
@@ -164,6 +165,12 @@ class SealedWriter(io.RawIOBase):
             if len(self._buf) == self._chunk:
                 # More bytes follow, so the full chunk in hand is not the last one.
                 self._emit(last=False)
+            if not self._buf and n - pos > self._chunk:
+                # A whole chunk with more after it: sealed straight from the caller's
+                # buffer (not the last chunk), never copied into the one in hand.
+                self._seal(view[pos:pos + self._chunk], last=False)
+                pos += self._chunk
+                continue
             take = min(self._chunk - len(self._buf), n - pos)
             self._buf += view[pos:pos + take]
             pos += take
@@ -171,10 +178,20 @@ class SealedWriter(io.RawIOBase):
         return n
 
     def _emit(self, last: bool) -> None:
-        sealed = self._aead.encrypt(_nonce(self._index, last), bytes(self._buf), self._header)
-        self._inner.write(sealed)
-        self._index += 1
+        self._seal(self._buf, last)
         self._buf.clear()
+
+    def _seal(self, plain: bytes | bytearray | memoryview, last: bool) -> None:
+        # Into one reused buffer: a chunk's ciphertext is written out before the next.
+        if len(plain) != self._chunk:  # the last chunk, short: no buffer kept for it
+            self._inner.write(self._aead.encrypt(_nonce(self._index, last), bytes(plain),
+                                                 self._header))
+        else:
+            if not self._out:
+                self._out = bytearray(self._chunk + TAG_BYTES)
+            self._aead.encrypt_into(_nonce(self._index, last), plain, self._header, self._out)
+            self._inner.write(self._out)
+        self._index += 1
 
     def tell(self) -> int:
         return self._written
@@ -201,7 +218,7 @@ class SealedWriter(io.RawIOBase):
             self._release()
 
     def _release(self) -> None:
-        self._buf = bytearray()
+        self._buf = self._out = bytearray()
         try:
             super().close()  # flushes ``fileobj`` through :meth:`flush`
         finally:
@@ -288,6 +305,7 @@ class SealedReader(PositionedReader):
         self._pos = 0
         self._cached_index = -1
         self._cached = b""
+        self._sealed_buf = bytearray()
         self.chunks_decrypted = 0
         self._load(self._chunks - 1)
 
@@ -297,22 +315,38 @@ class SealedReader(PositionedReader):
     def _load(self, index: int) -> bytes:
         if index == self._cached_index:
             return self._cached
-        stride = self._chunk + TAG_BYTES
-        last = index == self._chunks - 1
-        want = (self.plain_size - index * self._chunk if last else self._chunk) + TAG_BYTES
-        self._inner.seek(HEADER_BYTES + index * stride)
-        sealed = self._inner.read(want)
-        if len(sealed) != want:
+        plain = bytearray(self._plain_len(index))
+        self._decrypt_into(index, memoryview(plain))
+        self._cached_index, self._cached = index, bytes(plain)
+        return self._cached
+
+    def _plain_len(self, index: int) -> int:
+        return self.plain_size - index * self._chunk if index == self._chunks - 1 else self._chunk
+
+    def _decrypt_into(self, index: int, out: memoryview) -> None:
+        """Chunk ``index``'s plain bytes into ``out`` (exactly its length), read through
+        one reused ciphertext buffer. On a failure ``out`` is zeroed: bytes that did
+        not authenticate are never left where a caller could take them."""
+        want = len(out) + TAG_BYTES
+        sealed = self._sealed_buf
+        if len(sealed) < want:
+            sealed = self._sealed_buf = bytearray(want)
+        view = memoryview(sealed)[:want]
+        self._inner.seek(HEADER_BYTES + index * (self._chunk + TAG_BYTES))
+        got = 0
+        while got < want and (n := self._inner.readinto(view[got:])):  # type: ignore[attr-defined]
+            got += n
+        if got != want:
             raise _noted(SealBroken("sealed file is truncated"))
         from cryptography.exceptions import InvalidTag
 
         try:
-            plain = self._aead.decrypt(_nonce(index, last), sealed, self._header)
+            self._aead.decrypt_into(_nonce(index, index == self._chunks - 1), view,
+                                    self._header, out)
         except InvalidTag:
+            out[:] = bytes(len(out))
             raise _noted(SealBroken(f"sealed file chunk {index} failed authentication")) from None
         self.chunks_decrypted += 1
-        self._cached_index, self._cached = index, plain
-        return plain
 
     def pread(self, size: int, offset: int) -> bytes:
         """``size`` plain bytes from ``offset`` (fewer at the end), the position left
@@ -338,6 +372,13 @@ class SealedReader(PositionedReader):
         filled = 0
         while filled < len(out) and self._pos < self.plain_size:
             index, within = divmod(self._pos, self._chunk)
+            whole = self._plain_len(index)
+            if not within and len(out) - filled >= whole and index != self._cached_index:
+                # A whole chunk asked for: decrypted straight into the caller's buffer.
+                self._decrypt_into(index, out[filled:filled + whole])
+                filled += whole
+                self._pos += whole
+                continue
             plain = self._load(index)
             take = min(len(plain) - within, len(out) - filled)
             out[filled:filled + take] = plain[within:within + take]
@@ -355,6 +396,7 @@ class SealedReader(PositionedReader):
         if self.closed:
             return
         self._cached = b""
+        self._sealed_buf = bytearray()
         try:
             if self._close_inner:
                 self._inner.close()
@@ -419,7 +461,7 @@ def unseal_bytes(blob: bytes, key: SealKey) -> bytes:
 # --- sealed files by path ------------------------------------------------------------
 
 _CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-READ_BUFFER_BYTES = 256 * 1024
+READ_BUFFER_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -449,7 +491,8 @@ class SealedPath:
         except BaseException:
             f.close()
             raise
-        return io.BufferedReader(raw, buffer_size=buffer_bytes)
+        # No larger than the file: a small one does not pay for a large buffer.
+        return io.BufferedReader(raw, buffer_size=max(8192, min(buffer_bytes, raw.plain_size)))
 
     def create(self) -> SealedWriter:
         """A new file (exclusive, 0600, no symlink followed) to seal into; ``close()``

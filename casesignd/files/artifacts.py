@@ -46,7 +46,7 @@ from typing import Any
 import msgspec
 
 from casesignd.core.errors import Forbidden
-from casesignd.core.hashing import file_sha256
+from casesignd.core.hashing import OverlappedSha256, file_sha256
 from casesignd.core.keyring import artifact_owner
 from casesignd.core.outcomes import Artifact
 from casesignd.core.sealed import SealKey, is_sealed, seal_writer
@@ -93,10 +93,10 @@ def write_new(parts: Iterable[bytes], dst: Path, key: SealKey | None = None) -> 
     """Write ``parts`` to a new file ``dst`` (0600), hashing them; fsynced. SHA-256 hex
     and size of the plain bytes (blocking). With ``key`` the file holds them sealed
     (storage encryption: casesignd.files.envelope)."""
-    h = hashlib.sha256()
     size = 0
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    with os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
+    # Hashed on a helper thread while the next part is read and written.
+    with OverlappedSha256() as h, os.fdopen(os.open(dst, flags, 0o600), "wb") as fout:
         out: Any = fout if key is None else seal_writer(fout, key)
         for part in parts:
             h.update(part)

@@ -33,6 +33,7 @@ from casesignd.core.sealed import (
     MAGIC,
     TAG_BYTES,
     SealBroken,
+    SealedPath,
     SealKey,
     is_sealed,
     open_sealed,
@@ -75,18 +76,18 @@ def broken(what: str, why: BaseException | str) -> TransientJobError:
 
 
 @dataclass(frozen=True)
-class SealedFile:
-    """A stored file sealed at rest, with the data key that opens it: what a reader
-    gets where it would otherwise get the file's path."""
+class SealedFile(SealedPath):
+    """A stored file sealed at rest, with the data key that opens it and its owner's
+    name: what a reader gets where it would otherwise get the file's path. It is a
+    :class:`~casesignd.core.sealed.SealedPath`, so whatever reads a sealed temp file
+    in place (a worker process, a scanner) reads it in place too."""
 
-    path: Path
-    key: SealKey
-    owner: str
+    owner: str = ""
 
-    def open(self) -> BinaryIO:
+    def open(self, buffer_bytes: int = CHUNK_PLAIN_BYTES) -> BinaryIO:  # type: ignore[override]
         """The plain bytes, seekable (blocking; ``io_error`` when they do not
         authenticate)."""
-        return open_plain(self.path, self.key, self.owner)
+        return open_plain(self.path, self.key, self.owner, buffer_bytes)
 
 
 class Envelope:
@@ -135,6 +136,15 @@ class Envelope:
         except KeyUnavailable as e:
             raise broken(wrapped.owner, e) from None
 
+    async def key_if_any(self, owner: str) -> SealKey | None:
+        """``owner``'s data key when there can be one to open (a key is configured and
+        the store holds one for it); None otherwise, without asking the store when no
+        key is configured. ``io_error`` when it is held but cannot be unwrapped."""
+        if self.keys is None or not self.keyring.ids:
+            return None
+        found = await self.keys.data_key(owner)
+        return self._unwrap(found) if found is not None else None
+
     async def key_for(self, owner: str) -> SealKey | None:
         """For a writer that may find a file there already: the key to seal with (as
         :meth:`key_for_writing`), or, when files are not sealed now, the key of one
@@ -158,7 +168,8 @@ def read_head(path: Path) -> bytes:
         return f.read(HEADER_BYTES)
 
 
-def open_plain(path: Path, key: SealKey | None, owner: str = "") -> BinaryIO:
+def open_plain(path: Path, key: SealKey | None, owner: str = "",
+               buffer_bytes: int = CHUNK_PLAIN_BYTES) -> BinaryIO:
     """``path`` opened for its plain bytes: through ``key`` when given (``io_error``
     when it does not authenticate), as it is otherwise. Blocking."""
     f = open(path, "rb", buffering=0)  # noqa: SIM115 - handed to the caller
@@ -169,7 +180,7 @@ def open_plain(path: Path, key: SealKey | None, owner: str = "") -> BinaryIO:
     except SealBroken as e:
         f.close()
         raise broken(owner or str(path.name), e) from None
-    return io.BufferedReader(reader, CHUNK_PLAIN_BYTES)
+    return io.BufferedReader(reader, buffer_bytes)
 
 
 def iter_plain(f: BinaryIO, owner: str = "", chunk_bytes: int = READ_CHUNK_BYTES) -> Iterator[bytes]:

@@ -54,10 +54,10 @@ from casesignd.core.errors import (
     SourceUnavailable,
     ValidationError,
 )
-from casesignd.core.hashing import OBJECT_REF_PREFIX, object_ref, object_ref_digest, sha256_hex
+from casesignd.core.hashing import OBJECT_REF_PREFIX, object_ref, object_ref_digest
 from casesignd.core.keyring import object_owner
-from casesignd.core.sealed import SealedPath
-from casesignd.files.envelope import SealedFile, iter_plain
+from casesignd.core.sealed import SealedPath, SealKey
+from casesignd.files.envelope import SealedFile, plain_size
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import Area, close_after
 
@@ -185,15 +185,8 @@ def _not_found(what: str) -> PermanentJobError:
     return PermanentJobError(f"{what} was not found", code="object_not_found")
 
 
-async def _plain_chunks(sealed: SealedFile) -> AsyncIterator[bytes]:
-    """A sealed file's plain bytes, a chunk at a time, each read in a thread."""
-    f = await asyncio.to_thread(sealed.open)
-    try:
-        chunks = iter_plain(f, sealed.owner, READ_CHUNK_BYTES)
-        while chunk := await asyncio.to_thread(next, chunks, b""):
-            yield chunk
-    finally:
-        f.close()
+def _file_size(path: Path) -> int:
+    return os.stat(path).st_size
 
 
 def _outside(what: str) -> PermanentJobError:
@@ -379,30 +372,24 @@ class Fetcher:
             return await self._fetch_http(source, parts, area, name, want, expect_size, limit)
         raise PermanentJobError(f"source {source.name!r} has unknown kind {source.kind!r}")
 
-    async def stored_bytes(self, path: Path, sha256: str, size: int) -> bytes | None:
-        """A stored object's plain bytes when it is sealed at rest, checked against the
-        item's size and digest (the worker process cannot open it in place); None when
-        it is plain (read in place, :meth:`stored_path`)."""
+    async def stored_key(self, sha256: str) -> SealKey | None:
+        """The data key of a stored object when the store may hold it sealed at rest
+        (a key is configured and the object has one), for the worker process that
+        reads it in place (:meth:`stored_path`); None otherwise: no file is read
+        here, and a plain store asks nothing of the store."""
+        return await self.objects.envelope.key_if_any(object_owner(sha256))
+
+    async def scannable(self, path: Path, sha256: str) -> Path | SealedPath:
+        """A stored object as a scanner takes it: its path when plain, with its data
+        key when sealed at rest (``io_error`` when that key is gone)."""
         try:
             sealed = await self.objects.envelope.sealed(path, object_owner(sha256))
         except FileNotFoundError:
             raise _not_found(f"object sha256:{sha256}") from None
-        if not isinstance(sealed, SealedFile):
-            return None
-
-        def read() -> bytes:
-            with sealed.open() as f:
-                data = b"".join(iter_plain(f, sealed.owner))
-            if len(data) != size:
-                raise SizeMismatch(f"the object is not {size} bytes")
-            if sha256_hex(data) != sha256.lower():
-                raise DigestMismatch("the object's SHA-256 differs from the item's")
-            return data
-
-        return await asyncio.to_thread(read)
+        return sealed
 
     def stored_path(self, ref: SourceRef, tenant: str, case_id: str | None, want: str,
-                    expect_size: int) -> Path | SealedPath:
+                    expect_size: int) -> Path:
         """Where a stored object (``sha256:`` reference) is, to read in place by a
         reader that checks it itself (a batch job's contract, read by the worker
         process that signs it: :func:`casesignd.signing.worker.sign_stored`, which answers
@@ -435,11 +422,11 @@ class Fetcher:
         if src is None:
             raise _not_found(f"object sha256:{ref.sha256}")
         sealed = await self.objects.envelope.sealed(src, object_owner(ref.sha256))
-        if isinstance(sealed, SealedFile):
-            # Sealed at rest under its own data key: its plain bytes go into the area
-            # as any download does (checked against the item as they stream).
-            return await area.download(name, _plain_chunks(sealed), want, expect_size, limit)
-        size = (await asyncio.to_thread(os.stat, src)).st_size
+        # Sealed at rest under its own data key, it is read in place too, as the
+        # sealed file it is (every chunk authenticated as it is read); its plain size
+        # follows from its size and header.
+        size = await asyncio.to_thread(plain_size if isinstance(sealed, SealedFile)
+                                       else _file_size, src)
         if expect_size is not None and size != expect_size:
             raise SizeMismatch(f"the object is {size} bytes, the item declares {expect_size}")
         if size > limit:
@@ -450,7 +437,7 @@ class Fetcher:
         # link would put the stored file's bytes under the temp root, whose files are
         # all sealed. Neither retention nor erasure removes an object while a job that
         # uses it may run.
-        return src
+        return sealed
 
     async def _fetch_dir(
         self,

@@ -381,15 +381,14 @@ class SignCaseKind:
         item = normalized["items"][0]
         path = s.fetcher.stored_path(parse_ref(item["object_ref"], []), ctx.tenant, ctx.case_id,
                                      item["sha256"], item["size"])
-        # Sealed at rest (storage encryption), the worker process cannot open it: its
-        # plain bytes, checked here, go to the process instead.
-        plain = await s.fetcher.stored_bytes(path, item["sha256"], item["size"]) \
-            if isinstance(path, Path) else None
-        document: bytes | Stored = plain if plain is not None else \
-            Stored(str(path), item["sha256"], item["size"])
+        # Sealed at rest (storage encryption), the worker process opens it in place
+        # with its data key, which crosses the process's pipe; nothing here reads it.
+        key = await s.fetcher.stored_key(item["sha256"])
+        document = Stored(str(path), item["sha256"], item["size"], key)
         if s.scanner is not None:
             async with ctx.phase("scan"):
-                await s.scanner.scan(plain if plain is not None else path, item["name"])
+                await s.scanner.scan(await s.fetcher.scannable(path, item["sha256"]),
+                                     item["name"])
         signed = await ladder.sign_bytes(JobSteps(ctx), document,
                                          meta=meta, policy=signing_policy(policy))
         async with ctx.phase("publish"):

@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from casesignd.core.calls import Calls
 from casesignd.core.errors import PermanentJobError
-from casesignd.core.sealed import SealedPath
+from casesignd.core.sealed import SealedPath, SealKey
 from casesignd.pdf.limits import PdfLimits
 from casesignd.signing import cms, pades, pipeline, sealed_output, tsa, worker
 from casesignd.signing.keys import KeySigner, configured
@@ -115,6 +115,9 @@ class Stored:
     path: str
     sha256: str
     size: int
+    # The object's data key when the store may hold it sealed at rest: the process
+    # opens it in place (the key crosses over the process's pipe, never to disk).
+    key: SealKey | None = None
 
 
 @dataclass(frozen=True)
@@ -213,7 +216,7 @@ class Ladder:
         if isinstance(document, Stored):
             work, took = await steps.in_process(
                 worker.sign_stored, document.path, document.sha256, document.size, limits,
-                meta, contents_bytes, not timestamped)
+                meta, contents_bytes, not timestamped, document.key)
         else:
             work, took = await steps.in_process(worker.sign_document, document, limits, meta,
                                                 contents_bytes, not timestamped)

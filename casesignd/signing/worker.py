@@ -22,9 +22,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from casesignd.core.errors import DigestMismatch, PermanentJobError, SizeMismatch
+from casesignd.core.errors import (
+    DigestMismatch,
+    PermanentJobError,
+    SizeMismatch,
+    TransientJobError,
+)
 from casesignd.core.hashing import sha256_hex
-from casesignd.core.sealed import SealedPath, reading_sealed
+from casesignd.core.sealed import (
+    MAGIC,
+    SealBroken,
+    SealedPath,
+    SealKey,
+    is_sealed,
+    open_sealed,
+    reading_sealed,
+)
 from casesignd.pdf.inspect import PdfLimits
 from casesignd.signing import cms, pades, sealed_output
 from casesignd.signing.keys import FileSlots, ProcessKey
@@ -97,10 +110,23 @@ def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
 
 
 def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
-                meta: pades.SignatureMeta, contents_bytes: int, finish: bool) -> SignedWork:
+                meta: pades.SignatureMeta, contents_bytes: int, finish: bool,
+                key: SealKey | None = None) -> SignedWork:
     """:func:`sign_document` for a stored object (a batch job's contract, read here
     rather than copied into a temp area): its size and digest are checked against the
-    job's before anything else reads it."""
+    job's before anything else reads it. ``key``: the object's data key when the store
+    may hold it sealed at rest (it came over this process's pipe); a sealed object is
+    opened here, in place, and one that does not authenticate is ``io_error``."""
+    document = _read_stored(path, sha256, size, key)
+    if sha256_hex(document) != sha256:
+        raise DigestMismatch("the object's SHA-256 differs from the item's")
+    work = sign_document(document, limits, meta, contents_bytes, finish, sha256)
+    # The caller has not read the document: the update goes after these bytes.
+    return work if work.base is not None else dataclasses.replace(work, base=document)
+
+
+def _read_stored(path: str, sha256: str, size: int, key: SealKey | None) -> bytes:
+    """The plain bytes of a stored object, ``size`` of them or ``SizeMismatch``."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:  # not there, or a link: the case holds no such object
@@ -111,20 +137,30 @@ def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,
         if not stat.S_ISREG(st.st_mode):
             raise PermanentJobError(f"object sha256:{sha256} was not found",
                                     code="object_not_found")
-        if st.st_size != size:
+        sealed = is_sealed(os.pread(fd, len(MAGIC), 0))
+        if not sealed and st.st_size != size:
             raise SizeMismatch(f"the object is not {size} bytes")
     except BaseException:
         os.close(fd)
         raise
-    with os.fdopen(fd, "rb") as f:
-        document = f.read(size + 1)
+    with os.fdopen(fd, "rb", buffering=0) as f:
+        if not sealed:
+            document = f.read(size + 1)
+        elif key is None:
+            raise TransientJobError(f"object sha256:{sha256} is sealed at rest and its data "
+                                    "key is not in the store", code="io_error")
+        else:
+            try:
+                with open_sealed(f, key) as plain:  # type: ignore[arg-type]
+                    if plain.plain_size != size:
+                        raise SizeMismatch(f"the object is not {size} bytes")
+                    document = plain.readall()
+            except SealBroken as e:
+                raise TransientJobError(f"object sha256:{sha256} cannot be read back: {e}",
+                                        code="io_error") from None
     if len(document) != size:
         raise SizeMismatch(f"the object is not {size} bytes")
-    if sha256_hex(document) != sha256:
-        raise DigestMismatch("the object's SHA-256 differs from the item's")
-    work = sign_document(document, limits, meta, contents_bytes, finish, sha256)
-    # The caller has not read the document: the update goes after these bytes.
-    return work if work.base is not None else dataclasses.replace(work, base=document)
+    return document
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,13 @@ import hashlib
 
 import pytest
 
-from casesignd.core.hashing import file_sha256, object_ref, object_ref_digest, sha256_hex
+from casesignd.core.hashing import (
+    OverlappedSha256,
+    file_sha256,
+    object_ref,
+    object_ref_digest,
+    sha256_hex,
+)
 
 
 def test_bytes_and_a_file_read_in_chunks_agree(tmp_path):
@@ -35,3 +41,15 @@ def test_an_object_reference_names_its_digest(ref, digest):
     assert object_ref_digest(ref) == digest
     if digest is not None:
         assert object_ref(digest) == "sha256:" + digest
+
+
+def test_an_overlapped_hash_equals_hashlib_for_any_mix_of_parts() -> None:
+    big = bytes(range(256)) * 4096  # 1 MiB: hashed on the helper thread
+    parts = [b"head", big, bytearray(b"mutable"), big[:100], big, memoryview(b"tail")]
+    with OverlappedSha256() as h:
+        for part in parts:
+            h.update(part)
+    assert h.hexdigest() == hashlib.sha256(b"".join(bytes(p) for p in parts)).hexdigest()
+    with OverlappedSha256() as empty:
+        pass
+    assert empty.hexdigest() == hashlib.sha256(b"").hexdigest()

@@ -61,14 +61,29 @@ def test_round_trip_at_chunk_boundaries(size: int) -> None:
     assert unseal_bytes(seal_bytes(data, key), key) == data
 
 
-def test_one_big_write_equals_many_small_ones() -> None:
+@pytest.mark.parametrize("size", [C, 4 * C, 5 * C + 3])
+def test_one_big_write_equals_many_small_ones(size: int) -> None:
     key = SealKey.generate()
-    data = _plain(5 * C + 3)
+    data = _plain(size)
     out = io.BytesIO()
     with seal_writer(out, key) as w:
-        w.write(memoryview(data))
+        w.write(memoryview(data))  # whole chunks sealed straight from the caller's buffer
     with open_sealed(io.BytesIO(out.getvalue()), key) as r:
         assert r.read() == data
+    with open_sealed(io.BytesIO(_seal(data, key)), key) as r:
+        assert r.read() == data
+
+
+def test_a_chunk_that_fails_leaves_no_plain_byte_in_the_callers_buffer() -> None:
+    key = SealKey.generate()
+    data = _plain(4 * C, seed=9)
+    blob = bytearray(_seal(data, key))
+    blob[HEADER_BYTES + STRIDE + 500] ^= 0x01  # chunk 1, decrypted into the buffer
+    buf = bytearray(4 * C)
+    with open_sealed(io.BytesIO(bytes(blob)), key) as r, pytest.raises(SealBroken):
+        r.readinto(buf)
+    assert buf[:C] == data[:C]  # chunk 0 authenticated
+    assert buf[C:2 * C] == bytes(C)  # chunk 1's unauthenticated bytes wiped
 
 
 def test_seek_and_read_at_arbitrary_offsets_equal_the_plain_bytes() -> None:
@@ -194,7 +209,7 @@ def test_the_reader_decrypts_only_the_chunks_touched() -> None:
     assert r.chunks_decrypted == 4
     r.seek(0)
     assert r.read() == data
-    assert r.chunks_decrypted == 4 + 10
+    assert r.chunks_decrypted == 4 + 9  # chunk 5 was still the one in hand
 
 
 def test_a_sealed_path_writes_and_reads_its_own_file(tmp_path) -> None:
