@@ -164,11 +164,20 @@ def two_pg_nodes(postgres_cluster, tmp_path):
 
 def test_the_running_limit_holds_across_two_postgres_nodes(two_pg_nodes):
     a, b = two_pg_nodes
-    ids = [(a if i % 2 else b).submit(_job(sleep_ms=200)).json()["job_id"] for i in range(12)]
-    for jid in ids:
-        assert a.wait_job(jid, timeout_s=120)["state"] == "ready"
-    spans = _spans(a, ids)
-    assert _most_at_once(spans) == 2
-    owners = {e["actor"].split(":")[1] for jid in ids for e in a.events(jid)
-              if e["type"] == "claimed"}
+    ids: list[str] = []
+    owners: set[str] = set()
+    # Which node claims a freed place is a race: the node whose worker just finished
+    # often wins it again. Batches go on until each node has claimed some job, and the
+    # limit must hold over every batch.
+    for _ in range(6):
+        batch = [(a if i % 2 else b).submit(_job(sleep_ms=200)).json()["job_id"]
+                 for i in range(12)]
+        for jid in batch:
+            assert a.wait_job(jid, timeout_s=120)["state"] == "ready"
+        ids += batch
+        owners |= {e["actor"].split(":")[1] for jid in batch for e in a.events(jid)
+                   if e["type"] == "claimed"}
+        if owners == {"node-a", "node-b"}:
+            break
     assert owners == {"node-a", "node-b"}  # both nodes claimed, and together kept to 2
+    assert _most_at_once(_spans(a, ids)) == 2
