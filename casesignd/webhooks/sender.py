@@ -46,6 +46,8 @@ log = logging.getLogger("casesignd.webhooks.sender")
 POLL_S = 0.5
 BATCH = 16
 OUTCOMES = ("delivered", "retry", "dead", "skipped")
+# The largest answer body read (to keep its connection); a larger one is never read.
+ANSWER_READ_BYTES = 64 * 1024
 
 
 class SenderServices(Protocol):
@@ -238,7 +240,12 @@ class Sender:
                         **trace_headers(call)},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
-                await resp.read()
+                # The status is the answer. A small body with its length is read, so
+                # the connection is kept for the next request; any other is left
+                # unread and the connection closed: an endless or huge one must
+                # neither fill memory nor hold the attempt until its timeout.
+                if resp.content_length is not None and resp.content_length <= ANSWER_READ_BYTES:
+                    await resp.read()
                 return resp.status, None
         except aiohttp.ClientConnectorError as e:
             if isinstance(e.os_error, AddressRefused) or isinstance(e.__cause__, AddressRefused):

@@ -203,6 +203,26 @@ def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, rece
         other.close()
 
 
+def test_an_answers_body_is_not_read_so_an_endless_one_is_delivered_in_bounded_memory(
+        daemon_factory, receiver, secret):
+    # The status is the answer; a receiver (or whatever sits at its address) that
+    # streams a body without end neither holds the attempt until its timeout nor
+    # fills the daemon's memory.
+    receiver.answer = "endless"
+    d = hooked(daemon_factory, receiver, secret, max_attempts=1)
+    before = _peak_rss_kib(d)
+    job = submit(d, "e")
+    [x] = wait_settled(d, 1)
+    assert (x["job_id"], x["state"], x["last_status"]) == (job, "delivered", 200), x
+    assert _peak_rss_kib(d) - before < 64 * 1024
+
+
+def _peak_rss_kib(d: Daemon) -> int:
+    assert d.proc is not None
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
 def test_a_first_endpoint_added_by_sighup_starts_the_sender(daemon_factory, receiver, secret):
     d = daemon_factory({"workers": {"concurrency": 2}})
     # No endpoint yet: a job cannot name one, and nothing sends.
