@@ -753,6 +753,23 @@ async def test_deliveries_are_leased_one_sender_at_a_time_and_fenced(store_and_c
     assert fourth.attempts == 4
 
 
+async def test_a_tenants_backlog_of_deliveries_does_not_hold_back_anothers(store_and_clock):
+    # t1's receiver is slow or down and its deliveries pile up; t2's one, due later,
+    # is in the very next take, as claims take turns between tenants.
+    store, clock = store_and_clock
+    for i in range(6):
+        await admit(store, key=f"a{i}", body={"x": i, "webhook": "erp"})
+        await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+        clock.now += 1
+    await admit(store, key="b", tenant="t2", body={"x": "b", "webhook": "erp"})
+    await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    batch = await store.take_deliveries("n", 30, 3)
+    assert sorted(d.tenant for d in batch) == ["t1", "t1", "t2"]
+    # Within a tenant, oldest first as before.
+    oldest = sorted(await store.list_deliveries("t1", 10), key=lambda d: d.created_at)[:2]
+    assert {d.delivery_id for d in batch if d.tenant == "t1"} == {d.delivery_id for d in oldest}
+
+
 async def test_retention_removes_ended_deliveries_and_keeps_pending_ones(store_and_clock):
     store, clock = store_and_clock
     for i in range(3):

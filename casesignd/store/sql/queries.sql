@@ -257,15 +257,20 @@ INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, cr
                                 next_attempt_at, updated_at)
 VALUES (:delivery_id, :tenant, :job_id, :event, :endpoint, :now, :now, :now);
 
--- A lease on the oldest due deliveries, like a claim: the attempt number bumps.
+-- A lease on due deliveries, like a claim: the attempt number bumps. Tenants take
+-- turns (each one's oldest, then each one's second...), so a tenant whose receiver is
+-- slow or down and whose deliveries pile up never holds another's back.
 -- name: take_deliveries
 UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = :owner,
        lease_expires = :now + :lease_s, updated_at = :now
  WHERE delivery_id IN (
-   SELECT delivery_id FROM webhook_deliveries
-    WHERE state = 'pending' AND next_attempt_at <= :now
-      AND (lease_expires IS NULL OR lease_expires <= :now)
-    ORDER BY next_attempt_at, delivery_id LIMIT :limit)
+   SELECT delivery_id FROM (
+     SELECT delivery_id, next_attempt_at, ROW_NUMBER() OVER (
+              PARTITION BY tenant ORDER BY next_attempt_at, delivery_id) AS turn
+       FROM webhook_deliveries
+      WHERE state = 'pending' AND next_attempt_at <= :now
+        AND (lease_expires IS NULL OR lease_expires <= :now))
+    ORDER BY turn, next_attempt_at, delivery_id LIMIT :limit)
 RETURNING *;
 
 -- An attempt's outcome, written only while its lease holds.

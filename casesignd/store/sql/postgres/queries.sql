@@ -418,17 +418,27 @@ INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, cr
 VALUES (%(delivery_id)s, %(tenant)s, %(job_id)s, %(event)s, %(endpoint)s, %(now)s, %(now)s,
         %(now)s);
 
--- A lease on the oldest due deliveries, like a claim: the attempt number bumps, and a
--- row another daemon is taking is skipped, so one daemon sends a delivery at a time.
+-- A lease on due deliveries, like a claim: the attempt number bumps, and a row another
+-- daemon is taking is skipped, so one daemon sends a delivery at a time. Tenants take
+-- turns (each one's oldest, then each one's second...), so a tenant whose receiver is
+-- slow or down and whose deliveries pile up never holds another's back. The turns are
+-- ranked in a subquery (no row lock may sit beside a window function); the rows locked
+-- are the table's, their due condition checked again once locked.
 -- name: take_deliveries
 UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = %(owner)s,
        lease_expires = %(now)s::float8 + %(lease_s)s::float8, updated_at = %(now)s::float8
  WHERE delivery_id IN (
-   SELECT delivery_id FROM webhook_deliveries
-    WHERE state = 'pending' AND next_attempt_at <= %(now)s::float8
-      AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)
-    ORDER BY next_attempt_at, delivery_id LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED)
+   SELECT w.delivery_id FROM webhook_deliveries w
+     JOIN (SELECT delivery_id, row_number() OVER (
+                    PARTITION BY tenant ORDER BY next_attempt_at, delivery_id) AS turn
+             FROM webhook_deliveries
+            WHERE state = 'pending' AND next_attempt_at <= %(now)s::float8
+              AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)) ranked
+       USING (delivery_id)
+    WHERE w.state = 'pending' AND w.next_attempt_at <= %(now)s::float8
+      AND (w.lease_expires IS NULL OR w.lease_expires <= %(now)s::float8)
+    ORDER BY ranked.turn, w.next_attempt_at, w.delivery_id LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED)
 RETURNING *;
 
 -- An attempt's outcome, written only while its lease holds.
