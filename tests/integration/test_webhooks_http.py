@@ -191,16 +191,22 @@ def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, rece
         receiver.answer = "redirect"
         receiver.redirect_to = other.url
         meta = endpoint("meta", "https://169.254.169.254/hook", "hook.secret")
-        d = hooked(daemon_factory, receiver, secret, meta)
+        # The same address through a NAT64 gateway (RFC 6052's well-known prefix).
+        meta6 = endpoint("meta6", "https://[64:ff9b::a9fe:a9fe]/hook", "hook.secret")
+        d = hooked(daemon_factory, receiver, secret, meta, meta6)
         (d.dir / "hook.secret").write_text(secret + "\n")
         redirected = submit(d, "r")
-        r = d.submit({"kind": "test", "webhook": "meta", "tag": "m"}, key="m")
-        assert r.status == 202
-        listed = wait_settled(d, 2)
+        refused = []
+        for name in ("meta", "meta6"):
+            r = d.submit({"kind": "test", "webhook": name, "tag": name}, key=name)
+            assert r.status == 202
+            refused.append(r.json()["job_id"])
+        listed = wait_settled(d, 3)
         by_job = {x["job_id"]: x for x in listed}
         assert by_job[redirected]["state"] == "dead" and by_job[redirected]["last_status"] == 302
-        meta_row = by_job[r.json()["job_id"]]
-        assert meta_row["state"] == "dead" and meta_row["last_error"] == "address_refused"
+        for job_id in refused:
+            row = by_job[job_id]
+            assert row["state"] == "dead" and row["last_error"] == "address_refused", row
         assert other.attempts == []
     finally:
         other.close()

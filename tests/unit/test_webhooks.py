@@ -55,6 +55,12 @@ def test_endpoint_urls(url, ok):
     ("::ffff:169.254.169.254", [], True), ("fd00:ec2::254", [], True),
     ("169.254.169.254", ["169.254.169.254"], False),
     ("127.0.0.1", [], False), ("93.184.216.34", [], False), ("10.0.0.5", [], False),
+    # IPv6 forms that carry an IPv4 address a gateway reaches: NAT64 (RFC 6052),
+    # 6to4 (RFC 3056), IPv4-compatible and IPv4-translated (SIIT).
+    ("64:ff9b::a9fe:a9fe", [], True), ("64:ff9b::169.254.169.254", [], True),
+    ("2002:a9fe:a9fe::1", [], True), ("::169.254.169.254", [], True),
+    ("::ffff:0:a9fe:a9fe", [], True),
+    ("64:ff9b::5db8:d822", [], False), ("2002:5db8:d822::1", [], False), ("::1", [], False),
 ])
 def test_refused_addresses(address, allowed, refused):
     assert webhooks.refused_address(address, allowed) == refused
