@@ -52,8 +52,16 @@ def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def secrets_of(path: Path) -> list[str]:
-    """The secrets in a secret file, one a line (two while rotating)."""
-    return [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    """The secrets in a secret file, one a line (two while rotating); ValueError when
+    it holds none, or one that cannot sign (not base64 after ``whsec_``)."""
+    from standardwebhooks.webhooks import Webhook as Signer
+
+    found = [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    if not found:
+        raise ValueError("no secret")
+    for s in found:
+        Signer(s)  # decodes it: binascii.Error, a ValueError, when it is no base64
+    return found
 
 
 # --- what an attempt decides ----------------------------------------------------------

@@ -199,7 +199,7 @@ class Sender:
         body = audit.canonical(jobs.resource(self.s, job))
         try:
             secrets = webhooks.secrets_of(self.s.config.credential(w.secret_file))
-        except OSError:
+        except (OSError, ValueError):  # unreadable, empty, or no secret: wait for a good one
             await self._settle(d, "pending", error="secret_unreadable",
                                next_at=time.time() + w.max_delay_s)
             return

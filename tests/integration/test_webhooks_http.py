@@ -256,6 +256,24 @@ def test_a_tenants_hanging_receiver_does_not_hold_back_anothers_deliveries(
         fast.close()
 
 
+def test_a_secret_that_is_no_secret_is_told_and_the_delivery_waits_for_a_good_one(
+        daemon_factory, receiver, secret):
+    # Not base64 after "whsec_": nothing can be signed with it. The delivery says so
+    # and waits; once the file holds a good secret, it is sent.
+    d = hooked(daemon_factory, receiver, secret, secrets=["whsec_not*base64!"],
+               max_delay_s=0.5)
+    job = submit(d, "s")
+    d.wait_job(job)
+    end = time.monotonic() + 30
+    while (x := deliveries(d, job))[0]["last_error"] != "secret_unreadable":
+        assert time.monotonic() < end, x
+        time.sleep(0.1)
+    assert x[0]["state"] == "pending" and receiver.attempts == []
+    assert "webhook.turn_failed" not in d.logs()
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    receiver.wait(1)
+
+
 def _peak_rss_kib(d: Daemon) -> int:
     assert d.proc is not None
     with open(f"/proc/{d.proc.pid}/status") as f:
