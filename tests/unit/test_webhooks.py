@@ -109,6 +109,9 @@ def test_which_state_changes_are_reported(kind, audit_type, event):
     ({"name": "a b"}, "name"), ({"url": "http://erp.example/"}, "url"),
     ({"events": ["job.done"]}, "events"), ({"max_attempts": 0}, "max_attempts"),
     ({"allow_addresses": ["nope"]}, "allow_addresses"),
+    # Not numbers a lease or a backoff can be made of.
+    ({"timeout_s": float("nan")}, "timeout_s"), ({"timeout_s": float("inf")}, "timeout_s"),
+    ({"base_delay_s": float("nan")}, "timeout_s"), ({"max_delay_s": float("inf")}, "timeout_s"),
 ])
 def test_config_names_a_bad_endpoint(entry, key):
     from casesignd import config
