@@ -20,9 +20,11 @@ from casesignd.core.webhook_events import Webhook
 
 # Addresses an endpoint resolving to them is refused unless its config names them in
 # allow_addresses: link-local (169.254.0.0/16 holds the clouds' metadata services,
-# fe80::/10) and the other metadata addresses in use (fd00:ec2::254 on AWS).
+# fe80::/10) and the other metadata addresses in use (fd00:ec2::254 on AWS,
+# 100.100.100.200 on Alibaba, 168.63.129.16 Azure's WireServer, 192.0.0.192 on Oracle).
 REFUSED_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
-    "169.254.0.0/16", "fe80::/10", "fd00:ec2::/32", "100.100.100.200/32"))
+    "169.254.0.0/16", "fe80::/10", "fd00:ec2::/32", "100.100.100.200/32",
+    "168.63.129.16/32", "192.0.0.192/32"))
 
 
 # IPv6 prefixes whose last 32 bits are an IPv4 address that a gateway or the host's

@@ -60,6 +60,8 @@ def test_endpoint_urls(url, ok):
     ("64:ff9b::a9fe:a9fe", [], True), ("64:ff9b::169.254.169.254", [], True),
     ("2002:a9fe:a9fe::1", [], True), ("::169.254.169.254", [], True),
     ("::ffff:0:a9fe:a9fe", [], True),
+    # Other clouds' metadata and platform addresses: Azure's WireServer, Oracle's.
+    ("168.63.129.16", [], True), ("192.0.0.192", [], True),
     ("64:ff9b::5db8:d822", [], False), ("2002:5db8:d822::1", [], False), ("::1", [], False),
 ])
 def test_refused_addresses(address, allowed, refused):
