@@ -13,7 +13,7 @@ import time
 import pytest
 
 from casesignd.core import audit
-from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.errors import Conflict, NotFound, QueueFull, TenantQueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.engine import jobs
@@ -420,6 +420,22 @@ async def test_a_replay_respects_the_queue_depth(store):
         await store.replay("t1", job.job_id, "api", max_queue_depth=1)
     assert e.value.code == "not_failed"
     assert [ev["type"] for ev in await store.events("t1", job.job_id)].count("replayed") == 1
+
+
+async def test_a_replay_respects_the_tenants_waiting_limit(store):
+    job, _ = await admit(store, key="failed")
+    running = await store.claim("w", 10, 1 << 30, ["test"])
+    await store.conclude(running.lease, Fail("permanent_input", "malformed_pdf"))
+    await admit(store, key="waiting")
+    await admit(store, key="theirs", tenant="t2")  # another tenant's waiting job: not counted
+    with pytest.raises(TenantQueueFull) as e:
+        await store.replay("t1", job.job_id, "api", max_queue_depth=100, max_queued=1)
+    assert e.value.headers["Retry-After"]
+    assert (await store.get_job("t1", job.job_id)).state == "failed"
+    with pytest.raises(NotFound):  # absent comes first, as with the queue depth
+        await store.replay("t2", job.job_id, "api", max_queue_depth=100, max_queued=1)
+    replayed = await store.replay("t1", job.job_id, "api", max_queue_depth=100, max_queued=2)
+    assert replayed.state == "queued"
 
 
 async def test_admissions_in_one_batch_respect_the_queue_depth(store):
