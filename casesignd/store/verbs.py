@@ -350,6 +350,8 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int,
     if max_queued:
         found = tx.one("get_job", job_id=job_id, tenant=tenant)
         if found is not None and found["state"] == "failed":  # else refused below
+            # In turn with the tenant's admissions on every daemon: the count holds.
+            tx.one("admission_lock", tenant=tenant)
             check_waiting(tx, tenant, max_queued)
     row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now,
                  max_queue_depth=max_queue_depth, waiting_pending=tx.waiting_pending)
