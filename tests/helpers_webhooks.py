@@ -1,7 +1,7 @@
 """A webhook receiver on loopback for the tests: a real aiohttp server on its own
 thread that verifies each request with the ``standardwebhooks`` library (as a
 tenant's receiver would), keeps what it verified, and answers as a test tells it
-(``answer``: a status, or "redirect"); :meth:`Receiver.down` and :meth:`Receiver.up`
+(``answer``: a status, "redirect", or "endless": 200 and a body that never ends); :meth:`Receiver.down` and :meth:`Receiver.up`
 take it off the port and back."""
 
 from __future__ import annotations
@@ -56,11 +56,28 @@ class Receiver:
             await asyncio.sleep(self.delay_s)
         if self.answer == "redirect":
             raise web.HTTPFound(self.redirect_to)
+        if self.answer == "endless":
+            return await self._endless(request)
         if isinstance(self.answer, int) and self.answer < 300:
             msg_id = request.headers["webhook-id"]
             self.verified[msg_id] = json.loads(body)  # deduplicated by id
             self.events[msg_id] = request.headers.get("casesignd-event", "")
         return web.Response(status=int(self.answer))
+
+    async def _endless(self, request: web.Request) -> web.StreamResponse:
+        """200 at once, then a body that never ends (until the sender hangs up)."""
+        msg_id = request.headers["webhook-id"]
+        self.verified[msg_id] = json.loads(self.raw[-1][1])
+        self.events[msg_id] = request.headers.get("casesignd-event", "")
+        resp = web.StreamResponse(status=200)
+        await resp.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            while True:
+                await resp.write(chunk)
+        except (ConnectionError, RuntimeError):
+            pass  # the sender went away, as it should
+        return resp
 
     def _call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(10)

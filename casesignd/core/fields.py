@@ -75,8 +75,11 @@ def rfc3339_time(value: Any, field: str, *, code: str = "invalid_field") -> floa
             digits = rest[:-6]
             text = f"{head}.{digits[:6].ljust(6, '0')}{rest[-6:]}"
         try:
-            when = dt.datetime.fromisoformat(text)
-        except ValueError:
+            # In UTC too, so that the instant is one every date shown (years 1-9999)
+            # can say: "9999-12-31T23:59:59-23:59" is valid RFC 3339 but falls in
+            # year 10000, which no job resource could print.
+            when = dt.datetime.fromisoformat(text).astimezone(dt.UTC)
+        except (ValueError, OverflowError):
             when = None
     if when is None:
         raise ValidationError(f"{field} must be an RFC 3339 date-time with an offset "

@@ -21,6 +21,12 @@ MINUTE_S = 60
 DAY_S = 86_400
 
 
+# The largest value a limit may take: the stores count against it in 64-bit integers
+# (a count plus what is charged must not overflow one), and clients reading the
+# operator's view in JSON read integers exactly up to 2**53 - 1.
+LIMIT_MAX = 2**53 - 1
+
+
 class TenantLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     # Every limit is off at 0. Jobs admitted per window (POST /v1/jobs that made a
     # job; a replay of one makes none): 429 rate_limited past it.
@@ -43,6 +49,9 @@ class TenantLimits(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, fro
         for key in ("admit_window_s", "upload_window_s"):
             if getattr(self, key) < 1:
                 out.append((key, "must be at least 1"))
+        for key in self.__struct_fields__:
+            if getattr(self, key) > LIMIT_MAX:
+                out.append((key, f"must be at most {LIMIT_MAX}"))
         return out
 
 

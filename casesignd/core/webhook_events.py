@@ -11,6 +11,7 @@ name. Sending is :mod:`casesignd.webhooks`'.
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from urllib.parse import urlsplit
 
@@ -58,8 +59,10 @@ def check(webhooks: list[Webhook], where: str) -> tuple[str, str] | None:
                 return f"{key}.events", f"{e!r} is not one of {', '.join(EVENTS)}"
         if not w.secret_file:
             return f"{key}.secret_file", "an endpoint needs a secret"
-        if w.timeout_s <= 0 or w.base_delay_s <= 0 or w.max_delay_s < w.base_delay_s:
-            return f"{key}.timeout_s", "timeouts and delays must be positive, max >= base"
+        timings = (w.timeout_s, w.base_delay_s, w.max_delay_s)
+        if (not all(map(math.isfinite, timings)) or w.timeout_s <= 0 or w.base_delay_s <= 0
+                or w.max_delay_s < w.base_delay_s):
+            return f"{key}.timeout_s", "timeouts and delays must be finite and positive, max >= base"
         if w.max_attempts < 1:
             return f"{key}.max_attempts", "must be at least 1"
         for a in w.allow_addresses:

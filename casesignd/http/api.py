@@ -257,7 +257,8 @@ async def job_events(request: web.Request) -> web.Response:
 async def retry_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
-                                    max_queue_depth=s.config.workers.max_queue_depth)
+                                    max_queue_depth=s.config.workers.max_queue_depth,
+                                    max_queued=s.config.limits_of(tenant).max_queued)
     s.pool.queued()
     return json_response(job_resource(s, replayed, pauses=await pauses_of(s, replayed)), 202)
 

@@ -333,8 +333,8 @@ def _paths() -> dict[str, Any]:
                     "401": _UNAUTHORIZED,
                     "404": _JOB_NOT_FOUND,
                     "409": _error("not_failed: only a failed job can be retried."),
-                    "429": _error("queue_full: past workers.max_queue_depth, as an admission; "
-                                  "the job stays failed. Come back after Retry-After.",
+                    "429": _error("queue_full or tenant_queue_full, as an admission; the "
+                                  "job stays failed. Come back after Retry-After.",
                                   retry_after=True),
                 },
             },

@@ -365,10 +365,12 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
         self._event(job, "canceled", actor, {})
         return job
 
-    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int) -> Job:
+    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int,
+                     max_queued: int = 0) -> Job:
         job = self._tenant_job(tenant, job_id)
         if job.state != "failed":
             raise Conflict("only a failed job can be retried", code="not_failed")
+        self._check_waiting(tenant, max_queued)
         if sum(j.state in _WAITING for j in self._jobs.values()) >= max_queue_depth:
             raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
         now = self.clock()

@@ -36,13 +36,16 @@ class MemoryTenants:
         self._usage[(tenant, measure)] = [max(row[0], start), used + amount]
         return Charge(tenant, measure, amount, start)
 
-    def _check_admission(self, tenant: str, limits: TenantLimits) -> None:
-        if limits.max_queued:
+    def _check_waiting(self, tenant: str, max_queued: int) -> None:
+        if max_queued:
             waiting = sum(j.tenant == tenant and j.state in ("queued", "retry_wait")
                           for j in self._jobs.values())
-            if waiting >= limits.max_queued:
+            if waiting >= max_queued:
                 raise TenantQueueFull("this tenant's waiting jobs are at its limit",
                                       headers={"Retry-After": str(QUEUE_FULL_RETRY_S)})
+
+    def _check_admission(self, tenant: str, limits: TenantLimits) -> None:
+        self._check_waiting(tenant, limits.max_queued)
         if limits.admit_rate and self._charge(tenant, ADMITTED, 1, limits.admit_rate,
                                               limits.admit_window_s) is None:
             raise RateLimited("this tenant's admissions are at its rate", headers={

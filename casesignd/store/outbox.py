@@ -68,8 +68,9 @@ class OutboxVerbs:
         raise NotImplementedError
 
     async def take_deliveries(self, owner: str, lease_s: float, limit: int) -> list[Delivery]:
-        """Lease up to ``limit`` due pending deliveries (oldest first) to ``owner``,
-        each attempt number bumped; ones another sender holds are skipped."""
+        """Lease up to ``limit`` due pending deliveries to ``owner``, tenants taking
+        turns (each one's oldest first), each attempt number bumped; ones another
+        sender holds are skipped."""
 
         def op(tx: Any) -> list[Delivery]:
             return [row_delivery(r) for r in tx.all("take_deliveries", owner=owner, now=tx.now,
@@ -144,7 +145,15 @@ class MemoryOutbox:
         due = sorted((d for d in self._deliveries.values()
                       if d.state == "pending" and d.next_attempt_at <= now
                       and (d.lease_expires is None or d.lease_expires <= now)),
-                     key=lambda d: (d.next_attempt_at, d.delivery_id))[:limit]
+                     key=lambda d: (d.next_attempt_at, d.delivery_id))
+        # Tenants take turns, as the SQL stores' take_deliveries.
+        turns: dict[str, int] = {}
+        ranked = []
+        for d in due:
+            turns[d.tenant] = turns.get(d.tenant, 0) + 1
+            ranked.append((turns[d.tenant], d))
+        due = [d for _, d in sorted(ranked, key=lambda r: (r[0], r[1].next_attempt_at,
+                                                            r[1].delivery_id))][:limit]
         out = []
         for d in due:
             d = msgspec.structs.replace(d, attempts=d.attempts + 1, lease_owner=owner,

@@ -49,15 +49,21 @@ def refund(tx: Tx, taken: Charge) -> None:
            window_start=taken.window_start)
 
 
+def check_waiting(tx: Tx, tenant: str, max_queued: int) -> None:
+    """Refuse one more waiting job of ``tenant`` when it has ``max_queued`` (0: no
+    limit): a new job's admission, or a failed job's replay."""
+    if max_queued:
+        row = tx.one("tenant_waiting", tenant=tenant)
+        if row is not None and row["n"] >= max_queued:
+            raise TenantQueueFull(
+                f"this tenant has {max_queued} jobs waiting, its limit; retry once "
+                "one is claimed", headers={"Retry-After": str(QUEUE_FULL_RETRY_S)})
+
+
 def check_admission(tx: Tx, tenant: str, limits: TenantLimits) -> None:
     """Refuse an admission past ``tenant``'s limits, or charge it to its rate; run in
     the transaction that inserts the job, after its key was looked up."""
-    if limits.max_queued:
-        row = tx.one("tenant_waiting", tenant=tenant)
-        if row is not None and row["n"] >= limits.max_queued:
-            raise TenantQueueFull(
-                f"this tenant has {limits.max_queued} jobs waiting, its limit; retry once "
-                "one is claimed", headers={"Retry-After": str(QUEUE_FULL_RETRY_S)})
+    check_waiting(tx, tenant, limits.max_queued)
     if limits.admit_rate and charge(tx, tenant, ADMITTED, 1, limits.admit_rate,
                                     limits.admit_window_s) is None:
         wait = retry_after_s(tx.now, limits.admit_window_s)

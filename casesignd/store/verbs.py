@@ -40,7 +40,7 @@ from casesignd.store.records import (
     in_progress,
     row_job,
 )
-from casesignd.store.tenants import TenantVerbs
+from casesignd.store.tenants import TenantVerbs, check_waiting
 from casesignd.store.tx import Op, Row, Step, Tx
 
 if TYPE_CHECKING:
@@ -342,9 +342,17 @@ def cancel(tx: Tx, tenant: str, job_id: str, actor: str) -> Job:
     return job
 
 
-def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int) -> Job:
-    """A failed job queued again, within the queue depth as an admission is: a replay
-    adds a waiting job as surely as a new one does."""
+def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int,
+           max_queued: int = 0) -> Job:
+    """A failed job queued again, within the queue depth and the tenant's waiting
+    limit (``max_queued``) as an admission is: a replay adds a waiting job as surely
+    as a new one does."""
+    if max_queued:
+        found = tx.one("get_job", job_id=job_id, tenant=tenant)
+        if found is not None and found["state"] == "failed":  # else refused below
+            # In turn with the tenant's admissions on every daemon: the count holds.
+            tx.one("admission_lock", tenant=tenant)
+            check_waiting(tx, tenant, max_queued)
     row = tx.one("replay", job_id=job_id, tenant=tenant, now=tx.now,
                  max_queue_depth=max_queue_depth, waiting_pending=tx.waiting_pending)
     if row is None:
@@ -480,8 +488,10 @@ class SqlStore(LifecycleVerbs, OutboxVerbs, DataKeyVerbs, ClaimVerbs, TenantVerb
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
         return await self._write(lambda tx: cancel(tx, tenant, job_id, actor))
 
-    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int) -> Job:
-        return await self._write(lambda tx: replay(tx, tenant, job_id, actor, max_queue_depth))
+    async def replay(self, tenant: str, job_id: str, actor: str, *, max_queue_depth: int,
+                     max_queued: int = 0) -> Job:
+        return await self._write(lambda tx: replay(tx, tenant, job_id, actor, max_queue_depth,
+                                                   max_queued))
 
     # --- events, signatures, artifacts ------------------------------------------------
 

@@ -20,24 +20,50 @@ from casesignd.core.webhook_events import Webhook
 
 # Addresses an endpoint resolving to them is refused unless its config names them in
 # allow_addresses: link-local (169.254.0.0/16 holds the clouds' metadata services,
-# fe80::/10) and the other metadata addresses in use (fd00:ec2::254 on AWS).
+# fe80::/10) and the other metadata addresses in use (fd00:ec2::254 on AWS,
+# 100.100.100.200 on Alibaba, 168.63.129.16 Azure's WireServer, 192.0.0.192 on Oracle).
 REFUSED_NETWORKS = tuple(ipaddress.ip_network(n) for n in (
-    "169.254.0.0/16", "fe80::/10", "fd00:ec2::/32", "100.100.100.200/32"))
+    "169.254.0.0/16", "fe80::/10", "fd00:ec2::/32", "100.100.100.200/32",
+    "168.63.129.16/32", "192.0.0.192/32"))
+
+
+# IPv6 prefixes whose last 32 bits are an IPv4 address that a gateway or the host's
+# own stack reaches: NAT64's well-known prefix (RFC 6052), IPv4-translated (SIIT,
+# RFC 2765) and IPv4-compatible (RFC 4291, deprecated) addresses.
+_IPV4_IN_LAST_32_BITS = tuple(ipaddress.ip_network(n) for n in (
+    "64:ff9b::/96", "::ffff:0:0:0/96", "::/96"))
 
 
 def refused_address(address: str, allowed: list[str]) -> bool:
-    """Whether an endpoint resolving to ``address`` must not be connected to."""
+    """Whether an endpoint resolving to ``address`` must not be connected to: an IPv6
+    address carrying an IPv4 one (mapped, NAT64, 6to4...) is judged by that IPv4."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])
     if address in allowed:
         return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return any(ip in n for n in REFUSED_NETWORKS)
+    return any(a in n for a in (ip, *_embedded_ipv4(ip)) for n in REFUSED_NETWORKS)
+
+
+def _embedded_ipv4(ip: ipaddress.IPv4Address | ipaddress.IPv6Address
+                   ) -> list[ipaddress.IPv4Address]:
+    if not isinstance(ip, ipaddress.IPv6Address):
+        return []
+    out = [a for a in (ip.ipv4_mapped, ip.sixtofour) if a is not None]
+    if any(ip in n for n in _IPV4_IN_LAST_32_BITS):
+        out.append(ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF))
+    return out
 
 
 def secrets_of(path: Path) -> list[str]:
-    """The secrets in a secret file, one a line (two while rotating)."""
-    return [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    """The secrets in a secret file, one a line (two while rotating); ValueError when
+    it holds none, or one that cannot sign (not base64 after ``whsec_``)."""
+    from standardwebhooks.webhooks import Webhook as Signer
+
+    found = [s.strip() for s in path.read_text(encoding="utf-8").splitlines() if s.strip()]
+    if not found:
+        raise ValueError("no secret")
+    for s in found:
+        Signer(s)  # decodes it: binascii.Error, a ValueError, when it is no base64
+    return found
 
 
 # --- what an attempt decides ----------------------------------------------------------

@@ -46,6 +46,8 @@ log = logging.getLogger("casesignd.webhooks.sender")
 POLL_S = 0.5
 BATCH = 16
 OUTCOMES = ("delivered", "retry", "dead", "skipped")
+# The largest answer body read (to keep its connection); a larger one is never read.
+ANSWER_READ_BYTES = 64 * 1024
 
 
 class SenderServices(Protocol):
@@ -197,7 +199,7 @@ class Sender:
         body = audit.canonical(jobs.resource(self.s, job))
         try:
             secrets = webhooks.secrets_of(self.s.config.credential(w.secret_file))
-        except OSError:
+        except (OSError, ValueError):  # unreadable, empty, or no secret: wait for a good one
             await self._settle(d, "pending", error="secret_unreadable",
                                next_at=time.time() + w.max_delay_s)
             return
@@ -238,7 +240,12 @@ class Sender:
                         **trace_headers(call)},
                     allow_redirects=False,
                     timeout=aiohttp.ClientTimeout(total=w.timeout_s)) as resp:
-                await resp.read()
+                # The status is the answer. A small body with its length is read, so
+                # the connection is kept for the next request; any other is left
+                # unread and the connection closed: an endless or huge one must
+                # neither fill memory nor hold the attempt until its timeout.
+                if resp.content_length is not None and resp.content_length <= ANSWER_READ_BYTES:
+                    await resp.read()
                 return resp.status, None
         except aiohttp.ClientConnectorError as e:
             if isinstance(e.os_error, AddressRefused) or isinstance(e.__cause__, AddressRefused):

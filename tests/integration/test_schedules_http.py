@@ -28,7 +28,11 @@ def claimed_at(d: Daemon, job_id: str) -> tuple[int, float]:
 def test_bad_priorities_and_times_are_refused_with_the_field(daemon):
     for body, field in [({"priority": 10}, "priority"), ({"priority": "high"}, "priority"),
                         ({"not_before": "2026-12-05T09:00:00"}, "not_before"),
-                        ({"not_before": "tomorrow"}, "not_before")]:
+                        ({"not_before": "tomorrow"}, "not_before"),
+                        # Valid RFC 3339 whose instant, once in UTC, is outside years
+                        # 1-9999: no date can show it, so none is stored.
+                        ({"not_before": "9999-12-31T23:59:59-23:59"}, "not_before"),
+                        ({"not_before": "0001-01-01T00:00:00+23:59"}, "not_before")]:
         r = daemon.submit({"kind": "test", **body})
         assert r.status == 422, r.body
         assert (r.json()["error"]["code"], r.json()["error"]["field"]) == ("invalid_field", field)

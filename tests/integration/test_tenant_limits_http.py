@@ -125,6 +125,27 @@ def _most_at_once(spans: list[tuple[datetime, datetime]]) -> int:
     return most
 
 
+def test_a_retry_is_held_to_the_waiting_limit_as_an_admission_is(daemon_factory):
+    # A failed job retried waits again as surely as a new one: without the limit,
+    # a tenant could fill the queue past max_queued by failing jobs and retrying them.
+    d = _limited(daemon_factory(start=False), max_queued=2).start()
+    failed = [d.submit(_job(behavior="fail_permanent")).json()["job_id"] for _ in range(2)]
+    for job_id in failed:
+        assert d.wait_job(job_id)["state"] == "failed"
+    # The tenant's claims held, so what waits stays waiting.
+    r = d.request("POST", "/v1/admin/pause", {"tenant": "default"}, auth=OPERATOR_TOKEN)
+    assert r.status == 200, r.body
+    assert d.submit(_job()).status == 202
+    assert d.request("POST", f"/v1/jobs/{failed[0]}/retry").status == 202  # the second place
+    r = d.request("POST", f"/v1/jobs/{failed[1]}/retry")
+    assert r.status == 429 and r.json()["error"]["code"] == "tenant_queue_full", r.body
+    assert int(r.headers["Retry-After"]) >= 1
+    assert d.job(failed[1])["state"] == "failed"
+    # The operator's bulk retry is not held to it: the operator decides.
+    r = d.request("POST", "/v1/admin/jobs/retry", {"job_ids": [failed[1]]}, auth=OPERATOR_TOKEN)
+    assert r.status == 200 and r.json()["done"] == [failed[1]], r.body
+
+
 def test_the_running_limit_holds_on_one_daemon(daemon_factory):
     d = _limited(daemon_factory({"workers": {"concurrency": 4}}, start=False),
                  max_running=1).start()

@@ -6,6 +6,7 @@ caller can never make casesignd connect to."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import signal
 import sqlite3
@@ -15,9 +16,11 @@ from collections import Counter
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from casesignd.webhooks.sender import BATCH
 from tests.daemon import Daemon, kill_all, shared_nodes, start_all, to_toml
 from tests.helpers_ops import CASE_ID, case_manifest, contract_pdf, crash, find_personal
 from tests.helpers_webhooks import Receiver, endpoint, new_secret
+from tests.integration.test_admin_http import OTHER_TOKEN
 
 
 @pytest.fixture
@@ -188,19 +191,93 @@ def test_redirects_and_metadata_addresses_are_never_fetched(daemon_factory, rece
         receiver.answer = "redirect"
         receiver.redirect_to = other.url
         meta = endpoint("meta", "https://169.254.169.254/hook", "hook.secret")
-        d = hooked(daemon_factory, receiver, secret, meta)
+        # The same address through a NAT64 gateway (RFC 6052's well-known prefix).
+        meta6 = endpoint("meta6", "https://[64:ff9b::a9fe:a9fe]/hook", "hook.secret")
+        d = hooked(daemon_factory, receiver, secret, meta, meta6)
         (d.dir / "hook.secret").write_text(secret + "\n")
         redirected = submit(d, "r")
-        r = d.submit({"kind": "test", "webhook": "meta", "tag": "m"}, key="m")
-        assert r.status == 202
-        listed = wait_settled(d, 2)
+        refused = []
+        for name in ("meta", "meta6"):
+            r = d.submit({"kind": "test", "webhook": name, "tag": name}, key=name)
+            assert r.status == 202
+            refused.append(r.json()["job_id"])
+        listed = wait_settled(d, 3)
         by_job = {x["job_id"]: x for x in listed}
         assert by_job[redirected]["state"] == "dead" and by_job[redirected]["last_status"] == 302
-        meta_row = by_job[r.json()["job_id"]]
-        assert meta_row["state"] == "dead" and meta_row["last_error"] == "address_refused"
+        for job_id in refused:
+            row = by_job[job_id]
+            assert row["state"] == "dead" and row["last_error"] == "address_refused", row
         assert other.attempts == []
     finally:
         other.close()
+
+
+def test_an_answers_body_is_not_read_so_an_endless_one_is_delivered_in_bounded_memory(
+        daemon_factory, receiver, secret):
+    # The status is the answer; a receiver (or whatever sits at its address) that
+    # streams a body without end neither holds the attempt until its timeout nor
+    # fills the daemon's memory.
+    receiver.answer = "endless"
+    d = hooked(daemon_factory, receiver, secret, max_attempts=1)
+    before = _peak_rss_kib(d)
+    job = submit(d, "e")
+    [x] = wait_settled(d, 1)
+    assert (x["job_id"], x["state"], x["last_status"]) == (job, "delivered", 200), x
+    assert _peak_rss_kib(d) - before < 64 * 1024
+
+
+def test_a_tenants_hanging_receiver_does_not_hold_back_anothers_deliveries(
+        daemon_factory, receiver, secret):
+    # The default tenant's receiver never answers in time and its deliveries pile up;
+    # the other tenant's delivery is sent within a turn or two of the sender, not
+    # behind the whole backlog (counted in the stuck receiver's attempts, not timed).
+    fast = Receiver(secret)
+    try:
+        receiver.delay_s = 3.0  # past the 0.5 s timeout; short, so the receiver stops
+        d = daemon_factory({"workers": {"concurrency": 2}}, start=False)
+        (d.dir / "hook.secret").write_text(secret + "\n")
+        d.config["tenants"][0]["webhooks"] = [endpoint(
+            "erp", receiver.url, str(d.dir / "hook.secret"), timeout_s=0.5, max_attempts=100)]
+        d.config["tenants"].append({
+            "name": "other", "token_sha256": hashlib.sha256(OTHER_TOKEN.encode()).hexdigest(),
+            "webhooks": [endpoint("erp", fast.url, str(d.dir / "hook.secret"))]})
+        d.config_path.write_text(to_toml(d.config))
+        d.start()
+        backlog = 6 * BATCH
+        jobs = [submit(d, f"a{i}", tag=str(i)) for i in range(backlog)]
+        d.wait_job(jobs[-1])
+        while len(receiver.attempts) < BATCH:  # the sender is busy with the backlog
+            time.sleep(0.05)
+        r = d.request("POST", "/v1/jobs", {"kind": "test", "webhook": "erp"}, auth=OTHER_TOKEN)
+        assert r.status == 202, r.body
+        fast.wait(1)
+        assert len(receiver.attempts) <= 3 * BATCH, len(receiver.attempts)
+    finally:
+        fast.close()
+
+
+def test_a_secret_that_is_no_secret_is_told_and_the_delivery_waits_for_a_good_one(
+        daemon_factory, receiver, secret):
+    # Not base64 after "whsec_": nothing can be signed with it. The delivery says so
+    # and waits; once the file holds a good secret, it is sent.
+    d = hooked(daemon_factory, receiver, secret, secrets=["whsec_not*base64!"],
+               max_delay_s=0.5)
+    job = submit(d, "s")
+    d.wait_job(job)
+    end = time.monotonic() + 30
+    while (x := deliveries(d, job))[0]["last_error"] != "secret_unreadable":
+        assert time.monotonic() < end, x
+        time.sleep(0.1)
+    assert x[0]["state"] == "pending" and receiver.attempts == []
+    assert "webhook.turn_failed" not in d.logs()
+    (d.dir / "hook.secret").write_text(secret + "\n")
+    receiver.wait(1)
+
+
+def _peak_rss_kib(d: Daemon) -> int:
+    assert d.proc is not None
+    with open(f"/proc/{d.proc.pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
 
 
 def test_a_first_endpoint_added_by_sighup_starts_the_sender(daemon_factory, receiver, secret):

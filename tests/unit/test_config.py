@@ -35,6 +35,9 @@ def test_the_example_config_loads_and_names_every_setting():
         assert f"\n{name} =" in text, name
 
 
+_TENANT = f"[[tenants]]\nname = 'a'\ntoken_sha256 = '{'a' * 64}'\n"
+
+
 @pytest.mark.parametrize("text,key", [
     ("[workers]\nconcurrency = 0\n", "workers.concurrency"),
     ("[workers]\nconcurrency = 'four'\n", "workers.concurrency"),
@@ -53,6 +56,14 @@ def test_the_example_config_loads_and_names_every_setting():
     ("[store]\nkind = 'postgres'\ndsn = 'postgresql://casesignd:hunter2@db/casesignd'\n", "store.dsn"),
     ("[store]\ndsn = 'host=db'\n", "store.dsn"),
     ("[store]\npassword_file = 'db.pass'\n", "store.password_file"),
+    # A limit no store integer holds (and no client reads exactly) made every
+    # admission and upload of the tenant a 500.
+    (_TENANT + "[tenants.limits]\nmax_queued = 9223372036854775808\n",
+     "tenants[0].limits.max_queued"),
+    (_TENANT + "[tenants.limits]\nupload_bytes = 9007199254740992\n",
+     "tenants[0].limits.upload_bytes"),
+    (_TENANT + "[tenants.limits]\nadmit_window_s = 9007199254740992\n",
+     "tenants[0].limits.admit_window_s"),
 ])
 def test_bad_config_names_the_key(text, key):
     with pytest.raises(ConfigError) as e:

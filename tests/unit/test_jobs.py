@@ -122,6 +122,8 @@ def test_a_schedule_is_taken_out_of_the_body(body, priority, not_before):
     ({"not_before": "2026-12-05T09:00:00"}, "not_before"),  # no offset
     ({"not_before": "2026-12-05"}, "not_before"), ({"not_before": 1796461200}, "not_before"),
     ({"not_before": "2026-02-30T09:00:00Z"}, "not_before"),
+    ({"not_before": "9999-12-31T23:59:59-23:59"}, "not_before"),  # past year 9999 in UTC
+    ({"not_before": "0001-01-01T00:00:00+00:01"}, "not_before"),  # before year 1 in UTC
 ])
 def test_a_bad_schedule_is_invalid_field(body, field):
     with pytest.raises(ValidationError) as e:

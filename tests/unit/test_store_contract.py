@@ -13,7 +13,7 @@ import time
 import pytest
 
 from casesignd.core import audit
-from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.errors import Conflict, NotFound, QueueFull, TenantQueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Fail, Finish, RetryLater, Signature
 from casesignd.engine import jobs
@@ -422,6 +422,22 @@ async def test_a_replay_respects_the_queue_depth(store):
     assert [ev["type"] for ev in await store.events("t1", job.job_id)].count("replayed") == 1
 
 
+async def test_a_replay_respects_the_tenants_waiting_limit(store):
+    job, _ = await admit(store, key="failed")
+    running = await store.claim("w", 10, 1 << 30, ["test"])
+    await store.conclude(running.lease, Fail("permanent_input", "malformed_pdf"))
+    await admit(store, key="waiting")
+    await admit(store, key="theirs", tenant="t2")  # another tenant's waiting job: not counted
+    with pytest.raises(TenantQueueFull) as e:
+        await store.replay("t1", job.job_id, "api", max_queue_depth=100, max_queued=1)
+    assert e.value.headers["Retry-After"]
+    assert (await store.get_job("t1", job.job_id)).state == "failed"
+    with pytest.raises(NotFound):  # absent comes first, as with the queue depth
+        await store.replay("t2", job.job_id, "api", max_queue_depth=100, max_queued=1)
+    replayed = await store.replay("t1", job.job_id, "api", max_queue_depth=100, max_queued=2)
+    assert replayed.state == "queued"
+
+
 async def test_admissions_in_one_batch_respect_the_queue_depth(store):
     results = await asyncio.gather(*(store.admit(new_job(f"q{i}"), actor="a", max_queue_depth=3)
                                      for i in range(6)), return_exceptions=True)
@@ -751,6 +767,23 @@ async def test_deliveries_are_leased_one_sender_at_a_time_and_fenced(store_and_c
     assert (await store.redeliver("t1", done.delivery_id)).state == "pending"
     [fourth] = await store.take_deliveries("n1", 30, 10)
     assert fourth.attempts == 4
+
+
+async def test_a_tenants_backlog_of_deliveries_does_not_hold_back_anothers(store_and_clock):
+    # t1's receiver is slow or down and its deliveries pile up; t2's one, due later,
+    # is in the very next take, as claims take turns between tenants.
+    store, clock = store_and_clock
+    for i in range(6):
+        await admit(store, key=f"a{i}", body={"x": i, "webhook": "erp"})
+        await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+        clock.now += 1
+    await admit(store, key="b", tenant="t2", body={"x": "b", "webhook": "erp"})
+    await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    batch = await store.take_deliveries("n", 30, 3)
+    assert sorted(d.tenant for d in batch) == ["t1", "t1", "t2"]
+    # Within a tenant, oldest first as before.
+    oldest = sorted(await store.list_deliveries("t1", 10), key=lambda d: d.created_at)[:2]
+    assert {d.delivery_id for d in batch if d.tenant == "t1"} == {d.delivery_id for d in oldest}
 
 
 async def test_retention_removes_ended_deliveries_and_keeps_pending_ones(store_and_clock):

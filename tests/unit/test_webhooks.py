@@ -55,6 +55,14 @@ def test_endpoint_urls(url, ok):
     ("::ffff:169.254.169.254", [], True), ("fd00:ec2::254", [], True),
     ("169.254.169.254", ["169.254.169.254"], False),
     ("127.0.0.1", [], False), ("93.184.216.34", [], False), ("10.0.0.5", [], False),
+    # IPv6 forms that carry an IPv4 address a gateway reaches: NAT64 (RFC 6052),
+    # 6to4 (RFC 3056), IPv4-compatible and IPv4-translated (SIIT).
+    ("64:ff9b::a9fe:a9fe", [], True), ("64:ff9b::169.254.169.254", [], True),
+    ("2002:a9fe:a9fe::1", [], True), ("::169.254.169.254", [], True),
+    ("::ffff:0:a9fe:a9fe", [], True),
+    # Other clouds' metadata and platform addresses: Azure's WireServer, Oracle's.
+    ("168.63.129.16", [], True), ("192.0.0.192", [], True),
+    ("64:ff9b::5db8:d822", [], False), ("2002:5db8:d822::1", [], False), ("::1", [], False),
 ])
 def test_refused_addresses(address, allowed, refused):
     assert webhooks.refused_address(address, allowed) == refused
@@ -103,6 +111,9 @@ def test_which_state_changes_are_reported(kind, audit_type, event):
     ({"name": "a b"}, "name"), ({"url": "http://erp.example/"}, "url"),
     ({"events": ["job.done"]}, "events"), ({"max_attempts": 0}, "max_attempts"),
     ({"allow_addresses": ["nope"]}, "allow_addresses"),
+    # Not numbers a lease or a backoff can be made of.
+    ({"timeout_s": float("nan")}, "timeout_s"), ({"timeout_s": float("inf")}, "timeout_s"),
+    ({"base_delay_s": float("nan")}, "timeout_s"), ({"max_delay_s": float("inf")}, "timeout_s"),
 ])
 def test_config_names_a_bad_endpoint(entry, key):
     from casesignd import config

@@ -257,15 +257,30 @@ INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, cr
                                 next_attempt_at, updated_at)
 VALUES (:delivery_id, :tenant, :job_id, :event, :endpoint, :now, :now, :now);
 
--- A lease on the oldest due deliveries, like a claim: the attempt number bumps.
+-- A lease on due deliveries, like a claim: the attempt number bumps. Tenants take
+-- turns (each one's oldest, then each one's second...), so a tenant whose receiver is
+-- slow or down and whose deliveries pile up never holds another's back. The tenants
+-- with pending deliveries are found by skipping through the (tenant, next_attempt_at,
+-- delivery_id) index, and each one's oldest :limit due ones read from it: the cost
+-- grows with the tenants, not with their backlogs.
 -- name: take_deliveries
+WITH RECURSIVE tenants(t) AS (
+  SELECT min(tenant) FROM webhook_deliveries WHERE state = 'pending'
+  UNION ALL
+  SELECT (SELECT min(tenant) FROM webhook_deliveries WHERE state = 'pending' AND tenant > t)
+    FROM tenants WHERE t IS NOT NULL)
 UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = :owner,
        lease_expires = :now + :lease_s, updated_at = :now
  WHERE delivery_id IN (
-   SELECT delivery_id FROM webhook_deliveries
-    WHERE state = 'pending' AND next_attempt_at <= :now
-      AND (lease_expires IS NULL OR lease_expires <= :now)
-    ORDER BY next_attempt_at, delivery_id LIMIT :limit)
+   SELECT delivery_id FROM (
+     SELECT d.delivery_id, d.next_attempt_at, ROW_NUMBER() OVER (
+              PARTITION BY d.tenant ORDER BY d.next_attempt_at, d.delivery_id) AS turn
+       FROM tenants JOIN webhook_deliveries d ON d.delivery_id IN (
+              SELECT delivery_id FROM webhook_deliveries
+               WHERE tenant = tenants.t AND state = 'pending' AND next_attempt_at <= :now
+                 AND (lease_expires IS NULL OR lease_expires <= :now)
+               ORDER BY tenant, next_attempt_at, delivery_id LIMIT :limit))
+    ORDER BY turn, next_attempt_at, delivery_id LIMIT :limit)
 RETURNING *;
 
 -- An attempt's outcome, written only while its lease holds.

@@ -24,6 +24,11 @@ UPDATE tenant_usage SET used = max(0, used - :amount)
 -- name: tenant_waiting
 SELECT count(*) AS n FROM jobs WHERE tenant = :tenant AND state IN ('queued', 'retry_wait');
 
+-- One tenant's limited admissions and replays take turns: the one writer already
+-- runs every transaction in turn (PostgreSQL locks here).
+-- name: admission_lock
+SELECT 1;
+
 -- Jobs running now per tenant of :tenants (those with a running limit): at most the
 -- workers of every daemon (jobs_running).
 -- name: running_by_tenant

@@ -418,17 +418,42 @@ INSERT INTO webhook_deliveries (delivery_id, tenant, job_id, event, endpoint, cr
 VALUES (%(delivery_id)s, %(tenant)s, %(job_id)s, %(event)s, %(endpoint)s, %(now)s, %(now)s,
         %(now)s);
 
--- A lease on the oldest due deliveries, like a claim: the attempt number bumps, and a
--- row another daemon is taking is skipped, so one daemon sends a delivery at a time.
+-- A lease on due deliveries, like a claim: the attempt number bumps, and a row another
+-- daemon is taking is skipped, so one daemon sends a delivery at a time. Tenants take
+-- turns (each one's oldest, then each one's second...), so a tenant whose receiver is
+-- slow or down and whose deliveries pile up never holds another's back. The tenants
+-- with pending deliveries are found by skipping through the (tenant, next_attempt_at,
+-- delivery_id) index and each one's oldest due ones read from it, so the cost grows
+-- with the tenants, not with their backlogs; the candidates, in turn order, are then
+-- locked by key, their due condition checked again once locked.
 -- name: take_deliveries
+WITH RECURSIVE tenants(t) AS (
+  (SELECT tenant FROM webhook_deliveries WHERE state = 'pending'
+    ORDER BY tenant, next_attempt_at, delivery_id LIMIT 1)
+  UNION ALL
+  SELECT (SELECT tenant FROM webhook_deliveries WHERE state = 'pending' AND tenant > t
+           ORDER BY tenant, next_attempt_at, delivery_id LIMIT 1)
+    FROM tenants WHERE t IS NOT NULL),
+candidates AS (
+  SELECT ARRAY(
+    SELECT c.delivery_id FROM tenants CROSS JOIN LATERAL (
+      SELECT delivery_id, next_attempt_at,
+             row_number() OVER (ORDER BY next_attempt_at, delivery_id) AS turn
+        FROM (SELECT delivery_id, next_attempt_at FROM webhook_deliveries
+               WHERE tenant = tenants.t AND state = 'pending'
+                 AND next_attempt_at <= %(now)s::float8
+                 AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)
+               ORDER BY tenant, next_attempt_at, delivery_id LIMIT %(limit)s) own) c
+     ORDER BY c.turn, c.next_attempt_at, c.delivery_id) AS ids)
 UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = %(owner)s,
        lease_expires = %(now)s::float8 + %(lease_s)s::float8, updated_at = %(now)s::float8
  WHERE delivery_id IN (
-   SELECT delivery_id FROM webhook_deliveries
-    WHERE state = 'pending' AND next_attempt_at <= %(now)s::float8
-      AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)
-    ORDER BY next_attempt_at, delivery_id LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED)
+   SELECT w.delivery_id FROM webhook_deliveries w, candidates
+    WHERE w.delivery_id = ANY (candidates.ids) AND w.state = 'pending'
+      AND w.next_attempt_at <= %(now)s::float8
+      AND (w.lease_expires IS NULL OR w.lease_expires <= %(now)s::float8)
+    ORDER BY array_position(candidates.ids, w.delivery_id) LIMIT %(limit)s
+    FOR UPDATE OF w SKIP LOCKED)
 RETURNING *;
 
 -- An attempt's outcome, written only while its lease holds.
