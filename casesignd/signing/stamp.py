@@ -26,6 +26,7 @@ Nothing is ever drawn outside the box, and the form's /BBox clips it besides.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
 
 from casesignd.pdf.syntax import real_text
@@ -64,9 +65,7 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
     limit_w, limit_h = width - 2 * PADDING_PT, height - 2 * PADDING_PT
     size = MAX_SIZE_PT
     while True:
-        wrapped = [piece for line in lines
-                   for piece in shaping.wrap_lines(shaping.shaped(line), False, size,
-                                                        max(limit_w, 1.0))]
+        wrapped = [piece for line in lines for piece in _wrapped(line, size, max(limit_w, 1.0))]
         if len(wrapped) * size * LEADING <= limit_h or size <= MIN_SIZE_PT:
             break
         size = max(MIN_SIZE_PT, size - 0.5)
@@ -79,6 +78,20 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
                 last = last[:-1]
             wrapped[-1] = last + "…"
     return size, wrapped
+
+
+# A policy's stamps repeat most of their lines (who signed, the policy, the reason, the
+# place; the date within its second): each line is wrapped, and each wrapped line
+# placed, once per process for each size and width tried, and kept.
+LINES_KEPT = 1024
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _wrapped(line: str, size: float, limit: float) -> tuple[str, ...]:
+    """One of the stamp's lines wrapped to ``limit`` points at ``size`` (pure)."""
+    from casesignd.text import shaping
+
+    return tuple(shaping.wrap_lines(shaping.shaped(line), False, size, limit))
 
 
 class _Recorder:
@@ -99,19 +112,27 @@ class _Recorder:
 def _runs(lines: Sequence[str], width: float, height: float
           ) -> list[tuple[float, float, str, float, str]]:
     """The stamp's text as runs of one font each, placed (pure, given the fonts)."""
+    size, wrapped = layout(lines, width, height)
+    runs: list[tuple[float, float, str, float, str]] = []
+    y = height - PADDING_PT - size
+    for line in wrapped:
+        runs.extend((x, y, font, size, text) for x, font, text in _placed(line, size, width))
+        y -= size * LEADING
+    return runs
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _placed(line: str, size: float, width: float) -> tuple[tuple[float, str, str], ...]:
+    """A wrapped line's runs of one font, as (x, font, text), aligned in a stamp
+    ``width`` points wide (pure, given the fonts)."""
     from casesignd.text import faces, shaping
 
     faces.register_fonts()  # the East Asian face is registered by shaping when a text needs it
-    size, wrapped = layout(lines, width, height)
     canv = _Recorder()
-    y = height - PADDING_PT - size
-    for line in wrapped:
-        base = shaping.direction(line)
-        x = width - PADDING_PT if base == "R" else PADDING_PT
-        shaping.draw_line(canv, x, y, line, False, size,
-                          "RIGHT" if base == "R" else "LEFT", base)
-        y -= size * LEADING
-    return canv.runs
+    base = shaping.direction(line)
+    x = width - PADDING_PT if base == "R" else PADDING_PT
+    shaping.draw_line(canv, x, 0.0, line, False, size, "RIGHT" if base == "R" else "LEFT", base)
+    return tuple((x, font, text) for x, _y, font, _size, text in canv.runs)
 
 
 def logo_box(logo_px: tuple[int, int], width: float, height: float
@@ -136,7 +157,6 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
     (the form's number, [(number, the object's body)]). ``matrix``: the form's rotation
     (its /Matrix, §8.10.1); ``logo``: a PNG or JPEG drawn in the box's left part
     (:func:`logo_box`), the text beside it. Deterministic: same inputs, same bytes."""
-    from casesignd.text import faces
 
     image = stamp_image.image(logo) if logo else None
     placed = logo_box((image.width, image.height), width, height) if image else None
@@ -146,26 +166,12 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
     used: dict[str, set[int]] = {}
     for _x, _y, font, _size, text in runs:
         used.setdefault(font, set()).update(map(ord, text))
-    subsets: list[stamp_fonts.Subset] = []
-    codes: dict[str, dict[str, tuple[int, int]]] = {}
-    for font in sorted(used):
-        subs = stamp_fonts.subsets(font, used[font],
-                                   stamp_fonts.ALWAYS if font == faces.FONT_REGULAR else "")
-        codes[font] = {ch: (len(subsets) + k, code)
-                       for ch, (k, code) in stamp_fonts.encoding(subs).items()}
-        subsets.extend(subs)
+    glyphs = tuple(sorted((font, frozenset(codes)) for font, codes in used.items()))
+    subsets = _encoded(glyphs)[0]
     ops = [b"q 0.75 w 0.1 0.2 0.5 RG 0.5 0.5 %s %s re S Q" % (_n(width - 1), _n(height - 1)),
            b"0.05 0.1 0.3 rg BT"]
-    for x, y, font, size, text in runs:
-        shown = b"1 0 0 1 %s %s Tm" % (_n(x), _n(y))
-        at = -1
-        for ch in text:  # one Tf ... Tj per subset the run goes through (§9.4.3)
-            k, code = codes[font][ch]
-            if k != at:
-                shown += (b"> Tj" if at >= 0 else b"") + b" /F%d %s Tf <" % (k + 1, _n(size))
-                at = k
-            shown += b"%02X" % code
-        ops.append(shown + (b"> Tj" if at >= 0 else b""))
+    ops.extend(b"1 0 0 1 %s %s Tm" % (_n(x), _n(y)) + _shown(font, size, text, glyphs)
+               for x, y, font, size, text in runs)
     ops.append(b"ET")
     if placed:  # §8.9.5: an image fills the unit square, scaled to its place by cm
         x, y, w, h = placed
@@ -187,6 +193,41 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
             f" /Matrix [{' '.join(str(v) for v in matrix)} 0 0]"
             f" /Resources <</Font <<{b' '.join(fonts).decode()}>>{images}>>")
     return form_num, [(form_num, stamp_fonts.stream(b"\n".join(ops), head=head)), *bodies]
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _encoded(glyphs: tuple[tuple[str, frozenset[int]], ...]
+             ) -> tuple[tuple[stamp_fonts.Subset, ...], dict[str, dict[str, tuple[int, int]]]]:
+    """The font subsets that draw ``glyphs`` ((font, code points) by font name), and
+    each font's characters as (index of the subset, char code) (pure)."""
+    from casesignd.text import faces
+
+    subsets: list[stamp_fonts.Subset] = []
+    codes: dict[str, dict[str, tuple[int, int]]] = {}
+    for font, used in glyphs:
+        subs = stamp_fonts.subsets(font, used,
+                                   stamp_fonts.ALWAYS if font == faces.FONT_REGULAR else "")
+        codes[font] = {ch: (len(subsets) + k, code)
+                       for ch, (k, code) in stamp_fonts.encoding(subs).items()}
+        subsets.extend(subs)
+    return tuple(subsets), codes
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _shown(font: str, size: float, text: str, glyphs: tuple[tuple[str, frozenset[int]], ...]
+           ) -> bytes:
+    """A run's text shown in the subsets of :func:`_encoded` (``glyphs``): one
+    Tf ... Tj per subset the run goes through (§9.4.3)."""
+    codes = _encoded(glyphs)[1][font]
+    shown = b""
+    at = -1
+    for ch in text:
+        k, code = codes[ch]
+        if k != at:
+            shown += (b"> Tj" if at >= 0 else b"") + b" /F%d %s Tf <" % (k + 1, _n(size))
+            at = k
+        shown += b"%02X" % code
+    return shown + (b"> Tj" if at >= 0 else b"")
 
 
 def draw(lines: Sequence[str], width: float, height: float, logo: bytes = b"") -> bytes:
