@@ -90,13 +90,18 @@ def objects(sub: Subset, new_num: Callable[[], int]) -> tuple[int, list[tuple[in
 def stream(data: bytes, entries: dict[str, str] | None = None, head: str = "") -> bytes:
     """A Flate-compressed stream object's body (§7.3.8, §7.4.4); ``head`` more entries
     written as they are."""
-    packed = _deflated(data)
     more = "".join(f" /{k} {v}" for k, v in (entries or {}).items())
-    return (f"<<{head}{more} /Filter /FlateDecode /Length {len(packed)}>>\nstream\n".encode()
+    return framed(deflated(data), head + more)
+
+
+def framed(packed: bytes, head: str = "") -> bytes:
+    """A stream object's body around ``packed``, data :func:`deflated` already;
+    ``head`` its dictionary's other entries, written as they are."""
+    return (f"<<{head} /Filter /FlateDecode /Length {len(packed)}>>\nstream\n".encode()
             + packed + b"\nendstream")
 
 
-def _deflated(data: bytes) -> bytes:
+def deflated(data: bytes) -> bytes:
     """``data`` Flate-compressed (zlib format, level 6) with a window and hash tables
     no larger than it needs. zlib's defaults (a 32 KiB window, 128 KiB of hash
     tables) are made afresh for each call: for a stamp's few hundred bytes of text,
