@@ -282,6 +282,7 @@ class Ladder:
             async with steps.phase("timestamp"):
                 token = await self._timestamp(policy, signature)
         cms_der = cms.assemble(self.services.cms_template(), work.signed_attrs, signature, token)
+        assert work.prepared is not None  # handed back whenever the update is not made
         update = work.prepared.signed(cms_der)
         if not policy.at_least("B-LT"):
             return Appended(update, policy.signature_level)

@@ -9,9 +9,11 @@ reads as typed. The stamp is written straight as a form XObject (§8.10), its co
 stream's text in the fonts of :mod:`casesignd.signing.stamp_fonts`, embedded and subset
 to the glyphs used (§9.6.4, §9.9); the signing update carries those objects, so the
 stamp is part of the signed revision. What does not change from one signature to the
-next (a font subset's objects) is made once per process and kept; a signature pays
-for its own lines and numbers (about 0.2 ms, against 3 ms for a page laid out by
-reportlab and read back by pypdf, the way the stamp was first drawn).
+next is made once per process and kept: a font subset's objects, each line's wrapping
+and runs, and the whole drawing for the same lines (a policy's stamps within one
+second); a signature then only numbers its objects (about 0.01 ms; 0.15 ms for a new
+date line, against 3 ms for a page laid out by reportlab and read back by pypdf, the
+way the stamp was first drawn).
 
 A tenant's logo, when its policy asks, is drawn in the left part of the box
 (:func:`logo_box`, an image XObject of :mod:`casesignd.signing.stamp_image`), the words
@@ -26,7 +28,9 @@ Nothing is ever drawn outside the box, and the form's /BBox clips it besides.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from casesignd.pdf.syntax import real_text
 from casesignd.signing import stamp_fonts, stamp_image
@@ -64,9 +68,7 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
     limit_w, limit_h = width - 2 * PADDING_PT, height - 2 * PADDING_PT
     size = MAX_SIZE_PT
     while True:
-        wrapped = [piece for line in lines
-                   for piece in shaping.wrap_lines(shaping.shaped(line), False, size,
-                                                        max(limit_w, 1.0))]
+        wrapped = [piece for line in lines for piece in _wrapped(line, size, max(limit_w, 1.0))]
         if len(wrapped) * size * LEADING <= limit_h or size <= MIN_SIZE_PT:
             break
         size = max(MIN_SIZE_PT, size - 0.5)
@@ -79,6 +81,20 @@ def layout(lines: Sequence[str], width: float, height: float) -> tuple[float, li
                 last = last[:-1]
             wrapped[-1] = last + "…"
     return size, wrapped
+
+
+# A policy's stamps repeat most of their lines (who signed, the policy, the reason, the
+# place; the date within its second): each line is wrapped, and each wrapped line
+# placed, once per process for each size and width tried, and kept.
+LINES_KEPT = 1024
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _wrapped(line: str, size: float, limit: float) -> tuple[str, ...]:
+    """One of the stamp's lines wrapped to ``limit`` points at ``size`` (pure)."""
+    from casesignd.text import shaping
+
+    return tuple(shaping.wrap_lines(shaping.shaped(line), False, size, limit))
 
 
 class _Recorder:
@@ -99,19 +115,27 @@ class _Recorder:
 def _runs(lines: Sequence[str], width: float, height: float
           ) -> list[tuple[float, float, str, float, str]]:
     """The stamp's text as runs of one font each, placed (pure, given the fonts)."""
+    size, wrapped = layout(lines, width, height)
+    runs: list[tuple[float, float, str, float, str]] = []
+    y = height - PADDING_PT - size
+    for line in wrapped:
+        runs.extend((x, y, font, size, text) for x, font, text in _placed(line, size, width))
+        y -= size * LEADING
+    return runs
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _placed(line: str, size: float, width: float) -> tuple[tuple[float, str, str], ...]:
+    """A wrapped line's runs of one font, as (x, font, text), aligned in a stamp
+    ``width`` points wide (pure, given the fonts)."""
     from casesignd.text import faces, shaping
 
     faces.register_fonts()  # the East Asian face is registered by shaping when a text needs it
-    size, wrapped = layout(lines, width, height)
     canv = _Recorder()
-    y = height - PADDING_PT - size
-    for line in wrapped:
-        base = shaping.direction(line)
-        x = width - PADDING_PT if base == "R" else PADDING_PT
-        shaping.draw_line(canv, x, y, line, False, size,
-                          "RIGHT" if base == "R" else "LEFT", base)
-        y -= size * LEADING
-    return canv.runs
+    base = shaping.direction(line)
+    x = width - PADDING_PT if base == "R" else PADDING_PT
+    shaping.draw_line(canv, x, 0.0, line, False, size, "RIGHT" if base == "R" else "LEFT", base)
+    return tuple((x, font, text) for x, _y, font, _size, text in canv.runs)
 
 
 def logo_box(logo_px: tuple[int, int], width: float, height: float
@@ -135,10 +159,47 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
     uses, numbered by ``new_num`` (a function giving the next free object number):
     (the form's number, [(number, the object's body)]). ``matrix``: the form's rotation
     (its /Matrix, §8.10.1); ``logo``: a PNG or JPEG drawn in the box's left part
-    (:func:`logo_box`), the text beside it. Deterministic: same inputs, same bytes."""
-    from casesignd.text import faces
+    (:func:`logo_box`), the text beside it. Deterministic: same inputs, same bytes.
+    The drawing is made once per process for the same inputs (:func:`_drawing`); a
+    signature only numbers its objects."""
+    drawing = _drawing(tuple(lines), width, height, matrix,
+                       stamp_image.image(logo) if logo else None)
+    form_num = new_num()
+    bodies: list[tuple[int, bytes]] = []
+    fonts = []
+    for k, sub in enumerate(drawing.subsets):
+        font_num, objs = stamp_fonts.objects(sub, new_num)
+        fonts.append(b"/F%d %d 0 R" % (k + 1, font_num))
+        bodies.extend(objs)
+    images = ""
+    if drawing.image is not None:
+        image_num, objs = stamp_image.objects(drawing.image, new_num)
+        images = f" /XObject <</Logo {image_num} 0 R>>"
+        bodies.extend(objs)
+    head = f"{drawing.head} /Resources <</Font <<{b' '.join(fonts).decode()}>>{images}>>"
+    return form_num, [(form_num, stamp_fonts.framed(drawing.packed, head)), *bodies]
 
-    image = stamp_image.image(logo) if logo else None
+
+@dataclass(frozen=True)
+class _Drawing:
+    """A stamp's form XObject but for its object numbers: the start of its dictionary
+    (before /Resources), its compressed content stream, the font subsets it shows and
+    the logo it draws (None: none)."""
+
+    head: str
+    packed: bytes
+    subsets: tuple[stamp_fonts.Subset, ...]
+    image: stamp_image.Image | None
+
+
+# The stamps of one policy within one second (the date line's) are drawn alike.
+DRAWINGS_KEPT = 64
+
+
+@functools.lru_cache(maxsize=DRAWINGS_KEPT)
+def _drawing(lines: tuple[str, ...], width: float, height: float,
+             matrix: tuple[int, int, int, int], image: stamp_image.Image | None) -> _Drawing:
+    """What :func:`form` draws, without object numbers (pure, given the fonts)."""
     placed = logo_box((image.width, image.height), width, height) if image else None
     left = placed[0] + placed[2] if placed else 0.0
     runs = [(x + left, y, font, size, text)
@@ -146,47 +207,55 @@ def form(lines: Sequence[str], width: float, height: float, new_num: Callable[[]
     used: dict[str, set[int]] = {}
     for _x, _y, font, _size, text in runs:
         used.setdefault(font, set()).update(map(ord, text))
-    subsets: list[stamp_fonts.Subset] = []
-    codes: dict[str, dict[str, tuple[int, int]]] = {}
-    for font in sorted(used):
-        subs = stamp_fonts.subsets(font, used[font],
-                                   stamp_fonts.ALWAYS if font == faces.FONT_REGULAR else "")
-        codes[font] = {ch: (len(subsets) + k, code)
-                       for ch, (k, code) in stamp_fonts.encoding(subs).items()}
-        subsets.extend(subs)
+    glyphs = tuple(sorted((font, frozenset(codes)) for font, codes in used.items()))
     ops = [b"q 0.75 w 0.1 0.2 0.5 RG 0.5 0.5 %s %s re S Q" % (_n(width - 1), _n(height - 1)),
            b"0.05 0.1 0.3 rg BT"]
-    for x, y, font, size, text in runs:
-        shown = b"1 0 0 1 %s %s Tm" % (_n(x), _n(y))
-        at = -1
-        for ch in text:  # one Tf ... Tj per subset the run goes through (§9.4.3)
-            k, code = codes[font][ch]
-            if k != at:
-                shown += (b"> Tj" if at >= 0 else b"") + b" /F%d %s Tf <" % (k + 1, _n(size))
-                at = k
-            shown += b"%02X" % code
-        ops.append(shown + (b"> Tj" if at >= 0 else b""))
+    ops.extend(b"1 0 0 1 %s %s Tm" % (_n(x), _n(y)) + _shown(font, size, text, glyphs)
+               for x, y, font, size, text in runs)
     ops.append(b"ET")
     if placed:  # §8.9.5: an image fills the unit square, scaled to its place by cm
         x, y, w, h = placed
         ops.append(b"q %s 0 0 %s %s %s cm /Logo Do Q" % (_n(w), _n(h), _n(x), _n(y)))
-    form_num = new_num()
-    bodies: list[tuple[int, bytes]] = []
-    fonts = []
-    for k, sub in enumerate(subsets):
-        font_num, objs = stamp_fonts.objects(sub, new_num)
-        fonts.append(b"/F%d %d 0 R" % (k + 1, font_num))
-        bodies.extend(objs)
-    images = ""
-    if placed and image is not None:
-        image_num, objs = stamp_image.objects(image, new_num)
-        images = f" /XObject <</Logo {image_num} 0 R>>"
-        bodies.extend(objs)
     head = (f" /Type /XObject /Subtype /Form /BBox [0 0 {real_text(width).decode()}"
             f" {real_text(height).decode()}]"
-            f" /Matrix [{' '.join(str(v) for v in matrix)} 0 0]"
-            f" /Resources <</Font <<{b' '.join(fonts).decode()}>>{images}>>")
-    return form_num, [(form_num, stamp_fonts.stream(b"\n".join(ops), head=head)), *bodies]
+            f" /Matrix [{' '.join(str(v) for v in matrix)} 0 0]")
+    return _Drawing(head, stamp_fonts.deflated(b"\n".join(ops)), _encoded(glyphs)[0],
+                    image if placed else None)
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _encoded(glyphs: tuple[tuple[str, frozenset[int]], ...]
+             ) -> tuple[tuple[stamp_fonts.Subset, ...], dict[str, dict[str, tuple[int, int]]]]:
+    """The font subsets that draw ``glyphs`` ((font, code points) by font name), and
+    each font's characters as (index of the subset, char code) (pure)."""
+    from casesignd.text import faces
+
+    subsets: list[stamp_fonts.Subset] = []
+    codes: dict[str, dict[str, tuple[int, int]]] = {}
+    for font, used in glyphs:
+        subs = stamp_fonts.subsets(font, used,
+                                   stamp_fonts.ALWAYS if font == faces.FONT_REGULAR else "")
+        codes[font] = {ch: (len(subsets) + k, code)
+                       for ch, (k, code) in stamp_fonts.encoding(subs).items()}
+        subsets.extend(subs)
+    return tuple(subsets), codes
+
+
+@functools.lru_cache(maxsize=LINES_KEPT)
+def _shown(font: str, size: float, text: str, glyphs: tuple[tuple[str, frozenset[int]], ...]
+           ) -> bytes:
+    """A run's text shown in the subsets of :func:`_encoded` (``glyphs``): one
+    Tf ... Tj per subset the run goes through (§9.4.3)."""
+    codes = _encoded(glyphs)[1][font]
+    shown = b""
+    at = -1
+    for ch in text:
+        k, code = codes[ch]
+        if k != at:
+            shown += (b"> Tj" if at >= 0 else b"") + b" /F%d %s Tf <" % (k + 1, _n(size))
+            at = k
+        shown += b"%02X" % code
+    return shown + (b"> Tj" if at >= 0 else b"")
 
 
 def draw(lines: Sequence[str], width: float, height: float, logo: bytes = b"") -> bytes:

@@ -74,11 +74,13 @@ class SignedWork:
     goes after (None: the one it was given), the update to fill in, the signed
     attributes, their signature (None when the key is not in the process) and its
     time, and, when it could finish the document, the update with the CMS in place
-    and the SHA-256 of the signed document."""
+    and the SHA-256 of the signed document. A finished update is handed back alone:
+    ``prepared`` is then None, so the update's bytes (a visible stamp's fonts among
+    them) cross the process boundary once."""
 
     checked: Checked
     base: bytes | None
-    prepared: pades.PreparedUpdate
+    prepared: pades.PreparedUpdate | None
     signed_attrs: bytes
     signature: bytes | None
     sign_s: float
@@ -105,8 +107,8 @@ def sign_document(document: bytes, limits: PdfLimits, meta: pades.SignatureMeta,
         digest = hashlib.sha256(base)
         digest.update(update)
         sha256 = digest.hexdigest()
-    return SignedWork(checked, rewritten, prepared, signed_attrs, signature, sign_s,
-                      update, sha256)
+    return SignedWork(checked, rewritten, None if finish else prepared, signed_attrs,
+                      signature, sign_s, update, sha256)
 
 
 def sign_stored(path: str, sha256: str, size: int, limits: PdfLimits,

@@ -167,14 +167,27 @@ def test_a_stamp_from_kept_fonts_is_the_stamp_made_afresh_and_the_next_second_ke
         numbers = iter(range(10, 1000))
         return stamp.form(lines, 180, 50, lambda: next(numbers))[1]
 
+    def forget() -> None:  # everything the process keeps of stamps drawn before
+        for kept in (stamp._drawing, stamp._wrapped, stamp._placed, stamp._shown,
+                     stamp._encoded, stamp_fonts._parts):
+            kept.cache_clear()
+
     first = objects(LINES)
+    forget()
+    assert objects(LINES) == first
     stamp_fonts._parts.cache_clear()
     assert objects(LINES) == first
+    drawn = stamp._drawing.cache_info().hits
+    assert objects(LINES) == first
+    assert stamp._drawing.cache_info().hits == drawn + 1  # the same words: drawn once
     later = (*LINES[:2], "Date 2026-12-05 07:00:01+01:00", *LINES[3:])
-    before = stamp_fonts._parts.cache_info()
+    before, wrapped = stamp_fonts._parts.cache_info(), stamp._wrapped.cache_info()
     assert objects(later)[1:] == first[1:]  # only the form's own stream differs
     assert stamp_fonts._parts.cache_info().hits > before.hits
+    assert stamp._wrapped.cache_info().hits > wrapped.hits  # the lines that stayed
     assert stamp_fonts._parts.cache_info().maxsize == stamp_fonts.CACHE_SUBSETS
+    forget()
+    assert objects(later)[1:] == first[1:]
 
 
 @pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
