@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import secrets
 import threading
@@ -37,6 +38,7 @@ class Receiver:
         self.forged = 0
         self.delay_s = 0.0  # how long each answer takes, after the request is kept
         self.redirect_to = ""
+        self.released = asyncio.Event()  # set when it goes down: every delay ends
         self.loop = asyncio.new_event_loop()
         self.runner: web.AppRunner | None = None
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -53,7 +55,10 @@ class Receiver:
             self.forged += 1
             return web.Response(status=401)
         if self.delay_s:
-            await asyncio.sleep(self.delay_s)
+            # Cut short when the receiver goes down, so that a long delay never holds
+            # the test's end.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.released.wait(), self.delay_s)
         if self.answer == "redirect":
             raise web.HTTPFound(self.redirect_to)
         if self.answer == "endless":
@@ -93,6 +98,7 @@ class Receiver:
         self._call(start())
 
     def down(self) -> None:
+        self.loop.call_soon_threadsafe(self.released.set)
         if self.runner is not None:
             self._call(self.runner.cleanup())
             self.runner = None

@@ -12,7 +12,8 @@ is dropped.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -67,14 +68,20 @@ class OutboxVerbs:
     async def _rows(self, name: str, **params: Any) -> Sequence[Row]:  # provided by SqlStore
         raise NotImplementedError
 
-    async def take_deliveries(self, owner: str, lease_s: float, limit: int) -> list[Delivery]:
+    async def take_deliveries(self, owner: str, lease_s: float, limit: int, *,
+                              per_tenant: int | None = None,
+                              rooms: Mapping[str, int] | None = None) -> list[Delivery]:
         """Lease up to ``limit`` due pending deliveries to ``owner``, tenants taking
         turns (each one's oldest first), each attempt number bumped; ones another
-        sender holds are skipped."""
+        sender holds are skipped. A tenant takes at most its room: ``rooms[tenant]``,
+        else ``per_tenant`` (default: no bound but ``limit``)."""
+        per = limit if per_tenant is None else per_tenant
+        rooms_json = json.dumps(dict(rooms or {}))
 
         def op(tx: Any) -> list[Delivery]:
-            return [row_delivery(r) for r in tx.all("take_deliveries", owner=owner, now=tx.now,
-                                                    lease_s=lease_s, limit=limit)]
+            return [row_delivery(r) for r in tx.all(
+                "take_deliveries", owner=owner, now=tx.now, lease_s=lease_s, limit=limit,
+                per_tenant=per, rooms=rooms_json)]
 
         return await self._write(op)
 
@@ -140,8 +147,12 @@ class MemoryOutbox:
                 lease_owner=None, lease_expires=None, last_status=None, last_error=None,
                 delivered_at=None, updated_at=now)
 
-    async def take_deliveries(self, owner: str, lease_s: float, limit: int) -> list[Delivery]:
+    async def take_deliveries(self, owner: str, lease_s: float, limit: int, *,
+                              per_tenant: int | None = None,
+                              rooms: Mapping[str, int] | None = None) -> list[Delivery]:
         now = self.clock()
+        per = limit if per_tenant is None else per_tenant
+        rooms = rooms or {}
         due = sorted((d for d in self._deliveries.values()
                       if d.state == "pending" and d.next_attempt_at <= now
                       and (d.lease_expires is None or d.lease_expires <= now)),
@@ -151,7 +162,8 @@ class MemoryOutbox:
         ranked = []
         for d in due:
             turns[d.tenant] = turns.get(d.tenant, 0) + 1
-            ranked.append((turns[d.tenant], d))
+            if turns[d.tenant] <= rooms.get(d.tenant, per):
+                ranked.append((turns[d.tenant], d))
         due = [d for _, d in sorted(ranked, key=lambda r: (r[0], r[1].next_attempt_at,
                                                             r[1].delivery_id))][:limit]
         out = []

@@ -16,11 +16,11 @@ resolver the connection uses, so the address checked is the address connected to
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import socket
 import time
-from typing import Protocol
+from collections.abc import Iterable
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -45,6 +45,9 @@ log = logging.getLogger("casesignd.webhooks.sender")
 # How often an idle sender looks for due deliveries, and how many it sends at once.
 POLL_S = 0.5
 BATCH = 16
+# The most one tenant may have in flight: a tenant whose receiver hangs holds at most
+# these places until its attempts time out, and the rest keep sending others'.
+PER_TENANT = 12
 OUTCOMES = ("delivered", "retry", "dead", "skipped")
 # The largest answer body read (to keep its connection); a larger one is never read.
 ANSWER_READ_BYTES = 64 * 1024
@@ -157,31 +160,52 @@ class Sender:
         self.resolver = CheckingResolver(allowed_addresses(self.s.config))
         connector = aiohttp.TCPConnector(resolver=self.resolver, limit=BATCH)
         self.session = aiohttp.ClientSession(connector=connector)
+        # Sends in flight and their tenants. A place freed is taken again at once: a
+        # slow attempt holds its own place only, never a batch's.
+        flying: dict[asyncio.Future[Any], str] = {}
+        looked = 0.0
         try:
             while True:
                 self.due.clear()
-                try:
-                    sent = await self.turn()
-                    _counts, self.oldest_pending = await self.s.store.delivery_stats()
-                except Exception as e:  # noqa: BLE001 - the task must outlive a bad turn
-                    log_event(log, "webhook.turn_failed", level=logging.WARNING,
-                              error=type(e).__name__)
-                    sent = 0
-                if not sent:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.due.wait(), POLL_S)
+                taken = []
+                if len(flying) < BATCH:
+                    try:
+                        taken = await self.take(BATCH - len(flying), flying.values())
+                        if time.monotonic() - looked >= POLL_S:
+                            _counts, self.oldest_pending = await self.s.store.delivery_stats()
+                            looked = time.monotonic()
+                    except Exception as e:  # noqa: BLE001 - the task must outlive a bad turn
+                        log_event(log, "webhook.turn_failed", level=logging.WARNING,
+                                  error=type(e).__name__)
+                for d in taken:
+                    flying[asyncio.get_running_loop().create_task(self.send(d))] = d.tenant
+                if taken and len(flying) < BATCH:
+                    continue  # more may be due
+                due = asyncio.ensure_future(self.due.wait())
+                done, _ = await asyncio.wait([*flying, due], timeout=POLL_S,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                due.cancel()
+                for t in done:
+                    if flying.pop(t, None) is not None and not t.cancelled() and t.exception():
+                        log_event(log, "webhook.send_failed", level=logging.WARNING,
+                                  error=type(t.exception()).__name__)
         finally:
+            for t in flying:
+                t.cancel()
+            await asyncio.gather(*flying, return_exceptions=True)
             await self.session.close()
 
-    async def turn(self) -> int:
-        """Send the due deliveries, at most BATCH; how many were taken."""
+    async def take(self, places: int, flying: Iterable[str] = ()) -> list[Delivery]:
+        """Lease up to ``places`` due deliveries, a tenant with sends in flight
+        (``flying``: one tenant per send) taking only what is left of its share."""
         # A lease outlasts the longest attempt the config allows now (a reload changes it).
         lease_s = self.lease_s or webhooks.lease_s(
             w for t in self.s.config.tenants for w in t.webhooks)
-        taken = await self.s.store.take_deliveries(self.owner, lease_s, BATCH)
-        if taken:
-            await asyncio.gather(*(self.send(d) for d in taken))
-        return len(taken)
+        rooms: dict[str, int] = {}
+        for tenant in flying:
+            rooms[tenant] = rooms.get(tenant, PER_TENANT) - 1
+        return await self.s.store.take_deliveries(self.owner, lease_s, places,
+                                                  per_tenant=PER_TENANT, rooms=rooms)
 
     async def send(self, d: Delivery) -> None:
         """One attempt of ``d``, and its outcome written under its lease."""

@@ -831,3 +831,23 @@ async def test_two_senders_never_take_one_delivery_together(store_and_clock):
     finally:
         if other is not store:
             await other.close()
+
+
+async def test_a_tenant_takes_deliveries_up_to_its_room(store_and_clock):
+    # The sender says how many more each tenant may have in flight: one whose receiver
+    # hangs holds only so many places, and the others' deliveries are taken beside it.
+    store, clock = store_and_clock
+    for i in range(6):
+        await admit(store, key=f"a{i}", body={"x": i, "webhook": "erp"})
+        await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    for i in range(3):
+        await admit(store, key=f"b{i}", tenant="t2", body={"x": i, "webhook": "erp"})
+        await store.conclude((await store.claim("w", 10, 1 << 30, ["test"])).lease, Finish())
+    first = await store.take_deliveries("n", 30, 10, per_tenant=2)
+    assert sorted(d.tenant for d in first) == ["t1", "t1", "t2", "t2"]
+    # t1 has 2 in flight and a room of 3: one more; t2 none, by the default room.
+    second = await store.take_deliveries("n", 30, 10, per_tenant=2, rooms={"t1": 1, "t2": 0})
+    assert [d.tenant for d in second] == ["t1"]
+    assert await store.take_deliveries("n", 30, 10, per_tenant=0) == []
+    rest = await store.take_deliveries("n", 30, 10)
+    assert sorted(d.tenant for d in rest) == ["t1", "t1", "t1", "t2"]

@@ -262,7 +262,9 @@ VALUES (:delivery_id, :tenant, :job_id, :event, :endpoint, :now, :now, :now);
 -- slow or down and whose deliveries pile up never holds another's back. The tenants
 -- with pending deliveries are found by skipping through the (tenant, next_attempt_at,
 -- delivery_id) index, and each one's oldest :limit due ones read from it: the cost
--- grows with the tenants, not with their backlogs.
+-- grows with the tenants, not with their backlogs. A tenant takes at most its room:
+-- :rooms (a JSON object, tenant to room) or else :per_tenant, so that one whose
+-- receiver hangs holds only so many of the sender's places.
 -- name: take_deliveries
 WITH RECURSIVE tenants(t) AS (
   SELECT min(tenant) FROM webhook_deliveries WHERE state = 'pending'
@@ -274,12 +276,15 @@ UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = :owner,
  WHERE delivery_id IN (
    SELECT delivery_id FROM (
      SELECT d.delivery_id, d.next_attempt_at, ROW_NUMBER() OVER (
-              PARTITION BY d.tenant ORDER BY d.next_attempt_at, d.delivery_id) AS turn
+              PARTITION BY d.tenant ORDER BY d.next_attempt_at, d.delivery_id) AS turn,
+            coalesce((SELECT value FROM json_each(:rooms) WHERE key = d.tenant),
+                     :per_tenant) AS room
        FROM tenants JOIN webhook_deliveries d ON d.delivery_id IN (
               SELECT delivery_id FROM webhook_deliveries
                WHERE tenant = tenants.t AND state = 'pending' AND next_attempt_at <= :now
                  AND (lease_expires IS NULL OR lease_expires <= :now)
                ORDER BY tenant, next_attempt_at, delivery_id LIMIT :limit))
+    WHERE turn <= room
     ORDER BY turn, next_attempt_at, delivery_id LIMIT :limit)
 RETURNING *;
 

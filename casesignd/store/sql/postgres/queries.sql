@@ -425,7 +425,9 @@ VALUES (%(delivery_id)s, %(tenant)s, %(job_id)s, %(event)s, %(endpoint)s, %(now)
 -- with pending deliveries are found by skipping through the (tenant, next_attempt_at,
 -- delivery_id) index and each one's oldest due ones read from it, so the cost grows
 -- with the tenants, not with their backlogs; the candidates, in turn order, are then
--- locked by key, their due condition checked again once locked.
+-- locked by key, their due condition checked again once locked. A tenant takes at
+-- most its room: rooms (a JSON object, tenant to room) or else per_tenant, so that
+-- one whose receiver hangs holds only so many of the sender's places.
 -- name: take_deliveries
 WITH RECURSIVE tenants(t) AS (
   (SELECT tenant FROM webhook_deliveries WHERE state = 'pending'
@@ -444,6 +446,8 @@ candidates AS (
                  AND next_attempt_at <= %(now)s::float8
                  AND (lease_expires IS NULL OR lease_expires <= %(now)s::float8)
                ORDER BY tenant, next_attempt_at, delivery_id LIMIT %(limit)s) own) c
+     WHERE c.turn <= coalesce((%(rooms)s::jsonb ->> tenants.t)::bigint,
+                              %(per_tenant)s::bigint)
      ORDER BY c.turn, c.next_attempt_at, c.delivery_id) AS ids)
 UPDATE webhook_deliveries SET attempts = attempts + 1, lease_owner = %(owner)s,
        lease_expires = %(now)s::float8 + %(lease_s)s::float8, updated_at = %(now)s::float8
