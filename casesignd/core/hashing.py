@@ -71,11 +71,6 @@ class OverlappedSha256:
         self._wait()
         return self._h.hexdigest()
 
-    def digest(self) -> bytes:
-        """:meth:`hexdigest` as bytes."""
-        self._wait()
-        return self._h.digest()
-
     def close(self) -> None:
         """Wait for the part in flight and stop the thread."""
         try:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,7 +31,6 @@ from typing import Any, Protocol
 from pypdf import generic as g
 
 from casesignd.core.errors import SizeMismatch
-from casesignd.core.hashing import OverlappedSha256
 from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf.structure import Structure, name_tree_items
 from casesignd.pdf.syntax import (
@@ -97,9 +97,14 @@ def evidence_entries(bound: list[Bound], binding: str) -> bytes:
 
 
 class ObjectWriter(Protocol):
-    """Where the update's objects go (:class:`casesignd.signing.pades._Writer`)."""
+    """Where the update's objects go (:class:`casesignd.signing.pades._Writer`):
+    ``hasher`` the signature's hash of everything written."""
+
+    hasher: Any
 
     def write(self, data: bytes | memoryview) -> None: ...
+
+    def write_unhashed(self, data: bytes | memoryview) -> None: ...
 
     def begin(self, num: int, gen: int = 0) -> None: ...
 
@@ -121,10 +126,11 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     """An embedded file stream (§7.11.4, Tables 44-46), embedded under ``name``.
 
     The file is read once: its SHA-256 (which the file specification and the
-    signature dictionary carry, after the stream) is taken on a helper thread as
-    its bytes are copied. No /CheckSum: it is optional (Table 46) and MD5, which
-    costs more than twice SHA-256 on a large file and binds nothing the SHA-256
-    does not."""
+    signature dictionary carry, after the stream) and the signature's hash of it are
+    taken on helper threads (hashlib releases the GIL) while this one reads, and
+    maybe unseals and seals, the next chunk. No /CheckSum: it is optional (Table 46)
+    and MD5, which costs more than twice SHA-256 on a large file and binds nothing
+    the SHA-256 does not."""
     size = plain_size(att.path)
     params = g.DictionaryObject(
         {
@@ -142,14 +148,22 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     )
     w.begin(num)
     w.write(serialize(head) + b"\nstream\n")
+    sha = hashlib.sha256()
     copied = 0
-    with OverlappedSha256() as sha, open_plain(att.path) as f:
-        # Fresh bytes per chunk: the helper thread hashes one while the next is read.
+    pending: list[Future[None]] = []
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed-hash") as pool, \
+            open_plain(att.path) as f:
+        # Fresh bytes per chunk, hashed while the next is read; in order, since a
+        # chunk's hashes finish before the next chunk's begin.
         while chunk := f.read(CHUNK_BYTES):
-            sha.update(chunk)
-            w.write(chunk)
+            for done in pending:
+                done.result()
+            pending = [pool.submit(sha.update, chunk), pool.submit(w.hasher.update, chunk)]
+            w.write_unhashed(chunk)
             copied += len(chunk)
-        digest = sha.digest()
+        for done in pending:
+            done.result()
+    digest = sha.digest()
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")

@@ -197,8 +197,12 @@ class _Writer:
         self.body_hasher: Any = None  # the hash of what was written, before the tail
 
     def write(self, data: bytes | memoryview) -> None:
-        self.out.write(data)
+        self.write_unhashed(data)
         self.hasher.update(data)
+
+    def write_unhashed(self, data: bytes | memoryview) -> None:
+        """``write`` for bytes the caller feeds ``hasher`` itself, in order."""
+        self.out.write(data)
         self.offset += len(data)
 
     def begin(self, num: int, gen: int = 0) -> None:
