@@ -358,8 +358,9 @@ class SignCaseKind:
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.area.sealed("signed.pdf")
         # Signed in the CPU process (B-B), the document goes straight into its
-        # artifact's file in flight, and is published by a link rather than a copy.
-        target = await s.in_flight(ctx, sig_key)
+        # artifact's file in flight, and is published by a link rather than a copy;
+        # a timestamped one is finished here, after the TSA, and published by a copy.
+        target = None if policy.tsa_url else await s.in_flight(ctx, sig_key)
         try:
             # A stored contract is read as it is stored: the digest its signature's
             # hash gives on the way is checked before the key is used.
