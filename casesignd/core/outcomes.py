@@ -9,10 +9,12 @@ kiosk path hands the same values to its one write (``Store.record_flight``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from casesignd.core import audit
 from casesignd.core.keyring import WrappedKey
+from casesignd.core.sealed import SealKey
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,18 @@ class Artifact:
 
     def record(self) -> dict[str, Any]:
         return {"artifact_id": self.artifact_id, "sha256": self.sha256, "size": self.size}
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An artifact's file in flight (:mod:`casesignd.files.artifacts`), handed to the
+    process that writes the result: it writes and fsyncs ``path`` itself, sealed under
+    ``key`` when the stores are sealed at rest (None: plain, as the artifact will be),
+    so that publishing it is a hard link rather than a copy of it."""
+
+    artifact_id: str
+    path: Path
+    key: SealKey | None = None
 
 
 @dataclass(frozen=True)
@@ -105,4 +119,4 @@ class Fail:
 
 Outcome = Finish | RetryLater | Fail
 
-__all__ = ["Artifact", "Fail", "Finish", "Outcome", "RetryLater", "Signature"]
+__all__ = ["Artifact", "Fail", "Finish", "InFlight", "Outcome", "RetryLater", "Signature"]

@@ -28,6 +28,7 @@ from casesignd.config import Config
 from casesignd.core.calls import Calls
 from casesignd.core.errors import ConfigError
 from casesignd.core.logs import log_event
+from casesignd.core.outcomes import InFlight
 from casesignd.core.sealed import SealedPath, guarded
 from casesignd.engine.kinds import Artifact, JobContext, JobKind
 from casesignd.engine.lanes import Lane
@@ -302,6 +303,29 @@ class Services:
             assert not tail, "a plain result is whole"
             return await asyncio.to_thread(self.artifacts.publish, Path(path), artifact_id,
                                            media_type, seal_key)
+
+    async def in_flight(self, ctx: JobContext, sig_key: str | None = None) -> InFlight | None:
+        """A file in flight for the result a CPU process may write whole itself (its
+        artifact's id as :meth:`publish` names it), or None when that artifact's file
+        exists already. Publish it with :meth:`publish_written`; remove it when it is
+        not published."""
+        assert self.artifacts is not None
+        artifact_id = self.artifacts.artifact_id(
+            ctx.tenant, f"sig:{sig_key}" if sig_key else f"job:{ctx.job_id}")
+        seal_key = await self.artifacts.key_for(artifact_id)
+        return await asyncio.to_thread(self.artifacts.in_flight, artifact_id, seal_key)
+
+    async def publish_written(self, ctx: JobContext, target: InFlight, written: Artifact
+                              ) -> Artifact:
+        """:meth:`publish` for a file in flight a CPU process wrote whole and fsynced
+        (:meth:`in_flight`; ``written`` what it holds): a hard link, not a copy."""
+        assert self.artifacts is not None
+        await ctx.check_lease()
+        async with ctx.phase("publish"):
+            seal_key = await self.artifacts.key_for(target.artifact_id)
+            artifact, _ours = await asyncio.to_thread(self.artifacts.publish_written, target,
+                                                      written, seal_key)
+            return artifact
 
     async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None:
         """Where an artifact's bytes are: in the store (bytes), a file (its path, or

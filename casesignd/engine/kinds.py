@@ -18,7 +18,7 @@ from casesignd.config import Config, Policy
 from casesignd.core import audit
 from casesignd.core.errors import ValidationError
 from casesignd.core.hashing import sha256_hex
-from casesignd.core.outcomes import Artifact, Finish
+from casesignd.core.outcomes import Artifact, Finish, InFlight
 from casesignd.core.sealed import SealedPath
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore
@@ -93,6 +93,9 @@ class JobServices(Protocol):
 
     async def publish(self, ctx: JobContext, path: Path | str | SealedPath, media_type: str,
                       sig_key: str | None = None, tail: bytes = b"") -> Artifact: ...
+    async def in_flight(self, ctx: JobContext, sig_key: str | None = None) -> InFlight | None: ...
+    async def publish_written(self, ctx: JobContext, target: InFlight, written: Artifact
+                              ) -> Artifact: ...
     async def artifact_source(self, artifact_id: str) -> bytes | Path | SealedFile | None: ...
 
 

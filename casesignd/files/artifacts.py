@@ -48,7 +48,7 @@ import msgspec
 from casesignd.core.errors import Forbidden
 from casesignd.core.hashing import OverlappedSha256, file_sha256
 from casesignd.core.keyring import artifact_owner
-from casesignd.core.outcomes import Artifact
+from casesignd.core.outcomes import Artifact, InFlight
 from casesignd.core.sealed import SealKey, is_sealed, seal_writer
 from casesignd.files.envelope import Envelope, SealedFile, broken, plain_sha256, read_head
 from casesignd.files.objects import fsync_dir, sweep_in_flight
@@ -279,15 +279,42 @@ class ArtifactStore:
         return self._publish(artifact_id, media_type, lambda tmp: write_new(parts, tmp, seal),
                              key)
 
+    def in_flight(self, artifact_id: str, key: SealKey | None = None) -> InFlight | None:
+        """A file in flight for ``artifact_id`` (not created), for a process that writes
+        the result into it itself and fsyncs it (publish it with
+        :meth:`publish_written`); sealed under ``key`` when the envelope seals. None
+        when the artifact's file exists already (:meth:`publish` finds it). Blocking
+        (a stat, and the fan-out directory made if it is missing)."""
+        final = self._final_path(artifact_id)
+        if final.is_file():
+            return None
+        self._ensure_dirs(final.parent)
+        return InFlight(artifact_id, self.temp_path(final, self.node),
+                        key if self.envelope.sealing else None)
+
+    def publish_written(self, target: InFlight, written: Artifact,
+                        key: SealKey | None = None) -> tuple[Artifact, bool]:
+        """Publish the file in flight ``target``, written whole and fsynced by another
+        process, which says what it holds (``written``: the SHA-256 and size of its
+        plain bytes): a hard link and a directory fsync, first writer wins as in
+        :meth:`publish` (``key`` reads an earlier artifact kept instead). The file in
+        flight is gone afterwards either way. Blocking."""
+        try:
+            return self._publish(target.artifact_id, written.media_type,
+                                 lambda _tmp: (written.sha256, written.size), key, target.path)
+        finally:
+            target.path.unlink(missing_ok=True)
+
     def _publish(self, artifact_id: str, media_type: str,
                  write: Callable[[Path], tuple[str, int]],
-                 key: SealKey | None = None) -> tuple[Artifact, bool]:
+                 key: SealKey | None = None, tmp: Path | None = None) -> tuple[Artifact, bool]:
         final = self._final_path(artifact_id)
         if final.is_file():
             return self._describe(final, artifact_id, media_type, key), False
         self._ensure_dirs(final.parent)
         # Grouped with the fsyncs of other publications into the same directory.
-        written = link_new(self.temp_path(final, self.node), final, write, self.dir_syncs.sync)
+        written = link_new(tmp or self.temp_path(final, self.node), final, write,
+                           self.dir_syncs.sync)
         if written is None:
             # Someone published first: theirs is the recorded one.
             return self._describe(final, artifact_id, media_type, key), False

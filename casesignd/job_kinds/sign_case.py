@@ -357,15 +357,27 @@ class SignCaseKind:
                              description=f"sha256:{it['sha256']}")
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.area.sealed("signed.pdf")
-        # A stored contract is read as it is stored: the digest its signature's hash
-        # gives on the way is checked before the key is used.
-        signed = await ladder.sign_file(JobSteps(ctx), paths[contract_i], out, meta=meta,
-                                        attachments=attachments, policy=signing_policy(policy),
-                                        expect_sha256=normalized["items"][contract_i]["sha256"])
+        # Signed in the CPU process (B-B), the document goes straight into its
+        # artifact's file in flight, and is published by a link rather than a copy;
+        # a timestamped one is finished here, after the TSA, and published by a copy.
+        target = None if policy.tsa_url else await s.in_flight(ctx, sig_key)
+        try:
+            # A stored contract is read as it is stored: the digest its signature's
+            # hash gives on the way is checked before the key is used.
+            signed = await ladder.sign_file(
+                JobSteps(ctx), paths[contract_i], out, meta=meta, attachments=attachments,
+                policy=signing_policy(policy), publish_to=target,
+                expect_sha256=normalized["items"][contract_i]["sha256"])
+            if signed.published is not None and target is not None:
+                published = await s.publish_written(ctx, target, signed.published)
+            else:
+                published = await s.publish(ctx, out, "application/pdf", sig_key=sig_key,
+                                             tail=signed.appended.tail)
+        finally:
+            if target is not None:  # not published: nothing of it stays
+                target.path.unlink(missing_ok=True)
         artifact = dataclasses.replace(
-            await s.publish(ctx, out, "application/pdf", sig_key=sig_key,
-                            tail=signed.appended.tail),
-            timestamp_expires_at=signed.appended.timestamp_expires_at)
+            published, timestamp_expires_at=signed.appended.timestamp_expires_at)
         # The signature, its signed event and the finish are one transaction.
         return Finish(artifact=artifact, detail={"documents": len(normalized["items"])},
                       signature=Signature(sig_key, artifact,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 from pypdf import generic as g
 
 from casesignd.core.errors import SizeMismatch
-from casesignd.core.sealed import SealedPath, open_plain
+from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf.structure import Structure, name_tree_items
 from casesignd.pdf.syntax import (
     indirect,
@@ -81,7 +82,7 @@ def evidence_binding(signed: bool, count: int) -> str:
 
 
 def bound_by_digest(att: Attachment) -> Bound:
-    size, _md5, sha = hash_file(att.path)
+    size, sha = hash_file(att.path)
     return Bound(att.name, att.media_type, size, sha)
 
 
@@ -96,35 +97,44 @@ def evidence_entries(bound: list[Bound], binding: str) -> bytes:
 
 
 class ObjectWriter(Protocol):
-    """Where the update's objects go (:class:`casesignd.signing.pades._Writer`)."""
+    """Where the update's objects go (:class:`casesignd.signing.pades._Writer`):
+    ``hasher`` the signature's hash of everything written."""
+
+    hasher: Any
 
     def write(self, data: bytes | memoryview) -> None: ...
+
+    def write_unhashed(self, data: bytes | memoryview) -> None: ...
 
     def begin(self, num: int, gen: int = 0) -> None: ...
 
 
-def hash_file(path: Path | SealedPath) -> tuple[int, bytes, bytes]:
-    """The size, MD5 and SHA-256 of the file at ``path``, read in chunks."""
-    md5, sha = hashlib.md5(usedforsecurity=False), hashlib.sha256()
+def hash_file(path: Path | SealedPath) -> tuple[int, bytes]:
+    """The size and SHA-256 of the file at ``path``, read in chunks."""
+    sha = hashlib.sha256()
     size = 0
     buf = bytearray(CHUNK_BYTES)
     with open_plain(path) as f:
         while n := f.readinto(buf):
-            view = memoryview(buf)[:n]
-            md5.update(view)
-            sha.update(view)
+            sha.update(memoryview(buf)[:n])
             size += n
-    return size, md5.digest(), sha.digest()
+    return size, sha.digest()
 
 
 def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
                         when: dt.datetime) -> Bound:
-    """An embedded file stream (§7.11.4, Tables 44-46), embedded under ``name``."""
-    size, md5, sha = hash_file(att.path)
+    """An embedded file stream (§7.11.4, Tables 44-46), embedded under ``name``.
+
+    The file is read once: its SHA-256 (which the file specification and the
+    signature dictionary carry, after the stream) and the signature's hash of it are
+    taken on helper threads (hashlib releases the GIL) while this one reads, and
+    maybe unseals and seals, the next chunk. No /CheckSum: it is optional (Table 46)
+    and MD5, which costs more than twice SHA-256 on a large file and binds nothing
+    the SHA-256 does not."""
+    size = plain_size(att.path)
     params = g.DictionaryObject(
         {
             name_object("Size"): g.NumberObject(size),
-            name_object("CheckSum"): g.ByteStringObject(md5),
             name_object("ModDate"): text_object(pdf_date(when)),  # when it was embedded (Table 46)
         }
     )
@@ -138,16 +148,26 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     )
     w.begin(num)
     w.write(serialize(head) + b"\nstream\n")
+    sha = hashlib.sha256()
     copied = 0
-    buf = bytearray(CHUNK_BYTES)
-    with open_plain(att.path) as f:
-        while n := f.readinto(buf):
-            w.write(memoryview(buf)[:n])
-            copied += n
+    pending: list[Future[None]] = []
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed-hash") as pool, \
+            open_plain(att.path) as f:
+        # Fresh bytes per chunk, hashed while the next is read; in order, since a
+        # chunk's hashes finish before the next chunk's begin.
+        while chunk := f.read(CHUNK_BYTES):
+            for done in pending:
+                done.result()
+            pending = [pool.submit(sha.update, chunk), pool.submit(w.hasher.update, chunk)]
+            w.write_unhashed(chunk)
+            copied += len(chunk)
+        for done in pending:
+            done.result()
+    digest = sha.digest()
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")
-    return Bound(name, att.media_type, size, sha)
+    return Bound(name, att.media_type, size, digest)
 
 
 def filespec(att: Attachment, name: str, stream_num: int, sha: bytes) -> g.DictionaryObject:

@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from casesignd.core.calls import Calls
 from casesignd.core.errors import PermanentJobError
+from casesignd.core.outcomes import Artifact, InFlight
 from casesignd.core.sealed import SealedPath, SealKey
 from casesignd.pdf.limits import PdfLimits
 from casesignd.signing import cms, pades, pipeline, sealed_output, tsa, worker
@@ -123,10 +124,13 @@ class Stored:
 @dataclass(frozen=True)
 class SignedPdf:
     """A file signed in place: its checks, and what its level added after the
-    signature (the file is extended in place: no tail)."""
+    signature (the file is extended in place: no tail). ``published``: the artifact
+    the CPU process wrote whole into the file in flight it was given (then nothing is
+    at the destination, and the tail is empty)."""
 
     checked: pipeline.Checked
     appended: Appended
+    published: Artifact | None = None
 
 
 @dataclass(frozen=True)
@@ -159,13 +163,16 @@ class Ladder:
 
     async def sign_file(self, steps: Steps, src: Path | SealedPath, dst: Path | SealedPath, *,
                         meta: pades.SignatureMeta, attachments: list[pades.Attachment],
-                        policy: SigningPolicy | None, expect_sha256: str | None = None
-                        ) -> SignedPdf:
+                        policy: SigningPolicy | None, expect_sha256: str | None = None,
+                        publish_to: InFlight | None = None) -> SignedPdf:
         """Sign ``src`` into ``dst`` at ``policy``'s level (B-B without a policy).
         ``expect_sha256``: the digest ``src`` must have, checked before the key is used.
         A sealed ``dst`` (a temp area's) holds the body: the signed document is that
         body and then ``appended.tail`` (:class:`casesignd.signing.sealed_output.SealedSigned`);
-        a plain ``dst`` is the whole document, ``appended.tail`` empty."""
+        a plain ``dst`` is the whole document, ``appended.tail`` empty. ``publish_to``
+        (with a sealed ``dst``): an artifact's file in flight the CPU process writes the
+        signed document into when it finishes the signature itself (B-B, its key
+        there): ``published`` then says so."""
         signer = self.signer()
         limits = policy.limits if policy is not None else PdfLimits()
         timestamped = policy is not None and bool(policy.tsa_url)
@@ -175,7 +182,10 @@ class Ladder:
             work: worker.SignedFile
             work, _took = await steps.in_process(
                 worker.sign_prepared_file, src, dst, limits, attachments, meta,
-                self.services.contents_bytes(timestamped), not timestamped, expect_sha256)
+                self.services.contents_bytes(timestamped), not timestamped, expect_sha256,
+                None if timestamped else publish_to)
+            if work.published is not None:
+                return SignedPdf(work.checked, Appended(b"", "B-B"), work.published)
             template = self.services.cms_template()
             signature = await self._signature(steps, signer, work.signature, work.signed_attrs)
             update = work.update

@@ -194,10 +194,15 @@ class _Writer:
         self.offset = offset
         self.hasher = hasher
         self.xref: dict[int, tuple[int, int]] = {}  # number -> (offset, generation)
+        self.body_hasher: Any = None  # the hash of what was written, before the tail
 
     def write(self, data: bytes | memoryview) -> None:
-        self.out.write(data)
+        self.write_unhashed(data)
         self.hasher.update(data)
+
+    def write_unhashed(self, data: bytes | memoryview) -> None:
+        """``write`` for bytes the caller feeds ``hasher`` itself, in order."""
+        self.out.write(data)
         self.offset += len(data)
 
     def begin(self, num: int, gen: int = 0) -> None:
@@ -272,15 +277,8 @@ def _signature_dict(meta: SignatureMeta, contents_bytes: int, *, reference: byte
     return body[:-2] + placeholder + b"\n" + contents + b"\n>>"
 
 
-def prepare(
-    src: Path,
-    dst: Path,
-    *,
-    attachments: list[Attachment],
-    meta: SignatureMeta,
-    contents_bytes: int = 16384,
-    reader: PdfReader | None = None,
-) -> Prepared:
+def prepare(src: Path, dst: Path, *, attachments: list[Attachment], meta: SignatureMeta,
+            contents_bytes: int = 16384, reader: PdfReader | None = None) -> Prepared:
     """Copy ``src`` to ``dst`` and append the signing update; see the module docstring.
     ``reader``: one that already read ``src`` (the checks'), so nothing is parsed twice.
 
@@ -389,6 +387,7 @@ def held_update(s: Structure, w: _Writer, attachments: list[Attachment], meta: S
     width = len(b"/ByteRange [0 ]") + 3 * _BYTE_RANGE_WIDTH + 2
     tail[br_at : br_at + width] = byte_range.ljust(width)
     rel_start, rel_end = start - tail_base, end - tail_base
+    w.body_hasher = w.hasher.copy()  # a whole file's digest goes on from here
     w.hasher.update(memoryview(tail)[:rel_start])
     w.hasher.update(memoryview(tail)[rel_end:])
     return start, total, tail

@@ -321,11 +321,14 @@ def check_file(src: Path, limits: PdfLimits, workdir: Path) -> Checked:
 
 def prepare_file(src: Path | SealedPath, dst: Path | SealedPath, *, limits: PdfLimits,
                  attachments: list[pades.Attachment], meta: pades.SignatureMeta,
-                 contents_bytes: int) -> tuple[Checked, pades.Prepared | SealedPrepared]:
+                 contents_bytes: int, into: sealed_output.Publication | None = None
+                 ) -> tuple[Checked, pades.Prepared | SealedPrepared]:
     """Steps 1–4 for a file, in one call (a worker process): ``dst`` receives the
     document to sign with its signing update; nothing else is left behind. The
     document's digest is taken from the copy the update's hash reads, so the digest
-    recorded is of the very bytes the signature covers."""
+    recorded is of the very bytes the signature covers. ``into`` (with a sealed
+    ``dst``, which then names only the checks' rewrite): the body goes to that
+    artifact's file in flight instead."""
     checked, source, reader = check(src, limits, dst.with_name(dst.name + ".normalized"),
                                     digest_source=False)
     prepared: pades.Prepared | SealedPrepared
@@ -334,9 +337,10 @@ def prepare_file(src: Path | SealedPath, dst: Path | SealedPath, *, limits: PdfL
         if isinstance(dst, SealedPath):
             # Sealed in a temp area: the body sealed, the signature's end held.
             prepared = sealed_output.prepare(source, dst, attachments=attachments, meta=meta,
-                                             contents_bytes=contents_bytes, reader=reader)
+                                             contents_bytes=contents_bytes, reader=reader,
+                                             into=into)
         else:
-            assert isinstance(source, Path)
+            assert isinstance(source, Path) and into is None
             prepared = pades.prepare(source, dst, attachments=attachments, meta=meta,
                                      contents_bytes=contents_bytes, reader=reader)
     finally:

@@ -29,6 +29,7 @@ from casesignd.core.errors import (
     TransientJobError,
 )
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.outcomes import Artifact, InFlight
 from casesignd.core.sealed import (
     MAGIC,
     SealBroken,
@@ -179,30 +180,45 @@ class SignedFile:
     # Finished here into a sealed destination: the signed end, which follows the
     # sealed body (b"" for a plain file, finished in place).
     update: bytes = b""
+    # Written whole into the artifact's file in flight (``publish_to``): the artifact
+    # it makes once linked; nothing is at the destination then, and nothing follows.
+    published: Artifact | None = None
 
 
 def sign_prepared_file(src: Path | SealedPath, dst: Path | SealedPath, limits: PdfLimits,
                        attachments: list[pades.Attachment], meta: pades.SignatureMeta,
-                       contents_bytes: int, finish: bool, expect_sha256: str | None = None
-                       ) -> SignedFile:
+                       contents_bytes: int, finish: bool, expect_sha256: str | None = None,
+                       publish_to: InFlight | None = None) -> SignedFile:
     """Steps 1–5 for a file in one call to a signing worker process: ``dst`` receives
     the signed document (with ``finish``; else the prepared one, to be finalized by
     the caller once it has a timestamp or the key's signature). ``expect_sha256``:
     the digest ``src`` must have (a stored object read where it is stored), checked
     from the copy's hash before the key is used. Sealed files (an attempt's temp
     area, its key come with them over this process's pipe) are read and written
-    sealed; one that does not read back whole ends the call as ``TempBroken``."""
+    sealed; one that does not read back whole ends the call as ``TempBroken``.
+
+    ``publish_to`` (with a sealed ``dst``): when this process finishes the signature
+    (``finish``, its key here), the signed document is written whole into that
+    artifact's file in flight and fsynced, and ``published`` says what it holds; the
+    daemon then only links it. Otherwise it is ignored."""
     with reading_sealed():
-        return _sign_prepared_file(src, dst, limits, attachments, meta, contents_bytes, finish,
-                                   expect_sha256)
+        if publish_to is None or not finish or _PROCESS["key"] is None:
+            return _sign_prepared_file(src, dst, limits, attachments, meta, contents_bytes,
+                                       finish, expect_sha256)
+        with sealed_output.Publication(publish_to) as into:
+            work = _sign_prepared_file(src, dst, limits, attachments, meta, contents_bytes,
+                                       finish, expect_sha256, into)
+            assert isinstance(work.prepared, SealedPrepared)
+            published = into.finish(work.prepared, work.update)
+        return dataclasses.replace(work, update=b"", published=published)
 
 
 def _sign_prepared_file(src: Path | SealedPath, dst: Path | SealedPath, limits: PdfLimits,
                         attachments: list[pades.Attachment], meta: pades.SignatureMeta,
-                        contents_bytes: int, finish: bool, expect_sha256: str | None
-                        ) -> SignedFile:
+                        contents_bytes: int, finish: bool, expect_sha256: str | None,
+                        into: sealed_output.Publication | None = None) -> SignedFile:
     checked, prepared = prepare_file(src, dst, limits=limits, attachments=attachments,
-                                     meta=meta, contents_bytes=contents_bytes)
+                                     meta=meta, contents_bytes=contents_bytes, into=into)
     if expect_sha256 is not None and checked.received_sha256 != expect_sha256:
         dst.unlink(missing_ok=True)
         raise DigestMismatch("the document's SHA-256 differs from the item's")

@@ -289,6 +289,8 @@ def test_no_plain_byte_in_state_dir_or_store_after_kill_9_mid_upload_or_publish(
     job = d.wait_job(job_id)
     assert job["state"] == "ready", job
     signed = _download(d, job)
+    # The restart swept the killed run's file in flight; the job's own was linked.
+    assert [p.name for p in art.glob("*/.*") if p.name.endswith(".tmp")] == []
     assert d.stop() == 0
     assert holding(store_files(d), [*needles, *windows(signed[:1 << 20])]) == []
 

@@ -11,6 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from casesignd.core.errors import Forbidden
+from casesignd.core.outcomes import Artifact
 from casesignd.files.artifacts import ARTIFACT_ID_PATTERN, ArtifactStore
 
 SECRET = b"s" * 32
@@ -177,3 +178,30 @@ def test_sweep_removes_half_done_publications(store, tmp_path):
     assert store.sweep() == 1
     assert (fanout / ".other-node.0123456789abcdef.tmp").exists()
     assert store.open_path(aid).read_bytes() == b"x"
+
+
+def test_a_file_written_in_flight_is_published_by_a_link(store, tmp_path):
+    aid = store.artifact_id("t", "in-flight")
+    target = store.in_flight(aid)
+    assert target is not None and target.key is None  # the envelope does not seal
+    assert target.path.parent == store.root / aid[4:6] and target.path.name.startswith(".local.")
+    data = os.urandom(100_000)
+    target.path.write_bytes(data)
+    written = Artifact(aid, hashlib.sha256(data).hexdigest(), len(data))
+    art, ours = store.publish_written(target, written)
+    assert ours and art == written and not target.path.exists()
+    assert store.open_path(aid).read_bytes() == data
+    assert store.in_flight(aid) is None  # published: nothing is written again
+
+
+def test_the_first_of_two_files_in_flight_wins(store, tmp_path):
+    aid = store.artifact_id("t", "race in flight")
+    first, second = store.in_flight(aid), store.in_flight(aid)
+    assert first is not None and second is not None and first.path != second.path
+    first.path.write_bytes(b"first result")
+    second.path.write_bytes(b"a different second result")
+    a1, ours1 = store.publish_written(first, Artifact(aid, hashlib.sha256(b"first result").hexdigest(), 12))
+    a2, ours2 = store.publish_written(second, Artifact(aid, "0" * 64, 25))
+    assert (ours1, ours2) == (True, False) and a1 == a2
+    assert store.open_path(aid).read_bytes() == b"first result"
+    assert [n for n in os.listdir(store.root / aid[4:6]) if n.endswith(".tmp")] == []
