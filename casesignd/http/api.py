@@ -118,14 +118,15 @@ def middlewares(services: HandlerServices) -> list[Any]:
 def job_resource(services: HandlerServices, job: Job, now: float | None = None,
                  pauses: Sequence[Pause] = ()) -> dict[str, Any]:
     """The contract's job resource (:func:`casesignd.engine.jobs.resource`); ``pauses``:
-    the store's (:func:`pauses_of`), which say whether a waiting job is paused."""
+    the store's as shown (:func:`pauses_of`), which say whether a waiting job is paused."""
     return jobs.resource(services, job, now,
                          paused=any(p.covers(job.kind, job.tenant) for p in pauses))
 
 
 async def pauses_of(services: HandlerServices, *shown: Job) -> list[Pause]:
-    """The store's pauses when one of the jobs ``shown`` waits (none read otherwise)."""
-    return await services.store.list_pauses() if any(map(jobs.waiting, shown)) else []
+    """The store's pauses when one of the jobs ``shown`` waits (none read otherwise), as
+    this daemon keeps them: no store read per answer (casesignd.store.claims)."""
+    return await services.store.shown_pauses() if any(map(jobs.waiting, shown)) else []
 
 
 # --- jobs --------------------------------------------------------------------------------

@@ -14,14 +14,18 @@ job_id): its cost grows with the tenants and priorities in use, not with the bac
 A pause holds the claims of a job kind, of a tenant, or of both (None: every one);
 admission goes on, and the jobs wait queued. Pauses are rows of the store (the
 ``pauses`` table; ``''`` stands for "every"), so they hold on every daemon of a
-PostgreSQL store and across restarts, and each claim reads them. Every pause and
-resume that changes something is an audited event (``claims_paused``,
+PostgreSQL store and across restarts, and each claim reads them in its own
+transaction. A job resource's ``paused`` is only shown, so it reads them through
+:class:`ShownPauses` instead: this daemon's own pauses and resumes at once, another
+daemon's (or a command's) within :data:`PAUSES_SHOWN_S`, and no store read per answer.
+Every pause and resume that changes something is an audited event (``claims_paused``,
 ``claims_resumed``) in the same transaction; the event's subject is the tenant (none:
 ``''``), its detail the kind and tenant paused.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -30,6 +34,10 @@ from casesignd.store.tx import Row, Tx
 
 # What a pause row keeps for "every kind", "every tenant".
 EVERY = ""
+
+# How old the pauses a job resource shows may be when another daemon of the store (or
+# a command) changed them; this daemon's own changes show at once.
+PAUSES_SHOWN_S = 1.0
 
 # The priorities a job may have: 0 is claimed first (Oban's order), and the default.
 PRIORITY_MIN, PRIORITY_MAX = 0, 9
@@ -131,6 +139,42 @@ def lanes_of(tx: Tx) -> dict[str, list[int]]:
 # --- pauses ---------------------------------------------------------------------------
 
 
+class ShownPauses:
+    """The pauses as job resources show them, kept in memory: read again when older
+    than ``max_age_s`` or after this daemon changed one (:meth:`forget`). A read that
+    was under way when a change landed is not kept, so a change never hides behind an
+    older read. Claims never use it."""
+
+    def __init__(self, max_age_s: float = PAUSES_SHOWN_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self.clock = clock
+        self._pauses: list[Pause] | None = None
+        self._read_at = 0.0
+        self._changes = 0  # this daemon's pauses and resumes, counted
+
+    def current(self) -> list[Pause] | None:
+        """The pauses kept, while fresh enough; None: read them (:meth:`read`)."""
+        if self._pauses is not None and self.clock() - self._read_at < self.max_age_s:
+            return self._pauses
+        return None
+
+    async def read(self, list_pauses: Callable[[], Any]) -> list[Pause]:
+        """The pauses ``list_pauses()`` reads, kept unless this daemon changed one
+        meanwhile."""
+        changes, at = self._changes, self.clock()
+        pauses: list[Pause] = await list_pauses()
+        if changes == self._changes:
+            self._pauses, self._read_at = pauses, at
+        return pauses
+
+    def forget(self) -> None:
+        """This daemon paused or resumed: the next answer reads the store."""
+        self._changes += 1
+        self._pauses = None
+
+
+
 def pause_detail(kind: str | None, tenant: str | None) -> dict[str, Any]:
     """The audit event's detail of a pause or resume of (``kind``, ``tenant``)."""
     return {"kind": kind, "tenant": tenant}
@@ -170,6 +214,7 @@ class ClaimVerbs:
     :mod:`.verbs`)."""
 
     turns: Turns
+    shown: ShownPauses
 
     def weigh_tenants(self, weights: Mapping[str, float]) -> None:
         """The tenants' weights in their turns (``[[tenants]] weight``; any other: 1)."""
@@ -185,20 +230,31 @@ class ClaimVerbs:
         """Hold the claims of jobs of ``kind`` (None: every kind) of ``tenant`` (None:
         every tenant) on every daemon of the store, until :meth:`resume_claims` of the
         same pair. True when it was not paused before (an audited event)."""
-        return await self._write(lambda tx: pause(tx, kind, tenant, actor))
+        try:
+            return await self._write(lambda tx: pause(tx, kind, tenant, actor))
+        finally:
+            self.shown.forget()
 
     async def resume_claims(self, kind: str | None, tenant: str | None, actor: str) -> bool:
         """Lift the pause of exactly (``kind``, ``tenant``): its jobs are claimed at
         once. True when there was one (an audited event)."""
-        return await self._write(lambda tx: resume(tx, kind, tenant, actor))
+        try:
+            return await self._write(lambda tx: resume(tx, kind, tenant, actor))
+        finally:
+            self.shown.forget()
 
     async def _one(self, name: str, **params: Any) -> Sequence[Row]:  # provided by SqlStore
         raise NotImplementedError
 
     async def list_pauses(self) -> list[Pause]:
         """Every pause, oldest first. A small table, read as a lookup (SQLite's on the
-        event loop): a waiting job's resource says whether it is paused."""
+        event loop)."""
         return [row_pause(r) for r in await self._one("list_pauses")]
+
+    async def shown_pauses(self) -> list[Pause]:
+        """The pauses a waiting job's resource shows (:class:`ShownPauses`)."""
+        pauses = self.shown.current()
+        return pauses if pauses is not None else await self.shown.read(self.list_pauses)
 
 
 class MemoryClaims:
@@ -234,3 +290,6 @@ class MemoryClaims:
 
     async def list_pauses(self) -> list[Pause]:
         return sorted(self._pauses.values(), key=lambda p: p.since)
+
+    async def shown_pauses(self) -> list[Pause]:
+        return await self.list_pauses()  # one process: always exact

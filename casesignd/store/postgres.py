@@ -32,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from casesignd.core.errors import StoreUnavailable
 from casesignd.core.tenant_limits import TenantLimits
-from casesignd.store.claims import Turns
+from casesignd.store.claims import ShownPauses, Turns
 from casesignd.store.postgres_keys import AdvisoryKeyLocks
 from casesignd.store.postgres_node import CHANNEL, Announcer, NodeSession
 from casesignd.store.postgres_writer import PgConnection, PgTx, Writer, unavailable
@@ -73,6 +73,7 @@ class PostgresStore(SqlStore):
         self.dsn = dsn
         # Whose turn it is among the tenants, on this daemon (casesignd.store.claims).
         self.turns = Turns()
+        self.shown = ShownPauses()  # the pauses job resources show (casesignd.store.claims)
         # A daemon's node name: held by a lock for its life (:meth:`open`); None for
         # tools (migrate, copy, check) that are no node.
         self.node = node

@@ -23,7 +23,7 @@ import msgspec
 
 from casesignd.core.errors import StoreUnavailable
 from casesignd.core.tenant_limits import TenantLimits
-from casesignd.store.claims import Turns, lanes_of, take_turns
+from casesignd.store.claims import ShownPauses, Turns, lanes_of, take_turns
 from casesignd.store.records import Claimed, Job, KeyLocks, Lease, NewJob, new_id, row_job
 from casesignd.store.sqlite_writer import Checkpointer, SqliteTx, Writer, truncate_wal
 from casesignd.store.tenants import RunningRoom, check_admission
@@ -48,6 +48,7 @@ class SqliteStore(SqlStore):
         self.path = Path(path)
         self.clock = clock
         self.turns = Turns()  # whose turn it is among the tenants (casesignd.store.claims)
+        self.shown = ShownPauses()  # the pauses job resources show (casesignd.store.claims)
         self.exclusive = exclusive
         self._writer: Writer = Writer(self.path, busy_timeout_ms, clock)
         self._checkpointer = Checkpointer(self.path, busy_timeout_ms)

@@ -1,7 +1,8 @@
 """Pauses of claims on two daemons sharing one PostgreSQL: a paused tenant, or a paused
 kind of a tenant, claims nothing on either node, across a ``kill -9`` and restart;
-admission goes on and the job says it is paused; a resume is claimed at once; both
-are events of the audit chain, which verifies.
+admission goes on and the job says it is paused (a pause made elsewhere, here by the
+test on the database, within the second a daemon keeps the pauses it shows); a resume
+is claimed at once; both are events of the audit chain, which verifies.
 
 "Claims nothing" is shown without timing: after the pause, each node claims and
 finishes a job that no pause holds (submitted after the paused one), and the paused
@@ -67,6 +68,16 @@ def settled(node: Daemon, job_id: str, token: str | bool = True,
     return job
 
 
+def shown_paused(node: Daemon, job_id: str, token: str | bool = True,
+                 timeout_s: float = 5.0) -> dict[str, Any]:
+    """The job once it says it is paused (or at the timeout): a daemon shows a pause
+    it did not make within the second it keeps the pauses (casesignd.store.claims)."""
+    deadline = time.monotonic() + timeout_s
+    while not (job := show(node, job_id, token))["paused"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return job
+
+
 def show(node: Daemon, job_id: str, token: str | bool = True) -> dict[str, Any]:
     r = node.request("GET", f"/v1/jobs/{job_id}", auth=token)
     assert r.status == 200, r.body
@@ -89,8 +100,9 @@ def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_onc
         # A whole tenant.
         assert store_call(dsn, "pause_claims", None, "other", "operator:ops") is True
         held = a.request("POST", "/v1/jobs", {"kind": "test", "tag": "held"}, auth=OTHER)
-        assert held.status == 202 and held.json()["paused"] is True
+        assert held.status == 202
         held_id = held.json()["job_id"]
+        assert shown_paused(a, held_id, OTHER)["paused"] is True
         probe(nodes)
         a.kill9()
         a.start()
@@ -103,7 +115,7 @@ def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_onc
 
         # A kind, of one tenant: the other tenant's jobs of that kind go on.
         assert store_call(dsn, "pause_claims", "test", "default", "operator:ops") is True
-        kind_held = a.submit({"kind": "test", "tag": "kind-held"}).json()
+        kind_held = shown_paused(a, a.submit({"kind": "test", "tag": "kind-held"}).json()["job_id"])
         assert kind_held["paused"] is True, kind_held
         probe(nodes, OTHER)
         b.kill9()

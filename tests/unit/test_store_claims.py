@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sqlite3
 
 import pytest
 
 from casesignd.store import Pause, SqliteStore
+from casesignd.store.claims import ShownPauses
 from casesignd.store.postgres import PostgresStore
 from tests.unit.test_store_contract import (  # noqa: F401
     admit,
@@ -70,6 +72,62 @@ async def test_pauses_are_listed_and_audited(store_and_clock, tmp_path):
         ("claims_paused", "t1", "operator:ops", {"kind": None, "tenant": "t1"}),
         ("claims_resumed", "", "operator:root", {"kind": "test", "tenant": None})]
     assert (await chain(store, tmp_path)).ok
+
+
+async def test_shown_pauses_follow_this_stores_changes_at_once(store):
+    assert await store.shown_pauses() == []
+    await store.pause_claims(None, "t1", "operator:ops")
+    assert [p.tenant for p in await store.shown_pauses()] == ["t1"]
+    await store.resume_claims(None, "t1", "operator:ops")
+    assert await store.shown_pauses() == []
+
+
+async def test_shown_pauses_follow_another_daemons_change_within_their_age(tmp_path):
+    """A pause this store did not make (another daemon's, a command's: a row written
+    beside it) shows once the pauses kept are older than their age; claims see it at
+    once, since they read the pauses themselves."""
+    store = SqliteStore(tmp_path / "store.db")
+    await store.open()
+    try:
+        clock = Clock()
+        store.shown = ShownPauses(max_age_s=1.0, clock=clock)
+        await admit(store, key="a", tenant="t1")
+        assert await store.shown_pauses() == []
+        with sqlite3.connect(tmp_path / "store.db", timeout=10) as other:
+            other.execute("INSERT INTO pauses (tenant, kind, since, actor) "
+                          "VALUES ('t1', '', 0, 'operator:ops')")
+        assert await claim_all(store) == []  # the claim reads the pause itself
+        assert await store.shown_pauses() == []  # kept: younger than its age
+        clock.now += 1.0
+        assert [p.tenant for p in await store.shown_pauses()] == ["t1"]
+    finally:
+        await store.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_read_under_way_during_a_change_is_not_kept():
+    shown = ShownPauses(max_age_s=60.0, clock=Clock())
+    before = [Pause(None, "t1", 0.0, "operator:ops")]
+
+    async def read_then_change():
+        shown.forget()  # this daemon resumed while the read was under way
+        return before
+
+    assert await shown.read(read_then_change) == before
+    assert shown.current() is None  # read again next time
+    assert await shown.read(lambda: _value([])) == []
+    assert shown.current() == []
+
+
+async def _value(v):
+    return v
 
 
 # --- turns, priorities and schedules ---------------------------------------------------
