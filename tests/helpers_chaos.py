@@ -486,16 +486,36 @@ class Report:
 
 
 def _artifact_files(d: Daemon | Nodes, work: Path) -> dict[str, Path]:
-    """Every artifact's bytes as a file: the artifact store's own, and those the store
-    keeps in its database (written out under ``work`` to be checked the same way; the
-    store's copy is the one served when both exist)."""
+    """Every artifact's plain bytes as a file: the artifact store's own, and those the
+    store keeps in its database (written out under ``work`` to be checked the same way;
+    the store's copy is the one served when both exist). Sealed ones
+    (``[storage] encrypt``) are opened with their data keys, as the daemon reads them."""
+    from casesignd.config import load
+    from casesignd.core.keyring import artifact_owner
+    from casesignd.core.sealed import SealKey, is_sealed
+    from casesignd.files.envelope import open_plain, read_head
+    from casesignd.store.data_keys import unseal_inline
+
+    keyring = load(d.config_path).storage_keyring()
     root = d.dir / "artifacts"
     files = {f.name: f for f in root.rglob("*") if f.is_file()} if root.is_dir() else {}
-    inline = work / "inline-artifacts"
+    plain, inline = work / "unsealed-artifacts", work / "inline-artifacts"
+    plain.mkdir(parents=True, exist_ok=True)
     inline.mkdir(parents=True, exist_ok=True)
-    for row in store_rows(d, "SELECT artifact_id, data FROM artifact_data"):
+    if keyring.ids:
+        wraps = {r["owner"]: r for r in store_rows(d, "SELECT * FROM data_keys")}
+        for art_id, f in list(files.items()):
+            wrap = wraps.get(artifact_owner(art_id))
+            if wrap is None or not is_sealed(read_head(f)):
+                continue
+            key = SealKey.from_bytes(keyring.unwrap(wrap["key_id"], bytes(wrap["wrapped"]),
+                                                    wrap["owner"]))
+            with open_plain(f, key, art_id) as src:
+                (plain / art_id).write_bytes(src.read())
+            files[art_id] = plain / art_id
+    for row in store_rows(d, "SELECT * FROM artifact_data"):
         path = inline / row["artifact_id"]
-        path.write_bytes(bytes(row["data"]))
+        path.write_bytes(unseal_inline(keyring, row["artifact_id"], row))
         files[row["artifact_id"]] = path
     return files
 
