@@ -1,0 +1,109 @@
+"""The data keys a process unwraps (casesignd.files.envelope.OpenedKeys): read from the
+store once, not once a job; dropped at once when their owner is removed, after a
+while in any case, and after a file that did not authenticate under one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from casesignd.core.keyring import Keyring, object_owner
+from casesignd.core.sealed import SealKey
+from casesignd.engine.retention import owners_of
+from casesignd.files.envelope import Envelope, OpenedKeys
+from casesignd.store.memory import MemoryStore
+from casesignd.store.records import Removed
+
+SHA = "ab" * 32
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts the data-key reads it answers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def data_key(self, owner):
+        self.reads += 1
+        return await super().data_key(owner)
+
+
+def _envelope(store, clock=None) -> Envelope:
+    keyring = Keyring(encrypt=True, current="k1", keys={"k1": os.urandom(32)})
+    opened = OpenedKeys(size=2, ttl_s=30.0, clock=clock) if clock else OpenedKeys(size=2)
+    return Envelope(keyring, store, opened)
+
+
+def _stored_key(envelope: Envelope, owner: str) -> SealKey:
+    key, wrapped = envelope.new_key(owner)
+    return asyncio.run(envelope.standing(key, wrapped))
+
+
+def test_a_data_key_is_read_from_the_store_once_then_from_memory():
+    store = CountingStore()
+    envelope = _envelope(store)
+    key = _stored_key(envelope, object_owner(SHA))
+
+    async def reads() -> list[SealKey | None]:
+        return [await envelope.key_if_any(object_owner(SHA)) for _ in range(5)] + \
+            [await envelope.key_for_reading(object_owner(SHA))]
+
+    assert asyncio.run(reads()) == [key] * 6
+    assert store.reads == 1
+
+
+def test_forgotten_expired_and_least_recent_keys_are_read_again():
+    now = [0.0]
+    store = CountingStore()
+    envelope = _envelope(store, clock=lambda: now[0])
+    owners = [object_owner(c * 64) for c in "abc"]
+    for o in owners:
+        _stored_key(envelope, o)
+
+    def read(owner: str) -> None:
+        asyncio.run(envelope.key_if_any(owner))
+
+    read(owners[0])
+    read(owners[0])
+    assert store.reads == 1
+    envelope.forget([owners[0]])
+    read(owners[0])
+    assert store.reads == 2
+    now[0] = 31.0  # past the time a key is trusted without the store
+    read(owners[0])
+    assert store.reads == 3
+    read(owners[1])
+    read(owners[2])  # holds two: the least recent (owners[0]) goes
+    assert len(envelope.opened) == 2
+    read(owners[0])
+    assert store.reads == 6
+
+
+def test_a_key_whose_owner_was_erased_and_uploaded_again_is_the_new_one():
+    store = CountingStore()
+    envelope = _envelope(store)
+    owner = object_owner(SHA)
+    old = _stored_key(envelope, owner)
+    assert asyncio.run(envelope.key_if_any(owner)) == old
+    # The erasure drops the row, and the files' removal drops the key from memory.
+    store._keys.pop(owner)
+    envelope.forget(owners_of([Removed("object", "t", "C-1", SHA, 10, keyed=True)]))
+    new = _stored_key(envelope, owner)
+    assert new != old
+    assert asyncio.run(envelope.key_if_any(owner)) == new
+
+
+def test_the_kept_keys_never_show():
+    envelope = _envelope(CountingStore())
+    key = _stored_key(envelope, object_owner(SHA))
+    asyncio.run(envelope.key_if_any(object_owner(SHA)))
+    shown = repr(envelope.opened) + str(envelope.opened) + repr(envelope.keyring)
+    assert key.raw().hex() not in shown and SHA not in shown
+    assert repr(envelope.opened) == "OpenedKeys(1 of 2)"
+
+
+def test_owners_of_what_a_removal_took():
+    removed = [Removed("object", "t", "C-1", SHA), Removed("artifact", "t", "C-1", "art1"),
+               Removed("job", "t", "C-1", "job1")]
+    assert owners_of(removed) == [object_owner(SHA), "artifact:art1"]
