@@ -302,6 +302,20 @@ def plain_size(path: Path) -> int:
     return max(0, body - chunks * TAG_BYTES)
 
 
+def opens_under(path: Path, key: SealKey) -> bool:
+    """Whether ``path`` reads under ``key``: a plain file does (it needs no key), a
+    sealed one when its header and first chunk authenticate under it; a file that is
+    not there does not. Blocking."""
+    try:
+        if not is_sealed(read_head(path)):
+            return True
+        with open_plain(path, key) as f:
+            f.read(1)
+    except (FileNotFoundError, SealBroken, TransientJobError):
+        return False
+    return True
+
+
 def reseal(path: Path, src_key: SealKey, dst_key: SealKey) -> None:
     """Rewrite the sealed file ``path`` under ``dst_key`` in place of ``src_key``
     (through a new file renamed over it; fsynced). Blocking."""

@@ -107,3 +107,78 @@ def test_owners_of_what_a_removal_took():
     removed = [Removed("object", "t", "C-1", SHA), Removed("artifact", "t", "C-1", "art1"),
                Removed("job", "t", "C-1", "job1")]
     assert owners_of(removed) == [object_owner(SHA), "artifact:art1"]
+
+
+# --- an erasure racing an upload of the same digest ----------------------------------
+
+DATA = b"%PDF-1.7 the same bytes in two cases " * 4000  # three sealed chunks
+
+
+async def _chunks(data: bytes):
+    for i in range(0, len(data), 50_000):
+        yield data[i:i + 50_000]
+
+
+def _sealed_objects(tmp_path):
+    from casesignd.files.objects import ObjectStore
+
+    store = CountingStore()
+    objects = ObjectStore(tmp_path / "objects")
+    objects.sweep()
+    objects.envelope = _envelope(store)
+    return objects, store
+
+
+def _read_back(objects, case_id: str) -> bytes:
+    import hashlib
+
+    from casesignd.files.envelope import SealedFile
+
+    sha = hashlib.sha256(DATA).hexdigest()
+    objects.envelope.forget([object_owner(sha)])
+    got = asyncio.run(objects.envelope.sealed(objects.path("t", case_id, sha), object_owner(sha)))
+    assert isinstance(got, SealedFile)
+    with got.open() as f:
+        return f.read()
+
+
+def _put(objects, case_id: str) -> None:
+    import hashlib
+
+    asyncio.run(objects.put("t", case_id, hashlib.sha256(DATA).hexdigest(), _chunks(DATA),
+                            1 << 24, len(DATA)))
+
+
+def test_an_erasure_between_the_uploads_key_and_its_row_leaves_the_key_standing(tmp_path):
+    """The erasure of the last other case of the digest drops the key that upload
+    found standing, before the upload's object row is written: the upload writes the
+    key again, so that its row never names an object without a key."""
+    import hashlib
+
+    objects, store = _sealed_objects(tmp_path)
+    owner = object_owner(hashlib.sha256(DATA).hexdigest())
+    _put(objects, "C-1")
+
+    async def erased_meanwhile(tenant, case_id, sha256, size):
+        store._keys.pop(owner)  # the erasure's transaction: C-1's row and the key go
+
+    objects.record = erased_meanwhile
+    _put(objects, "C-2")
+    assert owner in store._keys
+    assert _read_back(objects, "C-2") == DATA
+
+
+def test_an_upload_never_links_a_blob_sealed_under_a_destroyed_key(tmp_path):
+    """The erasure committed (the key is gone) but had not removed the blob yet when
+    another case uploaded the digest under a new key: the new case gets the new
+    upload's file, never the old blob it could not read."""
+    import hashlib
+
+    objects, store = _sealed_objects(tmp_path)
+    sha = hashlib.sha256(DATA).hexdigest()
+    _put(objects, "C-1")
+    store._keys.pop(object_owner(sha))  # committed; C-1's files not removed yet
+    _put(objects, "C-2")
+    assert _read_back(objects, "C-2") == DATA
+    assert objects.remove("t", "C-1", sha) == 0  # the blob is C-2's now: it stays
+    assert _read_back(objects, "C-2") == DATA
