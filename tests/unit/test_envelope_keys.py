@@ -182,3 +182,32 @@ def test_an_upload_never_links_a_blob_sealed_under_a_destroyed_key(tmp_path):
     assert _read_back(objects, "C-2") == DATA
     assert objects.remove("t", "C-1", sha) == 0  # the blob is C-2's now: it stays
     assert _read_back(objects, "C-2") == DATA
+
+
+def test_a_publication_replaces_a_crashs_leftover_whose_key_was_swept(tmp_path):
+    """A crash after an artifact's file and key, before its record: the start-up sweep
+    drops the key; the next publication of the id (a retry, a new request for the same
+    signature) finds the file sealed under a key that is gone and replaces it, and its
+    artifact carries its key for the record's transaction."""
+    from casesignd.files.artifacts import ArtifactStore
+
+    store = CountingStore()
+    artifacts = ArtifactStore(tmp_path / "artifacts", b"s" * 32, "n1")
+    artifacts.sweep()
+    artifacts.envelope = _envelope(store)
+    art_id = artifacts.artifact_id("t", "sig:k")
+
+    def publish(data: bytes):
+        key = asyncio.run(artifacts.key_for(art_id))
+        return artifacts.publish_bytes([data], art_id, "application/pdf", key)
+
+    publish(b"%PDF first attempt")
+    assert asyncio.run(store.drop_unrecorded_keys(float("inf"))) == 1
+    artifact, ours = publish(b"%PDF second attempt")
+    assert ours and artifact.data_key is not None
+    assert artifact.data_key.owner == f"artifact:{art_id}"
+    source = asyncio.run(artifacts.source(art_id))
+    with source.open() as f:
+        assert f.read() == b"%PDF second attempt"
+    again, ours_again = publish(b"%PDF third attempt")  # its own file now: kept
+    assert not ours_again and again.sha256 == artifact.sha256
