@@ -182,9 +182,11 @@ class Envelope:
         key that stands (``key`` itself, or the earlier one)."""
         assert self.keys is not None
         stood = await self.keys.put_data_key(wrapped)
-        if stood.key_id == wrapped.key_id and stood.wrapped == wrapped.wrapped:
-            return key
-        return self._unwrap(stood)
+        if stood.key_id != wrapped.key_id or stood.wrapped != wrapped.wrapped:
+            key = self._unwrap(stood)
+        # What was just written is read next (a job signs the contract just uploaded).
+        self.opened.keep(wrapped.owner, key)
+        return key
 
     async def key_for_writing(self, owner: str) -> SealKey | None:
         """The data key to seal ``owner``'s file with (None: files are not sealed)."""

@@ -44,6 +44,9 @@ def test_a_data_key_is_read_from_the_store_once_then_from_memory():
     store = CountingStore()
     envelope = _envelope(store)
     key = _stored_key(envelope, object_owner(SHA))
+    assert asyncio.run(envelope.key_if_any(object_owner(SHA))) == key
+    assert store.reads == 0  # a key just written is read next: it is kept
+    envelope.opened.clear()
 
     async def reads() -> list[SealKey | None]:
         return [await envelope.key_if_any(object_owner(SHA)) for _ in range(5)] + \
@@ -60,6 +63,7 @@ def test_forgotten_expired_and_least_recent_keys_are_read_again():
     owners = [object_owner(c * 64) for c in "abc"]
     for o in owners:
         _stored_key(envelope, o)
+    envelope.opened.clear()
 
     def read(owner: str) -> None:
         asyncio.run(envelope.key_if_any(owner))
@@ -85,6 +89,7 @@ def test_a_key_whose_owner_was_erased_and_uploaded_again_is_the_new_one():
     envelope = _envelope(store)
     owner = object_owner(SHA)
     old = _stored_key(envelope, owner)
+    envelope.opened.clear()
     assert asyncio.run(envelope.key_if_any(owner)) == old
     # The erasure drops the row, and the files' removal drops the key from memory.
     store._keys.pop(owner)
