@@ -188,6 +188,16 @@ class Envelope:
         self.opened.keep(wrapped.owner, key)
         return key
 
+    async def still_standing(self, key: SealKey, owner: str) -> SealKey:
+        """After a row that names ``owner`` was written: the key that stands for it,
+        ``key`` written again if the row went meanwhile (one read when it did not)."""
+        assert self.keys is not None
+        found = await self.keys.data_key(owner)
+        if found is None:
+            return await self.standing(key, self.keyring.wrap(key.raw(), owner))
+        stood = self._unwrap_kept(found)
+        return key if stood == key else stood
+
     async def key_for_writing(self, owner: str) -> SealKey | None:
         """The data key to seal ``owner``'s file with (None: files are not sealed)."""
         if not self.sealing:

@@ -246,8 +246,10 @@ class ObjectStore:
                 # dropped its key between the key's write and the object's row (it
                 # drops a key no object row names): written again, the key stands for
                 # the row made now, which keeps it from then on.
-                seal = await self._keep_key(tmp, seal, self.envelope.keyring.wrap(
-                    seal.raw(), object_owner(sha256)))
+                stood = await self.envelope.still_standing(seal, object_owner(sha256))
+                if stood != seal:
+                    await asyncio.to_thread(reseal, tmp, seal, stood)
+                seal = stood
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
