@@ -28,6 +28,10 @@ class Artifact:
     # A B-LTA document's: when its last document timestamp's chain expires (epoch
     # seconds), before which it is renewed.
     timestamp_expires_at: float | None = None
+    # Its file's data key when sealed at rest, written again in the transaction that
+    # records the artifact (a no-op while the key stands), so that a record never
+    # names a file whose key a sweep of unrecorded keys took meanwhile.
+    data_key: WrappedKey | None = field(default=None, repr=False, compare=False)
 
     def record(self) -> dict[str, Any]:
         return {"artifact_id": self.artifact_id, "sha256": self.sha256, "size": self.size}

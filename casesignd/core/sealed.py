@@ -122,6 +122,12 @@ def _nonce(index: int, last: bool) -> bytes:
     return index.to_bytes(11, "big") + (b"\x01" if last else b"\x00")
 
 
+def sealed_size(plain_bytes: int, chunk: int = CHUNK_PLAIN_BYTES) -> int:
+    """The size on disk of a sealed file of ``plain_bytes``: its header, the bytes,
+    and a tag per chunk (one for an empty file)."""
+    return HEADER_BYTES + plain_bytes + max(1, -(-plain_bytes // chunk)) * TAG_BYTES
+
+
 def is_sealed(head: bytes) -> bool:
     """Whether ``head`` (a file's first bytes, at least 8) starts a sealed file."""
     return head[:len(MAGIC)] == MAGIC

@@ -62,6 +62,8 @@ log = logging.getLogger("casesignd.daemon.lifecycle")
 
 
 _NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
+# How old an artifact's data key without a record is before the start-up sweep drops it.
+UNRECORDED_KEY_AGE_S = 3600.0
 
 
 def node_name(value: str | None) -> str:
@@ -502,6 +504,12 @@ async def lifecycle(app: web.Application) -> AsyncIterator[None]:
         await check_keys_held(s.store, s.keyring)
         await asyncio.to_thread(s.artifacts.sweep)
         await asyncio.to_thread(s.objects.sweep)
+        # Keys of publications a crash cut short of their record; an hour old, so that
+        # another node's publication in flight is left alone (it writes its key
+        # again with its record in any case).
+        dropped = await s.store.drop_unrecorded_keys(time.time() - UNRECORDED_KEY_AGE_S)
+        if dropped:
+            log_event(log, "storage.unrecorded_keys_dropped", count=dropped)
         s.signer = await asyncio.to_thread(_load_signer, cfg, s.extras.wrap_signer)
         if s.signer is not None:
             s.longterm.use_signer(s.signer.cert, list(s.signer.chain))

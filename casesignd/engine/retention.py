@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from casesignd.config import Config
 from casesignd.core.errors import CasesignError
+from casesignd.core.keyring import artifact_owner, object_owner
 from casesignd.core.logs import log_event
 from casesignd.files.artifacts import ArtifactStore
 from casesignd.files.objects import ObjectStore
@@ -80,7 +81,16 @@ def remove_files(objects: ObjectStore, artifacts: ArtifactStore | None,
     return freed
 
 
+def owners_of(removed: Iterable[Removed]) -> list[str]:
+    """The data-key owners of the objects and artifacts among ``removed``."""
+    return [object_owner(r.key) if r.what == "object" else artifact_owner(r.key)
+            for r in removed if r.what in ("object", "artifact")]
+
+
 async def _gone(s: RetentionServices, removed: list[Removed], reason: str) -> None:
+    # Their data keys leave this process's memory with their rows (an object's key may
+    # stand on for another case: it is read from the store again when needed).
+    s.objects.envelope.forget(owners_of(removed))
     await asyncio.to_thread(remove_files, s.objects, s.artifacts, removed)
     for what in ("job", "artifact", "object"):
         n = sum(r.what == what for r in removed)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -47,10 +48,17 @@ import msgspec
 
 from casesignd.core.errors import Forbidden
 from casesignd.core.hashing import OverlappedSha256, file_sha256
-from casesignd.core.keyring import artifact_owner
+from casesignd.core.keyring import WrappedKey, artifact_owner
 from casesignd.core.outcomes import Artifact, InFlight
 from casesignd.core.sealed import SealKey, is_sealed, seal_writer
-from casesignd.files.envelope import Envelope, SealedFile, broken, plain_sha256, read_head
+from casesignd.files.envelope import (
+    Envelope,
+    SealedFile,
+    broken,
+    opens_under,
+    plain_sha256,
+    read_head,
+)
 from casesignd.files.objects import fsync_dir, sweep_in_flight
 
 ARTIFACT_ID_PATTERN = re.compile(r"^art_[0-9a-f]{32}$")
@@ -309,17 +317,36 @@ class ArtifactStore:
                  write: Callable[[Path], tuple[str, int]],
                  key: SealKey | None = None, tmp: Path | None = None) -> tuple[Artifact, bool]:
         final = self._final_path(artifact_id)
+        wrapped = (self.envelope.keyring.wrap(key.raw(), artifact_owner(artifact_id))
+                   if key is not None and self.envelope.sealing else None)
         if final.is_file():
-            return self._describe(final, artifact_id, media_type, key), False
+            if not self._left_sealed_by_a_crash(final, key):
+                return self._described(final, artifact_id, media_type, key, wrapped), False
+            # Sealed under a key that is gone (a crash before its record, then the
+            # start-up sweep of unrecorded keys): unreadable, and replaced.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(final)
         self._ensure_dirs(final.parent)
         # Grouped with the fsyncs of other publications into the same directory.
         written = link_new(tmp or self.temp_path(final, self.node), final, write,
                            self.dir_syncs.sync)
         if written is None:
             # Someone published first: theirs is the recorded one.
-            return self._describe(final, artifact_id, media_type, key), False
+            return self._described(final, artifact_id, media_type, key, wrapped), False
         digest, size = written
-        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type), True
+        return Artifact(artifact_id=artifact_id, sha256=digest, size=size, media_type=media_type,
+                        data_key=wrapped), True
+
+    def _described(self, path: Path, artifact_id: str, media_type: str,
+                   key: SealKey | None, wrapped: WrappedKey | None) -> Artifact:
+        described = self._describe(path, artifact_id, media_type, key)
+        return dataclasses.replace(described, data_key=wrapped) if wrapped else described
+
+    def _left_sealed_by_a_crash(self, path: Path, key: SealKey | None) -> bool:
+        """Whether ``path`` is a sealed file that does not open under ``key``, the key
+        that stands for its id: a crash's leftover, since a recorded artifact's key
+        is never swept (its record keeps it). Blocking."""
+        return key is not None and is_sealed(read_head(path)) and not opens_under(path, key)
 
     @staticmethod
     def temp_path(final: Path, node: str) -> Path:

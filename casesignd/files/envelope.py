@@ -9,6 +9,15 @@ encryption was turned on, plain (:func:`casesignd.core.sealed.is_sealed` tells t
 apart). A file that fails authentication, or whose key is gone, reads as the
 retryable ``io_error`` (:func:`broken`), never as wrong bytes.
 
+The data keys a process unwraps stay in its memory for a while
+(:class:`OpenedKeys`), so that a batch of jobs on one stored contract asks the store
+and the key-encryption key once rather than once a job: never written anywhere,
+never shown in a ``repr`` or a log, dropped at once when the store removes their
+owner (:meth:`Envelope.forget`, from the erasure and the retention sweep) and, for a
+change made by another process (another node's erasure, then a new upload of the
+digest under a new key), trusted for :data:`OPENED_KEY_TTL_S` only, and forgotten
+as soon as a file does not authenticate under one.
+
 Blocking calls: :func:`open_plain`, :func:`plain_size` and :func:`reseal` touch files
 (run them in a thread). Uploads are sealed as they stream in by
 :class:`~casesignd.files.temp.HashingWriter` with the data key.
@@ -20,7 +29,9 @@ import asyncio
 import hashlib
 import io
 import os
-from collections.abc import Iterator
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -41,6 +52,12 @@ from casesignd.core.sealed import (
 )
 
 READ_CHUNK_BYTES = 256 * 1024
+# How many unwrapped data keys a process keeps (an entry is ~200 bytes), and how long
+# one is used before the store is asked again: the bound on how long another
+# process's change of an owner's key (an erasure, then a new upload of the digest)
+# can go unseen here, beside the retry a failed authentication triggers.
+OPENED_KEYS = 1024
+OPENED_KEY_TTL_S = 30.0
 
 
 class DataKeys(Protocol):
@@ -90,12 +107,65 @@ class SealedFile(SealedPath):
         return open_plain(self.path, self.key, self.owner, buffer_bytes)
 
 
-class Envelope:
-    """Data keys for stored files: made and wrapped when written, unwrapped when read."""
+class OpenedKeys:
+    """The data keys this process unwrapped, by owner: the most recent ``size`` of
+    them, each for ``ttl_s`` seconds after it was read from the store. Memory only;
+    its ``repr`` names how many it holds, never a key or an owner."""
 
-    def __init__(self, keyring: Keyring = NO_KEYS, keys: DataKeys | None = None) -> None:
+    def __init__(self, size: int = OPENED_KEYS, ttl_s: float = OPENED_KEY_TTL_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.size = size
+        self.ttl_s = ttl_s
+        self._clock = clock
+        self._keys: OrderedDict[str, tuple[float, SealKey]] = OrderedDict()
+
+    def __repr__(self) -> str:
+        return f"OpenedKeys({len(self._keys)} of {self.size})"
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def get(self, owner: str) -> SealKey | None:
+        found = self._keys.get(owner)
+        if found is None:
+            return None
+        if self._clock() - found[0] > self.ttl_s:
+            del self._keys[owner]
+            return None
+        self._keys.move_to_end(owner)
+        return found[1]
+
+    def keep(self, owner: str, key: SealKey) -> None:
+        if self.size <= 0:
+            return
+        self._keys[owner] = (self._clock(), key)
+        self._keys.move_to_end(owner)
+        while len(self._keys) > self.size:
+            self._keys.popitem(last=False)
+
+    def forget(self, owners: Iterable[str]) -> None:
+        for owner in owners:
+            self._keys.pop(owner, None)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class Envelope:
+    """Data keys for stored files: made and wrapped when written, unwrapped when read
+    (and kept unwrapped for a while: :class:`OpenedKeys`)."""
+
+    def __init__(self, keyring: Keyring = NO_KEYS, keys: DataKeys | None = None,
+                 opened: OpenedKeys | None = None) -> None:
         self.keyring = keyring
         self.keys = keys
+        self.opened = opened if opened is not None else OpenedKeys()
+
+    def forget(self, owners: Iterable[str]) -> None:
+        """Drop the unwrapped data keys of ``owners`` from memory: the store removed
+        them (an erasure, a retention sweep), or a file did not authenticate under
+        one (another process may have replaced it)."""
+        self.opened.forget(owners)
 
     @property
     def sealing(self) -> bool:
@@ -112,9 +182,21 @@ class Envelope:
         key that stands (``key`` itself, or the earlier one)."""
         assert self.keys is not None
         stood = await self.keys.put_data_key(wrapped)
-        if stood.key_id == wrapped.key_id and stood.wrapped == wrapped.wrapped:
-            return key
-        return self._unwrap(stood)
+        if stood.key_id != wrapped.key_id or stood.wrapped != wrapped.wrapped:
+            key = self._unwrap(stood)
+        # What was just written is read next (a job signs the contract just uploaded).
+        self.opened.keep(wrapped.owner, key)
+        return key
+
+    async def still_standing(self, key: SealKey, owner: str) -> SealKey:
+        """After a row that names ``owner`` was written: the key that stands for it,
+        ``key`` written again if the row went meanwhile (one read when it did not)."""
+        assert self.keys is not None
+        found = await self.keys.data_key(owner)
+        if found is None:
+            return await self.standing(key, self.keyring.wrap(key.raw(), owner))
+        stood = self._unwrap_kept(found)
+        return key if stood == key else stood
 
     async def key_for_writing(self, owner: str) -> SealKey | None:
         """The data key to seal ``owner``'s file with (None: files are not sealed)."""
@@ -125,10 +207,18 @@ class Envelope:
 
     async def key_for_reading(self, owner: str) -> SealKey:
         """The data key of ``owner``'s sealed file, or ``io_error``."""
+        kept = self.opened.get(owner)
+        if kept is not None:
+            return kept
         found = await self.keys.data_key(owner) if self.keys is not None else None
         if found is None:
             raise broken(owner, "its data key is not in the store")
-        return self._unwrap(found)
+        return self._unwrap_kept(found)
+
+    def _unwrap_kept(self, wrapped: WrappedKey) -> SealKey:
+        key = self._unwrap(wrapped)
+        self.opened.keep(wrapped.owner, key)
+        return key
 
     def _unwrap(self, wrapped: WrappedKey) -> SealKey:
         try:
@@ -142,8 +232,11 @@ class Envelope:
         key is configured. ``io_error`` when it is held but cannot be unwrapped."""
         if self.keys is None or not self.keyring.ids:
             return None
+        kept = self.opened.get(owner)
+        if kept is not None:
+            return kept
         found = await self.keys.data_key(owner)
-        return self._unwrap(found) if found is not None else None
+        return self._unwrap_kept(found) if found is not None else None
 
     async def key_for(self, owner: str) -> SealKey | None:
         """For a writer that may find a file there already: the key to seal with (as
@@ -219,6 +312,20 @@ def plain_size(path: Path) -> int:
     body = size - HEADER_BYTES
     chunks = max(1, -(-body // (chunk + TAG_BYTES)))
     return max(0, body - chunks * TAG_BYTES)
+
+
+def opens_under(path: Path, key: SealKey) -> bool:
+    """Whether ``path`` reads under ``key``: a plain file does (it needs no key), a
+    sealed one when its header and first chunk authenticate under it; a file that is
+    not there does not. Blocking."""
+    try:
+        if not is_sealed(read_head(path)):
+            return True
+        with open_plain(path, key) as f:
+            f.read(1)
+    except (FileNotFoundError, SealBroken, TransientJobError):
+        return False
+    return True
 
 
 def reseal(path: Path, src_key: SealKey, dst_key: SealKey) -> None:

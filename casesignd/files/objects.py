@@ -47,7 +47,7 @@ from casesignd.core.errors import DigestMismatch, TooLarge, ValidationError
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.keyring import WrappedKey, object_owner
 from casesignd.core.sealed import SealKey
-from casesignd.files.envelope import Envelope, reseal
+from casesignd.files.envelope import Envelope, opens_under, reseal
 from casesignd.files.temp import HashingWriter, stream_into
 
 CASE_ID_PATTERN = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -238,10 +238,18 @@ class ObjectStore:
                 await writer.fsync()
             finally:
                 writer.close()
-            if sealed is not None:
-                await self._keep_key(tmp, *sealed)
+            seal = await self._keep_key(tmp, *sealed) if sealed is not None else None
             if self.record is not None:
                 await self.record(tenant, case_id, sha256, size)
+            if seal is not None:
+                # An erasure of the last other case holding the digest may have
+                # dropped its key between the key's write and the object's row (it
+                # drops a key no object row names): written again, the key stands for
+                # the row made now, which keeps it from then on.
+                stood = await self.envelope.still_standing(seal, object_owner(sha256))
+                if stood != seal:
+                    await asyncio.to_thread(reseal, tmp, seal, stood)
+                seal = stood
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -249,19 +257,20 @@ class ObjectStore:
         # From here the thread owns tmp; shielded so a client that goes away now
         # cannot leave a blob without its case link.
         commit = asyncio.ensure_future(
-            asyncio.to_thread(self._commit, tmp, tenant, case_id, sha256)
+            asyncio.to_thread(self._commit, tmp, tenant, case_id, sha256, seal)
         )
         created = await asyncio.shield(commit)
         return PutResult(created=created, size=size)
 
-    async def _keep_key(self, tmp: Path, key: SealKey, wrapped: WrappedKey) -> None:
+    async def _keep_key(self, tmp: Path, key: SealKey, wrapped: WrappedKey) -> SealKey:
         """Keep the upload's data key as its digest's, or, when another upload of the
         digest kept one first, seal the file again under that one (rare: two uploads
         of one digest at once), so that whichever file is linked reads under the key
-        that stands."""
+        that stands; the key ``tmp`` is sealed under now."""
         stood = await self.envelope.standing(key, wrapped)
-        if stood is not key:
+        if stood is not key and stood != key:
             await asyncio.to_thread(reseal, tmp, key, stood)
+        return stood
 
     def remove(self, tenant: str, case_id: str, sha256: str) -> int:
         """Remove the object from its case, and its blob once no case links it;
@@ -289,6 +298,17 @@ class ObjectStore:
             os.unlink(blob)
         return st.st_size
 
+    def _replace_blob(self, tmp: Path, blob: Path) -> None:
+        spare = self._tmp / f"{self.node}.{secrets.token_hex(16)}.part"
+        os.link(tmp, spare)
+        try:
+            os.replace(spare, blob)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(spare)
+            raise
+        fsync_dir(blob.parent)
+
     def _linked_by_a_case(self, sha256: str) -> bool:
         """Whether any case still has the object (a walk of the case folders, done only
         for a blob with more than one name)."""
@@ -312,27 +332,35 @@ class ObjectStore:
                         if (found.st_dev, found.st_ino) == (st.st_dev, st.st_ino):
                             os.unlink(path)
 
-    def _commit(self, tmp: Path, tenant: str, case_id: str, sha256: str) -> bool:
+    def _commit(self, tmp: Path, tenant: str, case_id: str, sha256: str,
+                seal: SealKey | None = None) -> bool:
         try:
-            return self._link_in(tmp, tenant, case_id, sha256)
+            return self._link_in(tmp, tenant, case_id, sha256, seal)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
 
-    def _link_in(self, tmp: Path, tenant: str, case_id: str, sha256: str) -> bool:
+    def _link_in(self, tmp: Path, tenant: str, case_id: str, sha256: str,
+                 seal: SealKey | None = None) -> bool:
         # link(2) never replaces an existing name, so two concurrent uploads of the
         # same digest or the same (case, digest) settle on one winner without a lock.
         blob = self.blob_path(sha256)
         ensure_dir(blob.parent, self.root)
+        source = blob
         try:
             os.link(tmp, blob)
             fsync_dir(blob.parent)
         except FileExistsError:
-            pass
+            if seal is not None and not opens_under(blob, seal):
+                # Sealed under a key an erasure destroyed (its files not yet removed
+                # when this upload's key was written): this upload's file, under the
+                # key that stands, takes its place, and the case links this one.
+                self._replace_blob(tmp, blob)
+                source = tmp
         ref = self._ref_path(tenant, case_id, sha256)
         ensure_dir(ref.parent, self.root)
         try:
-            os.link(blob, ref)
+            os.link(source, ref)
         except FileExistsError:
             return False
         fsync_dir(ref.parent)

@@ -379,6 +379,12 @@ class Fetcher:
         here, and a plain store asks nothing of the store."""
         return await self.objects.envelope.key_if_any(object_owner(sha256))
 
+    def forget_keys(self, sha256s: Collection[str]) -> None:
+        """Drop the data keys of these stored objects from memory: a job that read them
+        met a file that did not authenticate (``io_error``), which another process may
+        have replaced under a new key since; its retry reads the keys afresh."""
+        self.objects.envelope.forget([object_owner(s) for s in sha256s])
+
     async def scannable(self, path: Path, sha256: str) -> Path | SealedPath:
         """A stored object as a scanner takes it: its path when plain, with its data
         key when sealed at rest (``io_error`` when that key is gone)."""

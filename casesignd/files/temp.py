@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from casesignd.core.errors import DigestMismatch, LimitExceeded, SizeMismatch, TempQuota
-from casesignd.core.sealed import SealedPath, SealedWriter, SealKey, seal_writer
+from casesignd.core.sealed import SealedPath, SealedWriter, SealKey, seal_writer, sealed_size
 
 # Server-chosen file names only: no leading dot (no ".", "..", or hidden files),
 # no slash, short enough for any file system.
@@ -291,12 +291,16 @@ class Area:
             if total > max_bytes:
                 raise LimitExceeded(f"{name}: more than the limit of {max_bytes} bytes")
 
-        written = 0
+        written = plain = 0
 
         def before_write(n: int) -> None:
-            nonlocal written
-            self.add_written(n)
-            written += n
+            # The quota counts what the disk holds: the file's header and a tag per
+            # 64 KiB chunk beside the plain bytes (charged as they become due).
+            nonlocal written, plain
+            grown = sealed_size(plain + n) - written
+            self.add_written(grown)
+            written += grown
+            plain += n
 
         writer = HashingWriter(os.open(path, _CREATE_FLAGS, 0o600), self.key)
         try:

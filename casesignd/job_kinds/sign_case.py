@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from casesignd.config import Config, Policy
 from casesignd.core import audit, media
 from casesignd.core.appearance import CERTIFY_P
-from casesignd.core.errors import ActiveContent, ValidationError
+from casesignd.core.errors import ActiveContent, TransientJobError, ValidationError
 from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
 from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
@@ -329,7 +329,14 @@ class SignCaseKind:
         # Locked until the outcome (with the signature) is committed, not only while
         # this runs: the next job of the key must find the signature recorded.
         recorded = await ctx.keep_until_recorded(signing_lock(ctx.services, ctx.tenant, sig_key, known))
-        return await self._run(ctx, sig_key, recorded)
+        try:
+            return await self._run(ctx, sig_key, recorded)
+        except TransientJobError as e:
+            if e.code == "io_error":
+                ctx.services.fetcher.forget_keys(
+                    [it["sha256"] for it in ctx.input["items"]
+                     if it["object_ref"].startswith(OBJECT_REF_PREFIX)])
+            raise
 
     async def _run(self, ctx: JobContext, sig_key: str, recorded: dict[str, Any] | None) -> Finish:
         s = ctx.services

@@ -36,6 +36,17 @@ def put_data_key(tx: Any, key: WrappedKey) -> WrappedKey:
     return _row(row) if row is not None else key
 
 
+def keep_data_key(tx: Any, key: WrappedKey) -> None:
+    """Write ``key`` unless its owner has one (no read: the writer needs no answer)."""
+    tx.run("put_data_key", owner=key.owner, key_id=key.key_id, wrapped=key.wrapped, now=tx.now)
+
+
+def drop_unrecorded_keys(tx: Any, before: float) -> int:
+    """Drop the artifacts' data keys written before ``before`` that no artifact record
+    names (a publication a crash cut short of its record); how many went."""
+    return int(tx.run("drop_unrecorded_artifact_keys", before=before))
+
+
 def rewrap(tx: Any, changes: Sequence[Rewrap]) -> int:
     """Each change applied where the row is still under its old key; how many were."""
     n = 0
@@ -103,15 +114,23 @@ class DataKeyVerbs:
         """Apply ``changes`` in one transaction; how many rows changed."""
         return await self._write(lambda tx: rewrap(tx, changes))
 
+    async def drop_unrecorded_keys(self, before: float) -> int:
+        """Drop the data keys of artifacts never recorded, written before ``before``
+        (:func:`drop_unrecorded_keys`); how many went."""
+        return await self._write(lambda tx: drop_unrecorded_keys(tx, before))
+
 
 class MemoryDataKeys:
     """The same verbs in memory (:class:`~.memory.MemoryStore`)."""
 
     _keys: dict[str, WrappedKey]
     _objects: dict[tuple[str, str, str], Any]
+    _artifacts: dict[str, Any]
+    _key_written: dict[str, float]
     clock: Callable[[], float]
 
     async def put_data_key(self, key: WrappedKey) -> WrappedKey:
+        self._key_written.setdefault(key.owner, self.clock())
         return self._keys.setdefault(key.owner, key)
 
     async def data_key(self, owner: str) -> WrappedKey | None:
@@ -138,6 +157,14 @@ class MemoryDataKeys:
                 self._keys[c.owner] = c.key
                 n += 1
         return n
+
+    async def drop_unrecorded_keys(self, before: float) -> int:
+        gone = [o for o in self._keys if o.startswith("artifact:")
+                and o.removeprefix("artifact:") not in self._artifacts
+                and self._key_written.get(o, 0.0) < before]
+        for o in gone:
+            del self._keys[o]
+        return len(gone)
 
     def _drop_object_key(self, sha256: str) -> bool:
         if any(k[2] == sha256 for k in self._objects):

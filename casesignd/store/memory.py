@@ -61,6 +61,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
         self._artifacts: dict[str, dict[str, Any]] = {}
         self._data: dict[str, bytes] = {}
         self._keys: dict[str, WrappedKey] = {}
+        self._key_written: dict[str, float] = {}
         self._holds: dict[tuple[str, str], float] = {}
         self._objects: dict[tuple[str, str, str], list[Any]] = {}
         self._deliveries: dict[str, Delivery] = {}
@@ -283,6 +284,8 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
             "sha256": artifact.sha256, "size": artifact.size, "media_type": artifact.media_type,
             "created_at": now, "timestamp_expires_at": artifact.timestamp_expires_at,
             "renewed_by": None})
+        if artifact.data_key is not None:
+            self._keys.setdefault(artifact.data_key.owner, artifact.data_key)
         renewed = self._artifacts.get(outcome.renews) if outcome.renews is not None else None
         if renewed is not None and renewed["tenant"] == job.tenant and renewed["renewed_by"] is None:
             renewed["renewed_by"] = artifact.artifact_id

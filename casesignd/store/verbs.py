@@ -26,7 +26,7 @@ from casesignd.core.keyring import NO_KEYS, Keyring, KeyUnavailable
 from casesignd.core.outcomes import Finish, Outcome, RetryLater
 from casesignd.core.sealed import SealBroken
 from casesignd.store.claims import ClaimVerbs
-from casesignd.store.data_keys import DataKeyVerbs, seal_inline, unseal_inline
+from casesignd.store.data_keys import DataKeyVerbs, keep_data_key, seal_inline, unseal_inline
 from casesignd.store.lifecycle import LifecycleVerbs
 from casesignd.store.outbox import OutboxVerbs
 from casesignd.store.records import (
@@ -268,6 +268,8 @@ def _put_artifact(tx: Tx, job: Job, outcome: Finish) -> None:
     tx.run("put_artifact", artifact_id=artifact.artifact_id, sha256=artifact.sha256,
            size=artifact.size, media_type=artifact.media_type, tenant=job.tenant,
            case_id=job.case_id, job_id=job.job_id, now=tx.now, timestamp_expires_at=artifact.timestamp_expires_at)
+    if artifact.data_key is not None:  # its file's key, with its record (a no-op if it stands)
+        keep_data_key(tx, artifact.data_key)
     if outcome.renews is not None:
         tx.run("mark_renewed", artifact_id=outcome.renews, tenant=job.tenant,
                renewed_by=artifact.artifact_id)

@@ -323,3 +323,42 @@ def test_sealed_stores_on_postgres_rekey_and_erase(daemon_factory, postgres_dsn,
     assert d.stop() == 0
     checked = d.cli("store", "check", "--config", str(d.config_path))
     assert checked.returncode == 0, checked.stdout
+
+
+def test_a_key_kept_in_memory_gives_way_to_one_another_process_wrote(daemon_factory, tmp_path):
+    """A daemon keeps the data keys it unwrapped; when another process replaces an
+    object under a new key (another node's erasure, then a new upload of the digest),
+    the attempt that meets the file under its old key fails as io_error, and its
+    retry reads the key afresh and signs."""
+    from casesignd.core.keyring import Keyring, read_key_file
+    from casesignd.core.sealed import SealKey
+    from casesignd.files.envelope import reseal
+
+    d = sealed_daemon(daemon_factory)
+    contract = marked_contract(tmp_path, pages=1)
+    sha = hashlib.sha256(contract).hexdigest()
+    first = d.wait_job(d.submit(case_manifest(d, "KEPT-1", contract)).json()["job_id"])
+    assert first["state"] == "ready", first
+    owner = f"object:{sha}"
+    keyring = Keyring(True, "test-1", {"test-1": read_key_file(d.dir / "storage.key", "k")})
+    with sqlite3.connect(d.db, timeout=30) as conn:
+        (wrapped,) = conn.execute("SELECT wrapped FROM data_keys WHERE owner = ?", (owner,)).fetchone()
+        old = SealKey.from_bytes(keyring.unwrap("test-1", bytes(wrapped), owner))
+        new = SealKey.generate()
+        for p in files_under(d.dir / "objects"):
+            if p.name == sha:
+                reseal(p, old, new)
+        conn.execute("UPDATE data_keys SET wrapped = ? WHERE owner = ?",
+                     (keyring.wrap(new.raw(), owner).wrapped, owner))
+    item = {"role": "contract", "name": "contract.pdf", "media_type": "application/pdf",
+            "object_ref": f"sha256:{sha}", "sha256": sha, "size": len(contract)}
+    r = d.submit({"kind": "sign_case", "case_id": "KEPT-1", "items": [item],
+                  "signers": [{"id": "other-1", "name": "Other Ltd", "role": "buyer"}]})
+    assert r.status == 202, r.body
+    job = d.wait_job(r.json()["job_id"])
+    assert job["state"] == "ready", job
+    retries = [e["detail"].get("code") for e in d.events(job["job_id"])
+               if e["type"] == "retry_scheduled"]
+    assert retries == ["io_error"], d.events(job["job_id"])
+    got = d.request("GET", job["result"]["download_url"], auth=False)
+    assert hashlib.sha256(got.body).hexdigest() == job["result"]["sha256"]

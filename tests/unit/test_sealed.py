@@ -269,3 +269,14 @@ def test_a_view_reads_only_what_is_asked_and_keeps_the_position() -> None:
     assert bytes(view[10:20]) == data[C + 17:C + 27]
     assert b"".join(view.chunks(1000)) == data[C + 7:5 * C]
     assert r.tell() == 123 and r.read(5) == data[123:128]
+
+
+@pytest.mark.parametrize("plain", [0, 1, 65535, 65536, 65537, 3 * 65536, 300_000])
+def test_sealed_size_is_the_size_on_disk(tmp_path, plain):
+    from casesignd.core.sealed import sealed_size
+
+    key = SealKey.generate()
+    path = tmp_path / "f"
+    with open(path, "wb") as out, seal_writer(out, key) as w:
+        w.write(os.urandom(plain))
+    assert sealed_size(plain) == path.stat().st_size

@@ -851,3 +851,34 @@ async def test_a_tenant_takes_deliveries_up_to_its_room(store_and_clock):
     assert await store.take_deliveries("n", 30, 10, per_tenant=0) == []
     rest = await store.take_deliveries("n", 30, 10)
     assert sorted(d.tenant for d in rest) == ["t1", "t1", "t1", "t2"]
+async def test_the_keys_of_artifacts_never_recorded_go_and_a_record_keeps_its_key(store_and_clock):
+    """A publication writes its artifact's data key before the finish records it; a
+    crash in between leaves the key alone, which the start-up sweep drops once it is
+    older than the sweep's cutoff. The finish writes the key again with the record,
+    so a key dropped from under a publication in flight stands again."""
+    from casesignd.core.keyring import WrappedKey
+
+    store, clock = store_and_clock
+    unrecorded = WrappedKey("artifact:art_" + "1" * 32, "k1", b"w" * 60)
+    recorded = WrappedKey("artifact:art_" + "2" * 32, "k1", b"x" * 60)
+    obj = WrappedKey("object:" + "ab" * 32, "k1", b"y" * 60)
+    for k in (unrecorded, recorded, obj):
+        await store.put_data_key(k)
+    await admit(store)
+    claimed = await store.claim("w1", 10, 1 << 30, ["test"])
+    art = Artifact(recorded.owner.removeprefix("artifact:"), "aa" * 32, 1, data_key=recorded)
+    assert (await store.conclude(claimed.lease, Finish(artifact=art))).state == "succeeded"
+    assert await store.drop_unrecorded_keys(clock.now - 60) == 0  # young: a publication may be in flight
+    clock.now += 120
+    young = WrappedKey("artifact:art_" + "3" * 32, "k1", b"z" * 60)
+    await store.put_data_key(young)
+    assert await store.drop_unrecorded_keys(clock.now - 60) == 1
+    assert await store.data_key(unrecorded.owner) is None
+    for k in (recorded, obj, young):
+        assert await store.data_key(k.owner) == k
+    # A finish whose key was dropped meanwhile writes it again.
+    await admit(store, key="k2")
+    second = await store.claim("w1", 10, 1 << 30, ["test"])
+    art2 = Artifact(unrecorded.owner.removeprefix("artifact:"), "bb" * 32, 1, data_key=unrecorded)
+    assert (await store.conclude(second.lease, Finish(artifact=art2))).state == "succeeded"
+    assert await store.data_key(unrecorded.owner) == unrecorded

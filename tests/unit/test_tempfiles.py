@@ -156,11 +156,14 @@ async def test_download_checks_digest_and_counts_bytes(manager):
         p = await area.download("doc.pdf", chunks_of(data), digest.upper(), len(data), 10**6)
         with p.open() as f:
             assert f.read() == data
-        # On disk, ciphertext under the area's key only (usage counts the plain bytes).
+        # On disk, ciphertext under the area's key only; usage counts what the disk
+        # holds (the header and a tag per 64 KiB chunk beside the plain bytes).
         assert p.key == area.key and is_sealed(p.path.read_bytes()) and data[:64] not in p.path.read_bytes()
         assert stat.S_IMODE(p.path.stat().st_mode) == 0o600
-        assert manager.usage().used_bytes == len(data)
-        assert manager.usage().free_bytes == 1_000_000 - len(data)
+        on_disk = p.path.stat().st_size
+        assert on_disk > len(data)
+        assert manager.usage().used_bytes == on_disk
+        assert manager.usage().free_bytes == 1_000_000 - on_disk
     assert manager.usage().used_bytes == 0
 
 
@@ -204,16 +207,19 @@ async def test_download_stops_as_soon_as_the_limit_passes(manager):
 
 
 async def test_writing_past_the_reservation_takes_quota_or_fails(tmp_path):
-    m = TempManager(tmp_path / "t", quota_bytes=600_000)
-    m.sweep()
+    from casesignd.core.sealed import sealed_size
+
     data = b"a" * 500_000
+    quota = sealed_size(len(data)) + 100_000  # a's file on disk, and b's reservation
+    m = TempManager(tmp_path / "t", quota_bytes=quota)
+    m.sweep()
     async with m.attempt("a", 1, 100_000) as a, m.attempt("b", 1, 100_000) as b:
         await a.download("f", chunks_of(data), None, None, 10**6)
         assert m.usage().free_bytes == 0
         with pytest.raises(TempQuota):
             await b.download("f", chunks_of(data), None, None, 10**6)
         assert not b.path_for("f").exists()
-    assert m.usage().free_bytes == 600_000
+    assert m.usage().free_bytes == quota
 
 
 async def test_attempt_recreates_a_missing_root(tmp_path):

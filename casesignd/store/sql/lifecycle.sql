@@ -156,6 +156,14 @@ SELECT key_id, sum(n) AS n FROM (
 -- name: drop_data_key
 DELETE FROM data_keys WHERE owner = :owner;
 
+-- An artifact's key written for a publication a crash cut short of its record (the
+-- start-up sweep): a publication in flight writes its key again with its record.
+-- One scan of data_keys, at start.
+-- name: drop_unrecorded_artifact_keys
+DELETE FROM data_keys WHERE substr(owner, 1, 9) = 'artifact:' AND created_at < :before
+   AND NOT EXISTS (SELECT 1 FROM artifacts
+                    WHERE artifacts.artifact_id = substr(data_keys.owner, 10));
+
 -- An object's key goes with the last case that holds it (a blob is stored once).
 -- name: drop_object_key
 DELETE FROM data_keys WHERE owner = 'object:' || :sha256
