@@ -851,6 +851,8 @@ async def test_a_tenant_takes_deliveries_up_to_its_room(store_and_clock):
     assert await store.take_deliveries("n", 30, 10, per_tenant=0) == []
     rest = await store.take_deliveries("n", 30, 10)
     assert sorted(d.tenant for d in rest) == ["t1", "t1", "t1", "t2"]
+
+
 async def test_the_keys_of_artifacts_never_recorded_go_and_a_record_keeps_its_key(store_and_clock):
     """A publication writes its artifact's data key before the finish records it; a
     crash in between leaves the key alone, which the start-up sweep drops once it is
