@@ -244,16 +244,21 @@ class PostgresStore(SqlStore):
                                  "waiting_pending": tx.waiting_pending,
                                  "admission_ms": max(0.0, (tx.now - new.created_at) * 1000.0)}
 
-        def then(tx: PgTx, rows: Sequence[Row]) -> tuple[Job, bool]:
+        def then(tx: PgTx, rows: Sequence[Row], again: bool = True) -> tuple[Job, bool]:
             if rows:
                 return admitted(tx, row_job(rows[0]), actor), True
             row = tx.one("find_idem", tenant=new.tenant, idem_key=new.idem_key)
-            if row is None:
-                locked = tx.one("idem_key_locked", tenant=new.tenant, idem_key=new.idem_key)
-                if locked is not None and locked["locked"]:
-                    raise in_progress()  # a kiosk request on some daemon locked the key
-                raise queue_full()
-            return same_request(row, new)
+            if row is not None:
+                return same_request(row, new)
+            locked = tx.one("idem_key_locked", tenant=new.tenant, idem_key=new.idem_key)
+            if locked is not None and locked["locked"]:
+                raise in_progress()  # a kiosk request on some daemon locked the key
+            if again:
+                # A kiosk request's lock on the key, let go of since the insert looked:
+                # the insert again, so that only a full queue is answered as one.
+                name, params = first(tx)
+                return then(tx, tx.all(name, **params), again=False)
+            raise queue_full()
 
         step = Step(first, then, admits=True)
         if not limited(limits):
