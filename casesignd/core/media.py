@@ -130,12 +130,18 @@ def _ooxml_kind(path: Path | SealedPath) -> str:
 
 
 def _is_utf8_text(path: Path | SealedPath) -> bool:
-    # Whole file, in chunks: a NUL or an invalid sequence anywhere makes it binary.
+    # Whole file, in chunks read into one buffer: a NUL or an invalid sequence
+    # anywhere makes it binary. An ASCII chunk with no sequence left open before it
+    # is valid as it is, and is not decoded into a string only to be dropped.
     decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    buf = bytearray(_TEXT_CHUNK_BYTES)
     with open_plain(path) as f:
-        while chunk := f.read(_TEXT_CHUNK_BYTES):
+        while n := f.readinto(buf):
+            chunk = buf if n == len(buf) else buf[:n]
             if b"\x00" in chunk:
                 return False
+            if chunk.isascii() and not decoder.getstate()[0]:
+                continue
             try:
                 decoder.decode(chunk)
             except UnicodeDecodeError:

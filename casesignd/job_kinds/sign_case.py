@@ -359,9 +359,15 @@ class SignCaseKind:
         await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
         contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
+        # A sealed item (a stored object sealed at rest under its own data key, or a
+        # download this attempt sealed after checking its digest) reads back as the
+        # bytes of its digest or fails (io_error): the embedding need not hash it
+        # again. A plain stored file is read in place and hashed as it is embedded.
         attachments = [
             pades.Attachment(paths[i], it["name"], it["media_type"],
-                             description=f"sha256:{it['sha256']}")
+                             description=f"sha256:{it['sha256']}",
+                             sha256=bytes.fromhex(it["sha256"])
+                             if isinstance(paths[i], SealedPath) else None)
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.area.sealed("signed.pdf")
         # Signed in the CPU process (B-B), the document goes straight into its

@@ -51,12 +51,18 @@ CHUNK_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class Attachment:
     """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path`` (plain, or sealed
-    in a temp area)."""
+    in a temp area or at rest).
+
+    ``sha256`` is the file's digest when reading it can only yield the bytes of that
+    digest or fail: a sealed file (every chunk authenticated under a key that only
+    those bytes were sealed with, and checked against the digest when they were).
+    None otherwise, and the digest is taken as the file is read."""
 
     path: Path | SealedPath
     name: str
     media_type: str
     description: str = ""
+    sha256: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -128,7 +134,9 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     The file is read once: its SHA-256 (which the file specification and the
     signature dictionary carry, after the stream) and the signature's hash of it are
     taken on helper threads (hashlib releases the GIL) while this one reads, and
-    maybe unseals and seals, the next chunk. No /CheckSum: it is optional (Table 46)
+    maybe unseals and seals, the next chunk. A file whose digest is known
+    (:attr:`Attachment.sha256`) is not hashed for it: a sealed file reads back as
+    those bytes or raises ``SealBroken``. No /CheckSum: it is optional (Table 46)
     and MD5, which costs more than twice SHA-256 on a large file and binds nothing
     the SHA-256 does not."""
     size = plain_size(att.path)
@@ -148,22 +156,23 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     )
     w.begin(num)
     w.write(serialize(head) + b"\nstream\n")
-    sha = hashlib.sha256()
+    sha, known = hashlib.sha256(), att.sha256
+    hashes = [w.hasher.update] if known is not None else [sha.update, w.hasher.update]
     copied = 0
     pending: list[Future[None]] = []
-    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="embed-hash") as pool, \
+    with ThreadPoolExecutor(max_workers=len(hashes), thread_name_prefix="embed-hash") as pool, \
             open_plain(att.path) as f:
         # Fresh bytes per chunk, hashed while the next is read; in order, since a
         # chunk's hashes finish before the next chunk's begin.
         while chunk := f.read(CHUNK_BYTES):
             for done in pending:
                 done.result()
-            pending = [pool.submit(sha.update, chunk), pool.submit(w.hasher.update, chunk)]
+            pending = [pool.submit(update, chunk) for update in hashes]
             w.write_unhashed(chunk)
             copied += len(chunk)
         for done in pending:
             done.result()
-    digest = sha.digest()
+    digest = known if known is not None else sha.digest()
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")

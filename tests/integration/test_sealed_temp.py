@@ -69,9 +69,11 @@ def packet(case_id: str, contract: bytes, note: bytes) -> dict:
 
 class HangingClamd:
     """clamd's protocol on a unix socket: ``PING`` answered at once; each ``INSTREAM``
-    read whole, then answered clean only once :attr:`release` is set."""
+    read whole, then answered clean, from the :attr:`hold_from`-th on only once
+    :attr:`release` is set."""
 
     def __init__(self) -> None:
+        self.hold_from = 1
         self.path = str(short_tempdir() / "clamd.sock")
         self.release = threading.Event()
         self.streams = 0
@@ -108,7 +110,8 @@ class HangingClamd:
             while (size := struct.unpack(">I", f.read(4))[0]) > 0:
                 f.read(size)
             self.streams += 1
-            self.release.wait(120)
+            if self.streams >= self.hold_from:
+                self.release.wait(120)
             conn.sendall(b"stream: OK\0")
 
 
@@ -151,10 +154,13 @@ def area_file(d, name: str) -> Path | None:
 
 @contextlib.contextmanager
 def phase_hold(phase: str, daemon_factory, tmp_path: Path, pki, contract: bytes,  # noqa: F811
-               note: bytes) -> Iterator[tuple[object, Callable[[], None], Callable[[], None]]]:
+               note: bytes, held_scan: int = 1
+               ) -> Iterator[tuple[object, Callable[[], None], Callable[[], None]]]:
     """A daemon whose job is about to be held in ``phase``: yields it, a wait for the
-    job to be there, and what lets the job go on after a restart."""
+    job to be there, and what lets the job go on after a restart. In the check
+    phase the job is held at its ``held_scan``-th item's scan, that item read whole."""
     with ThreadedSource() as source, HangingClamd() as clamd, LocalTsa(pki.tsa) as tsa:
+        clamd.hold_from = held_scan
         if phase == "publish":
             # Held at the timestamp: after the key, before publishing, the signed body
             # sealed in the area and the signature's end in memory.
@@ -174,7 +180,7 @@ def phase_hold(phase: str, daemon_factory, tmp_path: Path, pki, contract: bytes,
         waits = {
             "fetch": lambda: (f := area_file(d, "item-0")) is not None
             and f.stat().st_size > 3 * STRIDE,
-            "check": lambda: clamd.streams >= 1,
+            "check": lambda: clamd.streams >= held_scan,
             "sign": lambda: area_file(d, "signed.pdf") is not None,
             "publish": tsa.waiting.is_set,
         }
@@ -229,6 +235,11 @@ def flip_a_byte(item0: Path, item1: Path) -> None:
     item0.write_bytes(bytes(data))
 
 
+def flip_an_evidence_byte(item0: Path, item1: Path) -> None:
+    """The evidence, whose digest the signature binds without hashing it again."""
+    flip_a_byte(item1, item0)
+
+
 def swap_a_chunk(item0: Path, item1: Path) -> None:
     """Chunk 1 of the evidence (same key, another file) in place of the contract's."""
     data, other = bytearray(item0.read_bytes()), item1.read_bytes()
@@ -242,12 +253,16 @@ def cut_the_tail(item0: Path, item1: Path) -> None:
     item0.write_bytes(data[:len(data) - 1000])
 
 
-@pytest.mark.parametrize("tamper", [flip_a_byte, swap_a_chunk, cut_the_tail],
-                         ids=["flipped byte", "chunk from another file", "cut tail"])
+@pytest.mark.parametrize("tamper", [flip_a_byte, flip_an_evidence_byte, swap_a_chunk, cut_the_tail],
+                         ids=["flipped byte", "flipped evidence byte", "chunk from another file",
+                              "cut tail"])
 def test_a_tampered_temp_file_is_a_retryable_io_error_never_signed(
         daemon_factory, tmp_path, pki, tamper):  # noqa: F811 - the fixture
     contract, note = marked_contract(), marked_note()
-    with phase_hold("check", daemon_factory, tmp_path, pki, contract, note) as (d, reached, go_on):
+    # Altered once the scanner has read it, the evidence is found out by the signing.
+    held = 2 if tamper is flip_an_evidence_byte else 1
+    with phase_hold("check", daemon_factory, tmp_path, pki, contract, note,
+                    held_scan=held) as (d, reached, go_on):
         job_id = d.submit(packet("SEAL-TAMPER", contract, note)).json()["job_id"]
         reached()  # both items fetched and sealed; the scanner holds the job
         item0, item1 = area_file(d, "item-0"), area_file(d, "item-1")
@@ -263,6 +278,9 @@ def test_a_tampered_temp_file_is_a_retryable_io_error_never_signed(
         assert [e["type"] for e in events].count("signed") == 1
         signed = d.request("GET", job["result"]["download_url"], auth=False).body
         assert MARKER in signed
+        # The evidence is bound by the digest of what was received, embedded whole.
+        assert b"/SHA256 (%s)" % hashlib.sha256(note).hexdigest().encode() in signed
+        assert note in signed
         statuses = pyhanko_statuses_of(signed, tmp_path, d)
         assert statuses and all(s.intact and s.valid for s in statuses)
         assert "internal_error" not in d.logs()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.core import media
 from casesignd.core.errors import MediaTypeMismatch, MediaTypeNotAllowed, PermanentJobError
 from casesignd.core.media import (
     DOCX,
@@ -85,8 +86,14 @@ def test_text_is_checked_to_the_end(tmp_path: Path) -> None:
     path.write_bytes(b"a" * (3 << 20) + b"\xff")
     assert sniff_media_type(path) == OCTET_STREAM
     # A multi-byte character across a read boundary is still valid UTF-8.
-    path.write_bytes(b"a" * ((1 << 16) - 1) + "é".encode() + b"\n")
+    chunk = media._TEXT_CHUNK_BYTES
+    path.write_bytes(b"a" * (chunk - 1) + "é".encode() + b"a" * chunk)
     assert sniff_media_type(path) == "text/plain"
+    # One left open at a read's end is not closed by the ASCII chunk after it.
+    path.write_bytes(b"a" * (chunk - 1) + "é".encode()[:1] + b"a" * chunk)
+    assert sniff_media_type(path) == OCTET_STREAM
+    path.write_bytes(b"a" * (chunk - 1) + "é".encode()[:1])
+    assert sniff_media_type(path) == OCTET_STREAM
 
 
 def test_executables_are_listed() -> None:
