@@ -10,6 +10,7 @@ of one setup (one config file, one state directory) for a store they can share.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -23,6 +24,7 @@ import tomllib
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,3 +321,26 @@ def kill_all(nodes: list[Daemon]) -> None:
         if n.proc is not None and n.proc.poll() is None:
             n.proc.kill()
             n.proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def postgres_nodes(cluster: Any, state: Path, names: list[str],
+                   overrides: dict[str, Any] | None = None,
+                   prepare: Callable[[list[Daemon]], None] | None = None,
+                   **daemon: Any) -> Iterator[tuple[list[Daemon], str]]:
+    """Daemons named ``names`` (:func:`shared_nodes`) on a fresh database of the test
+    PostgreSQL ``cluster``, started: (the nodes, the database's DSN). ``prepare`` sees
+    the nodes before they start (their config file, say). At the end whichever still
+    runs is killed and the database dropped."""
+    db = cluster.create_database()
+    dsn = cluster.dsn(db)
+    nodes = shared_nodes(state, names, {**(overrides or {}),
+                                        "store": {"kind": "postgres", "dsn": dsn}}, **daemon)
+    try:
+        if prepare is not None:
+            prepare(nodes)
+        start_all(nodes)
+        yield nodes, dsn
+    finally:
+        kill_all(nodes)
+        cluster.drop_database(db)

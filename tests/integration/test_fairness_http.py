@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon import Daemon, kill_all, shared_nodes, start_all, to_toml
+from tests.daemon import Daemon, postgres_nodes, to_toml
 
 B_TOKEN = "csd_tenant-b-of-the-fairness-test"
 A_JOBS, B_JOBS = 2000, 20
@@ -91,17 +91,9 @@ def test_a_backlog_holds_another_tenant_back_by_a_few_claims_on_sqlite(daemon_fa
 
 @pytest.fixture
 def pg_nodes(postgres_cluster, tmp_path) -> Iterator[tuple[list[Daemon], str]]:
-    db = postgres_cluster.create_database()
-    dsn = postgres_cluster.dsn(db)
-    nodes = shared_nodes(tmp_path / "state", ["node-a", "node-b"],
-                         {**OVERRIDES, "store": {"kind": "postgres", "dsn": dsn}})
-    with_tenant_b(nodes[0])
-    try:
-        start_all(nodes)
-        yield nodes, dsn
-    finally:
-        kill_all(nodes)
-        postgres_cluster.drop_database(db)
+    with postgres_nodes(postgres_cluster, tmp_path / "state", ["node-a", "node-b"], OVERRIDES,
+                        prepare=lambda nodes: with_tenant_b(nodes[0])) as found:
+        yield found
 
 
 def test_a_backlog_holds_another_tenant_back_by_a_few_claims_on_two_postgres_nodes(pg_nodes):

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from tests.daemon import Daemon, Response, kill_all, shared_nodes, start_all
+from tests.daemon import Daemon, Response, postgres_nodes, start_all
 from tests.helpers_chaos import files_in_flight
 from tests.helpers_ops import SIGNERS, case_manifest, kiosk_sign, scrape, upload, value
 from tests.helpers_pki import pyhanko_statuses, reportlab_pdf
@@ -43,16 +43,9 @@ NOTE = ("note.txt", "text/plain", b"delivered on time\n")
 
 @pytest.fixture(scope="module")
 def cluster(postgres_cluster, tmp_path_factory) -> Iterator[list[Daemon]]:
-    db = postgres_cluster.create_database()
-    nodes = shared_nodes(tmp_path_factory.mktemp("nodes") / "state", NAMES,
-                         {**OVERRIDES, "store": {"kind": "postgres", "dsn": postgres_cluster.dsn(db)}},
-                         sign_delay_ms=SIGN_DELAY_MS)
-    try:
-        start_all(nodes)
+    with postgres_nodes(postgres_cluster, tmp_path_factory.mktemp("nodes") / "state", NAMES,
+                        OVERRIDES, sign_delay_ms=SIGN_DELAY_MS) as (nodes, _dsn):
         yield nodes
-    finally:
-        kill_all(nodes)
-        postgres_cluster.drop_database(db)
 
 
 @pytest.fixture

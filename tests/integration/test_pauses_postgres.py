@@ -21,7 +21,7 @@ import psycopg
 
 from casesignd.core import audit
 from casesignd.store.postgres import PostgresStore
-from tests.daemon import Daemon, kill_all, shared_nodes, start_all, to_toml
+from tests.daemon import Daemon, postgres_nodes, to_toml
 
 OTHER = "csd_other-tenant-of-the-pause-test"
 
@@ -86,17 +86,15 @@ def show(node: Daemon, job_id: str, token: str | bool = True) -> dict[str, Any]:
 
 def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_once(
         postgres_cluster, tmp_path):
-    db = postgres_cluster.create_database()
-    dsn = postgres_cluster.dsn(db)
-    nodes = shared_nodes(tmp_path / "state", ["node-a", "node-b"],
-                         {"store": {"kind": "postgres", "dsn": dsn},
-                          "workers": {"concurrency": 2}})
-    a, b = nodes
-    a.config["tenants"].append({"name": "other",
-                                "token_sha256": hashlib.sha256(OTHER.encode()).hexdigest()})
-    a.config_path.write_text(to_toml(a.config))
-    try:
-        start_all(nodes)
+    def with_other(nodes: list[Daemon]) -> None:
+        a = nodes[0]
+        a.config["tenants"].append({"name": "other",
+                                    "token_sha256": hashlib.sha256(OTHER.encode()).hexdigest()})
+        a.config_path.write_text(to_toml(a.config))
+
+    with postgres_nodes(postgres_cluster, tmp_path / "state", ["node-a", "node-b"],
+                        {"workers": {"concurrency": 2}}, prepare=with_other) as (nodes, dsn):
+        a, b = nodes
         # A whole tenant.
         assert store_call(dsn, "pause_claims", None, "other", "operator:ops") is True
         held = a.request("POST", "/v1/jobs", {"kind": "test", "tag": "held"}, auth=OTHER)
@@ -137,6 +135,3 @@ def test_a_pause_holds_on_both_nodes_across_a_restart_and_a_resume_claims_at_onc
             ("claims_resumed", "default", "operator:ops", {"kind": "test", "tenant": "default"}),
         ]
         assert store_call(dsn, "list_pauses") == []
-    finally:
-        kill_all(nodes)
-        postgres_cluster.drop_database(db)

@@ -15,7 +15,7 @@ from itertools import count
 
 import pytest
 
-from tests.daemon import Daemon, kill_all, shared_nodes, start_all, to_toml
+from tests.daemon import Daemon, postgres_nodes, to_toml
 
 OPERATOR_TOKEN = "csd_operator-token-for-tests-0123456789abcdef0123"
 _tags = count()
@@ -169,18 +169,11 @@ def test_limits_change_on_sighup(daemon_factory):
 
 @pytest.fixture
 def two_pg_nodes(postgres_cluster, tmp_path):
-    db = postgres_cluster.create_database()
-    nodes = shared_nodes(tmp_path / "state", ["node-a", "node-b"], {
-        "workers": {"concurrency": 4, "cpu_processes": 1},
-        "kiosk": {"cpu_processes": 1},
-        "store": {"kind": "postgres", "dsn": postgres_cluster.dsn(db)}})
-    _limited(nodes[0], max_running=2)
-    try:
-        start_all(nodes)
+    with postgres_nodes(postgres_cluster, tmp_path / "state", ["node-a", "node-b"], {
+            "workers": {"concurrency": 4, "cpu_processes": 1},
+            "kiosk": {"cpu_processes": 1}},
+            prepare=lambda nodes: _limited(nodes[0], max_running=2)) as (nodes, _dsn):
         yield nodes
-    finally:
-        kill_all(nodes)
-        postgres_cluster.drop_database(db)
 
 
 def test_the_running_limit_holds_across_two_postgres_nodes(two_pg_nodes):
