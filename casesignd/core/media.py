@@ -4,12 +4,19 @@
 text the whole file as UTF-8 in bounded chunks); :func:`check_evidence` compares a
 declared type with the sniffed one and the policy's allowed list. Both are plain
 functions with picklable arguments, so a worker can run them in a process pool.
+
+:func:`check_evidence_head` is the same check for a file that something else reads
+whole anyway (the signing worker embeds or hashes every evidence file): it reads
+no more than the head, and what only the whole file can tell (whether it is plain
+text) comes back as a :class:`PendingText` for that reader to finish, chunk by
+chunk (:class:`TextScan`), with the same verdict and error.
 """
 
 from __future__ import annotations
 
 import codecs
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from casesignd.core.errors import MediaTypeMismatch, MediaTypeNotAllowed
@@ -129,28 +136,50 @@ def _ooxml_kind(path: Path | SealedPath) -> str:
     return ZIP
 
 
+class TextScan:
+    """Whether the bytes fed to it, chunk after chunk, are plain text: valid UTF-8
+    without a NUL byte anywhere. ``text`` turns False at the first chunk that shows
+    otherwise, and stays so; :meth:`finish` is the verdict on the whole. An ASCII
+    chunk with no sequence left open before it is valid as it is, and is not
+    decoded into a string only to be dropped."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self.text = True
+
+    def feed(self, chunk: bytes | bytearray) -> bool:
+        """The next chunk; whether the bytes so far may still be text."""
+        if not self.text:
+            return False
+        if b"\x00" in chunk:
+            self.text = False
+        elif not (chunk.isascii() and not self._decoder.getstate()[0]):
+            try:
+                self._decoder.decode(chunk)
+            except UnicodeDecodeError:
+                self.text = False
+        return self.text
+
+    def finish(self) -> bool:
+        """Whether every byte fed was text (no sequence left open at the end)."""
+        if self.text:
+            try:
+                self._decoder.decode(b"", final=True)
+            except UnicodeDecodeError:
+                self.text = False
+        return self.text
+
+
 def _is_utf8_text(path: Path | SealedPath) -> bool:
     # Whole file, in chunks read into one buffer: a NUL or an invalid sequence
-    # anywhere makes it binary. An ASCII chunk with no sequence left open before it
-    # is valid as it is, and is not decoded into a string only to be dropped.
-    decoder = codecs.getincrementaldecoder("utf-8")("strict")
+    # anywhere makes it binary.
+    scan = TextScan()
     buf = bytearray(_TEXT_CHUNK_BYTES)
     with open_plain(path) as f:
         while n := f.readinto(buf):
-            chunk = buf if n == len(buf) else buf[:n]
-            if b"\x00" in chunk:
+            if not scan.feed(buf if n == len(buf) else buf[:n]):
                 return False
-            if chunk.isascii() and not decoder.getstate()[0]:
-                continue
-            try:
-                decoder.decode(chunk)
-            except UnicodeDecodeError:
-                return False
-    try:
-        decoder.decode(b"", final=True)
-    except UnicodeDecodeError:
-        return False
-    return True
+    return scan.finish()
 
 
 def sniff_media_type(path: Path | SealedPath) -> str:
@@ -161,16 +190,24 @@ def sniff_media_type(path: Path | SealedPath) -> str:
     :data:`EXECUTABLE_TYPES`); anything else, and an empty file, is
     ``application/octet-stream``. Memory use is bounded whatever the file's size.
     """
-    with open_plain(path) as f:
-        head = f.read(HEAD_BYTES)
-    if not head:
+    media_type = _sniff_head(path)
+    if media_type is None:
         return OCTET_STREAM
-    media_type = sniff_bytes(head)
-    if media_type == ZIP:
-        return _ooxml_kind(path)
     if media_type == OCTET_STREAM and _is_utf8_text(path):
         return TEXT
     return media_type
+
+
+def _sniff_head(path: Path | SealedPath) -> str | None:
+    """What the head shows (a ZIP's directory read too); ``application/octet-stream``
+    where only the whole file can tell plain text from binary; None for an empty
+    file, which is neither."""
+    with open_plain(path) as f:
+        head = f.read(HEAD_BYTES)
+    if not head:
+        return None
+    media_type = sniff_bytes(head)
+    return _ooxml_kind(path) if media_type == ZIP else media_type
 
 
 def normalize_media_type(value: str) -> str:
@@ -197,6 +234,38 @@ def check_evidence(declared: str, path: Path | SealedPath, allowed: list[str], f
     (``items[2].media_type``). An executable is always a mismatch unless declared as
     one, and executables are never in a sensible ``allowed`` list.
     """
+    head = _head_verdict(declared, path, allowed, field)
+    if isinstance(head, PendingText):
+        return head.judge(_is_utf8_text(path))
+    return head
+
+
+@dataclass(frozen=True)
+class PendingText:
+    """The rest of an evidence check that only the whole file can finish: whether it
+    is plain text. Picklable, for the process that reads the file whole."""
+
+    declared: str
+    field: str
+
+    def judge(self, is_text: bool) -> str:
+        """The sniffed type (plain text or not), or :class:`MediaTypeMismatch` as
+        :func:`check_evidence` raises it."""
+        return _matched(self.declared, TEXT if is_text else OCTET_STREAM, self.field)
+
+
+def check_evidence_head(declared: str, path: Path | SealedPath, allowed: list[str],
+                        field: str) -> PendingText | None:
+    """:func:`check_evidence` from the file's head (and a ZIP's directory) alone: it
+    raises what they show, and returns None when they settle it; a
+    :class:`PendingText` when the verdict needs the whole file read as text
+    (:class:`TextScan`), by whatever reads it whole anyway."""
+    head = _head_verdict(declared, path, allowed, field)
+    return head if isinstance(head, PendingText) else None
+
+
+def _head_verdict(declared: str, path: Path | SealedPath, allowed: list[str],
+                  field: str) -> str | PendingText:
     wanted = normalize_media_type(declared)
     allowed_set = {normalize_media_type(a) for a in allowed}
     if wanted not in allowed_set:
@@ -204,10 +273,16 @@ def check_evidence(declared: str, path: Path | SealedPath, allowed: list[str], f
             f"media type {wanted!r} is not allowed by the policy",
             field=field, detail={"declared": declared, "allowed": sorted(allowed_set)},
         )
-    sniffed = sniff_media_type(path)
-    if not media_type_matches(wanted, sniffed):
+    sniffed = _sniff_head(path)
+    if sniffed == OCTET_STREAM:
+        return PendingText(declared, field)
+    return _matched(declared, OCTET_STREAM if sniffed is None else sniffed, field)
+
+
+def _matched(declared: str, sniffed: str, field: str) -> str:
+    if not media_type_matches(normalize_media_type(declared), sniffed):
         raise MediaTypeMismatch(
-            f"declared as {wanted!r} but the content is {sniffed!r}",
+            f"declared as {normalize_media_type(declared)!r} but the content is {sniffed!r}",
             field=field, detail={"declared": declared, "sniffed": sniffed},
         )
     return sniffed

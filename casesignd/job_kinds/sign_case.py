@@ -356,7 +356,7 @@ class SignCaseKind:
             return await self._sign_in_memory(ctx, ladder, normalized, policy, meta, sig_key)
         paths = await self._fetch(ctx, normalized, ctx.area)
         # What the attempt writes and reads in its area is sealed under the area's key.
-        await self._validate(ctx, normalized, policy, paths)
+        texts = await self._validate(ctx, normalized, policy, paths)
         await self._scan(ctx, normalized, paths)
         contract_i = next(i for i, it in enumerate(normalized["items"]) if it["role"] == "contract")
         # A sealed item (a stored object sealed at rest under its own data key, or a
@@ -367,7 +367,8 @@ class SignCaseKind:
             pades.Attachment(paths[i], it["name"], it["media_type"],
                              description=f"sha256:{it['sha256']}",
                              sha256=bytes.fromhex(it["sha256"])
-                             if isinstance(paths[i], SealedPath) else None)
+                             if isinstance(paths[i], SealedPath) else None,
+                             text=texts.get(i))
             for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.area.sealed("signed.pdf")
         # Signed in the CPU process (B-B), the document goes straight into its
@@ -438,18 +439,27 @@ class SignCaseKind:
         return out
 
     async def _validate(self, ctx: JobContext, normalized: dict[str, Any], policy: Policy,
-                        paths: list[Path | SealedPath]) -> None:
+                        paths: list[Path | SealedPath]) -> dict[int, media.PendingText]:
+        """Check the evidence; what only a whole file can tell (whether it is plain
+        text), by item: the signing worker reads every evidence file whole as it
+        embeds or hashes it, and finishes those checks on the way, before the key
+        is used, rather than this reading it whole once more."""
         limits = pdf_limits(policy)
+        texts: dict[int, media.PendingText] = {}
         async with ctx.phase("validate"):
             for i, (it, path) in enumerate(zip(normalized["items"], paths, strict=True)):
                 if it["role"] == "evidence":
-                    await asyncio.to_thread(guarded, media.check_evidence, it["media_type"], path,
-                                            policy.evidence_media_types, f"items[{i}].media_type")
+                    text = await asyncio.to_thread(
+                        guarded, media.check_evidence_head, it["media_type"], path,
+                        policy.evidence_media_types, f"items[{i}].media_type")
+                    if text is not None:
+                        texts[i] = text
                 if it["role"] == "evidence" and it["media_type"] == "application/pdf":
                     # Evidence is embedded (or bound by digest) as it was received: it
                     # is never rewritten, so it must be unambiguous as it is. The
                     # contract is checked by the signing pipeline.
                     await ctx.cpu(guarded, pdfcheck.inspect_pdf, path, limits)
+        return texts
 
     async def _scan(self, ctx: JobContext, normalized: dict[str, Any],
                     paths: list[Path | SealedPath]) -> None:

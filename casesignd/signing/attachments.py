@@ -20,8 +20,10 @@ the evidence's content as firmly; the caller keeps the files.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -31,6 +33,7 @@ from typing import Any, Protocol
 from pypdf import generic as g
 
 from casesignd.core.errors import SizeMismatch
+from casesignd.core.media import PendingText, TextScan
 from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf.structure import Structure, name_tree_items
 from casesignd.pdf.syntax import (
@@ -46,6 +49,8 @@ from casesignd.pdf.syntax import (
 )
 
 CHUNK_BYTES = 1024 * 1024
+# Chunks read ahead of their hashes (write_embedded_file).
+_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -56,13 +61,18 @@ class Attachment:
     ``sha256`` is the file's digest when reading it can only yield the bytes of that
     digest or fail: a sealed file (every chunk authenticated under a key that only
     those bytes were sealed with, and checked against the digest when they were).
-    None otherwise, and the digest is taken as the file is read."""
+    None otherwise, and the digest is taken as the file is read.
+
+    ``text`` the rest of the file's media type check when only the whole file can
+    settle it (:func:`casesignd.core.media.check_evidence_head`): it is finished as
+    the file is read here, before the key signs anything."""
 
     path: Path | SealedPath
     name: str
     media_type: str
     description: str = ""
     sha256: bytes | None = None
+    text: PendingText | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,26 @@ def evidence_binding(signed: bool, count: int) -> str:
 
 
 def bound_by_digest(att: Attachment) -> Bound:
-    size, sha = hash_file(att.path)
+    size, sha = hash_file(att.path, att.text)
     return Bound(att.name, att.media_type, size, sha)
+
+
+class _TextCheck:
+    """An attachment's :class:`PendingText` finished on the chunks as they are read:
+    the mismatch is raised as soon as a chunk shows it, or at the end."""
+
+    def __init__(self, pending: PendingText | None) -> None:
+        self._pending = pending
+        self._scan = TextScan() if pending is not None else None
+
+    def feed(self, chunk: bytes | bytearray) -> None:
+        if self._scan is not None and not self._scan.feed(chunk):
+            self.finish()
+
+    def finish(self) -> None:
+        if self._scan is not None and self._pending is not None:
+            self._pending.judge(self._scan.finish())
+            self._scan = None
 
 
 def evidence_entries(bound: list[Bound], binding: str) -> bytes:
@@ -110,20 +138,24 @@ class ObjectWriter(Protocol):
 
     def write(self, data: bytes | memoryview) -> None: ...
 
-    def write_unhashed(self, data: bytes | memoryview) -> None: ...
+    def write_unhashed(self, data: bytes | bytearray | memoryview) -> None: ...
 
     def begin(self, num: int, gen: int = 0) -> None: ...
 
 
-def hash_file(path: Path | SealedPath) -> tuple[int, bytes]:
-    """The size and SHA-256 of the file at ``path``, read in chunks."""
+def hash_file(path: Path | SealedPath, text: PendingText | None = None) -> tuple[int, bytes]:
+    """The size and SHA-256 of the file at ``path``, read in chunks; ``text`` finished
+    on the way."""
     sha = hashlib.sha256()
     size = 0
+    check = _TextCheck(text)
     buf = bytearray(CHUNK_BYTES)
     with open_plain(path) as f:
         while n := f.readinto(buf):
             sha.update(memoryview(buf)[:n])
+            check.feed(buf if n == len(buf) else buf[:n])
             size += n
+    check.finish()
     return size, sha.digest()
 
 
@@ -136,7 +168,8 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     taken on helper threads (hashlib releases the GIL) while this one reads, and
     maybe unseals and seals, the next chunk. A file whose digest is known
     (:attr:`Attachment.sha256`) is not hashed for it: a sealed file reads back as
-    those bytes or raises ``SealBroken``. No /CheckSum: it is optional (Table 46)
+    those bytes or raises ``SealBroken``. The attachment's text check
+    (:attr:`Attachment.text`) is finished on the chunks as they pass. No /CheckSum: it is optional (Table 46)
     and MD5, which costs more than twice SHA-256 on a large file and binds nothing
     the SHA-256 does not."""
     size = plain_size(att.path)
@@ -156,22 +189,38 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     )
     w.begin(num)
     w.write(serialize(head) + b"\nstream\n")
+    check = _TextCheck(att.text)
     sha, known = hashlib.sha256(), att.sha256
     hashes = [w.hasher.update] if known is not None else [sha.update, w.hasher.update]
     copied = 0
-    pending: list[Future[None]] = []
-    with ThreadPoolExecutor(max_workers=len(hashes), thread_name_prefix="embed-hash") as pool, \
-            open_plain(att.path) as f:
-        # Fresh bytes per chunk, hashed while the next is read; in order, since a
-        # chunk's hashes finish before the next chunk's begin.
-        while chunk := f.read(CHUNK_BYTES):
-            for done in pending:
-                done.result()
-            pending = [pool.submit(update, chunk) for update in hashes]
+    # Each hash on a thread of its own, fed the chunks in order, a few chunks behind
+    # the reading: the buffers go round, and one is read into again only once the
+    # hashes of the chunk it held are done.
+    ring = [bytearray(CHUNK_BYTES) for _ in range(_DEPTH)]
+    held: deque[list[Future[None]]] = deque()
+    with contextlib.ExitStack() as stack:
+        pools = [stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="embed-hash"))
+                 for _ in hashes]
+        f = stack.enter_context(open_plain(att.path))
+        i = 0
+        while True:
+            if len(held) == _DEPTH:
+                for done in held.popleft():
+                    done.result()
+            buf = ring[i % _DEPTH]
+            n = f.readinto(buf)
+            if not n:
+                break
+            chunk = buf if n == CHUNK_BYTES else buf[:n]
+            held.append([pool.submit(update, chunk) for pool, update in zip(pools, hashes, strict=True)])
+            check.feed(chunk)
             w.write_unhashed(chunk)
-            copied += len(chunk)
-        for done in pending:
-            done.result()
+            copied += n
+            i += 1
+        for futures in held:
+            for done in futures:
+                done.result()
+    check.finish()
     digest = known if known is not None else sha.digest()
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")

@@ -1,14 +1,18 @@
 """sign_case inputs from every side, through the daemon: malware in the evidence
-(a real clamd), and a directory source that a path or a symlink tries to leave."""
+(a real clamd), a directory source that a path or a symlink tries to leave, and text
+evidence that stops being text past its head."""
 
 from __future__ import annotations
 
 import hashlib
 import os
 
+import pytest
+
 from tests.helpers_clamd import clamd_socket, eicar_bytes, needs_clamd  # noqa: F401
 from tests.helpers_pki import reportlab_pdf
 from tests.integration.test_sign_case_http import manifest, upload
+from tests.integration.test_store_encryption import sealed_daemon
 
 
 @needs_clamd
@@ -67,3 +71,44 @@ def test_the_kiosk_scans_before_its_key_is_used(daemon_factory, tmp_path, clamd_
     assert "signed" not in types and "signature_recorded" not in types, types
     ok = sign(d, reportlab_pdf(tmp_path / "c.pdf").read_bytes(), case_id="MAL-K1", key="ok-k1")
     assert ok.status == 200, ok.body[:300]
+
+
+@pytest.mark.parametrize("sealed", [False, True], ids=["plain_stores", "sealed_stores"])
+def test_text_evidence_is_checked_to_its_end_before_the_key_is_used(
+        daemon_factory, tmp_path, sealed):
+    # The head of a text file settles nothing: whether it is text is judged on every
+    # chunk as the signing worker embeds (or, in a signed document, hashes) it, and
+    # a mismatch anywhere fails the job before the key signs, leaving nothing.
+    d = sealed_daemon(daemon_factory) if sealed else daemon_factory()
+    contract = upload(d, "TXT-1", reportlab_pdf(tmp_path / "c.pdf").read_bytes())
+    good = upload(d, "TXT-1", ("Grüße, 北京\n" * 200_000).encode())
+    bad = {
+        "late_nul": upload(d, "TXT-1", b"line of a note\n" * 200_000 + b"\x00\n"),
+        "left_open": upload(d, "TXT-1", b"a" * ((1 << 20) - 1) + "é".encode() + b"tail\xc3"),
+        "bad_byte_across_chunks": upload(d, "TXT-1", b"a" * ((1 << 20) - 1) + b"\xc3(" + b"a" * 99),
+    }
+
+    def run(case_id: str, contract: dict, evidence: list) -> dict:
+        r = d.submit(manifest(case_id, contract, evidence))
+        assert r.status == 202, r.body
+        return d.wait_job(r.json()["job_id"])
+
+    def refused(job: dict) -> None:
+        assert job["state"] == "failed", job
+        assert job["error"]["code"] == "media_type_mismatch", job
+        assert job["attempts"] == 1
+        types = [e["type"] for e in d.events(job["job_id"])]
+        assert "signed" not in types and "signature_recorded" not in types, types
+        assert list(d.temp_area.iterdir()) == []
+        assert list(d.dir.rglob(".*.tmp")) == []  # no artifact left in flight
+
+    for name, obj in bad.items():
+        refused(run("TXT-1", contract, [("good.txt", "text/plain", good),
+                                        (f"{name}.txt", "text/plain", obj)]))
+    ok = run("TXT-1", contract, [("good.txt", "text/plain", good)])
+    assert ok["state"] == "ready", ok
+    # A signed document binds its evidence by digest: hashed, and checked the same way.
+    signed = d.request("GET", ok["result"]["download_url"], auth=False).body
+    again = upload(d, "TXT-2", signed)
+    late = upload(d, "TXT-2", b"line of a note\n" * 200_000 + b"\x00\n")
+    refused(run("TXT-2", again, [("late.txt", "text/plain", late)]))

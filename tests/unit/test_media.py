@@ -157,3 +157,68 @@ def test_check_evidence(tmp_path: Path, declared: str, data: bytes, outcome: str
                       else MediaTypeNotAllowed)
     again = pickle.loads(pickle.dumps(err))
     assert (again.code, again.field) == (err.code, err.field)
+
+
+def _check_by_chunks(pending: media.PendingText, data: bytes, chunk: int) -> str:
+    """A pending text check finished as the signing worker finishes it: the file's
+    chunks fed in order, the verdict given once one shows it is not text."""
+    scan = media.TextScan()
+    for at in range(0, len(data), chunk):
+        if not scan.feed(data[at:at + chunk]):
+            break
+    return pending.judge(scan.finish())
+
+
+DECLARED = ["text/plain", "application/json", "application/octet-stream", "image/jpeg"]
+
+
+@pytest.mark.parametrize(("name", "data", "expected"), SAMPLES, ids=[s[0] for s in SAMPLES])
+@pytest.mark.parametrize("declared", DECLARED)
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_the_head_and_a_pending_text_check_judge_as_the_whole_check(
+        tmp_path: Path, name: str, data: bytes, expected: str, declared: str, chunk: int) -> None:
+    # check_evidence_head, with the rest finished on the file's chunks, gives what
+    # check_evidence gives: the same type, or the same error on the same field.
+    path = tmp_path / name
+    path.write_bytes(data)
+    allowed = [*ALLOWED, "application/json", "application/octet-stream"]
+    field = "items[1].media_type"
+
+    def whole() -> str:
+        return check_evidence(declared, path, allowed, field)
+
+    def split() -> str:
+        pending = media.check_evidence_head(declared, path, allowed, field)
+        return "settled" if pending is None else _check_by_chunks(pending, data, chunk)
+
+    try:
+        want: str | tuple[str, str, dict] = whole()
+    except PermanentJobError as e:
+        want = (e.code, e.message, e.detail)
+    try:
+        got: str | tuple[str, str, dict] = split()
+    except PermanentJobError as e:
+        got = (e.code, e.message, e.detail)
+    if got == "settled":  # the head alone decided, and found nothing wrong
+        assert isinstance(want, str) and want == expected
+    else:
+        assert got == want
+
+
+def test_a_pending_text_check_sees_past_the_head(tmp_path: Path) -> None:
+    # Text for megabytes, then a NUL: the head says nothing, the chunks do.
+    data = b"Dear J. Doe,\n" * 300_000 + b"\x00" + b"tail\n"
+    path = tmp_path / "note.txt"
+    path.write_bytes(data)
+    pending = media.check_evidence_head("text/plain", path, ALLOWED, "items[1].media_type")
+    assert pending is not None
+    with pytest.raises(MediaTypeMismatch) as info:
+        _check_by_chunks(pending, data, 1 << 20)
+    assert info.value.field == "items[1].media_type"
+    assert info.value.detail == {"declared": "text/plain", "sniffed": OCTET_STREAM}
+    # It crosses a process's pipe to the signing worker.
+    assert pickle.loads(pickle.dumps(pending)) == pending
+    # Declared binary, it is: the NUL settles that, and nothing is raised.
+    pending = media.check_evidence_head("application/octet-stream", path,
+                                        [*ALLOWED, "application/octet-stream"], "f")
+    assert pending is not None and _check_by_chunks(pending, data, 1 << 20) == OCTET_STREAM
