@@ -32,6 +32,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
+from casesignd.core.positioned import PositionedReader
+
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
@@ -45,6 +47,7 @@ HEADER_BYTES = len(MAGIC) + FILE_ID_BYTES + _CHUNK_SIZE.size
 # A header may not ask a reader to hold more than this per chunk (a forged header
 # must not make a reader allocate gigabytes).
 MAX_CHUNK_PLAIN_BYTES = 16 * 1024 * 1024
+_RUN_BYTES = 1024 * 1024  # whole chunks read and decrypted in one go, at most (or one)
 _HKDF_INFO = b"casesignd sealed file v1"
 T = TypeVar("T")
 
@@ -245,40 +248,6 @@ class SealedWriter(io.RawIOBase):
             self.abort()
 
 
-def seek_target(current: int, size: int, offset: int, whence: int) -> int:
-    """Where ``seek(offset, whence)`` goes in a file of ``size`` bytes read at
-    ``current`` (pure); a negative target is an OSError, as for a file."""
-    base = {os.SEEK_SET: 0, os.SEEK_CUR: current, os.SEEK_END: size}.get(whence)
-    if base is None:
-        raise ValueError(f"invalid whence {whence}")
-    if base + offset < 0:
-        raise OSError(22, "negative seek position")
-    return base + offset
-
-
-class PositionedReader(io.RawIOBase):
-    """A readable, seekable raw file whose position is its own (``_pos``) over
-    ``_size()`` bytes: what the sealed reader and views over it share."""
-
-    _pos = 0
-
-    def _size(self) -> int:
-        raise NotImplementedError
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        self._pos = seek_target(self._pos, self._size(), offset, whence)
-        return self._pos
-
-
 class SealedReader(PositionedReader):
     """The plain bytes of a sealed file, seekable over plain offsets.
 
@@ -330,14 +299,15 @@ class SealedReader(PositionedReader):
         return self.plain_size - index * self._chunk if index == self._chunks - 1 else self._chunk
 
     def _decrypt_into(self, index: int, out: memoryview) -> None:
-        """Chunk ``index``'s plain bytes into ``out`` (exactly its length), read through
-        one reused ciphertext buffer. On a failure ``out`` is zeroed: bytes that did
-        not authenticate are never left where a caller could take them."""
-        want = len(out) + TAG_BYTES
-        sealed = self._sealed_buf
-        if len(sealed) < want:
-            sealed = self._sealed_buf = bytearray(want)
-        view = memoryview(sealed)[:want]
+        """The plain bytes of chunk ``index`` and those after it that ``out`` holds
+        (exactly their length) into ``out``, their ciphertext read in one go into one
+        reused buffer. On a failure ``out`` is zeroed from the chunk that failed:
+        bytes that did not authenticate are never left where a caller could take them."""
+        count = -(-len(out) // self._chunk)
+        want = len(out) + count * TAG_BYTES
+        if len(self._sealed_buf) < want:
+            self._sealed_buf = bytearray(want)
+        view = memoryview(self._sealed_buf)[:want]
         self._inner.seek(HEADER_BYTES + index * (self._chunk + TAG_BYTES))
         got = 0
         while got < want and (n := self._inner.readinto(view[got:])):  # type: ignore[attr-defined]
@@ -346,13 +316,16 @@ class SealedReader(PositionedReader):
             raise _noted(SealBroken("sealed file is truncated"))
         from cryptography.exceptions import InvalidTag
 
-        try:
-            self._aead.decrypt_into(_nonce(index, index == self._chunks - 1), view,
-                                    self._header, out)
-        except InvalidTag:
-            out[:] = bytes(len(out))
-            raise _noted(SealBroken(f"sealed file chunk {index} failed authentication")) from None
-        self.chunks_decrypted += 1
+        for k in range(index, index + count):
+            at, size = (k - index) * self._chunk, self._plain_len(k)
+            try:
+                self._aead.decrypt_into(_nonce(k, k == self._chunks - 1),
+                                        view[at + (k - index) * TAG_BYTES:][:size + TAG_BYTES],
+                                        self._header, out[at:at + size])
+            except InvalidTag:
+                out[at:] = bytes(len(out) - at)
+                raise _noted(SealBroken(f"sealed file chunk {k} failed authentication")) from None
+            self.chunks_decrypted += 1
 
     def pread(self, size: int, offset: int) -> bytes:
         """``size`` plain bytes from ``offset`` (fewer at the end), the position left
@@ -380,10 +353,14 @@ class SealedReader(PositionedReader):
             index, within = divmod(self._pos, self._chunk)
             whole = self._plain_len(index)
             if not within and len(out) - filled >= whole and index != self._cached_index:
-                # A whole chunk asked for: decrypted straight into the caller's buffer.
-                self._decrypt_into(index, out[filled:filled + whole])
-                filled += whole
-                self._pos += whole
+                # Whole chunks asked for (up to the one in hand): decrypted straight
+                # into the caller's buffer.
+                rest = self.plain_size - self._pos
+                run = min(len(out) - filled, rest, max(whole, _RUN_BYTES), (
+                    self._cached_index - index) * self._chunk if index < self._cached_index else rest)
+                run -= run % self._chunk if run < rest else 0
+                self._decrypt_into(index, out[filled:filled + run])
+                filled, self._pos = filled + run, self._pos + run
                 continue
             plain = self._load(index)
             take = min(len(plain) - within, len(out) - filled)
@@ -393,10 +370,8 @@ class SealedReader(PositionedReader):
         return filled
 
     def readall(self) -> bytes:
-        rest = max(0, self.plain_size - self._pos)
-        buf = bytearray(rest)
-        n = self.readinto(buf)
-        return bytes(buf[:n])
+        buf = bytearray(max(0, self.plain_size - self._pos))
+        return bytes(buf[:self.readinto(buf)])
 
     def close(self) -> None:
         if self.closed:

@@ -200,7 +200,7 @@ class _Writer:
         self.write_unhashed(data)
         self.hasher.update(data)
 
-    def write_unhashed(self, data: bytes | memoryview) -> None:
+    def write_unhashed(self, data: bytes | bytearray | memoryview) -> None:
         """``write`` for bytes the caller feeds ``hasher`` itself, in order."""
         self.out.write(data)
         self.offset += len(data)

@@ -34,7 +34,8 @@ from typing import IO, Any
 from pypdf import PdfReader
 
 from casesignd.core.outcomes import Artifact, InFlight
-from casesignd.core.sealed import PositionedReader, SealedPath, open_plain, seal_writer
+from casesignd.core.positioned import PositionedReader
+from casesignd.core.sealed import SealedPath, open_plain, seal_writer
 from casesignd.signing import pades
 from casesignd.signing.attachments import evidence_binding
 

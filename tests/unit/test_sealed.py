@@ -280,3 +280,31 @@ def test_sealed_size_is_the_size_on_disk(tmp_path, plain):
     with open(path, "wb") as out, seal_writer(out, key) as w:
         w.write(os.urandom(plain))
     assert sealed_size(plain) == path.stat().st_size
+
+
+@pytest.mark.parametrize("size", [20 * C + 7, 16 * C, (1 << 20) + 1, C - 1])
+@pytest.mark.parametrize("buffer", [1 << 20, 3 * C + 5, (1 << 20) + C, 2 * C])
+def test_runs_of_whole_chunks_read_in_one_go_give_the_bytes(size: int, buffer: int) -> None:
+    # A large read takes the ciphertext of many chunks at once and authenticates
+    # each: the bytes are the file's whatever the read's size and the file's end.
+    key = SealKey.generate()
+    data = _plain(size, seed=size % 97)
+    with open_sealed(io.BytesIO(_seal(data, key)), key) as r:
+        got, buf = bytearray(), bytearray(buffer)
+        while n := r.readinto(buf):
+            got += buf[:n]
+    assert got == data
+
+
+def test_a_run_stops_at_the_chunk_that_fails() -> None:
+    key = SealKey.generate()
+    data = _plain(12 * C, seed=3)
+    blob = bytearray(_seal(data, key))
+    blob[HEADER_BYTES + 6 * (C + TAG_BYTES) + 100] ^= 1  # inside chunk 6
+    buf = bytearray(b"\xaa" * (1 << 20))
+    with open_sealed(io.BytesIO(bytes(blob)), key) as r, pytest.raises(SealBroken):
+        r.readinto(buf)
+    assert buf[:6 * C] == data[:6 * C]  # chunks 0-5 authenticated
+    # Chunk 6 and the rest of the run zeroed; the run ended before the last chunk,
+    # which opening authenticated and keeps in hand, so the rest is untouched.
+    assert buf[6 * C:] == bytes(5 * C) + b"\xaa" * (len(buf) - 11 * C)
