@@ -276,7 +276,7 @@ class Daemon:
         return r.json()
 
     def wait_job(self, job_id: str, states: tuple[str, ...] = ("ready", "failed", "canceled"),
-                 timeout_s: float = 60.0) -> dict[str, Any]:
+                 timeout_s: float = 60.0, poll_s: float = 0.05) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
             job = self.job(job_id)
@@ -284,7 +284,7 @@ class Daemon:
                 return job
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {job_id} still {job['state']}")
-            time.sleep(0.05)
+            time.sleep(poll_s)
 
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return self.request("GET", f"/v1/jobs/{job_id}/events").json()["events"]

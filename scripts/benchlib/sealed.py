@@ -73,11 +73,13 @@ def _sha256_timed(path: Path) -> tuple[str, float]:
 
 
 def large_packet(workdir: Path, contract: bytes, evidence: Path,
-                 settings: dict[str, Any] | None) -> dict[str, Any]:
+                 settings: dict[str, Any] | None, jobs: int = 3) -> dict[str, Any]:
     """One packet (``contract`` and the large ``evidence`` file) through one daemon:
-    the upload's, the job's and the download's seconds, the job's speed against
-    hashing the evidence (hashed just before it), and the daemon's main process peak
-    RSS and CPU (the upload and download run there)."""
+    the upload's seconds, then ``jobs`` jobs signing it (one for each of as many
+    signers, so none is a replay of another), each timed from its submission until a
+    client polling every 5 ms sees it ready and against hashing the evidence just
+    before it, and the median of those; the download's seconds; and the daemon's main
+    process peak RSS and CPU (the upload and download run there)."""
     d = Daemon(workdir, {**(settings or {}), "logging": {"level": "warning"},
                          "server": {"max_object_bytes": evidence.stat().st_size + CHUNK}},
                test_parts=False)
@@ -98,14 +100,20 @@ def large_packet(workdir: Path, contract: bytes, evidence: Path,
                  {"role": "evidence", "name": "e.txt", "media_type": "text/plain",
                   "object_ref": f"sha256:{ev_sha}", "sha256": ev_sha,
                   "size": evidence.stat().st_size}]
-        # Hashed right before the job: on a shared machine the two see the same load,
-        # so their ratio is fair where the seconds drift.
-        _, hash_s = _sha256_timed(evidence)
-        t1 = time.perf_counter()
-        job = d.wait_job(d.submit({"kind": "sign_case", "case_id": "BIG-1", "items": items,
-                                   "signers": SIGNERS}).json()["job_id"], timeout_s=900)
-        job_s = time.perf_counter() - t1
-        assert job["state"] == "ready", job
+        runs = []
+        for i in range(jobs):
+            # Hashed right before the job: on a shared machine the two see the same
+            # load, so their ratio is fair where the seconds drift.
+            _, hash_s = _sha256_timed(evidence)
+            signers = [{**SIGNERS[0], "id": f"{SIGNERS[0]['id']}-{i}"}, *SIGNERS[1:]]
+            t1 = time.perf_counter()
+            job = d.wait_job(d.submit({"kind": "sign_case", "case_id": "BIG-1", "items": items,
+                                       "signers": signers}).json()["job_id"],
+                             timeout_s=900, poll_s=0.005)
+            job_s = time.perf_counter() - t1
+            assert job["state"] == "ready", job
+            runs.append((hash_s / job_s, job_s, job["timings"]["processing_ms"] / 1000, job))
+        ratio, job_s, processing_s, job = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
         t2 = time.perf_counter()
         digest, size = _get(d, f"/v1/artifacts/{job['result']['artifact_id']}")
         download_s = time.perf_counter() - t2
@@ -113,7 +121,9 @@ def large_packet(workdir: Path, contract: bytes, evidence: Path,
         mb = evidence.stat().st_size / CHUNK
         return {"sealed": bool(settings), "mb": round(mb), "upload_s": round(upload_s, 2),
                 "upload_mb_s": round(mb / upload_s, 1), "job_s": round(job_s, 2),
-                "job_vs_hashing": round(hash_s / job_s, 2),
+                "job_vs_hashing": round(ratio, 2),
+                "jobs_vs_hashing": [round(r[0], 2) for r in runs],
+                "processing_s": round(processing_s, 3),
                 "download_s": round(download_s, 2), "download_mb_s": round(size / CHUNK / download_s, 1),
                 "main_peak_rss_mb": round(_vm_hwm_mb(d.proc.pid), 1),
                 "main_cpu_s": round(own_cpu_s(d.proc.pid) - cpu0, 2)}
