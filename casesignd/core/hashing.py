@@ -8,10 +8,15 @@ token digests, the ``X-Artifact-SHA256`` header.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import re
+from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import BinaryIO
 
 # How much of a file is read at once while hashing it.
 CHUNK_BYTES = 1 << 20
@@ -85,6 +90,46 @@ class OverlappedSha256:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Chunks read ahead of the slowest of feed_chunks' consumers.
+FEED_DEPTH = 4
+
+
+def feed_chunks(src: BinaryIO, consumers: Sequence[Callable[[bytearray], object]],
+                here: Callable[[bytearray], object] | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> int:
+    """Read ``src`` to its end and hand every chunk, in order, to each of
+    ``consumers`` on a thread of its own (a hash's update, a file's write: neither
+    holds the GIL on a large buffer), and to ``here`` on this thread as it is read;
+    the bytes read. A copy that hashes twice runs near the speed of its slowest part,
+    not of their sum. The chunks are :data:`FEED_DEPTH` reused buffers in turn: one
+    is read into again only once every consumer is done with the chunk it held, so
+    a consumer must not keep a chunk past its call. The first error (a consumer's,
+    ``here``'s, the read's) is raised once every consumer has returned."""
+    ring = [bytearray(chunk_bytes) for _ in range(FEED_DEPTH)]
+    held: deque[list[Future[object]]] = deque()
+    read = 0
+    with contextlib.ExitStack() as stack:
+        pools = [stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="feed"))
+                 for _ in consumers]
+        for i in itertools.count():
+            if len(held) == FEED_DEPTH:
+                for done in held.popleft():
+                    done.result()
+            buf = ring[i % FEED_DEPTH]
+            n = src.readinto(buf)  # type: ignore[attr-defined]
+            if not n:
+                break
+            chunk = buf if n == chunk_bytes else buf[:n]
+            held.append([pool.submit(use, chunk) for pool, use in zip(pools, consumers, strict=True)])
+            if here is not None:
+                here(chunk)
+            read += n
+        for futures in held:
+            for done in futures:
+                done.result()
+    return read
 
 
 def object_ref(sha256: str) -> str:

@@ -362,14 +362,16 @@ class SignCaseKind:
         # A sealed item (a stored object sealed at rest under its own data key, or a
         # download this attempt sealed after checking its digest) reads back as the
         # bytes of its digest or fails (io_error): the embedding need not hash it
-        # again. A plain stored file is read in place and hashed as it is embedded.
+        # again. A plain stored file is read in place and hashed as it is embedded,
+        # and refused if it no longer has its digest.
         attachments = [
             pades.Attachment(paths[i], it["name"], it["media_type"],
                              description=f"sha256:{it['sha256']}",
-                             sha256=bytes.fromhex(it["sha256"])
-                             if isinstance(paths[i], SealedPath) else None,
+                             sha256=digest if isinstance(paths[i], SealedPath) else None,
+                             expect_sha256=None if isinstance(paths[i], SealedPath) else digest,
                              text=texts.get(i))
-            for i, it in enumerate(normalized["items"]) if i != contract_i]
+            for i, it in enumerate(normalized["items"]) if i != contract_i
+            for digest in [bytes.fromhex(it["sha256"])]]
         out = ctx.area.sealed("signed.pdf")
         # Signed in the CPU process (B-B), the document goes straight into its
         # artifact's file in flight, and is published by a link rather than a copy;

@@ -20,19 +20,17 @@ the evidence's content as firmly; the caller keeps the files.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
-from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from pypdf import generic as g
 
-from casesignd.core.errors import SizeMismatch
+from casesignd.core.errors import DigestMismatch, SizeMismatch
+from casesignd.core.hashing import feed_chunks
 from casesignd.core.media import PendingText, TextScan
 from casesignd.core.sealed import SealedPath, open_plain, plain_size
 from casesignd.pdf.structure import Structure, name_tree_items
@@ -49,8 +47,6 @@ from casesignd.pdf.syntax import (
 )
 
 CHUNK_BYTES = 1024 * 1024
-# Chunks read ahead of their hashes (write_embedded_file).
-_DEPTH = 4
 
 
 @dataclass(frozen=True)
@@ -63,9 +59,12 @@ class Attachment:
     those bytes were sealed with, and checked against the digest when they were).
     None otherwise, and the digest is taken as the file is read.
 
+    ``expect_sha256`` the digest the item names, for a file that is hashed: one that
+    reads as other bytes (a stored file changed on disk) is refused
+    (``digest_mismatch``) rather than embedded or bound under its new digest.
     ``text`` the rest of the file's media type check when only the whole file can
-    settle it (:func:`casesignd.core.media.check_evidence_head`): it is finished as
-    the file is read here, before the key signs anything."""
+    settle it (:func:`casesignd.core.media.check_evidence_head`). Both are settled
+    as the file is read here, before the key signs anything."""
 
     path: Path | SealedPath
     name: str
@@ -73,6 +72,7 @@ class Attachment:
     description: str = ""
     sha256: bytes | None = None
     text: PendingText | None = None
+    expect_sha256: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,13 @@ def evidence_binding(signed: bool, count: int) -> str:
 
 def bound_by_digest(att: Attachment) -> Bound:
     size, sha = hash_file(att.path, att.text)
-    return Bound(att.name, att.media_type, size, sha)
+    return Bound(att.name, att.media_type, size, _as_expected(att, sha))
+
+
+def _as_expected(att: Attachment, sha: bytes) -> bytes:
+    if att.expect_sha256 is not None and sha != att.expect_sha256:
+        raise DigestMismatch(f"evidence {att.name!r} reads as other bytes than its item's SHA-256")
+    return sha
 
 
 class _TextCheck:
@@ -192,36 +198,12 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     check = _TextCheck(att.text)
     sha, known = hashlib.sha256(), att.sha256
     hashes = [w.hasher.update] if known is not None else [sha.update, w.hasher.update]
-    copied = 0
-    # Each hash on a thread of its own, fed the chunks in order, a few chunks behind
-    # the reading: the buffers go round, and one is read into again only once the
-    # hashes of the chunk it held are done.
-    ring = [bytearray(CHUNK_BYTES) for _ in range(_DEPTH)]
-    held: deque[list[Future[None]]] = deque()
-    with contextlib.ExitStack() as stack:
-        pools = [stack.enter_context(ThreadPoolExecutor(1, thread_name_prefix="embed-hash"))
-                 for _ in hashes]
-        f = stack.enter_context(open_plain(att.path))
-        i = 0
-        while True:
-            if len(held) == _DEPTH:
-                for done in held.popleft():
-                    done.result()
-            buf = ring[i % _DEPTH]
-            n = f.readinto(buf)
-            if not n:
-                break
-            chunk = buf if n == CHUNK_BYTES else buf[:n]
-            held.append([pool.submit(update, chunk) for pool, update in zip(pools, hashes, strict=True)])
-            check.feed(chunk)
-            w.write_unhashed(chunk)
-            copied += n
-            i += 1
-        for futures in held:
-            for done in futures:
-                done.result()
+    # The hashes and the write each on a thread of their own (a new page of a file
+    # costs about what hashing it does), the text check here.
+    with open_plain(att.path) as f:
+        copied = feed_chunks(f, [*hashes, w.write_unhashed], check.feed)
     check.finish()
-    digest = known if known is not None else sha.digest()
+    digest = known if known is not None else _as_expected(att, sha.digest())
     if copied != size:
         raise SizeMismatch(f"attachment {att.name!r} changed while embedding")
     w.write(b"\nendstream\nendobj\n")

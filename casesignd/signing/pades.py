@@ -37,10 +37,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import io
-import itertools
 import os
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -50,6 +48,7 @@ from pypdf import generic as g
 from pypdf.errors import PyPdfError
 
 from casesignd.core.errors import CertifiedPdf, MalformedPdf, PermanentJobError, SignatureTooLarge
+from casesignd.core.hashing import feed_chunks
 from casesignd.pdf.form import field_lock, fieldmdp_reference, locked_appearances
 from casesignd.pdf.structure import Structure, field_names, read_structure
 from casesignd.pdf.syntax import (
@@ -212,36 +211,20 @@ class _Writer:
 
 def _copy_hashing(src: io.BufferedIOBase, out: IO[bytes], hasher: Any,
                   size: int | None = None) -> int:
-    """Copy ``src`` to ``out`` in chunks, hashing each chunk while the next is read.
-
-    hashlib releases the GIL on large buffers, so hashing on a helper thread
-    overlaps the reads and writes: the copy runs near the speed of SHA-256 alone.
-    Two buffers alternate; a buffer is reused only after its hash finished.
-    """
-    copied = 0
+    """Copy ``src`` to ``out`` in chunks, hashing them: a large file's hash and write
+    each run on a thread of their own while the next chunk is read
+    (:func:`casesignd.core.hashing.feed_chunks`), so the copy runs near the speed of
+    SHA-256 alone."""
     size = os.fstat(src.fileno()).st_size if size is None else size
-    if size <= 4 * CHUNK_BYTES:  # a thread costs more than it saves
-        buf = bytearray(CHUNK_BYTES)
-        while n := src.readinto(buf):
-            view = memoryview(buf)[:n]
-            hasher.update(view)
-            out.write(view)
-            copied += n
-        return copied
-    buffers = (bytearray(CHUNK_BYTES), bytearray(CHUNK_BYTES))
-    pending: Future[None] | None = None
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="pades-hash") as pool:
-        for i in itertools.count():
-            buf = buffers[i % 2]
-            n = src.readinto(buf)
-            if pending is not None:
-                pending.result()
-            if not n:
-                break
-            view = memoryview(buf)[:n]
-            pending = pool.submit(hasher.update, view)
-            out.write(view)
-            copied += n
+    if size > 4 * CHUNK_BYTES:  # else a thread costs more than it saves
+        return feed_chunks(src, [hasher.update, out.write])  # type: ignore[arg-type]
+    copied = 0
+    buf = bytearray(CHUNK_BYTES)
+    while n := src.readinto(buf):
+        view = memoryview(buf)[:n]
+        hasher.update(view)
+        out.write(view)
+        copied += n
     return copied
 
 

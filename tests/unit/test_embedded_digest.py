@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from casesignd.core.errors import DigestMismatch
 from casesignd.core.sealed import CHUNK_PLAIN_BYTES, HEADER_BYTES, SealBroken, SealedPath, SealKey
-from casesignd.signing.attachments import Attachment, write_embedded_file
+from casesignd.signing.attachments import Attachment, bound_by_digest, write_embedded_file
 
 WHEN = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
 DATA = bytes(range(256)) * (3 * CHUNK_PLAIN_BYTES // 256 + 7)
@@ -74,3 +75,19 @@ def test_a_tampered_sealed_file_is_refused_not_embedded(tmp_path: Path) -> None:
                      sha256=hashlib.sha256(DATA).digest())
     with pytest.raises(SealBroken):
         write_embedded_file(Collecting(), 7, att, "e.bin", WHEN)
+
+
+def test_a_plain_file_that_is_not_its_items_digest_is_refused(tmp_path: Path) -> None:
+    # A stored file read in place, changed on disk since its digest named it: neither
+    # embedded nor bound by digest under its new digest.
+    plain = tmp_path / "evidence.bin"
+    plain.write_bytes(DATA[:-1] + b"!")
+    att = Attachment(plain, "e.bin", "application/octet-stream",
+                     expect_sha256=hashlib.sha256(DATA).digest())
+    with pytest.raises(DigestMismatch):
+        write_embedded_file(Collecting(), 7, att, "e.bin", WHEN)
+    with pytest.raises(DigestMismatch):
+        bound_by_digest(att)
+    plain.write_bytes(DATA)
+    assert write_embedded_file(Collecting(), 7, att, "e.bin", WHEN).sha256 == att.expect_sha256
+    assert bound_by_digest(att).sha256 == att.expect_sha256
