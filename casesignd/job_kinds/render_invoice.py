@@ -43,6 +43,7 @@ from decimal import Decimal
 from typing import Any
 
 from casesignd.config import Config, Policy
+from casesignd.core.appearance import CERTIFY_P
 from casesignd.core.errors import ConfigError, ValidationError
 from casesignd.core.fields import object_field, refuse_unknown, required
 from casesignd.core.sealed import SealedPath
@@ -425,9 +426,10 @@ class InvoiceKind:
 async def sign_invoice(ladder: Ladder | None, ctx: JobContext, src: SealedPath, dst: SealedPath,
                        reason: str, logo: bytes = b"") -> bytes:
     """Sign a document the service made itself (an invoice): same signer, same PAdES
-    profile, same TSA as the default policy, and its visible stamp when the policy
-    draws one (:func:`invoice_meta`). The signed document is ``dst`` and then the bytes
-    returned (:meth:`casesignd.signing.ladder.Ladder.sign_file`)."""
+    profile, same TSA as the default policy, its visible stamp when the policy draws
+    one and its certification when the policy certifies (:func:`invoice_meta`). The
+    signed document is ``dst`` and then the bytes returned
+    (:meth:`casesignd.signing.ladder.Ladder.sign_file`)."""
     if ladder is None:
         raise RuntimeError("a signed invoice needs the daemon's signing ladder")
     policy = ctx.config.policy(None)
@@ -444,15 +446,20 @@ def invoice_meta(policy: Policy | None, signer_name: str, reason: str, subject: 
     """What an invoice's signature says, and where it goes: under a visible policy, the
     same stamp as a contract's (:mod:`casesignd.signing.placement`), on the policy's
     page in its box. An invoice the service drew has no signature field of its own,
-    so a policy that names one places the invoice's stamp by its page and box."""
+    so a policy that names one places the invoice's stamp by its page and box. A policy
+    that certifies makes it a certification with its DocMDP permission, as it does a
+    contract's first signature: the service has just drawn the invoice, so its
+    signature is always the first."""
     signing_time = datetime.now(UTC).replace(microsecond=0)
     version = policy.version if policy else ""
+    certify = CERTIFY_P.get(policy.certify) if policy else None
     if policy is None or policy.appearance != "visible":
         return SignatureMeta(signing_time=signing_time, name=signer_name, reason=reason,
-                             policy_version=version)
+                             policy_version=version, certify=certify)
     stamp = placement.words(subject=subject, signer_name=signer_name, parties=(),
                             signing_time=signing_time, policy_version=version, reason=reason,
                             location=policy.location)
     return SignatureMeta(signing_time=signing_time, name=signer_name, reason=reason,
                          location=policy.location, policy_version=version, stamp=stamp, logo=logo,
-                         place=(policy.signature_page, tuple(policy.signature_box)))  # type: ignore[arg-type]
+                         place=(policy.signature_page, tuple(policy.signature_box)),  # type: ignore[arg-type]
+                         certify=certify)
