@@ -10,6 +10,11 @@ That covers one daemon. A store that several daemons share locks the key across 
 as well (PostgreSQL's advisory key locks, ``Store.key_locks``: a kiosk request takes
 the lock after its reservation here, and the store's admission meets it), so that a
 request on one daemon and an admission of its key on another meet the same way.
+
+A kiosk request answered 504 before its job is written names the job in its answer
+(``X-Job-Id``): until the row is there, :meth:`KeyReservations.late_job` answers for
+it, as the row will read (running), so the id never reads as "no such job" on the
+daemon that gave it out.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ class KeyReservations:
         self._shared = store.key_locks
         self._across: set[tuple[str, str]] = set()
         self._admitting: dict[tuple[str, str], int] = {}  # admissions under way per key
+        # Kiosk requests answered late whose row may not be written yet, by job id.
+        self._late: dict[str, Flight] = {}
 
     async def admit(self, new: NewJob, *, actor: str, max_queue_depth: int,
                     limits: TenantLimits | None = None) -> tuple[Job, bool]:
@@ -94,3 +101,20 @@ class KeyReservations:
             return await self.store.record_flight(flight)
         finally:
             self.unreserve(flight.new.tenant, flight.new.idem_key, flight.token)
+
+    def answered_late(self, flight: Flight) -> None:
+        """``flight`` is answered 504 before its job is written: until :meth:`landed`,
+        :meth:`late_job` answers for it."""
+        self._late[flight.job_id] = flight
+
+    def landed(self, flight: Flight) -> None:
+        """``flight``'s job is written (the store answers for it from now on), or never
+        will be (its request ended without a record)."""
+        self._late.pop(flight.job_id, None)
+
+    def late_job(self, tenant: str, job_id: str) -> Job | None:
+        """The job of ``tenant``'s kiosk request answered late and not written yet, as
+        its row will read (:meth:`Flight.running`); None for any other id, and for
+        another tenant's."""
+        flight = self._late.get(job_id)
+        return flight.running() if flight is not None and flight.new.tenant == tenant else None

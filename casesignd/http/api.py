@@ -51,7 +51,7 @@ from casesignd.http.services import SERVICES, HandlerServices
 from casesignd.http.uploads import Upload, UploadGate
 from casesignd.observability.metrics import aiohttp_middleware
 from casesignd.pdf import render as pdfrender
-from casesignd.store import Charge, Job, Pause, random_hex
+from casesignd.store import Charge, Job, Pause, not_cancelable, not_failed, random_hex
 from casesignd.verify import validate as verify
 
 log = logging.getLogger("casesignd.http.api")
@@ -211,7 +211,11 @@ async def _tenant_job(request: web.Request) -> tuple[HandlerServices, str, Job]:
     s = services_of(request)
     tenant = authenticate(request)
     job_id = request.match_info["job_id"]
-    job = await s.store.get_job(tenant, job_id) if _JOB_ID.fullmatch(job_id) else None
+    job = None
+    if _JOB_ID.fullmatch(job_id):
+        # A kiosk job answered 504 before its row was written reads as that row will;
+        # asked first, as it is dropped only once the row is there: never a 404 between.
+        job = s.reservations.late_job(tenant, job_id) or await s.store.get_job(tenant, job_id)
     if job is None:
         raise NotFound("no such job", code="job_not_found")
     return s, tenant, job
@@ -257,6 +261,8 @@ async def job_events(request: web.Request) -> web.Response:
 
 async def retry_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
+    if job.state == "running":  # a kiosk job not written yet among them
+        raise not_failed()
     replayed = await s.store.replay(tenant, job.job_id, f"api:{tenant}",
                                     max_queue_depth=s.config.workers.max_queue_depth,
                                     max_queued=s.config.limits_of(tenant).max_queued)
@@ -266,6 +272,8 @@ async def retry_job(request: web.Request) -> web.Response:
 
 async def cancel_job(request: web.Request) -> web.Response:
     s, tenant, job = await _tenant_job(request)
+    if job.state == "running":  # a kiosk job not written yet among them
+        raise not_cancelable()
     canceled = await s.store.cancel(tenant, job.job_id, f"api:{tenant}")
     s.metrics.job_finished(canceled.kind, "canceled")
     return json_response(job_resource(s, canceled))

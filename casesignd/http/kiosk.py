@@ -352,16 +352,20 @@ class _Run:
         self.record_phase = self.attempt.record_phase
 
     def late(self) -> asyncio.Task[Any]:
-        """The answer is going out as 504: make the job durable while the work goes on."""
+        """The answer is going out as 504: make the job durable while the work goes on.
+        Until its row is written, the job reads from here (``KeyReservations.late_job``):
+        the answer's ``X-Job-Id`` names a job from the moment it goes out."""
         if self.persisted is None:
+            self.flight.claimed_at = self.flight.claimed_at or time.time()
+            self.s.reservations.answered_late(self.flight)
             self.persisted = asyncio.create_task(self._persist())
         return self.persisted
 
     async def _persist(self) -> None:
         try:
             await self._put_document()
-            self.flight.claimed_at = self.flight.claimed_at or time.time()
             await self.s.store.persist_flight(self.flight)
+            self.s.reservations.landed(self.flight)
         except Exception as e:  # noqa: BLE001 - the outcome is still recorded at the end
             log_event(log, "kiosk.persist_failed", level=logging.WARNING, job_id=self.flight.job_id,
                       error=f"{type(e).__name__}: {e}")
@@ -397,6 +401,9 @@ class _Run:
                 self.attempt.stopped("busy")
                 raise
             return await self._record_failure(e), None
+        finally:
+            # Recorded (the store answers for its job), or it never will be.
+            s.reservations.landed(flight)
         return job, signed
 
     async def _write(self, outcome: Outcome) -> Job | None:

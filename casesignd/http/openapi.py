@@ -54,7 +54,7 @@ _HEADERS: dict[str, Any] = {
     "XCorrelationId": {"description": "Names the request in the server log; the request's "
                        "own X-Correlation-Id when it sent a valid one.",
                        "schema": {"type": "string"}},
-    "XJobId": {"description": "The job recorded for this signature.",
+    "XJobId": {"description": "The job of this signature (a 504's: readable at once).",
                "schema": {"type": "string"}},
     "XArtifactSHA256": {"description": "SHA-256 (hex) of the body.",
                         "schema": {"type": "string", "pattern": SHA256_PATTERN}},
@@ -74,13 +74,10 @@ def _json(schema: str) -> dict[str, Any]:
     return {"application/json": {"schema": ref(schema)}}
 
 
-def _error(description: str, *, retry_after: bool = False) -> dict[str, Any]:
-    headers: dict[str, Any] = {
-        "X-Correlation-Id": {"$ref": "#/components/headers/XCorrelationId"},
-        "Cache-Control": {"$ref": "#/components/headers/CacheControl"},
-        "X-Content-Type-Options": {"$ref": "#/components/headers/XContentTypeOptions"}}
-    if retry_after:
-        headers["Retry-After"] = {"$ref": "#/components/headers/RetryAfter"}
+def _error(description: str, *, retry_after: bool = False, job_id: bool = False) -> dict[str, Any]:
+    names = ("X-Correlation-Id", "Cache-Control", "X-Content-Type-Options",
+             *(("Retry-After",) if retry_after else ()), *(("X-Job-Id",) if job_id else ()))
+    headers = {n: {"$ref": "#/components/headers/" + n.replace("-", "")} for n in names}
     return {"description": description, "headers": headers, "content": _json("Error")}
 
 
@@ -496,8 +493,10 @@ def _paths() -> dict[str, Any]:
                     "503": _error("busy: no capacity now (all kiosk requests, or this "
                                   "tenant's share of them or of the kiosk's processes); "
                                   "shutting_down.", retry_after=True),
-                    "504": _error("deadline_exceeded: not done within kiosk.deadline_ms; "
-                                  "nothing was answered or kept."),
+                    "504": _error("deadline_exceeded: not done within kiosk.deadline_ms. The "
+                                  "signing goes on as the job X-Job-Id names, readable at once "
+                                  "(processing until it ends); a replay with the same "
+                                  "Idempotency-Key returns it.", retry_after=True, job_id=True),
                 },
             },
         },

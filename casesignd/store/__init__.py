@@ -31,6 +31,8 @@ from casesignd.store.records import (
     Store,
     in_progress,
     new_id,
+    not_cancelable,
+    not_failed,
     random_hex,
     row_job,
 )
@@ -53,4 +55,4 @@ def make_store(cfg: Config, node: str | None = None) -> SqliteStore | PostgresSt
 
 
 __all__ = ["Activity", "Charge", "Claimed", "Flight", "IdempotencyKeyReused", "Job", "Lease", "NewJob", "Pause", "SqliteStore", "Store",
-           "in_progress", "make_store", "new_id", "random_hex", "row_job"]
+           "in_progress", "make_store", "new_id", "not_cancelable", "not_failed", "random_hex", "row_job"]

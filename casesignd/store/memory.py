@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from casesignd.core import audit
-from casesignd.core.errors import Conflict, NotFound, QueueFull
+from casesignd.core.errors import NotFound, QueueFull
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.keyring import WrappedKey
 from casesignd.core.outcomes import Finish, Outcome, RetryLater, Signature
@@ -42,6 +42,8 @@ from casesignd.store.records import (
     Subject,
     in_progress,
     new_id,
+    not_cancelable,
+    not_failed,
 )
 
 _WAITING = ("queued", "retry_wait")
@@ -359,8 +361,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
     async def cancel(self, tenant: str, job_id: str, actor: str) -> Job:
         job = self._tenant_job(tenant, job_id)
         if job.state not in _WAITING:
-            raise Conflict("only a queued job that no worker holds can be canceled",
-                           code="not_cancelable")
+            raise not_cancelable()
         now = self.clock()
         job = self._put(_replace(
             job, state="canceled", finished_at=now, updated_at=now, queued_since=None,
@@ -372,7 +373,7 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
                      max_queued: int = 0) -> Job:
         job = self._tenant_job(tenant, job_id)
         if job.state != "failed":
-            raise Conflict("only a failed job can be retried", code="not_failed")
+            raise not_failed()
         self._check_waiting(tenant, max_queued)
         if sum(j.state in _WAITING for j in self._jobs.values()) >= max_queue_depth:
             raise QueueFull("the queue is full; retry later", headers={"Retry-After": "5"})
@@ -456,20 +457,11 @@ class MemoryStore(MemoryLifecycle, MemoryOutbox, MemoryDataKeys, MemoryClaims, M
         if (new.tenant, new.idem_key) in self._idem:
             raise in_progress()
         result = outcome.result()
-        job = Job(job_id=flight.job_id, tenant=new.tenant, kind=new.kind, case_id=new.case_id,
-                  idem_key=new.idem_key, fingerprint=new.fingerprint, input=new.input,
-                  input_digest=new.input_digest, version=new.version,
-                  declared_bytes=new.declared_bytes, state="succeeded", attempt=1, series=1,
-                  failures=0, lost_leases=0, lease_owner=None, lease_expires=None,
-                  created_at=new.created_at, admitted_at=flight.admitted_at,
-                  admission_ms=max(0.0, (flight.admitted_at - new.created_at) * 1000.0),
-                  queued_since=None, claimed_at=flight.claimed_at,
-                  first_claimed_at=flight.claimed_at, finished_at=now,
-                  next_attempt_at=flight.admitted_at,
-                  queue_wait_ms=max(0.0, (flight.claimed_at - flight.admitted_at) * 1000.0),
-                  processing_ms=max(0.0, (now - flight.claimed_at) * 1000.0),
-                  result=audit.canonical(result).decode(), error_category=None, error_code=None,
-                  correlation_id=new.correlation_id, updated_at=now, sig_key=new.sig_key, traceparent=new.traceparent)
+        # The row it would have read as while running, finished now in one go.
+        job = _replace(flight.running(), state="succeeded", lease_owner=None,
+                       lease_expires=None, finished_at=now, updated_at=now,
+                       processing_ms=max(0.0, (now - flight.claimed_at) * 1000.0),
+                       result=audit.canonical(result).decode())
         self._idem[(new.tenant, new.idem_key)] = job.job_id
         self._put(job)
         worker = f"worker:{flight.owner}"

@@ -217,6 +217,26 @@ class Flight:
     # writer takes the two
     persisted: bool = False
 
+    def running(self) -> Job:
+        """The row :meth:`Store.persist_flight` writes for it (admitted at
+        ``admitted_at``, claimed at ``claimed_at``), before it is written: what a kiosk
+        request answered 504 reads as until then (casesignd.engine.reservations)."""
+        new, claimed = self.new, self.claimed_at or self.admitted_at
+        return Job(job_id=self.job_id, tenant=new.tenant, kind=new.kind, case_id=new.case_id,
+                   idem_key=new.idem_key, fingerprint=new.fingerprint, input=new.input,
+                   input_digest=new.input_digest, version=new.version,
+                   declared_bytes=new.declared_bytes, state="running", attempt=1, series=1,
+                   failures=0, lost_leases=0, lease_owner=self.owner,
+                   lease_expires=claimed + self.lease_s, created_at=new.created_at,
+                   admitted_at=self.admitted_at,
+                   admission_ms=max(0.0, (self.admitted_at - new.created_at) * 1000.0),
+                   queued_since=None, claimed_at=claimed, first_claimed_at=claimed,
+                   finished_at=None, next_attempt_at=self.admitted_at,
+                   queue_wait_ms=max(0.0, (claimed - self.admitted_at) * 1000.0),
+                   processing_ms=0.0, result=None, error_category=None, error_code=None,
+                   correlation_id=new.correlation_id, updated_at=claimed, sig_key=new.sig_key,
+                   traceparent=new.traceparent, priority=new.priority, not_before=new.not_before)
+
 
 # --- the data lifecycle (casesignd.store.lifecycle) ----------------------------------
 
@@ -291,6 +311,15 @@ class Charge:
 def in_progress() -> Conflict:
     return Conflict("the first request with this key is still running", code="in_progress",
                     headers={"Retry-After": "1"})
+
+
+def not_cancelable() -> Conflict:
+    return Conflict("only a queued job that no worker holds can be canceled",
+                    code="not_cancelable")
+
+
+def not_failed() -> Conflict:
+    return Conflict("only a failed job can be retried", code="not_failed")
 
 
 class IdempotencyKeyReused(CasesignError):

@@ -13,11 +13,13 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from tests.daemon import multipart
+from casesignd.files.objects import owner_dirs
+from tests.daemon import multipart, to_toml
 from tests.helpers_chaos import db_scalar
 from tests.helpers_pki import nss_db, pdfsig, pyhanko_statuses, reportlab_pdf
 
 SIGNERS = [{"id": "kiosk-7", "name": "Front Desk", "role": "clerk"}]
+OTHER_TOKEN = "csd_other-tenant-token-for-kiosk-tests-0123456789"
 
 
 def sign(d, document: bytes, case_id: str = "KIOSK-1", key: str | None = None, **manifest):
@@ -198,6 +200,53 @@ def test_kill9_after_a_504_the_job_survives_and_a_replay_returns_it(daemon_facto
     assert [e["type"] for e in d.events(job_id)].count("signed") == 1
     for f in _artifact_files(d):
         assert f.read_bytes().rstrip().endswith(b"%%EOF"), f
+
+
+@pytest.mark.parametrize("row", ["written when late", "written only at its end"])
+def test_a_504s_job_id_reads_as_its_job_at_once_and_only_to_its_tenant(daemon_factory, tmp_path,
+                                                                       row):
+    # The job a 504 names may not be written yet when the answer goes out (a loaded
+    # store; or its write failed, and the row comes with its outcome): it reads as a
+    # processing job all the same, never as "no such job", and to another tenant as
+    # one that does not exist.
+    d = daemon_factory({"kiosk": {"deadline_ms": 1000}}, start=False, sign_delay_ms=4000)
+    d.config["tenants"].append({"name": "other",
+                                "token_sha256": hashlib.sha256(OTHER_TOKEN.encode()).hexdigest()})
+    d.config_path.write_text(to_toml(d.config))
+    if row == "written only at its end":
+        # Its document cannot be kept as an object (its case's directory is a file), so
+        # the write when it is late fails: its row is written with its outcome alone.
+        blocked = d.dir.joinpath("objects", "cases", *owner_dirs("default", "KIOSK-1"))
+        blocked.parent.mkdir(parents=True)
+        blocked.write_bytes(b"")
+    d.start()
+    doc = reportlab_pdf(tmp_path / "doc.pdf").read_bytes()
+    r = sign(d, doc, key="late-read")
+    assert r.status == 504 and r.json()["error"]["code"] == "deadline_exceeded"
+    assert r.headers["Retry-After"]
+    job_id = r.headers["X-Job-Id"]
+    job = d.job(job_id)  # 200, at once
+    assert (job["job_id"], job["state"], job["kind"], job["case_id"], job["attempts"]) == (
+        job_id, "processing", "sign_case", "KIOSK-1", 1)
+    if row == "written only at its end":
+        assert db_scalar(d.db, "SELECT count(*) FROM jobs WHERE job_id = ?", job_id) == 0
+        assert d.events(job_id) == []  # nothing recorded yet
+        assert "kiosk.persist_failed" in d.logs()
+    for path in (f"/v1/jobs/{job_id}", f"/v1/jobs/{job_id}/events"):
+        theirs = d.request("GET", path, auth=OTHER_TOKEN)
+        assert theirs.status == 404 and theirs.json()["error"]["code"] == "job_not_found"
+    for verb, code in (("cancel", "not_cancelable"), ("retry", "not_failed")):
+        refused = d.request("POST", f"/v1/jobs/{job_id}/{verb}")
+        assert refused.status == 409 and refused.json()["error"]["code"] == code, refused.body
+        theirs = d.request("POST", f"/v1/jobs/{job_id}/{verb}", auth=OTHER_TOKEN)
+        assert theirs.status == 404 and theirs.json()["error"]["code"] == "job_not_found"
+    # Read over and over until it ends: each read a job (d.job asserts 200), never 404.
+    done = d.wait_job(job_id, timeout_s=60, poll_s=0.02)
+    assert done["state"] == "ready", done
+    assert [e["type"] for e in d.events(job_id)].count("succeeded") == 1
+    assert d.request("GET", f"/v1/jobs/{job_id}", auth=OTHER_TOKEN).status == 404
+    replay = sign(d, doc, key="late-read")
+    assert replay.status == 200 and replay.headers["X-Job-Id"] == job_id
 
 
 @pytest.mark.parametrize("inline_max", [0, 1 << 20])

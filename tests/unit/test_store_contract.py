@@ -518,6 +518,33 @@ async def test_a_persisted_flight_is_a_running_job_that_its_record_finishes(stor
         "admitted", "claimed", "failed"]
 
 
+async def test_a_flight_answered_late_reads_as_its_running_row_until_that_is_written(
+        store_and_clock):
+    # A kiosk 504 names its job (X-Job-Id) before the row may be written: until then the
+    # job reads from the reservations as its row will, to its own tenant alone.
+    store, clock = store_and_clock
+    reservations = KeyReservations(store)
+    f = flight(clock, key="kiosk-late")
+    f.new = dataclasses.replace(f.new, created_at=f.admitted_at - 0.002)
+    f.claimed_at = f.admitted_at + 0.004
+    await reservations.reserve("t1", f.new.idem_key, "sig-late", f.token)
+    assert reservations.late_job("t1", f.job_id) is None
+    reservations.answered_late(f)
+    early = reservations.late_job("t1", f.job_id)
+    assert early is not None and early.state == "running"
+    assert reservations.late_job("t2", f.job_id) is None
+    assert await store.get_job("t1", f.job_id) is None
+    clock.now += 0.01
+    row = await store.persist_flight(f)
+    reservations.landed(f)
+    assert reservations.late_job("t1", f.job_id) is None
+    # The same job but for its lease, which the write runs from its own time.
+    assert {k for k in row.__struct_fields__ if getattr(row, k) != getattr(early, k)} == {
+        "lease_expires"}
+    f.outcome = Finish(detail={})
+    assert (await reservations.record_flight(f)).state == "succeeded"
+
+
 async def test_an_unreserved_key_is_free_again(store_and_clock):
     store, clock = store_and_clock
     reservations = KeyReservations(store)
