@@ -19,25 +19,16 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core import webhook_events as webhooks
-from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
 from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_keyring
+from casesignd.core.policy import Policy
 from casesignd.core.tenant_limits import TenantLimits
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
 
 MiB = 1024 * 1024
 
-NORMALIZE_MODES = ("never", "when_needed", "always")
-# PAdES baseline levels, lowest first (ETSI EN 319 142-1).
-LEVELS = ("B-B", "B-T", "B-LT", "B-LTA")
 FETCH_MODES = ("never", "missing", "always")
-LINK_SCHEMES = ("https", "http", "mailto")
-# Actions a policy may allow (PDF 32000-1 §12.6.4.1, Table 198). JavaScript, Launch,
-# ImportData and RichMediaExecute run code or read local files and are never allowed.
-ALLOWABLE_ACTIONS = ("GoTo", "Named", "URI", "GoToR", "GoToE", "GoTo3DView", "Thread",
-                     "Hide", "SetOCGState", "Rendition", "Trans", "SubmitForm", "ResetForm",
-                     "Sound", "Movie")
 
 
 class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -161,67 +152,6 @@ class Signing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # Concurrent uses of the key; the kiosk path reserves kiosk_key_slots of them.
     key_slots: int = 2
     signer_name: str = "casesignd"
-
-
-class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    version: str
-    evidence_media_types: list[str] = msgspec.field(
-        default_factory=lambda: ["application/pdf", "image/jpeg", "image/png", "text/plain"]
-    )
-    max_pages: int = 5000
-    max_document_bytes: int = 256 * MiB
-    max_items: int = 100
-    forbid_active_content: bool = True
-    # Deep PDF validation (casesignd.pdf.inspect): the largest decoded size of any one
-    # stream or image (decompression bombs), reachable objects, and nesting depth.
-    max_decoded_stream_bytes: int = 256 * MiB
-    max_pdf_objects: int = 1_000_000
-    max_pdf_depth: int = 64
-    # Decoded bytes of all streams of one document together, and CPU seconds one
-    # document's checks may take: a document past either is refused limit_exceeded.
-    max_decoded_document_bytes: int = 1024 * MiB
-    max_check_cpu_s: float = 20.0
-    # A document whose readers could disagree (a parser differential, damage a reader
-    # repairs) and that carries no signature yet is rewritten into one unambiguous
-    # PDF before it is signed: "when_needed"; "always" rewrites every unsigned
-    # document; "never" refuses them (ambiguous_pdf / malformed_pdf).
-    normalize: str = "when_needed"
-    # Action types (§12.6.4) allowed anywhere, automatic ones too ("Named": page
-    # navigation only); casesignd.pdf.rules says what else a click may do.
-    allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
-    # Where a clicked link or form button may lead, by URL scheme ([]: nowhere).
-    allowed_link_schemes: list[str] = msgspec.field(default_factory=lambda: list(LINK_SCHEMES))
-    # The PAdES baseline level (ETSI EN 319 142-1) every signature of this policy
-    # meets: "B-B", "B-T" (a signature timestamp from tsa_url), "B-LT" (certificates
-    # and revocation data of every chain in the document's /DSS) or "B-LTA" (and a
-    # document timestamp over them). Empty: B-T when tsa_url is set, else B-B.
-    level: str = ""
-    # An RFC 3161 TSA: required from B-T up.
-    tsa_url: str = ""
-    tsa_timeout_s: float = 10.0
-    reason: str = ""
-    location: str = ""
-    # Where the signature goes unless a request says (casesignd.signing.placement): "invisible",
-    # or "visible": a stamp on signature_page (negative: from the end) in
-    # signature_box ([x1, y1, x2, y2], points), or in the field signature_field.
-    appearance: str = "invisible"
-    signature_page: int = 1
-    signature_box: list[float] = msgspec.field(default_factory=lambda: [36.0, 36.0, 236.0, 96.0])
-    signature_field: str = ""
-    # A visible stamp shows the tenant's logo (its invoice branding's), when it has one.
-    stamp_logo: bool = False
-    # Certify the document's first signature (DocMDP, PDF 32000-1 §12.8.2.2): "" not,
-    # "no_changes" (P=1), "form_filling" (P=2) or "annotations" (P=3).
-    certify: str = ""
-
-    @property
-    def signature_level(self) -> str:
-        """The level this policy's signatures meet (``level``, or what ``tsa_url`` implies)."""
-        return self.level or ("B-T" if self.tsa_url else "B-B")
-
-    def at_least(self, level: str) -> bool:
-        """Whether this policy's signatures meet ``level`` or a higher one."""
-        return LEVELS.index(self.signature_level) >= LEVELS.index(level)
 
 
 class Validation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -509,9 +439,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-UNSAFE_LINK_SCHEMES = frozenset({"file", "smb", "javascript", "vbscript", "data", "jar"})  # files, code
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}")
-_POLICY = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
 def _check(cfg: Config) -> None:
@@ -565,25 +492,8 @@ def _check(cfg: Config) -> None:
                           f"got {cfg.kiosk.max_concurrent_per_tenant}")
     seen: set[str] = set()
     for i, p in enumerate(cfg.policies):
-        if not _POLICY.match(p.version):
-            raise ConfigError(f"policies[{i}].version", f"invalid version {p.version!r}")
-        if p.normalize not in NORMALIZE_MODES:
-            raise ConfigError(f"policies[{i}].normalize",
-                              f"expected one of {', '.join(NORMALIZE_MODES)}, got {p.normalize!r}")
-        for a in p.allowed_actions:
-            if a not in ALLOWABLE_ACTIONS:
-                raise ConfigError(f"policies[{i}].allowed_actions",
-                                  f"{a!r} cannot be allowed; choose from {', '.join(ALLOWABLE_ACTIONS)}")
-        for scheme in p.allowed_link_schemes:
-            if scheme.lower() in UNSAFE_LINK_SCHEMES or not _SCHEME.fullmatch(scheme):
-                raise ConfigError(f"policies[{i}].allowed_link_schemes", f"{scheme!r} cannot be "
-                                  f"allowed; never {', '.join(sorted(UNSAFE_LINK_SCHEMES))}")
-        _check_placement(p, f"policies[{i}]")
-        if p.level and p.level not in LEVELS:
-            raise ConfigError(f"policies[{i}].level",
-                              f"expected one of {', '.join(LEVELS)}, got {p.level!r}")
-        if p.at_least("B-T") and not p.tsa_url:
-            raise ConfigError(f"policies[{i}].tsa_url", f"level {p.level} needs a TSA")
+        for key, why in p.problems():
+            raise ConfigError(f"policies[{i}].{key}", why)
         if p.at_least("B-LT") and not cfg.validation.trust_roots:
             raise ConfigError("validation.trust_roots",
                               f"policy {p.version!r} at {p.level} needs trust roots")
@@ -700,16 +610,3 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise ConfigError("(file)", f"cannot read {p}: {e.strerror}") from None
     return loads(text, base_dir=str(p.resolve().parent))
 
-
-def _check_placement(p: Policy, at: str) -> None:
-    if p.appearance not in APPEARANCES:
-        raise ConfigError(f"{at}.appearance",
-                          f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")
-    if p.signature_page == 0:
-        raise ConfigError(f"{at}.signature_page", "pages count from 1 (or from -1, the last)")
-    if p.certify and p.certify not in CERTIFY_P:
-        raise ConfigError(f"{at}.certify",
-                          f"expected one of {', '.join(CERTIFY_P)} or \"\", got {p.certify!r}")
-    problem = box_problem(p.signature_box)
-    if problem:
-        raise ConfigError(f"{at}.signature_box", problem)
