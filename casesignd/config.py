@@ -23,6 +23,7 @@ from casesignd.core.errors import ConfigError
 from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_keyring
 from casesignd.core.kiosk_limits import Kiosk
 from casesignd.core.policy import Policy
+from casesignd.core.retention_periods import Retention
 from casesignd.core.tenant_limits import TenantLimits
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
@@ -185,28 +186,6 @@ class Tracing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); empty: no tracing,
     # and nothing of OpenTelemetry is imported (casesignd.observability.tracing).
     otlp_endpoint: str = ""
-
-
-class Retention(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    # How long things live, in seconds; 0 keeps them for ever (casesignd.engine.retention).
-    # Uploaded objects, counted from the end of the last job that uses them.
-    objects_s: float = 0.0
-    # Artifacts (signed results), counted from when they were made.
-    artifacts_s: float = 0.0
-    # Terminal job rows (ready, canceled, failed), counted from their end.
-    jobs_s: float = 0.0
-    # Jobs refused for their input (failed, permanent_input: the kiosk's refused
-    # documents among them) and the documents only they used.
-    rejected_s: float = 0.0
-    # How often the daemon looks for what is due, and how much one transaction removes.
-    sweep_interval_s: float = 60.0
-    sweep_batch: int = 200
-
-    def cutoffs(self, now: float) -> dict[str, float]:
-        """Each area that expires, and the time before which its things are due."""
-        return {area: now - keep for area, keep in (
-            ("rejected", self.rejected_s), ("jobs", self.jobs_s),
-            ("artifacts", self.artifacts_s), ("objects", self.objects_s)) if keep > 0}
 
 
 class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -490,13 +469,8 @@ def _check(cfg: Config) -> None:
     if cfg.validation.fetch not in FETCH_MODES:
         raise ConfigError("validation.fetch",
                           f"expected one of {', '.join(FETCH_MODES)}, got {cfg.validation.fetch!r}")
-    for key in ("objects_s", "artifacts_s", "jobs_s", "rejected_s"):
-        if getattr(cfg.retention, key) < 0:
-            raise ConfigError(f"retention.{key}", "must be 0 (keep for ever) or positive")
-    if cfg.retention.sweep_interval_s <= 0:
-        raise ConfigError("retention.sweep_interval_s", "must be positive")
-    if cfg.retention.sweep_batch < 1:
-        raise ConfigError("retention.sweep_batch", "must be at least 1")
+    for key, why in cfg.retention.problems():
+        raise ConfigError(f"retention.{key}", why)
     if cfg.archive.renew_before_days < 0:
         raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
     if cfg.tracing.otlp_endpoint and not cfg.tracing.otlp_endpoint.startswith(
