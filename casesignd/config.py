@@ -24,6 +24,7 @@ from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_key
 from casesignd.core.kiosk_limits import Kiosk
 from casesignd.core.policy import Policy
 from casesignd.core.retention_periods import Retention
+from casesignd.core.source_settings import Source
 from casesignd.core.tenant_limits import TenantLimits
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
@@ -232,20 +233,6 @@ class Operator(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # SHA-256 (hex) of the operator's bearer token, which reads across tenants under
     # /v1/admin; empty: no operator. Never a tenant's token.
     token_sha256: str = ""
-
-
-class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    kind: str  # "dir" or "http"
-    root: str = ""
-    base_url: str = ""
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    max_attempts: int = 4
-    base_delay_s: float = 0.2
-    # Cap of one backoff delay, and of a server's Retry-After that we honour.
-    max_delay_s: float = 5.0
-    retry_after_cap_s: float = 30.0
 
 
 class Scanner(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -458,12 +445,8 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"tenants[{i}].limits.{key}", why)
     _check_operator(cfg)
     for i, s in enumerate(cfg.sources):
-        if s.kind not in ("dir", "http"):
-            raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
-        if s.kind == "dir" and not s.root:
-            raise ConfigError(f"sources[{i}].root", "a dir source needs a root")
-        if s.kind == "http" and not s.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"sources[{i}].base_url", "an http source needs an http(s) URL")
+        for key, why in s.problems():
+            raise ConfigError(f"sources[{i}].{key}", why)
     for key, why in cfg.validation.budget.problems():
         raise ConfigError(f"validation.budget.{key}", why)
     if cfg.validation.fetch not in FETCH_MODES:
