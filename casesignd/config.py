@@ -5,9 +5,13 @@ key and what is wrong (:class:`casesignd.core.errors.ConfigError`). Relative pat
 resolved against the directory of the config file, so a setup made by
 ``casesignd init --dir DIR`` can be moved as a whole.
 
-Its size: one struct per section of the file and the checks across them, which read
-best side by side (a section's own limits live beside their use, e.g.
-:class:`casesignd.core.verify_budget.VerifyBudget`).
+Here are the loading of the file, the top-level :class:`Config`, the sections no one
+module owns, and the checks across sections. A section whose settings one part of the
+service decides on keeps its struct and its own checks in ``casesignd.core``, beside
+that decision: a policy (:mod:`casesignd.core.policy`), the kiosk
+(:mod:`casesignd.core.kiosk_limits`), retention (:mod:`casesignd.core.retention_periods`),
+sources (:mod:`casesignd.core.source_settings`), a tenant's limits and webhooks, the
+storage keys and verify's budget.
 """
 
 from __future__ import annotations
