@@ -5,9 +5,13 @@ key and what is wrong (:class:`casesignd.core.errors.ConfigError`). Relative pat
 resolved against the directory of the config file, so a setup made by
 ``casesignd init --dir DIR`` can be moved as a whole.
 
-Its size: one struct per section of the file and the checks across them, which read
-best side by side (a section's own limits live beside their use, e.g.
-:class:`casesignd.core.verify_budget.VerifyBudget`).
+Here are the loading of the file, the top-level :class:`Config`, the sections no one
+module owns, and the checks across sections. A section whose settings one part of the
+service decides on keeps its struct and its own checks in ``casesignd.core``, beside
+that decision: a policy (:mod:`casesignd.core.policy`), the kiosk
+(:mod:`casesignd.core.kiosk_limits`), retention (:mod:`casesignd.core.retention_periods`),
+sources (:mod:`casesignd.core.source_settings`), a tenant's limits and webhooks, the
+storage keys and verify's budget.
 """
 
 from __future__ import annotations
@@ -19,25 +23,19 @@ from pathlib import Path
 import msgspec
 
 from casesignd.core import webhook_events as webhooks
-from casesignd.core.appearance import APPEARANCES, CERTIFY_P, box_problem
 from casesignd.core.errors import ConfigError
 from casesignd.core.keyring import Keyring, OldKey, check_storage_keys, load_keyring
+from casesignd.core.kiosk_limits import Kiosk
+from casesignd.core.policy import Policy
+from casesignd.core.retention_periods import Retention
+from casesignd.core.source_settings import Source
 from casesignd.core.tenant_limits import TenantLimits
 from casesignd.core.verify_budget import VerifyBudget
 from casesignd.core.webhook_events import Webhook
 
 MiB = 1024 * 1024
 
-NORMALIZE_MODES = ("never", "when_needed", "always")
-# PAdES baseline levels, lowest first (ETSI EN 319 142-1).
-LEVELS = ("B-B", "B-T", "B-LT", "B-LTA")
 FETCH_MODES = ("never", "missing", "always")
-LINK_SCHEMES = ("https", "http", "mailto")
-# Actions a policy may allow (PDF 32000-1 §12.6.4.1, Table 198). JavaScript, Launch,
-# ImportData and RichMediaExecute run code or read local files and are never allowed.
-ALLOWABLE_ACTIONS = ("GoTo", "Named", "URI", "GoToR", "GoToE", "GoTo3DView", "Thread",
-                     "Hide", "SetOCGState", "Rendition", "Trans", "SubmitForm", "ResetForm",
-                     "Sound", "Movie")
 
 
 class Server(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -163,67 +161,6 @@ class Signing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     signer_name: str = "casesignd"
 
 
-class Policy(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    version: str
-    evidence_media_types: list[str] = msgspec.field(
-        default_factory=lambda: ["application/pdf", "image/jpeg", "image/png", "text/plain"]
-    )
-    max_pages: int = 5000
-    max_document_bytes: int = 256 * MiB
-    max_items: int = 100
-    forbid_active_content: bool = True
-    # Deep PDF validation (casesignd.pdf.inspect): the largest decoded size of any one
-    # stream or image (decompression bombs), reachable objects, and nesting depth.
-    max_decoded_stream_bytes: int = 256 * MiB
-    max_pdf_objects: int = 1_000_000
-    max_pdf_depth: int = 64
-    # Decoded bytes of all streams of one document together, and CPU seconds one
-    # document's checks may take: a document past either is refused limit_exceeded.
-    max_decoded_document_bytes: int = 1024 * MiB
-    max_check_cpu_s: float = 20.0
-    # A document whose readers could disagree (a parser differential, damage a reader
-    # repairs) and that carries no signature yet is rewritten into one unambiguous
-    # PDF before it is signed: "when_needed"; "always" rewrites every unsigned
-    # document; "never" refuses them (ambiguous_pdf / malformed_pdf).
-    normalize: str = "when_needed"
-    # Action types (§12.6.4) allowed anywhere, automatic ones too ("Named": page
-    # navigation only); casesignd.pdf.rules says what else a click may do.
-    allowed_actions: list[str] = msgspec.field(default_factory=lambda: ["GoTo", "Named"])
-    # Where a clicked link or form button may lead, by URL scheme ([]: nowhere).
-    allowed_link_schemes: list[str] = msgspec.field(default_factory=lambda: list(LINK_SCHEMES))
-    # The PAdES baseline level (ETSI EN 319 142-1) every signature of this policy
-    # meets: "B-B", "B-T" (a signature timestamp from tsa_url), "B-LT" (certificates
-    # and revocation data of every chain in the document's /DSS) or "B-LTA" (and a
-    # document timestamp over them). Empty: B-T when tsa_url is set, else B-B.
-    level: str = ""
-    # An RFC 3161 TSA: required from B-T up.
-    tsa_url: str = ""
-    tsa_timeout_s: float = 10.0
-    reason: str = ""
-    location: str = ""
-    # Where the signature goes unless a request says (casesignd.signing.placement): "invisible",
-    # or "visible": a stamp on signature_page (negative: from the end) in
-    # signature_box ([x1, y1, x2, y2], points), or in the field signature_field.
-    appearance: str = "invisible"
-    signature_page: int = 1
-    signature_box: list[float] = msgspec.field(default_factory=lambda: [36.0, 36.0, 236.0, 96.0])
-    signature_field: str = ""
-    # A visible stamp shows the tenant's logo (its invoice branding's), when it has one.
-    stamp_logo: bool = False
-    # Certify the document's first signature (DocMDP, PDF 32000-1 §12.8.2.2): "" not,
-    # "no_changes" (P=1), "form_filling" (P=2) or "annotations" (P=3).
-    certify: str = ""
-
-    @property
-    def signature_level(self) -> str:
-        """The level this policy's signatures meet (``level``, or what ``tsa_url`` implies)."""
-        return self.level or ("B-T" if self.tsa_url else "B-B")
-
-    def at_least(self, level: str) -> bool:
-        """Whether this policy's signatures meet ``level`` or a higher one."""
-        return LEVELS.index(self.signature_level) >= LEVELS.index(level)
-
-
 class Validation(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # PEM files of trust anchors: the roots signer and timestamp chains are built to,
     # for signing from B-LT up and for verify.
@@ -254,28 +191,6 @@ class Tracing(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     # OTLP/HTTP traces endpoint (http://collector:4318/v1/traces); empty: no tracing,
     # and nothing of OpenTelemetry is imported (casesignd.observability.tracing).
     otlp_endpoint: str = ""
-
-
-class Retention(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    # How long things live, in seconds; 0 keeps them for ever (casesignd.engine.retention).
-    # Uploaded objects, counted from the end of the last job that uses them.
-    objects_s: float = 0.0
-    # Artifacts (signed results), counted from when they were made.
-    artifacts_s: float = 0.0
-    # Terminal job rows (ready, canceled, failed), counted from their end.
-    jobs_s: float = 0.0
-    # Jobs refused for their input (failed, permanent_input: the kiosk's refused
-    # documents among them) and the documents only they used.
-    rejected_s: float = 0.0
-    # How often the daemon looks for what is due, and how much one transaction removes.
-    sweep_interval_s: float = 60.0
-    sweep_batch: int = 200
-
-    def cutoffs(self, now: float) -> dict[str, float]:
-        """Each area that expires, and the time before which its things are due."""
-        return {area: now - keep for area, keep in (
-            ("rejected", self.rejected_s), ("jobs", self.jobs_s),
-            ("artifacts", self.artifacts_s), ("objects", self.objects_s)) if keep > 0}
 
 
 class Link(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -324,62 +239,10 @@ class Operator(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     token_sha256: str = ""
 
 
-class Source(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    name: str
-    kind: str  # "dir" or "http"
-    root: str = ""
-    base_url: str = ""
-    connect_timeout_s: float = 5.0
-    read_timeout_s: float = 30.0
-    max_attempts: int = 4
-    base_delay_s: float = 0.2
-    # Cap of one backoff delay, and of a server's Retry-After that we honour.
-    max_delay_s: float = 5.0
-    retry_after_cap_s: float = 30.0
-
-
 class Scanner(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
     kind: str = "none"  # "none" or "clamd"
     socket: str = "/run/clamav/clamd.ctl"
     timeout_s: float = 30.0
-
-
-class Kiosk(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    deadline_ms: int = 2000
-    max_document_bytes: int = 10 * MiB
-    reserved_key_slots: int = 1
-    max_concurrent: int = 16
-    # Kiosk requests in flight from one tenant (its share of max_concurrent); beyond
-    # it that tenant gets 503 busy while the others are served. 0: all of
-    # max_concurrent with one tenant, half of it (at least 1) with several.
-    max_concurrent_per_tenant: int = 0
-    # Worker processes kept for kiosk requests alone (batch jobs never use them).
-    cpu_processes: int = 2
-    # Of those, how many one tenant's documents may take at once, so that another
-    # tenant's kiosk always finds one free. 0: all of them with one tenant, half of
-    # them (at least 1) with several.
-    cpu_processes_per_tenant: int = 0
-    # Signed documents up to this size are kept in the store, committed with their
-    # record (no file, no fsync of their own); larger ones are files. 0: always files.
-    inline_artifact_max_bytes: int = 1 * MiB
-    # A kiosk document's checks stop at the deadline's worth of CPU time, and at this
-    # many bytes they inflate in all (images are never inflated): a decompression
-    # bomb is refused (limit_exceeded) before it can hold a process.
-    max_inflated_bytes: int = 64 * MiB
-
-    def process_share(self, tenants: int) -> int:
-        """Kiosk processes one tenant may use at once, with ``tenants`` configured."""
-        if self.cpu_processes_per_tenant:
-            return min(self.cpu_processes_per_tenant, self.cpu_processes)
-        return self.cpu_processes if tenants <= 1 else max(1, self.cpu_processes // 2)
-
-    def tenant_share(self, tenants: int) -> int:
-        """Kiosk requests one tenant may have in flight at once, with ``tenants``
-        configured: the setting, or else all of them for a daemon of one tenant and
-        half of them (at least 1) when tenants share it."""
-        if self.max_concurrent_per_tenant:
-            return self.max_concurrent_per_tenant
-        return self.max_concurrent if tenants <= 1 else max(1, self.max_concurrent // 2)
 
 
 class Invoice(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -509,9 +372,6 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-UNSAFE_LINK_SCHEMES = frozenset({"file", "smb", "javascript", "vbscript", "data", "jar"})  # files, code
-_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,31}")
-_POLICY = re.compile(r"^[A-Za-z0-9._:-]{1,64}$")
 
 
 def _check(cfg: Config) -> None:
@@ -559,31 +419,12 @@ def _check(cfg: Config) -> None:
         raise ConfigError("server.max_uploads_per_tenant",
                           f"must be 0 (half of server.max_uploads) or positive, "
                           f"got {cfg.server.max_uploads_per_tenant}")
-    if cfg.kiosk.max_concurrent_per_tenant < 0:
-        raise ConfigError("kiosk.max_concurrent_per_tenant",
-                          f"must be 0 (half of kiosk.max_concurrent) or positive, "
-                          f"got {cfg.kiosk.max_concurrent_per_tenant}")
+    for key, why in cfg.kiosk.problems():
+        raise ConfigError(f"kiosk.{key}", why)
     seen: set[str] = set()
     for i, p in enumerate(cfg.policies):
-        if not _POLICY.match(p.version):
-            raise ConfigError(f"policies[{i}].version", f"invalid version {p.version!r}")
-        if p.normalize not in NORMALIZE_MODES:
-            raise ConfigError(f"policies[{i}].normalize",
-                              f"expected one of {', '.join(NORMALIZE_MODES)}, got {p.normalize!r}")
-        for a in p.allowed_actions:
-            if a not in ALLOWABLE_ACTIONS:
-                raise ConfigError(f"policies[{i}].allowed_actions",
-                                  f"{a!r} cannot be allowed; choose from {', '.join(ALLOWABLE_ACTIONS)}")
-        for scheme in p.allowed_link_schemes:
-            if scheme.lower() in UNSAFE_LINK_SCHEMES or not _SCHEME.fullmatch(scheme):
-                raise ConfigError(f"policies[{i}].allowed_link_schemes", f"{scheme!r} cannot be "
-                                  f"allowed; never {', '.join(sorted(UNSAFE_LINK_SCHEMES))}")
-        _check_placement(p, f"policies[{i}]")
-        if p.level and p.level not in LEVELS:
-            raise ConfigError(f"policies[{i}].level",
-                              f"expected one of {', '.join(LEVELS)}, got {p.level!r}")
-        if p.at_least("B-T") and not p.tsa_url:
-            raise ConfigError(f"policies[{i}].tsa_url", f"level {p.level} needs a TSA")
+        for key, why in p.problems():
+            raise ConfigError(f"policies[{i}].{key}", why)
         if p.at_least("B-LT") and not cfg.validation.trust_roots:
             raise ConfigError("validation.trust_roots",
                               f"policy {p.version!r} at {p.level} needs trust roots")
@@ -608,24 +449,15 @@ def _check(cfg: Config) -> None:
             raise ConfigError(f"tenants[{i}].limits.{key}", why)
     _check_operator(cfg)
     for i, s in enumerate(cfg.sources):
-        if s.kind not in ("dir", "http"):
-            raise ConfigError(f"sources[{i}].kind", f"expected 'dir' or 'http', got {s.kind!r}")
-        if s.kind == "dir" and not s.root:
-            raise ConfigError(f"sources[{i}].root", "a dir source needs a root")
-        if s.kind == "http" and not s.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"sources[{i}].base_url", "an http source needs an http(s) URL")
+        for key, why in s.problems():
+            raise ConfigError(f"sources[{i}].{key}", why)
     for key, why in cfg.validation.budget.problems():
         raise ConfigError(f"validation.budget.{key}", why)
     if cfg.validation.fetch not in FETCH_MODES:
         raise ConfigError("validation.fetch",
                           f"expected one of {', '.join(FETCH_MODES)}, got {cfg.validation.fetch!r}")
-    for key in ("objects_s", "artifacts_s", "jobs_s", "rejected_s"):
-        if getattr(cfg.retention, key) < 0:
-            raise ConfigError(f"retention.{key}", "must be 0 (keep for ever) or positive")
-    if cfg.retention.sweep_interval_s <= 0:
-        raise ConfigError("retention.sweep_interval_s", "must be positive")
-    if cfg.retention.sweep_batch < 1:
-        raise ConfigError("retention.sweep_batch", "must be at least 1")
+    for key, why in cfg.retention.problems():
+        raise ConfigError(f"retention.{key}", why)
     if cfg.archive.renew_before_days < 0:
         raise ConfigError("archive.renew_before_days", "must be 0 (never) or positive")
     if cfg.tracing.otlp_endpoint and not cfg.tracing.otlp_endpoint.startswith(
@@ -700,16 +532,3 @@ def load(path: str | os.PathLike[str]) -> Config:
         raise ConfigError("(file)", f"cannot read {p}: {e.strerror}") from None
     return loads(text, base_dir=str(p.resolve().parent))
 
-
-def _check_placement(p: Policy, at: str) -> None:
-    if p.appearance not in APPEARANCES:
-        raise ConfigError(f"{at}.appearance",
-                          f"expected one of {', '.join(APPEARANCES)}, got {p.appearance!r}")
-    if p.signature_page == 0:
-        raise ConfigError(f"{at}.signature_page", "pages count from 1 (or from -1, the last)")
-    if p.certify and p.certify not in CERTIFY_P:
-        raise ConfigError(f"{at}.certify",
-                          f"expected one of {', '.join(CERTIFY_P)} or \"\", got {p.certify!r}")
-    problem = box_problem(p.signature_box)
-    if problem:
-        raise ConfigError(f"{at}.signature_box", problem)

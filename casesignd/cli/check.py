@@ -63,13 +63,14 @@ def _limits(args: argparse.Namespace) -> Any:
     """The limits of the policy --policy names (else the config's default policy); a
     missing config gives the built-in policy."""
     from casesignd import config
+    from casesignd.core.policy import Policy
     from casesignd.job_kinds.signing import pdf_limits
 
     path = config_path_from(args.config, os.environ)
     if not (args.config or path.is_file()):
         if args.policy:
             raise UsageError(f"--policy {args.policy}: no config at {path} names policies")
-        return pdf_limits(config.Policy(version="built-in"))
+        return pdf_limits(Policy(version="built-in"))
     cfg = config.load(path)
     policy = cfg.policy(args.policy)
     if policy is None:

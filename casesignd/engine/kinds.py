@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from casesignd.config import Config, Policy
+from casesignd.config import Config
 from casesignd.core import audit
 from casesignd.core.errors import ValidationError
 from casesignd.core.hashing import sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, InFlight
+from casesignd.core.policy import Policy
 from casesignd.core.sealed import SealedPath
 from casesignd.engine import jobs
 from casesignd.files.artifacts import ArtifactStore

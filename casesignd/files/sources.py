@@ -43,7 +43,6 @@ from pathlib import Path
 import aiohttp
 from yarl import URL
 
-from casesignd.config import Source
 from casesignd.core.calls import NO_CALLS, Call, Calls, server_of, trace_headers
 from casesignd.core.errors import (
     CasesignError,
@@ -57,6 +56,7 @@ from casesignd.core.errors import (
 from casesignd.core.hashing import OBJECT_REF_PREFIX, object_ref, object_ref_digest
 from casesignd.core.keyring import object_owner
 from casesignd.core.sealed import SealedPath, SealKey
+from casesignd.core.source_settings import Source
 from casesignd.files.envelope import SealedFile, plain_size
 from casesignd.files.objects import ObjectStore
 from casesignd.files.temp import Area, close_after

@@ -42,10 +42,11 @@ from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import Any
 
-from casesignd.config import Config, Policy
+from casesignd.config import Config
 from casesignd.core.appearance import CERTIFY_P
 from casesignd.core.errors import ConfigError, ValidationError
 from casesignd.core.fields import object_field, refuse_unknown, required
+from casesignd.core.policy import Policy
 from casesignd.core.sealed import SealedPath
 from casesignd.engine.kinds import Admission, Finish, JobContext
 from casesignd.invoices import locales, money

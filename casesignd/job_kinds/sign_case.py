@@ -22,13 +22,14 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from casesignd.config import Config, Policy
+from casesignd.config import Config
 from casesignd.core import audit, media
 from casesignd.core.appearance import CERTIFY_P
 from casesignd.core.errors import ActiveContent, TransientJobError, ValidationError
 from casesignd.core.fields import integer, object_field, plain_text, refuse_unknown
 from casesignd.core.hashing import OBJECT_REF_PREFIX, sha256_hex
 from casesignd.core.outcomes import Artifact, Finish, Signature
+from casesignd.core.policy import Policy
 from casesignd.core.sealed import SealedPath, guarded
 from casesignd.engine.jobs import check_case_id
 from casesignd.engine.kinds import Admission, JobContext, JobServices, admit_policy

@@ -14,9 +14,10 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from casesignd.config import Config, Policy
+from casesignd.config import Config
 from casesignd.core.errors import PermanentJobError
 from casesignd.core.hashing import sha256_hex
+from casesignd.core.policy import Policy
 from casesignd.pdf.limits import PdfLimits
 from casesignd.signing.levels import SigningPolicy
 

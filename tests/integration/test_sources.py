@@ -15,7 +15,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from casesignd.config import Source
 from casesignd.core.errors import (
     DigestMismatch,
     LimitExceeded,
@@ -25,6 +24,7 @@ from casesignd.core.errors import (
     ValidationError,
 )
 from casesignd.core.sealed import SealedPath, is_sealed
+from casesignd.core.source_settings import Source
 from casesignd.files.objects import ObjectStore
 from casesignd.files.sources import (
     Fetcher,

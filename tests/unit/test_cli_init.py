@@ -19,6 +19,7 @@ from casesignd import config
 from casesignd.cli import commands as cli
 from casesignd.cli.client import parse_env_file
 from casesignd.core.errors import ConfigError
+from casesignd.core.source_settings import Source
 from casesignd.ops import init as bootstrap
 
 SECRETS = ("signing.p12", "signing.pass", "link.secret", "client.env", "config.toml")
@@ -145,7 +146,7 @@ def test_every_setting_is_written_and_commented(setup_dir: Path) -> None:
 
 def test_render_config_round_trips() -> None:
     cfg = bootstrap.local_config("0.0.0.0:9000", "b" * 64)
-    cfg.sources = [config.Source(name="s", kind="http", base_url="https://x.example/a")]
+    cfg.sources = [Source(name="s", kind="http", base_url="https://x.example/a")]
     cfg.invoice.issuer_address = ['1 "Quoted" St', "Town\\ville", "Zürich"]
     back = config.loads(bootstrap.render_config(cfg))
     back.base_dir = cfg.base_dir

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from casesignd.config import Kiosk, loads
+from casesignd.config import loads
 from casesignd.core.errors import ConfigError
+from casesignd.core.kiosk_limits import Kiosk
 from casesignd.http.common import artifact_response
 from casesignd.http.download_headers import (
     MAX_FILENAME_CHARS,

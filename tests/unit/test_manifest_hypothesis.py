@@ -17,12 +17,13 @@ from hypothesis import strategies as st
 
 from casesignd import config as config_mod
 from casesignd.core.errors import ValidationError
+from casesignd.core.source_settings import Source
 from casesignd.http.kiosk import sign_case_body
 from casesignd.job_kinds.render_invoice import admit as invoice_admit
 from casesignd.job_kinds.render_invoice import normalize as invoice_normalize
 from casesignd.job_kinds.sign_case import admit_body
 
-CFG = config_mod.Config(sources=[config_mod.Source(name="docs", kind="dir", root="/srv/docs")])
+CFG = config_mod.Config(sources=[Source(name="docs", kind="dir", root="/srv/docs")])
 TODAY = date(2026, 11, 29)
 CODE = re.compile(r"[a-z][a-z0-9_]*")
 HEX = "0123456789abcdef"

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from casesignd.config import Policy
 from casesignd.core.errors import CasesignError, LimitExceeded, MalformedPdf
+from casesignd.core.policy import Policy
 from casesignd.job_kinds.signing import pdf_limits
 from casesignd.pdf import rules as pdfrules
 from casesignd.pdf.frame import (

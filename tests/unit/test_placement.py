@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from casesignd.config import Policy
 from casesignd.core.errors import ValidationError
+from casesignd.core.policy import Policy
 from casesignd.signing import placement
 
 
