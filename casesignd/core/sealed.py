@@ -151,7 +151,7 @@ class SealedWriter(io.RawIOBase):
         self._inner = fileobj
         self._close_inner = close_inner
         self._chunk = chunk_plain_bytes
-        file_id = os.urandom(FILE_ID_BYTES)
+        file_id = self.file_id = os.urandom(FILE_ID_BYTES)
         self._header = MAGIC + file_id + _CHUNK_SIZE.pack(chunk_plain_bytes)
         self._aead = _subkey_aead(key, file_id)
         self._buf = bytearray()
@@ -269,7 +269,8 @@ class SealedReader(PositionedReader):
             raise SealBroken("sealed file header names an impossible chunk size")
         self._header = header
         self._chunk = chunk
-        self._aead = _subkey_aead(key, header[len(MAGIC):len(MAGIC) + FILE_ID_BYTES])
+        self.file_id = header[len(MAGIC):len(MAGIC) + FILE_ID_BYTES]
+        self._aead = _subkey_aead(key, self.file_id)
         body = fileobj.seek(0, os.SEEK_END) - HEADER_BYTES
         stride = chunk + TAG_BYTES
         self._chunks = max(1, -(-body // stride))
@@ -450,10 +451,15 @@ class SealedPath:
     """A sealed file by its path and key: what crosses from the event loop to a worker
     process (it pickles, the key with it, over the process's pipe) and to each
     reader. It has no ``__fspath__`` on purpose: a library that opens it as a plain
-    path fails loudly rather than reading ciphertext."""
+    path fails loudly rather than reading ciphertext.
+
+    ``file_id`` the one file it is (its header's id), when it was checked as written:
+    every file sealed under a key authenticates under it, so another of them copied
+    in its place is refused by the id, not read as its bytes."""
 
     path: Path
     key: SealKey
+    file_id: bytes | None = None
 
     @property
     def name(self) -> str:
@@ -472,6 +478,9 @@ class SealedPath:
         except BaseException:
             f.close()
             raise
+        if self.file_id is not None and raw.file_id != self.file_id:
+            raw.close()
+            raise SealBroken(f"{self} is another sealed file than the one written there")
         # No larger than the file: a small one does not pay for a large buffer.
         return io.BufferedReader(raw, buffer_size=max(8192, min(buffer_bytes, raw.plain_size)))
 

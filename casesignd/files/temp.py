@@ -147,6 +147,11 @@ class HashingWriter:
     def hexdigest(self) -> str:
         return self._hasher.hexdigest()
 
+    @property
+    def file_id(self) -> bytes | None:
+        """The sealed file's id (None when what is written is not sealed)."""
+        return self._sealer.file_id if self._sealer is not None else None
+
     def close(self) -> None:
         """Close the fd now, or as soon as an in-flight write returns."""
         if self._closed:
@@ -323,7 +328,9 @@ class Area:
                 os.unlink(path)
             self._manager._shrink(self, written)
             raise
-        return SealedPath(path, self.key)
+        # The file checked, by its id: another file of the area (all sealed under its
+        # key) copied over it fails to open rather than reading as these bytes.
+        return SealedPath(path, self.key, writer.file_id)
 
 
 class TempManager:

@@ -5,11 +5,13 @@ on the same bytes, and what is embedded is what was checked and hashed."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import random
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from casesignd.core.sealed import (
     SealedPath,
     SealKey,
 )
+from casesignd.files.temp import TempManager
 from casesignd.signing.attachments import Attachment, bound_by_digest, write_embedded_file
 
 WHEN = dt.datetime(2026, 12, 5, tzinfo=dt.UTC)
@@ -297,3 +300,32 @@ def test_a_tampered_sealed_file_yields_no_byte_it_did_not_authenticate(tmp_path:
         bound_by_digest(att)
 
 
+
+def test_a_sealed_file_swapped_for_another_under_the_same_key_is_refused(tmp_path: Path) -> None:
+    # A temp area seals every file of an attempt under one key: each file is whole
+    # under it, so a download copied over another of the area authenticates chunk by
+    # chunk. Evidence bound by the digest its download was checked under (not hashed
+    # again) must not read as another file's bytes: refused, never embedded or bound.
+    note1, note2 = b"the first note\n" * 9000, b"the second note\n" * 9000
+
+    async def chunks(data: bytes) -> AsyncIterator[bytes]:
+        yield data
+
+    async def fetch() -> None:
+        manager = TempManager(tmp_path / "tmp", quota_bytes=10 * MIB)
+        async with manager.attempt("job", 1, 0) as area:
+            got = [await area.download(f"item-{i}", chunks(data),
+                                       hashlib.sha256(data).hexdigest(), len(data), MIB)
+                   for i, data in ((1, note1), (2, note2))]
+            got[1].path.write_bytes(got[0].path.read_bytes())
+            att = Attachment(got[1], "note2.txt", "text/plain",
+                             sha256=hashlib.sha256(note2).digest(),
+                             text=media.PendingText("text/plain", FIELD))
+            w = Collecting()
+            with pytest.raises(SealBroken):
+                write_embedded_file(w, 7, att, "note2.txt", WHEN)
+            assert note1 not in w.out
+            with pytest.raises(SealBroken):
+                bound_by_digest(att)
+
+    asyncio.run(fetch())
