@@ -49,6 +49,7 @@ HEADER_BYTES = len(MAGIC) + FILE_ID_BYTES + _CHUNK_SIZE.size
 MAX_CHUNK_PLAIN_BYTES = 16 * 1024 * 1024
 _RUN_BYTES = 1024 * 1024  # whole chunks read and decrypted in one go, at most (or one)
 _HKDF_INFO = b"casesignd sealed file v1"
+_NAME_INFO = b"casesignd sealed file name v1\0"
 T = TypeVar("T")
 
 
@@ -93,6 +94,16 @@ class SealKey:
         """The key's bytes: only for wrapping it under another key, or for handing it
         to a worker process over its pipe."""
         return self._raw
+
+    def for_name(self, name: str) -> SealKey:
+        """The key of the file ``name`` among those sealed under this one (HKDF-SHA256):
+        every file is whole under its own key, so one copied over another of another
+        name fails to authenticate rather than reading as its bytes."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        return SealKey(HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                            info=_NAME_INFO + name.encode()).derive(self._raw))
 
     def __repr__(self) -> str:
         return "SealKey(<hidden>)"
@@ -151,7 +162,7 @@ class SealedWriter(io.RawIOBase):
         self._inner = fileobj
         self._close_inner = close_inner
         self._chunk = chunk_plain_bytes
-        file_id = self.file_id = os.urandom(FILE_ID_BYTES)
+        file_id = os.urandom(FILE_ID_BYTES)
         self._header = MAGIC + file_id + _CHUNK_SIZE.pack(chunk_plain_bytes)
         self._aead = _subkey_aead(key, file_id)
         self._buf = bytearray()
@@ -269,8 +280,7 @@ class SealedReader(PositionedReader):
             raise SealBroken("sealed file header names an impossible chunk size")
         self._header = header
         self._chunk = chunk
-        self.file_id = header[len(MAGIC):len(MAGIC) + FILE_ID_BYTES]
-        self._aead = _subkey_aead(key, self.file_id)
+        self._aead = _subkey_aead(key, header[len(MAGIC):len(MAGIC) + FILE_ID_BYTES])
         body = fileobj.seek(0, os.SEEK_END) - HEADER_BYTES
         stride = chunk + TAG_BYTES
         self._chunks = max(1, -(-body // stride))
@@ -451,15 +461,10 @@ class SealedPath:
     """A sealed file by its path and key: what crosses from the event loop to a worker
     process (it pickles, the key with it, over the process's pipe) and to each
     reader. It has no ``__fspath__`` on purpose: a library that opens it as a plain
-    path fails loudly rather than reading ciphertext.
-
-    ``file_id`` the one file it is (its header's id), when it was checked as written:
-    every file sealed under a key authenticates under it, so another of them copied
-    in its place is refused by the id, not read as its bytes."""
+    path fails loudly rather than reading ciphertext."""
 
     path: Path
     key: SealKey
-    file_id: bytes | None = None
 
     @property
     def name(self) -> str:
@@ -478,9 +483,6 @@ class SealedPath:
         except BaseException:
             f.close()
             raise
-        if self.file_id is not None and raw.file_id != self.file_id:
-            raw.close()
-            raise SealBroken(f"{self} is another sealed file than the one written there")
         # No larger than the file: a small one does not pay for a large buffer.
         return io.BufferedReader(raw, buffer_size=max(8192, min(buffer_bytes, raw.plain_size)))
 

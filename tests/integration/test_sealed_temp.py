@@ -319,3 +319,24 @@ def test_evidence_swapped_for_another_file_of_its_area_is_never_signed_as_it(
         assert note in signed and other in signed
         assert b"/SHA256 (%s)" % hashlib.sha256(other).hexdigest().encode() in signed
         assert "internal_error" not in d.logs()
+
+
+def test_a_signed_body_swapped_for_another_file_of_its_area_is_never_published(
+        daemon_factory, tmp_path, pki):  # noqa: F811 - the fixture
+    # Held at the timestamp, the signed body waits sealed in the area under the key
+    # its downloads share. The contract's file copied over it must not be published
+    # with the signature's end as the signed document.
+    contract, note = marked_contract(), marked_note()
+    with phase_hold("publish", daemon_factory, tmp_path, pki, contract, note) as (
+            d, reached, go_on):
+        job_id = d.submit(packet("SEAL-BODY", contract, note)).json()["job_id"]
+        reached()
+        body, item0 = area_file(d, "signed.pdf"), area_file(d, "item-0")
+        assert body is not None and item0 is not None
+        body.write_bytes(item0.read_bytes())
+        go_on()
+        signed = signed_after_an_io_error(d, job_id)
+        assert note in signed
+        statuses = pyhanko_statuses_of(signed, tmp_path, d)
+        assert statuses and all(s.intact and s.valid for s in statuses)
+        assert "internal_error" not in d.logs()

@@ -302,10 +302,10 @@ def test_a_tampered_sealed_file_yields_no_byte_it_did_not_authenticate(tmp_path:
 
 
 def test_a_sealed_file_swapped_for_another_under_the_same_key_is_refused(tmp_path: Path) -> None:
-    # A temp area seals every file of an attempt under one key: each file is whole
-    # under it, so a download copied over another of the area authenticates chunk by
-    # chunk. Evidence bound by the digest its download was checked under (not hashed
-    # again) must not read as another file's bytes: refused, never embedded or bound.
+    # Every file of an attempt's area is sealed from the attempt's one key. Evidence
+    # bound by the digest its download was checked under (not hashed again) must not
+    # read as another download of the area copied over it: refused, never embedded
+    # or bound.
     note1, note2 = b"the first note\n" * 9000, b"the second note\n" * 9000
 
     async def chunks(data: bytes) -> AsyncIterator[bytes]:
