@@ -49,6 +49,7 @@ HEADER_BYTES = len(MAGIC) + FILE_ID_BYTES + _CHUNK_SIZE.size
 MAX_CHUNK_PLAIN_BYTES = 16 * 1024 * 1024
 _RUN_BYTES = 1024 * 1024  # whole chunks read and decrypted in one go, at most (or one)
 _HKDF_INFO = b"casesignd sealed file v1"
+_NAME_INFO = b"casesignd sealed file name v1\0"
 T = TypeVar("T")
 
 
@@ -93,6 +94,16 @@ class SealKey:
         """The key's bytes: only for wrapping it under another key, or for handing it
         to a worker process over its pipe."""
         return self._raw
+
+    def for_name(self, name: str) -> SealKey:
+        """The key of the file ``name`` among those sealed under this one (HKDF-SHA256):
+        every file is whole under its own key, so one copied over another of another
+        name fails to authenticate rather than reading as its bytes."""
+        from cryptography.hazmat.primitives import hashes
+        from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+        return SealKey(HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                            info=_NAME_INFO + name.encode()).derive(self._raw))
 
     def __repr__(self) -> str:
         return "SealKey(<hidden>)"

@@ -8,7 +8,9 @@ run leaves directories behind; :meth:`TempManager.sweep` removes them at start-u
 
 Every file in an area is sealed (:mod:`casesignd.core.sealed`): AES-256-GCM chunks
 under a key the area holds in memory only (``Area.key``, made for the attempt, gone
-with it; a worker process receives it with its arguments over its pipe). What a
+with it; a worker process receives it with its arguments over its pipe), each file
+under that key's own for its name, so that no file of the area reads back in
+another's place. What a
 crash leaves behind is ciphertext under a key that died with the process, swept at
 the next start. Readers get the plain bytes through ``SealedPath.open()``; the few
 tools that insist on a path get a memory-only file (``plain_memfd``), never one here.
@@ -244,9 +246,10 @@ class Area:
         return self.path / check_name(name)
 
     def sealed(self, name: str) -> SealedPath:
-        """``name`` inside the area as a sealed file under the area's key: what readers
-        open, and what a worker process is handed."""
-        return SealedPath(self.path_for(name), self.key)
+        """``name`` inside the area as a sealed file under the area's key for that name
+        (:meth:`SealKey.for_name`): what readers open, and what a worker process is
+        handed. Another file of the area copied over it does not read back."""
+        return SealedPath(self.path_for(name), self.key.for_name(name))
 
     def create(self, name: str) -> BinaryIO:
         """Create ``name`` exclusively (0600, no symlink following); return it open for writing.
@@ -302,7 +305,8 @@ class Area:
             written += grown
             plain += n
 
-        writer = HashingWriter(os.open(path, _CREATE_FLAGS, 0o600), self.key)
+        sealed = self.sealed(name)
+        writer = HashingWriter(os.open(path, _CREATE_FLAGS, 0o600), sealed.key)
         try:
             try:
                 digest, size = await stream_into(
@@ -323,7 +327,7 @@ class Area:
                 os.unlink(path)
             self._manager._shrink(self, written)
             raise
-        return SealedPath(path, self.key)
+        return sealed
 
 
 class TempManager:

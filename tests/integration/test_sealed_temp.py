@@ -154,11 +154,12 @@ def area_file(d, name: str) -> Path | None:
 
 @contextlib.contextmanager
 def phase_hold(phase: str, daemon_factory, tmp_path: Path, pki, contract: bytes,  # noqa: F811
-               note: bytes, held_scan: int = 1
+               note: bytes, held_scan: int = 1, more: dict[str, bytes] | None = None
                ) -> Iterator[tuple[object, Callable[[], None], Callable[[], None]]]:
     """A daemon whose job is about to be held in ``phase``: yields it, a wait for the
     job to be there, and what lets the job go on after a restart. In the check
-    phase the job is held at its ``held_scan``-th item's scan, that item read whole."""
+    phase the job is held at its ``held_scan``-th item's scan, that item read whole.
+    ``more``: other files the source serves, by path."""
     with ThreadedSource() as source, HangingClamd() as clamd, LocalTsa(pki.tsa) as tsa:
         clamd.hold_from = held_scan
         if phase == "publish":
@@ -168,6 +169,8 @@ def phase_hold(phase: str, daemon_factory, tmp_path: Path, pki, contract: bytes,
         source.script("/contract.pdf", [Trickle(contract, 16 * 1024, 0.4)] if phase == "fetch"
                       else [Body(contract)])
         source.script("/note.txt", [Body(note)])
+        for path, body in (more or {}).items():
+            source.script(path, [Body(body)] * 3)
         overrides = {"sources": [{"name": "remote", "kind": "http", "base_url": source.base_url,
                                   "read_timeout_s": 30.0}],
                      "scanner": {"kind": "clamd", "socket": clamd.path, "timeout_s": 120.0},
@@ -253,6 +256,17 @@ def cut_the_tail(item0: Path, item1: Path) -> None:
     item0.write_bytes(data[:len(data) - 1000])
 
 
+def signed_after_an_io_error(d, job_id: str) -> bytes:
+    """The document a job signed once, on the attempt after one that ended in io_error."""
+    job = d.wait_job(job_id, timeout_s=120)
+    assert job["state"] == "ready", job
+    events = d.events(job_id)
+    retries = [e["detail"].get("code") for e in events if e["type"] == "retry_scheduled"]
+    assert retries == ["io_error"], events
+    assert [e["type"] for e in events].count("signed") == 1
+    return d.request("GET", job["result"]["download_url"], auth=False).body
+
+
 @pytest.mark.parametrize("tamper", [flip_a_byte, flip_an_evidence_byte, swap_a_chunk, cut_the_tail],
                          ids=["flipped byte", "flipped evidence byte", "chunk from another file",
                               "cut tail"])
@@ -270,16 +284,58 @@ def test_a_tampered_temp_file_is_a_retryable_io_error_never_signed(
         assert item1.stat().st_size > 2 * STRIDE
         tamper(item0, item1)
         go_on()
-        job = d.wait_job(job_id, timeout_s=120)
-        assert job["state"] == "ready", job
-        events = d.events(job_id)
-        retries = [e["detail"].get("code") for e in events if e["type"] == "retry_scheduled"]
-        assert retries == ["io_error"], events
-        assert [e["type"] for e in events].count("signed") == 1
-        signed = d.request("GET", job["result"]["download_url"], auth=False).body
+        signed = signed_after_an_io_error(d, job_id)
         assert MARKER in signed
         # The evidence is bound by the digest of what was received, embedded whole.
         assert b"/SHA256 (%s)" % hashlib.sha256(note).hexdigest().encode() in signed
+        assert note in signed
+        statuses = pyhanko_statuses_of(signed, tmp_path, d)
+        assert statuses and all(s.intact and s.valid for s in statuses)
+        assert "internal_error" not in d.logs()
+
+
+def test_evidence_swapped_for_another_file_of_its_area_is_never_signed_as_it(
+        daemon_factory, tmp_path, pki):  # noqa: F811 - the fixture
+    # Every file of an attempt's area is sealed under the area's key, so one copied
+    # over another authenticates chunk by chunk. The evidence is bound by the digest
+    # its download was checked under, not hashed again: the second note's file made
+    # a copy of the first's must end the attempt (io_error), not sign the first
+    # note's bytes under the second's digest.
+    contract, note = marked_contract(), marked_note()
+    other = note.replace(b"delivered", b"refused!!")
+    with phase_hold("check", daemon_factory, tmp_path, pki, contract, note, held_scan=3,
+                    more={"/other.txt": other}) as (d, reached, go_on):
+        body = packet("SEAL-SWAP", contract, note)
+        body["items"].append({**body["items"][1], "name": "other.txt",
+                              "sha256": hashlib.sha256(other).hexdigest(),
+                              "size": len(other), "object_ref": "remote:other.txt"})
+        job_id = d.submit(body).json()["job_id"]
+        reached()  # every item fetched and sealed, the last one's scan held
+        item1, item2 = area_file(d, "item-1"), area_file(d, "item-2")
+        assert item1 is not None and item2 is not None
+        item2.write_bytes(item1.read_bytes())
+        go_on()
+        signed = signed_after_an_io_error(d, job_id)
+        assert note in signed and other in signed
+        assert b"/SHA256 (%s)" % hashlib.sha256(other).hexdigest().encode() in signed
+        assert "internal_error" not in d.logs()
+
+
+def test_a_signed_body_swapped_for_another_file_of_its_area_is_never_published(
+        daemon_factory, tmp_path, pki):  # noqa: F811 - the fixture
+    # Held at the timestamp, the signed body waits sealed in the area under the key
+    # its downloads share. The contract's file copied over it must not be published
+    # with the signature's end as the signed document.
+    contract, note = marked_contract(), marked_note()
+    with phase_hold("publish", daemon_factory, tmp_path, pki, contract, note) as (
+            d, reached, go_on):
+        job_id = d.submit(packet("SEAL-BODY", contract, note)).json()["job_id"]
+        reached()
+        body, item0 = area_file(d, "signed.pdf"), area_file(d, "item-0")
+        assert body is not None and item0 is not None
+        body.write_bytes(item0.read_bytes())
+        go_on()
+        signed = signed_after_an_io_error(d, job_id)
         assert note in signed
         statuses = pyhanko_statuses_of(signed, tmp_path, d)
         assert statuses and all(s.intact and s.valid for s in statuses)

@@ -132,3 +132,36 @@ def test_a_stored_evidence_file_changed_on_disk_is_refused_before_the_key_is_use
     types = [e["type"] for e in d.events(job["job_id"])]
     assert "signed" not in types and "signature_recorded" not in types, types
     assert list(d.temp_area.iterdir()) == [] and list(d.dir.rglob(".*.tmp")) == []
+
+
+def test_stored_sealed_evidence_with_a_chunk_moved_is_never_signed_and_leaves_nothing(
+        daemon_factory, tmp_path):
+    # Stores sealed at rest: the evidence is read in place by the signing worker and
+    # bound by its digest, not hashed again. A chunk of its blob replaced by another
+    # of the same blob (past the head and the first MiB run, not the last chunk)
+    # authenticates under no nonce but its own: every attempt ends in the retryable
+    # io_error before the key signs, and leaves no temp file or artifact in flight.
+    from casesignd.core.sealed import CHUNK_PLAIN_BYTES, HEADER_BYTES, TAG_BYTES
+
+    d = sealed_daemon(daemon_factory, {"retry": {"base_delay_s": 0.1, "max_delay_s": 0.2,
+                                                 "max_attempts": {"sign_case": 2}}})
+    contract = upload(d, "MOVE-1", reportlab_pdf(tmp_path / "c.pdf").read_bytes())
+    data = b"".join(b"evidence line %07d of the case\n" % i for i in range(180_000))
+    evidence = upload(d, "MOVE-1", data)
+    blob = next(p for p in d.dir.rglob(evidence["sha256"]) if "blobs" in p.parts)
+    stride = CHUNK_PLAIN_BYTES + TAG_BYTES
+    raw = bytearray(blob.read_bytes())
+    a, b = HEADER_BYTES + 20 * stride, HEADER_BYTES + 3 * stride
+    raw[a:a + stride] = raw[b:b + stride]
+    blob.write_bytes(bytes(raw))
+    r = d.submit(manifest("MOVE-1", contract, [("log.txt", "text/plain", evidence)]))
+    assert r.status == 202, r.body
+    job = d.wait_job(r.json()["job_id"])
+    assert job["state"] == "failed" and job["error"]["code"] == "io_error", job
+    events = d.events(job["job_id"])
+    types = [e["type"] for e in events]
+    assert "signed" not in types and "signature_recorded" not in types, types
+    assert [e["detail"].get("code") for e in events if e["type"] == "retry_scheduled"] \
+        == ["io_error"], events
+    assert list(d.temp_area.iterdir()) == [] and list(d.dir.rglob(".*.tmp")) == []
+    assert "internal_error" not in d.logs()

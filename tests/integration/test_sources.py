@@ -200,7 +200,7 @@ class Harness:
             # Sealed in the area (never plain there), or a stored object read where it is
             # stored.
             if isinstance(p, SealedPath):
-                assert p.path.parent == area.path and p.key == area.key
+                assert p.path.parent == area.path and p.key == area.key.for_name("item-0")
                 assert is_sealed(p.path.read_bytes()[:8])
                 with p.open() as f:
                     return f.read()

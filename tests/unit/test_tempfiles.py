@@ -156,9 +156,9 @@ async def test_download_checks_digest_and_counts_bytes(manager):
         p = await area.download("doc.pdf", chunks_of(data), digest.upper(), len(data), 10**6)
         with p.open() as f:
             assert f.read() == data
-        # On disk, ciphertext under the area's key only; usage counts what the disk
-        # holds (the header and a tag per 64 KiB chunk beside the plain bytes).
-        assert p.key == area.key and is_sealed(p.path.read_bytes()) and data[:64] not in p.path.read_bytes()
+        # On disk, ciphertext under the area's key for its name only; usage counts what
+        # the disk holds (the header and a tag per 64 KiB chunk beside the plain bytes).
+        assert p.key == area.key.for_name("doc.pdf") and is_sealed(p.path.read_bytes()) and data[:64] not in p.path.read_bytes()
         assert stat.S_IMODE(p.path.stat().st_mode) == 0o600
         on_disk = p.path.stat().st_size
         assert on_disk > len(data)
