@@ -102,6 +102,45 @@ def test_a_stored_object_is_checked_before_it_is_read(tmp_path):
     assert code(real, digest="0" * 64) == "digest_mismatch"
 
 
+@pytest.mark.parametrize("chunk_bytes", [None, 1024])  # read whole; a reader's path
+def test_a_sealed_stored_object_is_read_in_place_or_refused(tmp_path, chunk_bytes) -> None:
+    import hashlib
+
+    from casesignd.core.errors import CasesignError
+    from casesignd.core.sealed import SealedWriter, SealKey, seal_bytes
+    from casesignd.signing.worker import _read_stored
+    from tests.helpers_pki import big_pdf
+
+    data = big_pdf(tmp_path / "in.pdf", 3_000).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    key = SealKey.generate()
+    if chunk_bytes is None:
+        blob = seal_bytes(data, key)
+    else:  # not the size a default chunk gives: opened by a reader, as before
+        with open(tmp_path / "w", "wb") as f, SealedWriter(f, key, chunk_plain_bytes=chunk_bytes) as w:
+            w.write(data)
+        blob = (tmp_path / "w").read_bytes()
+
+    def sign(content: bytes, size: int = len(data), with_key: SealKey | None = key) -> bytes:
+        (tmp_path / "obj").write_bytes(content)
+        return _read_stored(str(tmp_path / "obj"), sha, size, with_key)
+
+    def code(content: bytes, **kw) -> str:
+        with pytest.raises(CasesignError) as e:
+            sign(content, **kw)
+        return e.value.code
+
+    assert sign(blob) == data
+    flipped = bytearray(blob)
+    flipped[-20] ^= 1
+    assert code(bytes(flipped)) == "io_error"
+    assert code(blob[:-1]) == "io_error"
+    assert code(blob, with_key=SealKey.generate()) == "io_error"
+    assert code(blob, with_key=None) == "io_error"
+    assert code(blob, size=len(data) - 1) == "size_mismatch"
+    assert code(blob, size=len(data) + 1) == "size_mismatch"
+
+
 @pytest.mark.parametrize("payload_bytes", [20_000, 5_000_000])  # one chunk; the threaded copy
 def test_a_files_digest_is_that_of_the_bytes_signed_and_costs_no_pass_of_its_own(
         tmp_path, monkeypatch, payload_bytes):

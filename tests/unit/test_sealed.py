@@ -141,6 +141,8 @@ def test_tampering_is_seal_broken_never_wrong_bytes(case: str) -> None:
     blob = _tamper_cases(key)[case]
     with pytest.raises(SealBroken), open_sealed(io.BytesIO(blob), key) as r:
         r.read()
+    with pytest.raises(SealBroken):  # read whole in memory: the same refusals
+        unseal_bytes(blob, key)
 
 
 def test_a_wrong_key_is_seal_broken() -> None:
