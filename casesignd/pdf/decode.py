@@ -18,7 +18,7 @@ from pypdf.errors import LimitReachedError
 from pypdf.filters import ASCII85Decode, ASCIIHexDecode, LZWDecode, RunLengthDecode
 
 from casesignd.core.errors import LimitExceeded
-from casesignd.core.sealed import SealedView
+from casesignd.core.sealed_view import SealedView
 
 # Zlib output is produced at most this much at a time (zlib max_length).
 INFLATE_WINDOW_BYTES = 1 << 16

@@ -28,7 +28,8 @@ from pypdf import PdfReader
 from pypdf import generic as g
 
 from casesignd.core.errors import AmbiguousPdf, EncryptedPdf, LimitExceeded, MalformedPdf
-from casesignd.core.sealed import SealedPath, SealedView
+from casesignd.core.sealed import SealedPath
+from casesignd.core.sealed_view import SealedView
 
 if TYPE_CHECKING:
     from casesignd.pdf.draw import Drawn

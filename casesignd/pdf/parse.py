@@ -44,7 +44,8 @@ from pypdf.generic import (
 )
 from pypdf.generic._base import encode_pdfdocencoding
 
-from casesignd.core.sealed import SealedReader, SealedView
+from casesignd.core.sealed import SealedReader
+from casesignd.core.sealed_view import SealedView
 
 _pypdf_read_object = _data_structures.read_object
 
