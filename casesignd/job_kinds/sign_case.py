@@ -368,11 +368,9 @@ class SignCaseKind:
         attachments = [
             pades.Attachment(paths[i], it["name"], it["media_type"],
                              description=f"sha256:{it['sha256']}",
-                             sha256=digest if isinstance(paths[i], SealedPath) else None,
-                             expect_sha256=None if isinstance(paths[i], SealedPath) else digest,
-                             text=texts.get(i))
-            for i, it in enumerate(normalized["items"]) if i != contract_i
-            for digest in [bytes.fromhex(it["sha256"])]]
+                             sha256=bytes.fromhex(it["sha256"]),
+                             verified=isinstance(paths[i], SealedPath), text=texts.get(i))
+            for i, it in enumerate(normalized["items"]) if i != contract_i]
         out = ctx.area.sealed("signed.pdf")
         # Signed in the CPU process (B-B), the document goes straight into its
         # artifact's file in flight, and is published by a link rather than a copy;

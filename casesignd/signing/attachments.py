@@ -54,14 +54,14 @@ class Attachment:
     """A file to embed (PDF 32000-1 §7.11.4), streamed from ``path`` (plain, or sealed
     in a temp area or at rest).
 
-    ``sha256`` is the file's digest when reading it can only yield the bytes of that
-    digest or fail: a sealed file (every chunk authenticated under a key that only
-    those bytes were sealed with, and checked against the digest when they were).
-    None otherwise, and the digest is taken as the file is read.
+    ``sha256`` the digest its item names. A file that reads as other bytes (a stored
+    file changed on disk) is refused (``digest_mismatch``) rather than embedded or
+    bound under its new digest; with ``verified``, reading it can only yield the
+    bytes of that digest or fail (a sealed file: every chunk authenticated under a
+    key that only those bytes were sealed with, checked against the digest when they
+    were), and it is not hashed for it again. None: the digest is what the file
+    reads as.
 
-    ``expect_sha256`` the digest the item names, for a file that is hashed: one that
-    reads as other bytes (a stored file changed on disk) is refused
-    (``digest_mismatch``) rather than embedded or bound under its new digest.
     ``text`` the rest of the file's media type check when only the whole file can
     settle it (:func:`casesignd.core.media.check_evidence_head`). Both are settled
     as the file is read here, before the key signs anything."""
@@ -71,8 +71,8 @@ class Attachment:
     media_type: str
     description: str = ""
     sha256: bytes | None = None
+    verified: bool = False
     text: PendingText | None = None
-    expect_sha256: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def bound_by_digest(att: Attachment) -> Bound:
 
 
 def _as_expected(att: Attachment, sha: bytes) -> bytes:
-    if att.expect_sha256 is not None and sha != att.expect_sha256:
+    if att.sha256 is not None and sha != att.sha256:
         raise DigestMismatch(f"evidence {att.name!r} reads as other bytes than its item's SHA-256")
     return sha
 
@@ -169,15 +169,15 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
                         when: dt.datetime) -> Bound:
     """An embedded file stream (§7.11.4, Tables 44-46), embedded under ``name``.
 
-    The file is read once: its SHA-256 (which the file specification and the
-    signature dictionary carry, after the stream) and the signature's hash of it are
-    taken on helper threads (hashlib releases the GIL) while this one reads, and
-    maybe unseals and seals, the next chunk. A file whose digest is known
-    (:attr:`Attachment.sha256`) is not hashed for it: a sealed file reads back as
-    those bytes or raises ``SealBroken``. The attachment's text check
-    (:attr:`Attachment.text`) is finished on the chunks as they pass. No /CheckSum: it is optional (Table 46)
-    and MD5, which costs more than twice SHA-256 on a large file and binds nothing
-    the SHA-256 does not."""
+    The file is read once (:func:`casesignd.core.hashing.feed_chunks`): its SHA-256
+    (which the file specification and the signature dictionary carry, after the
+    stream), the signature's hash of it and its write (maybe sealed) each run on a
+    thread of their own while this one reads, and maybe unseals, the next chunk and
+    finishes the attachment's text check (:attr:`Attachment.text`) on it. A
+    :attr:`Attachment.verified` file is not hashed for its digest: a sealed file
+    reads back as those bytes or raises ``SealBroken``. No /CheckSum: it is optional
+    (Table 46) and MD5, which costs more than twice SHA-256 on a large file and binds
+    nothing the SHA-256 does not."""
     size = plain_size(att.path)
     params = g.DictionaryObject(
         {
@@ -196,10 +196,8 @@ def write_embedded_file(w: ObjectWriter, num: int, att: Attachment, name: str,
     w.begin(num)
     w.write(serialize(head) + b"\nstream\n")
     check = _TextCheck(att.text)
-    sha, known = hashlib.sha256(), att.sha256
+    sha, known = hashlib.sha256(), att.sha256 if att.verified else None
     hashes = [w.hasher.update] if known is not None else [sha.update, w.hasher.update]
-    # The hashes and the write each on a thread of their own (a new page of a file
-    # costs about what hashing it does), the text check here.
     with open_plain(att.path) as f:
         copied = feed_chunks(f, [*hashes, w.write_unhashed], check.feed)
     check.finish()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -38,6 +37,8 @@ from casesignd.store.records import (
     Lease,
     NewJob,
     in_progress,
+    not_cancelable,
+    not_failed,
     row_job,
 )
 from casesignd.store.tenants import TenantVerbs, check_waiting
@@ -299,7 +300,7 @@ def record_signature(tx: Tx, job: Job, sig_key: str, artifact: dict[str, Any],
 # --- sweeps and an operator's changes -------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Expired:
     """A running job a reclaim took: as it now is, and what its lease was."""
 
@@ -338,8 +339,7 @@ def _tenant_change(tx: Tx, name: str, tenant: str, job_id: str, refused: Conflic
 
 
 def cancel(tx: Tx, tenant: str, job_id: str, actor: str) -> Job:
-    job = _tenant_change(tx, "cancel", tenant, job_id, Conflict(
-        "only a queued job that no worker holds can be canceled", code="not_cancelable"))
+    job = _tenant_change(tx, "cancel", tenant, job_id, not_cancelable())
     tx.event(job, "canceled", actor, {})
     return job
 
@@ -362,7 +362,7 @@ def replay(tx: Tx, tenant: str, job_id: str, actor: str, max_queue_depth: int,
         if found is None:
             raise NotFound("no such job", code="job_not_found")
         if found["state"] != "failed":
-            raise Conflict("only a failed job can be retried", code="not_failed")
+            raise not_failed()
         raise queue_full()
     job = job_of(row)
     tx.event(job, "replayed", actor, {"series": job.series})

@@ -58,7 +58,7 @@ def test_a_sealed_file_is_bound_by_the_digest_it_was_sealed_under(tmp_path: Path
     path = sealed(tmp_path, DATA)
     w = Collecting()
     att = Attachment(path, "e.bin", "application/octet-stream",
-                     sha256=hashlib.sha256(DATA).digest())
+                     sha256=hashlib.sha256(DATA).digest(), verified=True)
     bound = write_embedded_file(w, 7, att, "e.bin", WHEN)
     assert bound.sha256 == hashlib.sha256(DATA).digest() and bound.size == len(DATA)
     assert DATA in w.out
@@ -72,7 +72,7 @@ def test_a_tampered_sealed_file_is_refused_not_embedded(tmp_path: Path) -> None:
     raw[HEADER_BYTES + CHUNK_PLAIN_BYTES + 100] ^= 0x01  # within the second chunk
     path.path.write_bytes(bytes(raw))
     att = Attachment(path, "e.bin", "application/octet-stream",
-                     sha256=hashlib.sha256(DATA).digest())
+                     sha256=hashlib.sha256(DATA).digest(), verified=True)
     with pytest.raises(SealBroken):
         write_embedded_file(Collecting(), 7, att, "e.bin", WHEN)
 
@@ -83,11 +83,11 @@ def test_a_plain_file_that_is_not_its_items_digest_is_refused(tmp_path: Path) ->
     plain = tmp_path / "evidence.bin"
     plain.write_bytes(DATA[:-1] + b"!")
     att = Attachment(plain, "e.bin", "application/octet-stream",
-                     expect_sha256=hashlib.sha256(DATA).digest())
+                     sha256=hashlib.sha256(DATA).digest())
     with pytest.raises(DigestMismatch):
         write_embedded_file(Collecting(), 7, att, "e.bin", WHEN)
     with pytest.raises(DigestMismatch):
         bound_by_digest(att)
     plain.write_bytes(DATA)
-    assert write_embedded_file(Collecting(), 7, att, "e.bin", WHEN).sha256 == att.expect_sha256
-    assert bound_by_digest(att).sha256 == att.expect_sha256
+    assert write_embedded_file(Collecting(), 7, att, "e.bin", WHEN).sha256 == att.sha256
+    assert bound_by_digest(att).sha256 == att.sha256

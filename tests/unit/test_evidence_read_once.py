@@ -129,8 +129,7 @@ def _attachment(path: Path | SealedPath, data: bytes, declared: str) -> Attachme
         return (e.code, e.message, e.field, e.detail)
     digest = hashlib.sha256(data).digest()
     sealed = isinstance(path, SealedPath)
-    return Attachment(path, "e", declared, sha256=digest if sealed else None,
-                      expect_sha256=None if sealed else digest, text=text)
+    return Attachment(path, "e", declared, sha256=digest, verified=sealed, text=text)
 
 
 @pytest.mark.parametrize("sealed", [False, True], ids=["plain", "sealed"])
@@ -293,12 +292,11 @@ def test_a_tampered_sealed_file_yields_no_byte_it_did_not_authenticate(tmp_path:
                 assert buf[:n] == data[pos:pos + n], (how, pos, size)
                 pos += n
     digest = hashlib.sha256(data).digest()
-    att = Attachment(sp, "e", "text/plain", sha256=digest)
+    att = Attachment(sp, "e", "text/plain", sha256=digest, verified=True)
     with pytest.raises(SealBroken):
         write_embedded_file(Collecting(), 7, att, "e", WHEN)
     with pytest.raises(SealBroken):
         bound_by_digest(att)
-
 
 
 def test_a_sealed_file_swapped_for_another_under_the_same_key_is_refused(tmp_path: Path) -> None:
@@ -319,7 +317,7 @@ def test_a_sealed_file_swapped_for_another_under_the_same_key_is_refused(tmp_pat
                    for i, data in ((1, note1), (2, note2))]
             got[1].path.write_bytes(got[0].path.read_bytes())
             att = Attachment(got[1], "note2.txt", "text/plain",
-                             sha256=hashlib.sha256(note2).digest(),
+                             sha256=hashlib.sha256(note2).digest(), verified=True,
                              text=media.PendingText("text/plain", FIELD))
             w = Collecting()
             with pytest.raises(SealBroken):
